@@ -1,0 +1,103 @@
+"""The monitor's memory of the recent past: bounded time series per device and per GPU process.
+
+The monitor feeds every Snapshot in; charts and trend analysis read immutable Series out. Old points
+fall off by age (``span`` seconds) and by count, so memory stays bounded however long it runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gputui.model import Snapshot
+
+DEVICE_METRICS = ("gpu_util", "memory_util", "memory_used", "power_draw", "temperature")
+PROCESS_METRICS = ("gpu_memory", "sm_util", "cpu_percent", "host_memory")
+
+# A GPU process is one pid on one device; a pid on two GPUs has two histories.
+ProcessKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Series:
+    """Samples of one metric, oldest first. ``values[i]`` is None where the metric was unknown."""
+
+    times: tuple[float, ...] = ()
+    values: tuple[float | None, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def known(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The samples whose value is known, as (times, values)."""
+        pairs = [(t, v) for t, v in zip(self.times, self.values) if v is not None]
+        return tuple(t for t, _ in pairs), tuple(v for _, v in pairs)
+
+
+class _Track:
+    """One entity's samples: shared timestamps and one column per metric."""
+
+    __slots__ = ("times", "columns")
+
+    def __init__(self, metrics: tuple[str, ...], max_points: int) -> None:
+        self.times: deque[float] = deque(maxlen=max_points)
+        self.columns = {m: deque(maxlen=max_points) for m in metrics}
+
+    def add(self, t: float, row: object) -> None:
+        self.times.append(t)
+        for metric, column in self.columns.items():
+            column.append(getattr(row, metric))
+
+    def trim(self, oldest: float) -> None:
+        while self.times and self.times[0] < oldest:
+            self.times.popleft()
+            for column in self.columns.values():
+                column.popleft()
+
+    def series(self, metric: str) -> Series:
+        return Series(tuple(self.times), tuple(self.columns[metric]))
+
+
+class History:
+    """Bounded history of every device and GPU process seen in the snapshots added."""
+
+    def __init__(self, span: float = 600.0, max_points: int = 3600) -> None:
+        self.span = span
+        self.max_points = max_points
+        self._devices: dict[int, _Track] = {}
+        self._processes: dict[ProcessKey, _Track] = {}
+        self.latest: float | None = None
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Append one snapshot's readings and forget what is older than the span."""
+        t = snapshot.taken_at
+        self.latest = t
+        for device in snapshot.devices:
+            self._track(self._devices, device.index, DEVICE_METRICS).add(t, device)
+        for proc in snapshot.processes:
+            key = (proc.pid, proc.device_index)
+            self._track(self._processes, key, PROCESS_METRICS).add(t, proc)
+        oldest = t - self.span
+        for tracks in (self._devices, self._processes):
+            for key in list(tracks):
+                track = tracks[key]
+                track.trim(oldest)
+                if not track.times:
+                    del tracks[key]
+
+    def device(self, index: int, metric: str) -> Series:
+        track = self._devices.get(index)
+        return track.series(metric) if track else Series()
+
+    def process(self, key: ProcessKey, metric: str) -> Series:
+        track = self._processes.get(key)
+        return track.series(metric) if track else Series()
+
+    def process_keys(self) -> tuple[ProcessKey, ...]:
+        return tuple(self._processes)
+
+    def _track(self, tracks: dict, key, metrics: tuple[str, ...]) -> _Track:
+        track = tracks.get(key)
+        if track is None:
+            track = tracks[key] = _Track(metrics, self.max_points)
+        return track

@@ -1,0 +1,219 @@
+"""Command line: parse arguments and hand over to one mode (tui, once, json, watch, run, attach ...).
+
+Each mode's module is imported only when chosen, so ``gputui --once`` never loads Textual and no
+mode of the monitor ever loads torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+from gputui import __version__
+from gputui.errors import UserError
+
+SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything the user asked for, parsed and checked."""
+
+    mode: str = "tui"  # tui, once, json, watch, run, attach, probes, probe, demo-train
+    demo: str | None = None  # simulated scenario, None for the real NVML
+    seed: int = 0
+    demo_processes: int | None = None  # override the scenario's process count (benchmarks)
+    interval: float | None = None  # seconds between samples; None = config or default
+    watch: float | None = None  # --watch period
+    json: bool = False
+    only: tuple[str, ...] = ()  # NVML indices or UUIDs
+    only_visible: bool = False
+    users: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    ascii: bool = False
+    color: bool | None = None  # None: decide from the terminal and NO_COLOR
+    readonly: bool = False
+    theme: str | None = None
+    config: str | None = None
+    command: tuple[str, ...] = ()  # for `run`
+    pid: int | None = None  # for `attach` and `probe`
+    extra: dict = field(default_factory=dict)  # mode-specific options (demo-train)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
+    return value
+
+
+def _pid_list(text: str) -> tuple[int, ...]:
+    return tuple(_pid(part) for part in text.split(",") if part.strip())
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gputui",
+        description="Terminal monitor for NVIDIA GPUs, with a PyTorch memory probe.",
+        epilog="Without a GPU, try: gputui --demo",
+    )
+    parser.add_argument("--version", action="version", version=f"gputui {__version__}")
+    shown = parser.add_argument_group("what to show")
+    shown.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    shown.add_argument("--json", action="store_true", help="print the snapshot as JSON and exit")
+    shown.add_argument(
+        "--watch", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
+        help="print a snapshot every SECONDS (default 2) until interrupted",
+    )
+    shown.add_argument("--interval", type=_positive_float, metavar="SECONDS",
+                       help="seconds between samples in the live monitor (default 1)")
+    source = parser.add_argument_group("where the data comes from")
+    source.add_argument(
+        "--demo", nargs="?", const="workstation", choices=SCENARIOS, metavar="SCENARIO",
+        help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
+    )
+    source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    source.add_argument("--demo-processes", type=_pid, metavar="N", help=argparse.SUPPRESS)
+    filters = parser.add_argument_group("filters")
+    filters.add_argument("--only", type=_name_list, default=(), metavar="GPUS",
+                         help="only these GPUs: NVML indices or UUIDs, comma-separated")
+    filters.add_argument("--only-visible", action="store_true",
+                         help="only the GPUs CUDA_VISIBLE_DEVICES exposes")
+    filters.add_argument("--user", type=_name_list, default=(), metavar="USERS", nargs="?",
+                         const=None, help="only processes of these users (default: you)")
+    filters.add_argument("--pid", type=_pid_list, default=(), metavar="PIDS",
+                         help="only these processes, comma-separated")
+    look = parser.add_argument_group("looks and safety")
+    look.add_argument("--ascii", action="store_true", help="no box-drawing or braille characters")
+    look.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
+    look.add_argument("--readonly", action="store_true", help="disable sending signals")
+    look.add_argument("--theme", choices=("dark", "light"), help="colour theme of the live monitor")
+    look.add_argument("--config", metavar="PATH", help="config file (default: XDG config dir)")
+
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
+    run = sub.add_parser("run", help="run a command with the PyTorch probe inside it")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    attach = sub.add_parser("attach", help="inject the probe into a running Python 3.14+ process")
+    attach.add_argument("target", type=_pid, metavar="PID")
+    sub.add_parser("probes", help="list the probed processes you can reach").add_argument(
+        "--json", action="store_true", dest="sub_json", help="as JSON")
+    probe = sub.add_parser("probe", help="print one probed process's memory report")
+    probe.add_argument("target", type=_pid, metavar="PID")
+    probe.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
+    demo_train = sub.add_parser("demo-train", help="a small PyTorch training loop with the probe")
+    demo_train.add_argument("--steps", type=_pid, default=None, help="stop after N steps")
+    demo_train.add_argument("--leak", action="store_true", help="keep each loss with its graph")
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> Options:
+    """Parse ``argv`` (argparse exits with 2 on bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    exclusive = [name for name in ("once", "json") if getattr(args, name)]
+    if len(exclusive) > 1 and args.watch is None:
+        parser.error("--once and --json cannot be combined (use --json alone)")
+    users = args.user
+    if users is None:  # bare --user means "mine"
+        users = (_current_user(),)
+    color = False if (args.no_color or os.environ.get("NO_COLOR")) else None
+
+    common = dict(
+        demo=args.demo, seed=args.seed, demo_processes=args.demo_processes,
+        interval=args.interval, only=args.only, only_visible=args.only_visible,
+        users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
+        theme=args.theme, config=args.config, json=args.json,
+    )
+    if args.subcommand == "run":
+        command = list(args.argv)
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            parser.error("run: give the command to run, e.g. gputui run -- python train.py")
+        return Options(mode="run", command=tuple(command), **common)
+    if args.subcommand == "attach":
+        return Options(mode="attach", pid=args.target, **common)
+    if args.subcommand == "probes":
+        return Options(mode="probes", **{**common, "json": args.sub_json or args.json})
+    if args.subcommand == "probe":
+        return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
+    if args.subcommand == "demo-train":
+        return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
+    if args.watch is not None:
+        return Options(mode="watch", watch=args.watch, **common)
+    if args.json:
+        return Options(mode="json", **common)
+    if args.once:
+        return Options(mode="once", **common)
+    return Options(mode="tui", **common)
+
+
+def _current_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    try:
+        return _dispatch(options)
+    except UserError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `gputui --json | head` closed the pipe: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
+
+
+def _dispatch(options: Options) -> int:
+    mode = options.mode
+    if mode == "tui" and not sys.stdout.isatty():
+        mode = "once"  # no terminal to draw on: print instead of failing
+    if mode in ("once", "json", "watch"):
+        from gputui.plain import modes
+
+        return getattr(modes, mode)(options)
+    if mode in ("probes", "probe"):
+        from gputui.plain import probes
+
+        return getattr(probes, mode)(options)
+    if mode == "tui":
+        from gputui.ui.app import run_tui
+
+        return run_tui(options)
+    if mode == "run":
+        from gputui.probe.launch import run_command
+
+        return run_command(options)
+    if mode == "attach":
+        from gputui.probe.attach import attach
+
+        return attach(options)
+    if mode == "demo-train":
+        from gputui.probe.demo import demo_train
+
+        return demo_train(options)
+    raise AssertionError(f"unknown mode {mode}")

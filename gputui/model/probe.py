@@ -1,0 +1,112 @@
+"""What a probe inside a PyTorch process reports: allocator figures, where the bytes went, steps, OOMs.
+
+Sizes are bytes, times seconds. ``None`` means "not known here" (e.g. no allocator figures for a
+CPU-only job), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MemoryCategories:
+    """Live tensor bytes by what they are for, deduplicated by storage."""
+
+    parameters: int | None = None
+    gradients: int | None = None
+    optimizer_state: int | None = None
+    activations: int | None = None  # tensors saved for backward by autograd
+    other: int | None = None  # every other live tensor the allocator holds
+
+
+@dataclass(frozen=True)
+class AllocatorStats:
+    """torch.cuda caching-allocator counters for one device (see torch.cuda.memory_stats)."""
+
+    allocated: int
+    reserved: int
+    active: int | None = None
+    inactive_split: int | None = None  # free bytes stuck inside split blocks: fragmentation
+    requested: int | None = None  # bytes the program asked for, before rounding
+    allocated_peak: int | None = None
+    reserved_peak: int | None = None
+    active_peak: int | None = None
+    inactive_split_peak: int | None = None
+    requested_peak: int | None = None
+    alloc_retries: int | None = None  # cache flushes forced by a failed cudaMalloc
+    ooms: int | None = None
+    segments: int | None = None
+    largest_free_block: int | None = None  # biggest block reusable without a new cudaMalloc
+    settings: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator sees it
+    expandable_segments: bool | None = None
+
+
+@dataclass(frozen=True)
+class ProbeDevice:
+    """One device a probed process uses ("cuda:0", or "cpu" for a CPU-only job)."""
+
+    device: str
+    cuda_index: int | None = None
+    uuid: str | None = None  # matches Device.uuid, to join with NVML
+    allocator: AllocatorStats | None = None
+    categories: MemoryCategories | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step, bounded by optimizer.step() calls."""
+
+    step: int
+    ended_at: float
+    duration: float | None = None
+    device: str | None = None
+    allocated: int | None = None  # at the end of the step
+    reserved: int | None = None
+    inactive_split: int | None = None
+    alloc_retries: int | None = None
+    peak_forward: int | None = None
+    peak_backward: int | None = None
+    peak_optimizer: int | None = None
+    categories: MemoryCategories | None = None
+
+
+@dataclass(frozen=True)
+class OomRecord:
+    """The last out-of-memory error the process hit."""
+
+    at: float
+    device: str | None = None
+    requested: int | None = None
+    free: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    message: str = ""
+    where: tuple[str, ...] = ()  # "file.py:123 in function", innermost last
+
+
+@dataclass(frozen=True)
+class GrowingSite:
+    """A place in the code whose live allocations grow from step to step."""
+
+    where: str  # "train.py:42 in train_step"
+    growth_per_step: int  # bytes
+    live_bytes: int
+    stack: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """Everything one probe knows about its process right now."""
+
+    pid: int
+    taken_at: float
+    torch_version: str | None = None
+    command: tuple[str, ...] = ()
+    devices: tuple[ProbeDevice, ...] = ()
+    steps: tuple[StepRecord, ...] = ()  # the most recent steps, oldest first
+    last_oom: OomRecord | None = None
+    growing_sites: tuple[GrowingSite, ...] = ()
+    recording: bool = False  # allocation-site recording is on
+    probe_cpu_seconds: float | None = None  # CPU the probe itself has used
+    problems: tuple[str, ...] = ()  # contained exceptions, for the user to see

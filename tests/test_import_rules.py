@@ -1,0 +1,63 @@
+"""The layering rules of DESIGN.md, checked by importing each module in a fresh interpreter.
+
+The monitor must start without torch (seconds and hundreds of MB), the probe must never drag Textual
+into a training job, and the pure layers must not touch the machine.
+"""
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import gputui
+
+HEAVY = ("torch", "textual", "pynvml", "psutil")
+
+
+def all_modules() -> list[str]:
+    names = ["gputui"]
+    for info in pkgutil.walk_packages(gputui.__path__, "gputui."):
+        if not info.name.endswith("__main__"):  # runs the CLI when imported
+            names.append(info.name)
+    return sorted(names)
+
+
+def forbidden(module: str) -> set[str]:
+    """Heavy packages that importing ``module`` must not load."""
+    banned = {"torch"}
+    if not module.startswith("gputui.ui"):
+        banned.add("textual")
+    if module.startswith(("gputui.model", "gputui.analysis", "gputui.link")):
+        banned |= {"pynvml", "psutil"}
+    if module.startswith("gputui.probe.") and module not in TORCH_FREE_PROBE_MODULES:
+        banned.discard("torch")  # the probe's working parts use torch; its entry points must not
+    return banned
+
+
+# Probe modules that run before torch is known to be wanted: importing them must not load torch.
+TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.launch"}
+
+
+def loaded_by(module: str) -> set[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"importing {module} failed:\n{out.stderr}"
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("module", all_modules())
+def test_module_respects_layering(module):
+    assert loaded_by(module) & forbidden(module) == set()
+
+
+def test_rules_catch_a_violation():
+    """The checker itself works: the CLI pulls in argparse-only code, torch itself is seen."""
+    assert "torch" in loaded_by("torch")
+    assert forbidden("gputui.collect.nvml") >= {"torch", "textual"}
+    assert "psutil" in forbidden("gputui.analysis.history")

@@ -1,0 +1,64 @@
+"""The shared vocabulary: immutability and the JSON codec that --json and the probe wire share."""
+
+import dataclasses
+import json
+
+import pytest
+
+from gputui.model import (
+    AllocatorStats, Device, GpuProcess, Host, MemoryCategories, MigInstance, ProbeDevice,
+    ProbeReport, Snapshot, StepRecord, from_jsonable, to_jsonable,
+)
+
+
+def sample_snapshot() -> Snapshot:
+    report = ProbeReport(
+        pid=42, taken_at=10.5, torch_version="2.13.0",
+        devices=(ProbeDevice("cuda:0", cuda_index=0, allocator=AllocatorStats(allocated=1024, reserved=2048),
+                             categories=MemoryCategories(parameters=512, gradients=512)),),
+        steps=(StepRecord(step=1, ended_at=10.0, allocated=1024),),
+    )
+    return Snapshot(
+        taken_at=10.0,
+        devices=(Device(index=0, memory_total=80 << 30, power_draw=312.5, throttle_reasons=("sw_power_cap",),
+                        mig_instances=(MigInstance(index=0, profile="1g.10gb"),)),),
+        processes=(GpuProcess(pid=42, device_index=0, gpu_memory=3 << 30, command=("python", "train.py")),),
+        host=Host(hostname="box", load_average=(1.0, 0.5, 0.25)),
+        probes=(report,),
+    )
+
+
+def test_round_trip_through_json_text():
+    snap = sample_snapshot()
+    assert from_jsonable(Snapshot, json.loads(json.dumps(to_jsonable(snap)))) == snap
+
+
+def test_unsupported_fields_stay_null_not_zero():
+    data = to_jsonable(Device(index=3))
+    assert data["temperature"] is None and data["memory_used"] is None and data["index"] == 3
+
+
+def test_decoder_ignores_unknown_keys_and_fills_defaults():
+    dev = from_jsonable(Device, {"index": 1, "from_the_future": True})
+    assert dev == Device(index=1)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"index": "zero"}, "Device.index: expected an integer"),
+    ({}, "missing field 'index'"),
+    ({"index": 0, "throttle_reasons": "idle"}, "expected a list"),
+    ({"index": 0, "lost": 5}, "expected str"),
+    ({"index": True}, "expected an integer"),
+])
+def test_decoder_rejects_wrong_shapes(bad, message):
+    with pytest.raises(ValueError, match=message):
+        from_jsonable(Device, bad)
+
+
+def test_floats_accept_integers():
+    assert from_jsonable(Device, {"index": 0, "power_draw": 300}).power_draw == 300.0
+
+
+def test_snapshots_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sample_snapshot().taken_at = 0
