@@ -22,7 +22,7 @@ from gputui.model.gpu import (
 )
 from gputui.model.probe import (
     AllocatorStats,
-    GrowingSite,
+    AllocationSite,
     MemoryCategories,
     OomRecord,
     ProbeDevice,
@@ -38,11 +38,11 @@ __all__ = [
     "PROCESS_UNMAPPED",
     "PROCESS_ZOMBIE",
     "THROTTLE_REASONS",
+    "AllocationSite",
     "AllocatorStats",
     "Device",
     "Driver",
     "GpuProcess",
-    "GrowingSite",
     "Host",
     "HostProcess",
     "MemoryCategories",

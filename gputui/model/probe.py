@@ -86,13 +86,16 @@ class OomRecord:
 
 
 @dataclass(frozen=True)
-class GrowingSite:
-    """A place in the code whose live allocations grow from step to step."""
+class AllocationSite:
+    """Live bytes allocated from one place in the code, at the end of each recorded step.
 
-    where: str  # "train.py:42 in train_step"
-    growth_per_step: int  # bytes
-    live_bytes: int
-    stack: tuple[str, ...] = ()
+    Recorded only on demand (allocation-site recording), for a bounded window of steps; the monitor's
+    analysis decides which sites grow.
+    """
+
+    where: str  # "train.py:42 in train_step", the innermost frame in user code
+    live_bytes: tuple[int, ...]  # one entry per ProbeReport.recorded_steps
+    stack: tuple[str, ...] = ()  # a few frames, innermost last
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,9 @@ class ProbeReport:
     devices: tuple[ProbeDevice, ...] = ()
     steps: tuple[StepRecord, ...] = ()  # the most recent steps, oldest first
     last_oom: OomRecord | None = None
-    growing_sites: tuple[GrowingSite, ...] = ()
     recording: bool = False  # allocation-site recording is on
+    recorded_steps: tuple[int, ...] = ()  # step numbers the AllocationSite columns belong to
+    sites: tuple[AllocationSite, ...] = ()  # the largest sites by live bytes, bounded
+    recording_cost: float | None = None  # seconds of overhead per step while recording
     probe_cpu_seconds: float | None = None  # CPU the probe itself has used
     problems: tuple[str, ...] = ()  # contained exceptions, for the user to see
