@@ -1,0 +1,83 @@
+"""Small robust statistics shared by the trend, leak and site analyses.
+
+Theil–Sen slopes on a bounded number of points, and detection of the drops that make a sawtooth.
+Pure Python over short sequences: cheap enough to run for a thousand processes per refresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import median
+
+# Theil–Sen looks at every pair, so cost grows with the square of the points: thin beyond this.
+MAX_FIT_POINTS = 24
+
+
+def thin_indices(n: int, k: int) -> list[int]:
+    """At most ``k`` indices spread evenly over ``range(n)``, always the first and the last."""
+    if n <= k:
+        return list(range(n))
+    step = (n - 1) / (k - 1)
+    return [round(i * step) for i in range(k)]
+
+
+def theil_sen(xs: Sequence[float], ys: Sequence[float], max_points: int = MAX_FIT_POINTS) -> float | None:
+    """The median of pairwise slopes (robust to outliers and steps); None with fewer than 2 x values."""
+    n = len(xs)
+    if n > max_points:
+        idx = thin_indices(n, max_points)
+        xs = [xs[i] for i in idx]
+        ys = [ys[i] for i in idx]
+        n = len(xs)
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i])
+        for i in range(n - 1)
+        for j in range(i + 1, n)
+        if xs[j] != xs[i]
+    ]
+    return median(slopes) if slopes else None
+
+
+def releases(values: Sequence[float], threshold: float) -> list[tuple[int, int]]:
+    """Where the values fell by at least ``threshold`` from a peak: (peak index, trough index) pairs.
+
+    Hysteresis: after a drop, the values must climb ``threshold`` above the trough before another
+    drop counts, so noise around one level never counts as many releases.
+    """
+    found: list[tuple[int, int]] = []
+    if not values or threshold <= 0:
+        return found
+    peak_i, trough_i = 0, 0
+    falling = False
+    for i, v in enumerate(values):
+        if not falling:
+            if v > values[peak_i]:
+                peak_i = i
+            elif values[peak_i] - v >= threshold:
+                falling, trough_i = True, i
+        elif v < values[trough_i]:
+            trough_i = i
+        elif v - values[trough_i] >= threshold:
+            found.append((peak_i, trough_i))
+            falling, peak_i = False, i
+    if falling:
+        found.append((peak_i, trough_i))
+    return found
+
+
+def settled_count(values: Sequence[float], level: float, tolerance: float) -> int:
+    """How many of the latest values stay within ``tolerance`` of ``level``, counting back."""
+    count = 0
+    for v in reversed(values):
+        if abs(v - level) > tolerance:
+            break
+        count += 1
+    return count
+
+
+def spread(values: Sequence[float]) -> float:
+    """Median absolute deviation from the median: how noisy values are, ignoring outliers."""
+    if not values:
+        return 0.0
+    mid = median(values)
+    return float(median(abs(v - mid) for v in values))
