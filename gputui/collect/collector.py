@@ -1,0 +1,189 @@
+"""The collector: one call to ``sample()`` returns an immutable Snapshot of driver, GPUs, processes, host.
+
+Everything it touches is injected (the pynvml module, a psutil-like object, clocks, hostname,
+environment, procfs root), so the same code reads a real H100 and the simulated GPUs of ``--demo``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Callable, Mapping
+
+from gputui.collect import nvml as nvml_reading
+from gputui.collect.host import HostReader
+from gputui.collect.nvml import DeviceReader, NvmlUnavailable
+from gputui.collect.pidns import Located, PidNamespace
+from gputui.collect.processes import ProcessDetails, ProcessInspector
+from gputui.collect.visible import with_cuda_indices
+from gputui.model import PROCESS_UNMAPPED, GpuProcess, ProbeReport, Snapshot
+
+
+class Collector:
+    """Samples the machine. Never raises for device or process trouble: see Snapshot.problems."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        psutil: Any,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wallclock: Callable[[], float] = time.time,
+        hostname: str = "",
+        environ: Mapping[str, str] | None = None,
+        proc_root: str | os.PathLike[str] | None = "/proc",
+        source: str = "nvml",
+        machine: Any = None,
+    ) -> None:
+        nvml_reading.start(nvml)
+        self.nvml = nvml
+        self.machine = machine
+        self.source = source
+        self.wallclock = wallclock
+        self.environ = os.environ if environ is None else environ
+        self.driver = nvml_reading.read_driver(nvml)
+        try:
+            count = nvml_reading.device_count(nvml)
+        except nvml.NVMLError as exc:
+            nvml.nvmlShutdown()
+            raise NvmlUnavailable(str(exc)) from None
+        self.readers = [DeviceReader(nvml, i) for i in range(count)]
+        self.processes = ProcessInspector(psutil, clock)
+        self.host = HostReader(psutil, hostname)
+        # No procfs to consult (the simulator): NVML's PIDs are taken as they are.
+        self.namespace = PidNamespace(proc_root) if proc_root is not None else None
+        self._closed = False
+
+    def sample(self) -> Snapshot:
+        taken_at = self.wallclock()
+        devices = []
+        raw_processes = []
+        problems: list[str] = []
+        for reader in self.readers:
+            reading = reader.read()
+            devices.append(reading.device)
+            raw_processes.extend(reading.processes)
+            problems.extend(reading.problems)
+
+        where: dict[int, Located] = {}
+        for raw in raw_processes:
+            if raw.pid not in where:
+                where[raw.pid] = (self.namespace.locate(raw.pid) if self.namespace is not None
+                                  else Located(raw.pid, raw.pid))
+        details = self.processes.inspect(
+            loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None)
+
+        processes = []
+        for raw in raw_processes:
+            loc = where[raw.pid]
+            if loc.procfs_pid is None:
+                info = ProcessDetails(state=PROCESS_UNMAPPED, note=loc.note)
+            else:
+                info = details[loc.procfs_pid]
+                if loc.note and not info.note:
+                    info = _with_note(info, loc.note)
+            processes.append(GpuProcess(
+                pid=raw.pid,
+                device_index=raw.device_index,
+                local_pid=loc.local_pid,
+                kind=raw.kind,
+                gpu_instance_id=raw.gpu_instance_id,
+                compute_instance_id=raw.compute_instance_id,
+                gpu_memory=raw.gpu_memory,
+                sm_util=raw.sm_util,
+                memory_util=raw.memory_util,
+                state=info.state,
+                name=info.name,
+                command=info.command,
+                user=info.user,
+                ppid=info.ppid,
+                cpu_percent=info.cpu_percent,
+                host_memory=info.host_memory,
+                started_at=info.started_at,
+                note=info.note,
+            ))
+        gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
+        parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
+        return Snapshot(
+            taken_at=taken_at,
+            driver=self.driver,
+            devices=with_cuda_indices(devices, self.environ),
+            processes=tuple(processes),
+            parents=parents,
+            host=self.host.read(),
+            source=self.source,
+            problems=tuple(problems),
+        )
+
+    def probe_reports(self) -> tuple[ProbeReport, ...]:
+        """Simulated probe reports in demo mode; real probes come through gputui.link."""
+        return tuple(self.machine.probe_reports()) if self.machine is not None else ()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError:
+            pass
+        if self.machine is not None:
+            from gputui.collect import sim
+
+            sim.uninstall()
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _with_note(info: ProcessDetails, note: str) -> ProcessDetails:
+    import dataclasses
+
+    return dataclasses.replace(info, note=note)
+
+
+def open_collector(
+    demo: str | None = None,
+    *,
+    seed: int = 0,
+    processes: int | None = None,
+    clock: Callable[[], float] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Collector:
+    """A collector on the real driver (demo=None) or on a simulated scenario.
+
+    Raises NvmlUnavailable when the driver's library is missing or will not initialise.
+    """
+    import psutil
+    import pynvml
+
+    if demo is None:
+        return Collector(
+            pynvml, psutil,
+            clock=clock or time.monotonic,
+            wallclock=time.time,
+            hostname=socket.gethostname(),
+            environ=environ,
+            proc_root="/proc",
+        )
+    from gputui.collect import sim
+
+    machine = sim.install(demo, seed=seed, clock=clock, processes=processes)
+    try:
+        return Collector(
+            pynvml, machine.psutil,
+            clock=machine.clock,
+            wallclock=machine.wallclock,
+            hostname=machine.hostname,
+            environ=environ,
+            proc_root=None,
+            source=f"sim:{demo}",
+            machine=machine,
+        )
+    except BaseException:
+        sim.uninstall()
+        raise

@@ -1,0 +1,47 @@
+"""The machine around the GPUs: CPU %, memory, swap and load average, read through psutil.
+
+CPU % is psutil's non-blocking form (since the previous call), so the first sample has none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gputui.model import Host
+
+
+class HostReader:
+    """Reads host figures; each one in its own guard, since containers hide some of them."""
+
+    def __init__(self, psutil: Any, hostname: str) -> None:
+        self.psutil = psutil
+        self.hostname = hostname
+        self._cpu_count = _ask(psutil.cpu_count)
+        self._primed = False
+
+    def read(self) -> Host:
+        ps = self.psutil
+        cpu = _ask(ps.cpu_percent, None)
+        if not self._primed:  # psutil's first answer covers no interval: meaningless
+            self._primed, cpu = True, None
+        memory = _ask(ps.virtual_memory)
+        swap = _ask(ps.swap_memory)
+        load = _ask(ps.getloadavg)
+        return Host(
+            hostname=self.hostname,
+            cpu_count=self._cpu_count,
+            cpu_percent=cpu,
+            # "used" as total - available, the figure free(1) and htop users expect
+            memory_total=memory.total if memory is not None else None,
+            memory_used=memory.total - memory.available if memory is not None else None,
+            swap_total=swap.total if swap is not None else None,
+            swap_used=swap.used if swap is not None else None,
+            load_average=tuple(load) if load is not None else None,
+        )
+
+
+def _ask(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (OSError, RuntimeError, AttributeError):
+        return None

@@ -1,0 +1,429 @@
+"""Read the driver and each GPU through pynvml, on any driver version, without ever raising.
+
+Every field is read in its own guard: a field the card or driver lacks becomes None (and is not asked
+again), a GPU that stops answering is marked lost while the others still report, and versioned NVML
+calls fall back to older ones (process lists v3 -> v2 -> v1, memory info v2 -> v1).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gputui.errors import UserError
+from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance
+
+
+class NvmlUnavailable(UserError):
+    """The NVIDIA driver's NVML library is missing or would not start."""
+
+    def __init__(self, reason: str = "") -> None:
+        said = f" (NVML said: {reason})" if reason else ""
+        super().__init__(
+            "cannot read the GPUs: the NVIDIA driver's NVML library (libnvidia-ml.so.1) could not "
+            f"be loaded or initialised{said}. This usually means there is no NVIDIA GPU or driver "
+            "on this machine, the driver is not loaded or does not match the kernel module, or this "
+            "container was started without GPU access (e.g. docker run --gpus all). "
+            "Try `gputui --demo` to see simulated GPUs."
+        )
+
+
+class DeviceLost(Exception):
+    """A GPU stopped answering (GPU is lost, unknown error, reset required)."""
+
+
+# Error codes meaning "this field/function does not exist here": ask once, then remember None.
+def _absent_codes(nvml: Any) -> frozenset[int]:
+    return frozenset({
+        nvml.NVML_ERROR_NOT_SUPPORTED,
+        nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", -1),
+    })
+
+
+def _lost_codes(nvml: Any) -> frozenset[int]:
+    return frozenset({
+        nvml.NVML_ERROR_GPU_IS_LOST,
+        nvml.NVML_ERROR_UNKNOWN,
+        nvml.NVML_ERROR_RESET_REQUIRED,
+    })
+
+
+def start(nvml: Any) -> None:
+    """Load and initialise NVML, or raise NvmlUnavailable."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise NvmlUnavailable(str(exc)) from None
+    except OSError as exc:  # a broken library file rather than a missing one
+        raise NvmlUnavailable(str(exc)) from None
+
+
+def read_driver(nvml: Any) -> Driver:
+    """Driver, CUDA driver and NVML versions; each None when the driver will not say."""
+
+    def ask(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except nvml.NVMLError:
+            return None
+
+    cuda = ask(nvml.nvmlSystemGetCudaDriverVersion_v2)
+    if cuda is None:
+        cuda = ask(nvml.nvmlSystemGetCudaDriverVersion)
+    return Driver(
+        driver_version=ask(nvml.nvmlSystemGetDriverVersion),
+        cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+        nvml_version=ask(nvml.nvmlSystemGetNVMLVersion),
+    )
+
+
+def device_count(nvml: Any) -> int:
+    return nvml.nvmlDeviceGetCount()
+
+
+@dataclass(frozen=True)
+class RawProcess:
+    """One entry of NVML's running-process lists, before psutil adds what it knows."""
+
+    pid: int
+    device_index: int
+    kind: str
+    gpu_memory: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    sm_util: int | None = None
+    memory_util: int | None = None
+
+
+@dataclass
+class DeviceReading:
+    device: Device
+    processes: list[RawProcess] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    # nvmlProcessInfo_v1_t of drivers before 470: no MIG placement. pynvml 13 has no wrapper for it.
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+# Bits of nvmlClocksEventReasons / nvmlClocksThrottleReasons (same values) -> THROTTLE_REASONS names.
+_THROTTLE_BITS = (
+    (0x08, "hw_slowdown"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+    (0x20, "sw_thermal"),
+    (0x04, "sw_power_cap"),
+    (0x10, "sync_boost"),
+    (0x02, "app_clocks"),
+    (0x100, "display_clocks"),
+    (0x01, "idle"),
+)
+
+_NOT_AVAILABLE = ctypes.c_ulonglong(-1).value  # usedGpuMemory when the driver cannot tell (WDDM)
+
+
+class DeviceReader:
+    """Reads one GPU. Remembers its handle, its static facts, and which calls it does not support."""
+
+    def __init__(self, nvml: Any, index: int) -> None:
+        self.nvml = nvml
+        self.index = index
+        self._absent = _absent_codes(nvml)
+        self._lost = _lost_codes(nvml)
+        self._handle: Any = None
+        self._static: dict[str, Any] | None = None
+        self._unsupported: set[str] = set()
+        self._chosen: dict[str, int] = {}  # field -> index of the variant that works here
+        self._util_seen: int = 0  # NVML timestamp (us) of the newest per-process sample seen
+        self._problems: list[str] = []
+
+    # -- guards ---------------------------------------------------------------------------------
+
+    def _ask(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call ``fn``; None when unsupported (remembered), DeviceLost when the GPU is gone."""
+        if name in self._unsupported:
+            return None
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in self._lost:
+                raise DeviceLost(str(exc)) from None
+            if code in self._absent:
+                self._unsupported.add(name)
+            else:
+                self._problems.append(f"GPU {self.index}: {name.replace('_', ' ')}: {exc}")
+            return None
+
+    def _ask_first(self, name: str, variants: list[Callable[[], Any]]) -> Any:
+        """Try newer-to-older variants of a call; remember which one this driver has."""
+        if name in self._unsupported:
+            return None
+        start = self._chosen.get(name, 0)
+        for i in range(start, len(variants)):
+            try:
+                value = variants[i]()
+            except self.nvml.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code in self._lost:
+                    raise DeviceLost(str(exc)) from None
+                if code in self._absent:
+                    continue
+                self._problems.append(f"GPU {self.index}: {name.replace('_', ' ')}: {exc}")
+                return None
+            self._chosen[name] = i
+            return value
+        self._unsupported.add(name)
+        return None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self) -> DeviceReading:
+        self._problems = []
+        static = self._static or {}
+        try:
+            if self._handle is None:
+                self._handle = self._ask("handle", self.nvml.nvmlDeviceGetHandleByIndex, self.index)
+                if self._handle is None:
+                    raise DeviceLost("no handle")
+            if self._static is None:
+                static = self._static = self._read_static()
+            device, processes = self._read_dynamic(static)
+        except DeviceLost as exc:
+            device = Device(
+                index=self.index, name=static.get("name"), uuid=static.get("uuid"),
+                pci_bus_id=static.get("pci_bus_id"), lost=str(exc),
+            )
+            self._problems.append(f"GPU {self.index} is not answering: {exc}")
+            return DeviceReading(device, [], self._problems)
+        return DeviceReading(device, processes, self._problems)
+
+    def _read_static(self) -> dict[str, Any]:
+        nv, h = self.nvml, self._handle
+        pci = self._ask("pci_info", nv.nvmlDeviceGetPciInfo, h)
+        return {
+            "name": self._ask("name", nv.nvmlDeviceGetName, h),
+            "uuid": self._ask("uuid", nv.nvmlDeviceGetUUID, h),
+            "pci_bus_id": _text(pci.busId) if pci is not None else None,
+            "clock_sm_max": self._ask("clock_sm_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+            "clock_memory_max": self._ask(
+                "clock_memory_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+            "pcie_generation_max": self._ask(
+                "pcie_generation_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+            "pcie_width_max": self._ask("pcie_width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, h),
+            "temperature_slowdown": self._ask(
+                "temperature_slowdown", nv.nvmlDeviceGetTemperatureThreshold, h,
+                nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        }
+
+    def _read_dynamic(self, static: dict[str, Any]) -> tuple[Device, list[RawProcess]]:
+        nv, h, ask = self.nvml, self._handle, self._ask
+        memory = self._ask_first("memory", [
+            lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2),
+            lambda: nv.nvmlDeviceGetMemoryInfo(h),
+        ])
+        util = ask("utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        encoder = ask("encoder_util", nv.nvmlDeviceGetEncoderUtilization, h)
+        decoder = ask("decoder_util", nv.nvmlDeviceGetDecoderUtilization, h)
+        temperature = self._ask_first("temperature", [
+            lambda: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU),
+            lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        ])
+        power = ask("power_draw", nv.nvmlDeviceGetPowerUsage, h)
+        power_limit = ask("power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        pstate = ask("performance_state", nv.nvmlDeviceGetPerformanceState, h)
+        reasons = self._ask_first("throttle_reasons", [
+            lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
+            lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h),
+        ])
+        rx = ask("pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+        tx = ask("pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
+        mig_mode = ask("mig_mode", nv.nvmlDeviceGetMigMode, h)
+        mig_enabled = None if mig_mode is None else mig_mode[0] == nv.NVML_DEVICE_MIG_ENABLE
+        compute_mode = ask("compute_mode", nv.nvmlDeviceGetComputeMode, h)
+
+        device = Device(
+            index=self.index,
+            name=static["name"],
+            uuid=static["uuid"],
+            pci_bus_id=static["pci_bus_id"],
+            memory_total=memory.total if memory is not None else None,
+            memory_used=memory.used if memory is not None else None,
+            memory_free=memory.free if memory is not None else None,
+            memory_reserved=getattr(memory, "reserved", None) if memory is not None else None,
+            gpu_util=util.gpu if util is not None else None,
+            memory_util=util.memory if util is not None else None,
+            encoder_util=encoder[0] if encoder is not None else None,
+            decoder_util=decoder[0] if decoder is not None else None,
+            temperature=temperature,
+            temperature_slowdown=static["temperature_slowdown"],
+            fan_speed=ask("fan_speed", nv.nvmlDeviceGetFanSpeed, h),
+            power_draw=power / 1000 if power is not None else None,
+            power_limit=power_limit / 1000 if power_limit is not None else None,
+            clock_sm=ask("clock_sm", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+            clock_sm_max=static["clock_sm_max"],
+            clock_memory=ask("clock_memory", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+            clock_memory_max=static["clock_memory_max"],
+            # 32 is NVML_PSTATE_UNKNOWN
+            performance_state=pstate if pstate is not None and pstate < 16 else None,
+            pcie_generation=ask("pcie_generation", nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            pcie_generation_max=static["pcie_generation_max"],
+            pcie_width=ask("pcie_width", nv.nvmlDeviceGetCurrPcieLinkWidth, h),
+            pcie_width_max=static["pcie_width_max"],
+            pcie_rx=rx * 1024 if rx is not None else None,  # NVML reports KB/s
+            pcie_tx=tx * 1024 if tx is not None else None,
+            throttle_reasons=(
+                tuple(name for bit, name in _THROTTLE_BITS if reasons & bit)
+                if reasons is not None else None
+            ),
+            ecc_corrected=ask("ecc_corrected", nv.nvmlDeviceGetTotalEccErrors, h,
+                              nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+            ecc_uncorrected=ask("ecc_uncorrected", nv.nvmlDeviceGetTotalEccErrors, h,
+                                nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            mig_enabled=mig_enabled,
+            mig_instances=self._read_mig() if mig_enabled else (),
+            compute_mode=(
+                COMPUTE_MODES[compute_mode]
+                if compute_mode is not None and 0 <= compute_mode < len(COMPUTE_MODES) else None
+            ),
+        )
+        return device, self._read_processes()
+
+    def _read_mig(self) -> tuple[MigInstance, ...]:
+        nv, h = self.nvml, self._handle
+        count = self._ask("mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        instances = []
+        for slot in range(count):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) in self._lost:
+                    raise DeviceLost(str(exc)) from None
+                continue  # NOT_FOUND: an empty slot
+            name = self._ask("mig_name", nv.nvmlDeviceGetName, mig)
+            memory = self._ask("mig_memory", nv.nvmlDeviceGetMemoryInfo, mig)
+            instances.append(MigInstance(
+                index=slot,
+                uuid=self._ask("mig_uuid", nv.nvmlDeviceGetUUID, mig),
+                gpu_instance_id=self._ask("mig_gi", nv.nvmlDeviceGetGpuInstanceId, mig),
+                compute_instance_id=self._ask("mig_ci", nv.nvmlDeviceGetComputeInstanceId, mig),
+                # MIG device names end with the profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+                profile=name.rsplit(" MIG ", 1)[1] if name and " MIG " in name else None,
+                memory_total=memory.total if memory is not None else None,
+                memory_used=memory.used if memory is not None else None,
+            ))
+        return tuple(instances)
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _read_processes(self) -> list[RawProcess]:
+        nv, h = self.nvml, self._handle
+        compute = self._ask_first("compute_processes", [
+            lambda: nv.nvmlDeviceGetComputeRunningProcesses_v3(h),
+            lambda: nv.nvmlDeviceGetComputeRunningProcesses_v2(h),
+            lambda: _processes_v1(nv, "nvmlDeviceGetComputeRunningProcesses", h),
+        ]) or []
+        graphics = self._ask_first("graphics_processes", [
+            lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v3(h),
+            lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v2(h),
+            lambda: _processes_v1(nv, "nvmlDeviceGetGraphicsRunningProcesses", h),
+        ]) or []
+        merged: dict[int, RawProcess] = {}
+        for kind, entries in (("compute", compute), ("graphics", graphics)):
+            for info in entries:
+                pid = info.pid
+                memory = info.usedGpuMemory
+                if memory == _NOT_AVAILABLE:
+                    memory = None
+                gi = getattr(info, "gpuInstanceId", None)
+                ci = getattr(info, "computeInstanceId", None)
+                # 0xFFFFFFFF marks "no MIG placement" in the v2/v3 structs
+                gi = None if gi is None or gi >= 0xFFFFFFFF else gi
+                ci = None if ci is None or ci >= 0xFFFFFFFF else ci
+                before = merged.get(pid)
+                if before is not None:
+                    memory = max((m for m in (before.gpu_memory, memory) if m is not None),
+                                 default=None)
+                    kind_now = before.kind if before.kind == kind else "compute+graphics"
+                    merged[pid] = RawProcess(pid, self.index, kind_now, memory,
+                                             before.gpu_instance_id, before.compute_instance_id)
+                else:
+                    merged[pid] = RawProcess(pid, self.index, kind, memory, gi, ci)
+        if not merged:
+            return []
+        utils = self._read_process_utilization()
+        if not utils:
+            return list(merged.values())
+        out = []
+        for raw in merged.values():
+            sample = utils.get(raw.pid)
+            if sample is not None:
+                raw = RawProcess(raw.pid, raw.device_index, raw.kind, raw.gpu_memory,
+                                 raw.gpu_instance_id, raw.compute_instance_id, sample[0], sample[1])
+            out.append(raw)
+        return out
+
+    def _read_process_utilization(self) -> dict[int, tuple[int, int]]:
+        """Per-process SM and memory utilisation from samples newer than the last ones seen."""
+        nv, h = self.nvml, self._handle
+        if "process_utilization" in self._unsupported:
+            return {}
+        since = self._util_seen
+        variants = [
+            lambda: nv.nvmlDeviceGetProcessesUtilizationInfo(h, since),
+            lambda: nv.nvmlDeviceGetProcessUtilization(h, since),
+        ]
+        start = self._chosen.get("process_utilization", 0)
+        samples = None
+        for i in range(start, len(variants)):
+            try:
+                samples = variants[i]()
+            except nv.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code in self._lost:
+                    raise DeviceLost(str(exc)) from None
+                if code == nv.NVML_ERROR_NOT_FOUND:  # no samples since `since`: nothing ran
+                    self._chosen["process_utilization"] = i
+                    return {}
+                if code in self._absent:
+                    continue
+                self._problems.append(f"GPU {self.index}: process utilization: {exc}")
+                return {}
+            self._chosen["process_utilization"] = i
+            break
+        else:
+            self._unsupported.add("process_utilization")
+            return {}
+        newest: dict[int, tuple[int, int, int]] = {}
+        for s in samples:
+            stamp = s.timeStamp
+            known = newest.get(s.pid)
+            if known is None or stamp >= known[0]:
+                newest[s.pid] = (stamp, s.smUtil, s.memUtil)
+            if stamp > self._util_seen:
+                self._util_seen = stamp
+        return {pid: (sm, mem) for pid, (_, sm, mem) in newest.items()}
+
+
+def _processes_v1(nvml: Any, symbol: str, handle: Any) -> list[Any]:
+    """The v1 process list (drivers before 470), which pynvml 13 no longer wraps."""
+    fn = nvml._nvmlGetFunctionPointer(symbol)
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == nvml.NVML_SUCCESS:
+        return []
+    if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise nvml.NVMLError(ret)
+    count.value = count.value * 2 + 5  # room for processes that start meanwhile
+    array = (_ProcessInfoV1 * count.value)()
+    ret = fn(handle, ctypes.byref(count), array)
+    if ret != nvml.NVML_SUCCESS:
+        raise nvml.NVMLError(ret)
+    return [array[i] for i in range(count.value)]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,197 @@
+"""What psutil knows about GPU processes: user, command line, CPU %, RSS, start time, parents.
+
+CPU % is measured between samples from cpu_times deltas and the injected clock, so sampling never
+sleeps. A process that vanished, belongs to another user (access denied) or is a zombie still gets
+an answer with whatever could be read and a note saying why the rest is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from gputui.model import (
+    PROCESS_DENIED,
+    PROCESS_GONE,
+    PROCESS_OK,
+    PROCESS_ZOMBIE,
+    HostProcess,
+)
+
+NOTE_GONE = "exited before its details could be read"
+NOTE_DENIED = "details hidden: access denied (another user's process)"
+NOTE_ZOMBIE = "zombie: exited, but its parent has not reaped it yet"
+
+# How far up the tree to look for the launchers of GPU processes (shell, torchrun, slurm step ...).
+MAX_PARENT_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class ProcessDetails:
+    """psutil's view of one process at one sample."""
+
+    state: str = PROCESS_OK
+    name: str | None = None
+    command: tuple[str, ...] = ()
+    user: str | None = None
+    ppid: int | None = None
+    cpu_percent: float | None = None
+    host_memory: int | None = None
+    started_at: float | None = None
+    note: str | None = None
+
+
+@dataclass
+class _Static:
+    """Facts that do not change during a process's life, read once per (pid, create_time)."""
+
+    create_time: float | None
+    name: str | None = None
+    command: tuple[str, ...] = ()
+    user: str | None = None
+    ppid: int | None = None
+    denied: bool = False
+
+
+class _Tracked:
+    """A process followed across samples: its psutil object and last CPU reading."""
+
+    __slots__ = ("process", "static", "cpu_total", "cpu_at")
+
+    def __init__(self, process: Any, static: _Static) -> None:
+        self.process = process
+        self.static = static
+        self.cpu_total: float | None = None
+        self.cpu_at: float | None = None
+
+
+class ProcessInspector:
+    """Looks GPU processes up in psutil, keeping per-process state between samples."""
+
+    def __init__(self, psutil: Any, clock: Callable[[], float]) -> None:
+        self.psutil = psutil
+        self.clock = clock
+        self._tracked: dict[int, _Tracked] = {}
+        self._parents: dict[int, tuple[float, HostProcess]] = {}
+
+    def inspect(self, pids: Iterable[int]) -> dict[int, ProcessDetails]:
+        """Details for each local PID. PIDs not asked for are forgotten, so their CPU % restarts."""
+        now = self.clock()
+        wanted = set(pids)
+        for pid in [p for p in self._tracked if p not in wanted]:
+            del self._tracked[pid]
+        return {pid: self._inspect_one(pid, now) for pid in wanted}
+
+    def _inspect_one(self, pid: int, now: float) -> ProcessDetails:
+        ps = self.psutil
+        tracked = self._tracked.get(pid)
+        if tracked is None:
+            # Reusing the Process object across samples saves a /proc read per sample; a PID can only
+            # be recycled after its GPU process exits, and then it leaves NVML's list and our cache.
+            try:
+                process = ps.Process(pid)
+            except ps.ZombieProcess:
+                return ProcessDetails(state=PROCESS_ZOMBIE, note=NOTE_ZOMBIE)
+            except ps.NoSuchProcess:
+                return ProcessDetails(state=PROCESS_GONE, note=NOTE_GONE)
+            except ps.AccessDenied:
+                return ProcessDetails(state=PROCESS_DENIED, note=NOTE_DENIED)
+            tracked = self._tracked[pid] = _Tracked(process, _Static(create_time=None))
+            first = True
+        else:
+            first = False
+        process = tracked.process
+        static = tracked.static
+        state = PROCESS_OK
+        cpu_percent = host_memory = None
+        try:
+            with process.oneshot():
+                if first:
+                    tracked.static = static = self._read_static(process)
+                try:
+                    times = process.cpu_times()
+                    total = times.user + times.system
+                    if tracked.cpu_total is not None and now > tracked.cpu_at:
+                        cpu_percent = max(0.0, 100.0 * (total - tracked.cpu_total)
+                                          / (now - tracked.cpu_at))
+                    tracked.cpu_total, tracked.cpu_at = total, now
+                except ps.AccessDenied:
+                    state = PROCESS_DENIED
+                try:
+                    host_memory = process.memory_info().rss
+                except ps.AccessDenied:
+                    state = PROCESS_DENIED
+                if process.status() == ps.STATUS_ZOMBIE:
+                    state = PROCESS_ZOMBIE
+        except ps.ZombieProcess:
+            state = PROCESS_ZOMBIE
+        except ps.NoSuchProcess:
+            del self._tracked[pid]
+            state = PROCESS_GONE
+        except ps.AccessDenied:
+            state = PROCESS_DENIED
+        if static.denied and state == PROCESS_OK:
+            state = PROCESS_DENIED
+        return ProcessDetails(
+            state=state,
+            name=static.name,
+            command=static.command,
+            user=static.user,
+            ppid=static.ppid,
+            cpu_percent=cpu_percent if state != PROCESS_GONE else None,
+            host_memory=host_memory,
+            started_at=static.create_time,
+            note={PROCESS_GONE: NOTE_GONE, PROCESS_DENIED: NOTE_DENIED,
+                  PROCESS_ZOMBIE: NOTE_ZOMBIE}.get(state),
+        )
+
+    def _read_static(self, process: Any) -> _Static:
+        """Each field in its own guard: hidepid or another user denies some but not others."""
+        ps = self.psutil
+        static = _Static(create_time=None)
+        for attr, method in (("create_time", "create_time"), ("name", "name"),
+                             ("user", "username"), ("ppid", "ppid"), ("command", "cmdline")):
+            try:
+                value = getattr(process, method)()
+            except ps.ZombieProcess:
+                continue  # the caller sees the zombie state from status()
+            except ps.AccessDenied:
+                static.denied = True
+                continue
+            setattr(static, attr, tuple(value) if attr == "command" else value)
+        return static
+
+    def parents(self, ppids: Iterable[int | None], exclude: set[int]) -> tuple[HostProcess, ...]:
+        """Ancestors of GPU processes that hold no GPU themselves, up to (not including) PID 1."""
+        found: dict[int, HostProcess] = {}
+        queue = [(p, 1) for p in ppids if p]
+        while queue:
+            pid, depth = queue.pop()
+            if pid <= 1 or pid in found or pid in exclude or depth > MAX_PARENT_DEPTH:
+                continue
+            parent = self._parent(pid)
+            if parent is None:
+                continue
+            found[pid] = parent
+            if parent.ppid:
+                queue.append((parent.ppid, depth + 1))
+        # Forget parents that no longer lead to a GPU process.
+        for pid in [p for p in self._parents if p not in found]:
+            del self._parents[pid]
+        return tuple(found[p] for p in sorted(found))
+
+    def _parent(self, pid: int) -> HostProcess | None:
+        ps = self.psutil
+        try:
+            process = ps.Process(pid)
+            started = process.create_time()
+        except (ps.NoSuchProcess, ps.AccessDenied):
+            return None
+        cached = self._parents.get(pid)
+        if cached is not None and cached[0] == started:  # same process, not a recycled PID
+            return cached[1]
+        static = self._read_static(process)
+        known = HostProcess(pid=pid, ppid=static.ppid, name=static.name, command=static.command,
+                            user=static.user)
+        self._parents[pid] = (started, known)
+        return known
