@@ -67,6 +67,15 @@ def test_linear_growth_has_exact_rate_and_time_to_oom():
     assert trend.time_to_oom == 10 * GIB / MIB == 10240.0
 
 
+def test_slow_leak_is_seen_over_the_whole_history():
+    # 30 MiB/min on 7 GiB: too little within two minutes, plain over ten.
+    slow = series(lambda t: 7 * GIB + t * MIB // 2, 600)
+    trend = process_trend(slow, device_free=30 * GIB)
+    assert trend.verdict == "growing" and trend.rate == MIB / 2
+    assert trend.time_to_oom == 60 * GIB / MIB
+    assert process_trend(series(lambda t: 7 * GIB + t * MIB // 2, 100)).verdict == "steady"
+
+
 def test_time_to_oom_without_free_uses_the_total_as_if_alone():
     leak = series(lambda t: GIB + t * 2 * MIB, 200)
     trend = process_trend(leak, device_total=8 * GIB)

@@ -69,7 +69,8 @@ def process_trend(
     threshold = rise_threshold(level)
     low, high = min(values), max(values)
     if high - low < threshold:  # the common case, and a cheap one
-        return ProcessTrend(TREND_STEADY, rate=_window_rate(times, values), **base)
+        rate = 0.0 if high == low else _window_rate(times, values)
+        return ProcessTrend(TREND_STEADY, rate=rate, **base)
 
     drops = releases(values, threshold)
     base["releases"] = len(drops)
@@ -86,14 +87,21 @@ def process_trend(
     wt, wv = times[first:], values[first:]
     rate = theil_sen(wt, wv) or 0.0
     window_span = wt[-1] - wt[0]
+    young = started_at is not None and now - started_at < YOUNG
     if rate * window_span >= threshold:
         half = _window_start(wt, wt[-1] - window_span / 2)
         latest_rate = theil_sen(wt[half:], wv[half:]) or 0.0
-        young = started_at is not None and now - started_at < YOUNG
         if young or window_span < CONFIRM_SPAN or latest_rate < DECELERATION * rate:
             return ProcessTrend(TREND_WARMING_UP, rate=rate, **base)
         oom = _time_to_oom(rate, level, device_free, device_total)
         return ProcessTrend(TREND_GROWING, rate=rate, time_to_oom=oom, **base)
+
+    # A slow leak shows only over the whole history: it must grow there and still grow as fast now.
+    if first > 0 and not young:
+        long_rate = theil_sen(times, values) or 0.0
+        if long_rate * (times[-1] - times[0]) >= threshold and rate >= (1 - DECELERATION) * long_rate:
+            oom = _time_to_oom(long_rate, level, device_free, device_total)
+            return ProcessTrend(TREND_GROWING, rate=long_rate, time_to_oom=oom, **base)
 
     # Flat now. It is warming up if it grew earlier and has not been flat for long.
     settled_since = times[0]
