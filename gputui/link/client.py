@@ -1,0 +1,383 @@
+"""The monitor's side of the wire: find this user's probes, ask them for reports.
+
+``fetch_report``/``request`` are one-shot calls for the CLI; ``ProbeWatcher`` keeps connections open
+and polls every probe at once for the live monitor, and never raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gputui.errors import UserError
+from gputui.link import paths, protocol
+from gputui.model import ProbeReport, from_jsonable
+
+# Why a probe could not be reached (ProbeUnavailable.reason).
+NO_PROBE = "no_probe"
+REFUSED = "refused"
+TIMED_OUT = "timed_out"
+MISMATCH = "protocol_mismatch"
+BAD_REPLY = "bad_reply"
+FAILED = "failed"  # the probe answered with an error
+
+_RECV_CHUNK = 256 * 1024
+
+
+class ProbeUnavailable(UserError):
+    """A probe could not answer; ``reason`` is one of the module's reason codes."""
+
+    def __init__(self, pid: int, reason: str, detail: str):
+        super().__init__(f"process {pid}: {detail}")
+        self.pid = pid
+        self.reason = reason
+        self.detail = detail
+
+
+def discover(environ: dict[str, str] | None = None) -> dict[int, Path]:
+    """The probed processes of this user that are alive, by pid; sockets of dead pids are removed."""
+    found: dict[int, Path] = {}
+    for directory in paths.search_dirs(environ):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            pid = paths.pid_of(path)
+            if pid is None or pid in found:
+                continue
+            if _alive(pid):
+                found[pid] = path
+            else:
+                _remove_stale(path)
+    return dict(sorted(found.items()))
+
+
+def find_socket(pid: int, environ: dict[str, str] | None = None) -> Path | None:
+    """The socket of process ``pid``'s probe, if one exists in any of this user's directories."""
+    for directory in paths.search_dirs(environ):
+        path = directory / f"{pid}{paths.SOCKET_SUFFIX}"
+        if path.exists():
+            return path
+    return None
+
+
+def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2.0,
+            environ: dict[str, str] | None = None) -> Any:
+    """Send one request to ``pid``'s probe and return its result; raises ProbeUnavailable."""
+    path = find_socket(pid, environ)
+    if path is None:
+        if _alive(pid):
+            raise ProbeUnavailable(pid, NO_PROBE, "no probe is running in this process (start it "
+                                   "with gputui.probe.start(), gputui run, or GPUTUI_PROBE=1)")
+        raise ProbeUnavailable(pid, NO_PROBE, "no such process")
+    deadline = time.monotonic() + timeout
+    link = ProbeLink(pid, path, timeout=timeout)
+    try:
+        request_id = link.send(op, params)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProbeUnavailable(pid, TIMED_OUT, f"the probe did not answer within {timeout:g} s")
+            link.wait(remaining)
+            for reply in link.receive():
+                if reply.get("id") == request_id or reply.get("ok") is False:
+                    return _result(pid, reply)
+    finally:
+        link.close()
+
+
+def fetch_report(pid: int, timeout: float = 2.0, *,
+                 environ: dict[str, str] | None = None) -> ProbeReport:
+    """``pid``'s probe report right now; raises ProbeUnavailable saying why not."""
+    return decode_report(pid, request(pid, "report", timeout=timeout, environ=environ))
+
+
+def decode_report(pid: int, result: Any) -> ProbeReport:
+    try:
+        return from_jsonable(ProbeReport, result)
+    except ValueError as exc:
+        raise ProbeUnavailable(pid, BAD_REPLY, f"the probe sent a report this monitor cannot read "
+                               f"({exc}); is gputui the same version in both places?") from None
+
+
+class ProbeLink:
+    """One open connection to one probe; non-blocking after connect, so many can be polled at once."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, pid: int, path: Path, *, timeout: float = 1.0):
+        self.pid = pid
+        self.path = path
+        self.pending: set[int] = set()  # request ids not yet answered
+        self.sent_at = 0.0  # when the oldest unanswered request went out
+        self._inbox = bytearray()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(os.fspath(path))
+        except FileNotFoundError:
+            sock.close()
+            raise ProbeUnavailable(pid, NO_PROBE, "the probe has gone away") from None
+        except ConnectionRefusedError:
+            sock.close()
+            _remove_stale(path)
+            raise ProbeUnavailable(pid, NO_PROBE, "the probe has gone away (stale socket removed)"
+                                   ) from None
+        except PermissionError:
+            sock.close()
+            raise ProbeUnavailable(pid, REFUSED, f"permission denied on {path}") from None
+        except (socket.timeout, BlockingIOError):
+            sock.close()
+            raise ProbeUnavailable(pid, TIMED_OUT, "the probe did not accept the connection "
+                                   "(too busy)") from None
+        except OSError as exc:
+            sock.close()
+            raise ProbeUnavailable(pid, NO_PROBE, f"cannot connect: {exc.strerror}") from None
+        sock.setblocking(False)
+        self.sock = sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, op: str, params: dict | None = None) -> int:
+        request_id = next(self._ids)
+        data = protocol.request_line(request_id, op, params)
+        self.sock.settimeout(1.0)  # requests are small; a probe that cannot take them is stuck
+        try:
+            self.sock.sendall(data)
+        except socket.timeout:
+            raise ProbeUnavailable(self.pid, TIMED_OUT, "the probe is not reading") from None
+        except OSError:
+            # It may have hung up after an error reply (a refusal): that reply says more.
+            pass
+        finally:
+            self.sock.setblocking(False)
+        if not self.pending:
+            self.sent_at = time.monotonic()
+        self.pending.add(request_id)
+        return request_id
+
+    def wait(self, timeout: float) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.sock, selectors.EVENT_READ)
+            selector.select(timeout)
+
+    def receive(self) -> list[dict]:
+        """Replies complete so far (may be none); raises ProbeUnavailable if the probe hung up."""
+        closed = False
+        while True:
+            try:
+                data = self.sock.recv(_RECV_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionResetError:
+                closed = True  # a probe that hangs up after an error reply may reset: read what came
+                break
+            if not data:
+                closed = True
+                break
+            self._inbox += data
+            if len(self._inbox) > protocol.MAX_REPLY and b"\n" not in self._inbox:
+                raise ProbeUnavailable(self.pid, BAD_REPLY,
+                                       f"reply exceeds the {protocol.MAX_REPLY}-byte limit")
+        replies = []
+        while (newline := self._inbox.find(b"\n")) >= 0:
+            line = bytes(self._inbox[:newline])
+            del self._inbox[: newline + 1]
+            try:
+                reply = protocol.parse_object(line, protocol.MAX_REPLY)
+            except protocol.ProtocolError as exc:
+                raise ProbeUnavailable(self.pid, BAD_REPLY, f"unreadable reply: {exc}") from None
+            self.pending.discard(reply.get("id"))  # type: ignore[arg-type]
+            if self.pending:
+                self.sent_at = time.monotonic()
+            replies.append(reply)
+        if closed and not replies:
+            raise ProbeUnavailable(self.pid, NO_PROBE, "the probe closed the connection")
+        return replies
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _result(pid: int, reply: dict) -> Any:
+    """The result of a reply, or ProbeUnavailable with the probe's reason."""
+    if reply.get("v") != protocol.VERSION:
+        raise ProbeUnavailable(pid, MISMATCH, f"the probe speaks protocol version {reply.get('v')!r}"
+                               f", this monitor version {protocol.VERSION}; use the same gputui "
+                               "version for both")
+    if reply.get("ok") is True:
+        return reply.get("result")
+    code = reply.get("code")
+    error = str(reply.get("error") or "unknown error")
+    if code == protocol.REFUSED:
+        raise ProbeUnavailable(pid, REFUSED, f"the probe refused the connection: {error}")
+    if code == protocol.WRONG_VERSION:
+        raise ProbeUnavailable(pid, MISMATCH, error)
+    if code == protocol.BUSY:
+        raise ProbeUnavailable(pid, TIMED_OUT, f"the probe is busy: {error}")
+    if reply.get("ok") is not False:
+        raise ProbeUnavailable(pid, BAD_REPLY, "the reply has no 'ok' field")
+    raise ProbeUnavailable(pid, FAILED, f"the probe could not answer: {error}")
+
+
+class ProbeWatcher:
+    """Polls every probe of this user for reports, over connections kept open between polls.
+
+    Call ``poll()`` from one worker thread each refresh; it waits at most ``timeout`` seconds and
+    never raises. A probe slow to answer keeps its last report; reasons for probes that cannot be
+    reached are in ``unavailable``.
+    """
+
+    def __init__(self, *, timeout: float = 0.25, rediscover_every: float = 2.0,
+                 give_up_after: float = 10.0, environ: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.timeout = timeout
+        self.rediscover_every = rediscover_every
+        self.give_up_after = give_up_after
+        self.unavailable: dict[int, str] = {}
+        self.error: str | None = None  # a fault of the watcher itself, contained
+        self._environ = environ
+        self._clock = clock
+        self._sockets: dict[int, Path] = {}
+        self._links: dict[int, ProbeLink] = {}
+        self._reports: dict[int, ProbeReport] = {}
+        self._retry_at: dict[int, float] = {}
+        self._discovered_at: float | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> dict[int, ProbeReport]:
+        """The newest report of each reachable probe, by pid."""
+        with self._lock:
+            try:
+                self._poll()
+                self.error = None
+            except Exception as exc:  # noqa: BLE001 - the monitor must keep drawing
+                self.error = f"probe watcher: {type(exc).__name__}: {exc}"
+            return {pid: self._reports[pid] for pid in self._sockets if pid in self._reports}
+
+    def close(self) -> None:
+        with self._lock:
+            for pid in list(self._links):
+                self._hang_up(pid)
+
+    def _poll(self) -> None:
+        now = self._clock()
+        if self._discovered_at is None or now - self._discovered_at >= self.rediscover_every:
+            self._rediscover(now)
+        asked = self._ask_all(now)
+        deadline = time.monotonic() + self.timeout
+        with selectors.DefaultSelector() as selector:
+            for pid in asked:
+                selector.register(self._links[pid].sock, selectors.EVENT_READ, pid)
+            waiting = set(asked)
+            while waiting:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                for key, _ in selector.select(remaining):
+                    pid = key.data
+                    self._take_replies(pid)
+                    link = self._links.get(pid)
+                    if link is None or not link.pending:
+                        selector.unregister(key.fileobj)
+                        waiting.discard(pid)
+        for pid, link in list(self._links.items()):
+            if link.pending and self._clock() - link.sent_at > self.give_up_after:
+                self._fail(pid, ProbeUnavailable(pid, TIMED_OUT, "the probe stopped answering"))
+
+    def _rediscover(self, now: float) -> None:
+        self._discovered_at = now
+        self._sockets = discover(self._environ)
+        for pid in set(self._links) | set(self._reports) | set(self.unavailable):
+            if pid not in self._sockets:
+                self._forget(pid)
+
+    def _ask_all(self, now: float) -> list[int]:
+        """Send a report request to every probe without one outstanding; the pids asked."""
+        asked = []
+        for pid, path in self._sockets.items():
+            link = self._links.get(pid)
+            if link is None:
+                if now < self._retry_at.get(pid, 0.0):
+                    continue
+                try:
+                    link = self._links[pid] = ProbeLink(pid, path, timeout=self.timeout)
+                except ProbeUnavailable as exc:
+                    self._fail(pid, exc)
+                    continue
+            if not link.pending:
+                try:
+                    link.send("report")
+                except (ProbeUnavailable, OSError) as exc:
+                    self._fail(pid, exc)
+                    continue
+            asked.append(pid)
+        return asked
+
+    def _take_replies(self, pid: int) -> None:
+        link = self._links.get(pid)
+        if link is None:
+            return
+        try:
+            for reply in link.receive():
+                report = decode_report(pid, _result(pid, reply))
+                self._reports[pid] = report
+                self.unavailable.pop(pid, None)
+        except (ProbeUnavailable, OSError) as exc:
+            self._fail(pid, exc)
+
+    def _fail(self, pid: int, exc: Exception) -> None:
+        self._hang_up(pid)
+        path = self._sockets.get(pid)
+        if not _alive(pid) or path is None or not path.exists():
+            self._forget(pid)  # the process or its probe has ended
+            return
+        reason = exc.detail if isinstance(exc, ProbeUnavailable) else str(exc)
+        self.unavailable[pid] = reason
+        self._retry_at[pid] = self._clock() + self.rediscover_every
+        if isinstance(exc, ProbeUnavailable) and exc.reason in (REFUSED, MISMATCH, BAD_REPLY):
+            self._reports.pop(pid, None)  # its old report cannot be trusted to be current
+
+    def _forget(self, pid: int) -> None:
+        self._hang_up(pid)
+        self._sockets.pop(pid, None)
+        self._reports.pop(pid, None)
+        self._retry_at.pop(pid, None)
+        self.unavailable.pop(pid, None)
+
+    def _hang_up(self, pid: int) -> None:
+        link = self._links.pop(pid, None)
+        if link is not None:
+            link.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    except OSError:
+        return False
+    return True
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove a socket file left by a dead process (only a socket, only ours)."""
+    try:
+        info = os.lstat(path)
+        if stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid():
+            os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,126 @@
+"""Where probe sockets live: one private directory per user, one socket per probed process.
+
+The directory is the first guard of the wire: mode 0700 and owned by the user, so nobody else can
+reach the sockets inside it (the server's SO_PEERCRED check is the second guard).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from gputui.errors import UserError
+
+# Set to a directory to use only that one (tests, or jobs and monitors that disagree on
+# $XDG_RUNTIME_DIR); it must pass the same ownership and mode checks as the default ones.
+DIR_ENV = "GPUTUI_PROBE_DIR"
+# Fixed rather than tempfile.gettempdir(): the probe and the monitor must agree on it even when their
+# environments differ (a batch job's $TMPDIR is often job-private).
+FALLBACK_ROOT = Path("/tmp")
+SOCKET_SUFFIX = ".sock"
+SOCKET_MODE = 0o600
+DIR_MODE = 0o700
+# sockaddr_un.sun_path holds 108 bytes on Linux, including the final NUL.
+MAX_SOCKET_PATH = 107
+
+
+class ProbeDirUnsafe(UserError):
+    """The probe directory exists but could let another user in; we refuse to use it."""
+
+
+def candidate_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+    """The directories a probe may use, in order of preference (none created or checked)."""
+    env = os.environ if environ is None else environ
+    override = env.get(DIR_ENV)
+    if override:
+        return [Path(override)]
+    uid = os.getuid()
+    dirs = []
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and _owned_private_dir(Path(runtime), uid):
+        dirs.append(Path(runtime) / "gputui")
+    dirs.append(FALLBACK_ROOT / f"gputui-{uid}")
+    return dirs
+
+
+def probe_dir(environ: dict[str, str] | None = None) -> Path:
+    """The directory this user's probes put their sockets in, created 0700 if missing.
+
+    Raises ProbeDirUnsafe when it exists but is not ours, is a symlink, or is open to others.
+    """
+    path = candidate_dirs(environ)[0]
+    try:
+        path.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ProbeDirUnsafe(f"cannot create the probe directory {path}: {exc.strerror}") from None
+    check_dir(path)
+    return path
+
+
+def search_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+    """The existing, safe directories where this user's probes may be listening.
+
+    The monitor looks in all of them because a job started without $XDG_RUNTIME_DIR (cron, a batch
+    system) puts its socket in the fallback while the monitor's own preference is the runtime dir.
+    """
+    found = []
+    for path in candidate_dirs(environ):
+        try:
+            check_dir(path)
+        except (ProbeDirUnsafe, FileNotFoundError):
+            continue
+        found.append(path)
+    return found
+
+
+def check_dir(path: Path) -> None:
+    """Raise ProbeDirUnsafe unless ``path`` is a real directory of ours, closed to everyone else.
+
+    Raises FileNotFoundError when it does not exist.
+    """
+    info = os.lstat(path)  # lstat: a symlink planted by someone else must not be followed
+    if stat.S_ISLNK(info.st_mode):
+        raise ProbeDirUnsafe(f"the probe directory {path} is a symlink; remove it and try again")
+    if not stat.S_ISDIR(info.st_mode):
+        raise ProbeDirUnsafe(f"the probe directory {path} is not a directory; remove it")
+    if info.st_uid != os.getuid():
+        raise ProbeDirUnsafe(
+            f"the probe directory {path} belongs to uid {info.st_uid}, not to you (uid "
+            f"{os.getuid()}); set {DIR_ENV} to a private directory of yours"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise ProbeDirUnsafe(
+            f"the probe directory {path} is open to other users (mode "
+            f"{stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}"
+        )
+
+
+def socket_path(pid: int, directory: Path | None = None) -> Path:
+    """The socket a probe in process ``pid`` listens on (the directory is created if needed)."""
+    path = (directory if directory is not None else probe_dir()) / f"{pid}{SOCKET_SUFFIX}"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ProbeDirUnsafe(f"the probe socket path {path} is too long for a Unix socket")
+    return path
+
+
+def pid_of(path: Path) -> int | None:
+    """The process id a socket file name stands for, or None for any other file."""
+    name = path.name
+    if not name.endswith(SOCKET_SUFFIX):
+        return None
+    digits = name[: -len(SOCKET_SUFFIX)]
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    pid = int(digits)
+    return pid if pid > 0 else None
+
+
+def _owned_private_dir(path: Path, uid: int) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid

@@ -1,0 +1,117 @@
+"""The probe wire format: one JSON object per line, versioned, size-bounded, plain data only.
+
+A request is ``{"v": 1, "id": n, "op": "report", "params": {...}}``; a reply is
+``{"v": 1, "id": n, "ok": true, "result": ...}`` or ``{"v": 1, "id": n, "ok": false, "error": "...",
+"code": "..."}``. Nothing on the wire is ever executed or unpickled: ops name read-only handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+MAX_REQUEST = 1 << 20  # bytes in one request line, enforced by the probe
+MAX_REPLY = 64 << 20  # bytes in one reply line, enforced by the monitor (reports with many sites)
+
+# Error codes in failed replies, so the monitor can tell the user what went wrong.
+BAD_JSON = "bad_json"
+TOO_LARGE = "too_large"
+BAD_REQUEST = "bad_request"
+WRONG_VERSION = "wrong_version"
+UNKNOWN_OP = "unknown_op"
+HANDLER_FAILED = "handler_failed"
+REFUSED = "refused"
+BUSY = "busy"
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message; ``code`` is one of the error codes above."""
+
+    def __init__(self, message: str, code: str = BAD_REQUEST, request_id: Any = None):
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+
+
+@dataclass(frozen=True)
+class Request:
+    """One decoded request."""
+
+    id: int | str | None
+    op: str
+    params: dict = field(default_factory=dict)
+
+
+def encode(message: dict) -> bytes:
+    """One message as a JSON line; NaN and infinities become null so any JSON reader accepts it."""
+    try:
+        text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(message), separators=(",", ":"), allow_nan=False)
+    return text.encode() + b"\n"
+
+
+def request_line(request_id: int | str, op: str, params: dict | None = None) -> bytes:
+    """The bytes a client sends for one request."""
+    return encode({"v": VERSION, "id": request_id, "op": op, "params": params or {}})
+
+
+def ok_reply(request_id: Any, result: Any) -> bytes:
+    return encode({"v": VERSION, "id": request_id, "ok": True, "result": result})
+
+
+def error_reply(request_id: Any, code: str, error: str) -> bytes:
+    return encode({"v": VERSION, "id": request_id, "ok": False, "code": code, "error": error})
+
+
+def parse_object(line: bytes, limit: int) -> dict:
+    """A line (without its newline) as a JSON object, or ProtocolError."""
+    if len(line) > limit:
+        raise ProtocolError(f"message of {len(line)} bytes exceeds the {limit}-byte limit", TOO_LARGE)
+    try:
+        message = json.loads(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"not valid JSON: {exc}", BAD_JSON) from None
+    if not isinstance(message, dict):
+        raise ProtocolError(f"expected a JSON object, got {type(message).__name__}", BAD_REQUEST)
+    return message
+
+
+def decode_request(line: bytes) -> Request:
+    """Check one request line's shape and version; ProtocolError says what is wrong."""
+    message = parse_object(line, MAX_REQUEST)
+    request_id = message.get("id")
+    if not (request_id is None or isinstance(request_id, str) or _is_int(request_id)):
+        raise ProtocolError("'id' must be an integer or a string", BAD_REQUEST)
+    version = message.get("v")
+    if version != VERSION:
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported; this probe speaks version {VERSION}",
+            WRONG_VERSION, request_id,
+        )
+    op = message.get("op")
+    if not isinstance(op, str) or not op:
+        raise ProtocolError("'op' must be a non-empty string", BAD_REQUEST, request_id)
+    params = message.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ProtocolError("'params' must be a JSON object", BAD_REQUEST, request_id)
+    return Request(request_id, op, params)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,429 @@
+"""The probe's side of the wire: a Unix socket served from a daemon thread inside the training job.
+
+Stdlib only. It blocks in select() until a client speaks, answers read-only ops from a fixed table of
+handlers, and contains every failure (bad clients, handler exceptions, its own bugs) so that nothing
+ever reaches the training loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import secrets
+import selectors
+import socket
+import stat
+import struct
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable
+
+from gputui.link import paths, protocol
+
+Handler = Callable[[dict], Any]
+
+MAX_CLIENTS = 128  # a bound on the file descriptors a probe may take from the training job
+_RECV_CHUNK = 64 * 1024
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+# Servers alive in this process, so one fork hook can switch them all off in a child.
+_servers: weakref.WeakSet[ProbeServer] = weakref.WeakSet()
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end, or None where the OS cannot say."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    return _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, option, _CRED.size))
+
+
+def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
+    """Only our own user, or root, may talk to a probe."""
+    own = os.getuid() if own_uid is None else own_uid
+    return peer_uid == own or peer_uid == 0
+
+
+class ProbeServer:
+    """Serves ``handlers`` (op name -> function of params returning plain JSON data) on a socket.
+
+    ``start()`` and ``stop()`` never raise; when the server cannot run, ``start()`` returns False and
+    ``error`` says why. Contained problems are kept, bounded, in ``problems``.
+    """
+
+    def __init__(self, handlers: dict[str, Handler], *, path: Path | str | None = None,
+                 max_clients: int = MAX_CLIENTS):
+        self._handlers = dict(handlers)
+        self._requested_path = Path(path) if path is not None else None
+        self._max_clients = max_clients
+        self.path: Path | None = None
+        self.error: str | None = None
+        self.problems: collections.deque[str] = collections.deque(maxlen=20)
+        self.requests_answered = 0
+        self._owner_pid: int | None = None
+        self._inode: tuple[int, int] | None = None
+        self._forked_child = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener: socket.socket | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._clients: dict[int, _Client] = {}
+
+    @property
+    def serving(self) -> bool:
+        """True while this process answers on the socket."""
+        return (self._thread is not None and self._thread.is_alive() and not self._forked_child
+                and self._owner_pid == os.getpid() and not self._stopping.is_set())
+
+    def start(self) -> bool:
+        """Bind the socket and start serving in a daemon thread; False (and ``error``) on failure."""
+        if self._forked_child:
+            self.error = "not serving in a forked child: the parent process owns the probe socket"
+            return False
+        if self._thread is not None:
+            return self.serving
+        try:
+            self._bind()
+            self._wake_r, self._wake_w = socket.socketpair()
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
+            self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+            self._thread = threading.Thread(target=self._serve, name="gputui-probe-server",
+                                            daemon=True)
+            self._thread.start()
+        except Exception as exc:  # noqa: BLE001 - the training job must never see our failure
+            self.error = _describe(exc)
+            self._close_sockets()
+            self._remove_socket()
+            self._thread = None
+            return False
+        _servers.add(self)
+        atexit.register(self.stop)
+        return True
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop serving and remove the socket (only the one this process made)."""
+        try:
+            atexit.unregister(self.stop)
+            self._stopping.set()
+            thread = self._thread
+            if thread is not None and thread.is_alive() and not self._forked_child:
+                self._wake()
+                if thread is not threading.current_thread():
+                    thread.join(timeout)
+            if thread is None or not thread.is_alive():
+                self._close_sockets()
+            self._remove_socket()
+        except Exception as exc:  # noqa: BLE001
+            self._note(f"stopping the probe server: {_describe(exc)}")
+
+    # --- binding -------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        if self._requested_path is not None:
+            path = self._requested_path
+            paths.check_dir(path.parent)
+        else:
+            path = paths.socket_path(os.getpid())
+        _refuse_live_socket(path)
+        # Bind under a temporary name, then rename into place: the socket appears already listening
+        # and already 0600, so a client never sees (and never removes as stale) a half-made one.
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(os.fspath(temp))
+            try:
+                os.chmod(temp, paths.SOCKET_MODE)
+                listener.listen(64)
+                listener.setblocking(False)
+                os.rename(temp, path)
+            except BaseException:
+                _unlink_quietly(temp)
+                raise
+        except BaseException:
+            listener.close()
+            raise
+        info = os.lstat(path)
+        self._inode = (info.st_dev, info.st_ino)
+        self._listener = listener
+        self._owner_pid = os.getpid()
+        self.path = path
+
+    def _remove_socket(self) -> None:
+        # Only the process that bound it removes it, and only if it is still the same file: a forked
+        # child or a newer server must keep theirs.
+        if self.path is None or self._inode is None or self._forked_child:
+            return
+        if self._owner_pid != os.getpid():
+            return
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return
+        if (info.st_dev, info.st_ino) == self._inode:
+            _unlink_quietly(self.path)
+        self._inode = None
+
+    # --- the serving thread --------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        selector = self._selector
+        assert selector is not None
+        try:
+            while not self._stopping.is_set():
+                for key, mask in selector.select():
+                    try:
+                        if key.fileobj is self._listener:
+                            self._accept()
+                        elif key.fileobj is self._wake_r:
+                            self._drain_wake()
+                        else:
+                            self._service(key.data, mask)
+                    except Exception as exc:  # noqa: BLE001 - one bad client must not stop the rest
+                        self._note(f"serving a client: {_describe(exc)}")
+                        if isinstance(key.data, _Client):
+                            self._drop(key.data)
+        except Exception as exc:  # noqa: BLE001
+            if not self._stopping.is_set():
+                self.error = f"the probe server stopped: {_describe(exc)}"
+        finally:
+            self._close_sockets()
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._selector is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: the job is short of fds, not our business
+                self._note(f"accepting a client: {_describe(exc)}")
+                return
+            sock.setblocking(False)
+            refusal = self._refusal(sock)
+            if refusal is not None:
+                code, message = refusal
+                _send_and_close(sock, protocol.error_reply(None, code, message))
+                continue
+            client = _Client(sock)
+            self._clients[sock.fileno()] = client
+            self._selector.register(sock, selectors.EVENT_READ, client)
+
+    def _refusal(self, sock: socket.socket) -> tuple[str, str] | None:
+        try:
+            creds = peer_credentials(sock)
+        except OSError as exc:
+            return protocol.REFUSED, f"cannot check who is connecting: {exc.strerror}"
+        # Without SO_PEERCRED (not Linux) the 0700 directory alone keeps other users out.
+        if creds is not None and not peer_allowed(creds[1]):
+            self._note(f"refused a connection from uid {creds[1]} (pid {creds[0]})")
+            return protocol.REFUSED, "this probe only answers its own user (or root)"
+        if len(self._clients) >= self._max_clients:
+            return protocol.BUSY, f"too many clients (limit {self._max_clients})"
+        return None
+
+    def _service(self, client: _Client, mask: int) -> None:
+        if mask & selectors.EVENT_WRITE:
+            self._flush(client)
+        if client.sock.fileno() < 0 or not (mask & selectors.EVENT_READ) or client.outbox:
+            return
+        try:
+            data = client.sock.recv(_RECV_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(client)
+            return
+        if not data:  # the client went away, maybe mid-message: forget what it half-sent
+            self._drop(client)
+            return
+        client.inbox += data
+        while not client.closing:
+            newline = client.inbox.find(b"\n")
+            if newline < 0:
+                if len(client.inbox) > protocol.MAX_REQUEST:
+                    client.reply(protocol.error_reply(
+                        None, protocol.TOO_LARGE,
+                        f"request exceeds the {protocol.MAX_REQUEST}-byte limit"), close=True)
+                break
+            line = bytes(client.inbox[:newline])
+            del client.inbox[: newline + 1]
+            reply, close = self._answer(line)
+            client.reply(reply, close)
+        self._flush(client)
+
+    def _answer(self, line: bytes) -> tuple[bytes, bool]:
+        """The reply to one request line, and whether to hang up after it."""
+        try:
+            request = protocol.decode_request(line)
+        except protocol.ProtocolError as exc:
+            return protocol.error_reply(exc.request_id, exc.code, str(exc)), True
+        handler = self._handlers.get(request.op)
+        if handler is None and request.op != "hello":
+            known = ", ".join(sorted(set(self._handlers) | {"hello"}))
+            return protocol.error_reply(request.id, protocol.UNKNOWN_OP,
+                                        f"unknown op {request.op!r}; this probe serves: {known}"), True
+        try:
+            result = handler(request.params) if handler is not None else None
+            if request.op == "hello":
+                result = {**self._hello(), **(result if isinstance(result, dict) else {})}
+            reply = protocol.ok_reply(request.id, result)
+        except Exception as exc:  # noqa: BLE001 - a probe bug becomes an error reply, not a crash
+            self._note(f"op {request.op!r} failed: {_describe(exc)}")
+            return protocol.error_reply(request.id, protocol.HANDLER_FAILED,
+                                        f"{request.op} failed: {_describe(exc)}"), False
+        self.requests_answered += 1
+        return reply, False
+
+    def _hello(self) -> dict:
+        return {"protocol": protocol.VERSION, "pid": os.getpid(),
+                "ops": sorted(set(self._handlers) | {"hello"})}
+
+    def _flush(self, client: _Client) -> None:
+        assert self._selector is not None
+        if client.outbox:
+            try:
+                sent = client.sock.send(client.outbox)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._drop(client)
+                return
+            del client.outbox[:sent]
+        if client.outbox:
+            # Stop reading until the client takes its replies: a client that only writes cannot make
+            # the probe buffer without bound.
+            self._selector.modify(client.sock, selectors.EVENT_WRITE, client)
+        elif client.closing:
+            self._drop(client)
+        else:
+            self._selector.modify(client.sock, selectors.EVENT_READ, client)
+
+    def _drop(self, client: _Client) -> None:
+        fd = client.sock.fileno()
+        if fd >= 0:
+            self._clients.pop(fd, None)
+            try:
+                assert self._selector is not None
+                self._selector.unregister(client.sock)
+            except (KeyError, ValueError):
+                pass
+        client.sock.close()
+
+    # --- housekeeping --------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            if self._wake_w is not None:
+                self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            assert self._wake_r is not None
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _close_sockets(self) -> None:
+        for client in list(self._clients.values()):
+            client.sock.close()
+        self._clients.clear()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        if self._selector is not None:
+            try:
+                self._selector.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _after_fork_in_child(self) -> None:
+        # The serving thread does not exist in the child; close our inherited descriptors so a
+        # DataLoader worker holds nothing of the parent's socket, and never unlink it.
+        self._forked_child = True
+        self._stopping.set()
+        self._close_sockets()
+
+    def _note(self, problem: str) -> None:
+        self.problems.append(problem)
+
+
+class _Client:
+    """One connected monitor: bytes half-received and replies not yet sent."""
+
+    __slots__ = ("sock", "inbox", "outbox", "closing")
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.inbox = bytearray()
+        self.outbox = bytearray()
+        self.closing = False
+
+    def reply(self, data: bytes, close: bool) -> None:
+        self.outbox += data
+        if close:
+            self.closing = True
+            self.inbox.clear()
+
+
+def _refuse_live_socket(path: Path) -> None:
+    """Raise if a live server listens at ``path``; remove it if it is a stale socket."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise FileExistsError(f"{path} exists and is not a socket; not replacing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        _unlink_quietly(path)  # nobody listens: a stale socket from a dead process
+        return
+    except OSError:
+        pass  # timed out or similar: somebody is there, busy
+    finally:
+        probe.close()
+    raise FileExistsError(f"another live probe is listening on {path}")
+
+
+def _send_and_close(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.send(data)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _disable_servers_in_child() -> None:
+    for server in list(_servers):
+        try:
+            server._after_fork_in_child()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disable_servers_in_child)
