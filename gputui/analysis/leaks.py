@@ -1,0 +1,284 @@
+"""Leak verdicts for probed training jobs, judged per step at the same point of every step.
+
+Allocated memory that grows step after step is a leak; reserved memory that grows over flat allocated
+memory is the allocator's cache; growing free bytes stuck in split blocks with retries is
+fragmentation. Forecasts the step, and the time, at which the job runs out of device memory.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+
+from gputui.analysis.robust import releases, settled_count, spread, theil_sen
+from gputui.analysis.text import size
+from gputui.model import ProbeReport, StepRecord
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH,
+    LEAK_CLEAN,
+    LEAK_COLLECTING,
+    LEAK_FRAGMENTATION,
+    LEAK_LEAK,
+    LEAK_WARMING_UP,
+    CategoryGrowth,
+    LeakVerdict,
+)
+
+KIB = 1 << 10
+
+MIN_STEPS = 8  # steps needed before any verdict
+CONFIRM_STEPS = 24  # growth must be seen over this many steps before it is called a leak
+WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
+SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
+MIN_GROWTH = 64 * KIB  # growth over the window below this is noise
+REL_GROWTH = 0.001  # ... and so is growth below this fraction of the level
+NOISE_FACTOR = 3.0  # growth must also stand this many noise spreads above the scatter
+DECELERATION = 0.5  # the latest half growing slower than this fraction of the window: flattening
+MIN_RETRIES = 2  # alloc retries within the window that make fragmentation worth a verdict
+
+TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
+
+
+def leak_verdict(
+    report: ProbeReport,
+    *,
+    device_total: int | None = None,
+    device_free: int | None = None,
+    device: str | None = None,
+    min_steps: int = MIN_STEPS,
+) -> LeakVerdict:
+    """Judge the probed process's recent training steps.
+
+    ``device_total`` / ``device_free`` (from NVML) make the OOM forecast possible: with the free
+    memory, the allocator's own cache counts as headroom too; with only the total, the job is
+    assumed alone on the device. ``device`` picks one of several devices ("cuda:1"); by default the
+    one holding the most memory.
+    """
+    steps = _steps_of(report, device)
+    if not steps:
+        return LeakVerdict(LEAK_COLLECTING, reason="no training step seen yet (no optimizer.step() call)")
+    last = steps[-1]
+    base = dict(
+        device=last.device, steps_seen=len(steps), first_step=steps[0].step, last_step=last.step,
+        allocated=last.allocated, reserved=last.reserved, step_time=_step_time(steps),
+    )
+    if len(steps) < min_steps:
+        return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen", **base)
+
+    window = steps[-WINDOW_STEPS:]
+    xs = [float(s.step) for s in window]
+    alloc = [float(s.allocated) for s in window]
+    alloc_slope, alloc_grows = _fit(xs, alloc)
+    reserved = _column(window, "reserved")
+    reserved_slope, reserved_grows = _fit(xs, reserved) if reserved else (None, False)
+    inactive = _column(window, "inactive_split")
+    inactive_slope, inactive_grows = _fit(xs, inactive, floor_of=reserved) if inactive else (None, False)
+    retries = _column(window, "alloc_retries")
+    retries_added = int(retries[-1] - retries[0]) if retries else None
+    growth = _category_growth(window, xs)
+    base.update(
+        allocated_per_step=alloc_slope, reserved_per_step=reserved_slope,
+        inactive_split_per_step=inactive_slope, retries_added=retries_added, growth=growth,
+    )
+
+    # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
+    # low points rise too.
+    drops = releases(alloc, _floor(alloc[-1]))
+    sawtooth = len(drops) >= 2
+    if sawtooth:
+        alloc_slope, alloc_grows = _trough_growth(xs, alloc, drops)
+        base["allocated_per_step"] = alloc_slope
+
+    if alloc_grows:
+        if len(window) < CONFIRM_STEPS:
+            return LeakVerdict(
+                LEAK_WARMING_UP, reason=f"allocated grows {size(alloc_slope)} per step over "
+                f"{len(window)} steps; watching for {CONFIRM_STEPS} before calling it a leak", **base)
+        category = _leading(growth, TENSOR_CATEGORIES, alloc_slope)
+        oom = _forecast(steps, alloc_slope, _headroom(last, device_total, device_free, True), peaks=True)
+        what = f" ({category} +{size(_slope_of(growth, category))}/step)" if category else ""
+        return LeakVerdict(
+            LEAK_LEAK, category=category, reason=f"allocated grows {size(alloc_slope)} per step over the "
+            f"last {len(window)} steps{what}; now {size(last.allocated)}", **oom, **base)
+
+    if inactive_grows or (
+        retries_added is not None and retries_added >= MIN_RETRIES and inactive
+        and reserved and inactive[-1] >= 0.1 * reserved[-1]
+    ):
+        rate = reserved_slope if reserved_grows else None
+        oom = _forecast(steps, rate, _headroom(last, device_total, device_free, False))
+        return LeakVerdict(
+            LEAK_FRAGMENTATION, category="fragmentation",
+            reason=f"{size(inactive[-1])} free but split in reserved blocks "
+            f"({size(inactive_slope or 0)}/step), {retries_added or 0} alloc retries in the last "
+            f"{len(window)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
+
+    if reserved_grows:
+        oom = _forecast(steps, reserved_slope, _headroom(last, device_total, device_free, False))
+        return LeakVerdict(
+            LEAK_CACHE_GROWTH, category="cache",
+            reason=f"reserved grows {size(reserved_slope)} per step while allocated stays at "
+            f"{size(last.allocated)}: the allocator caches blocks it cannot reuse", **oom, **base)
+
+    # Flat now: warming up if it grew earlier and has not been flat for long. (A sawtooth has
+    # already shown what it does: it rises and is released.)
+    settled, rose = _settling([float(s.allocated) for s in steps])
+    if reserved:
+        r_settled, r_rose = _settling([float(s.reserved) for s in steps if s.reserved is not None])
+        if r_rose:  # the cache warming up counts too: settled once both are flat
+            settled, rose = min(settled, r_settled), True
+    rose = rose and not sawtooth
+    warmup = len(steps) - settled if rose else None
+    if rose and settled < SETTLE_STEPS:
+        return LeakVerdict(
+            LEAK_WARMING_UP, warmup_steps=warmup, reason=f"memory grew over the first steps and has been "
+            f"flat for {settled}; watching for {SETTLE_STEPS}", **base)
+    reason = f"allocated flat at {size(last.allocated)} over the last {len(window)} steps"
+    if sawtooth:
+        reason += f", released {len(drops)} times (garbage collection)"
+    if rose:
+        reason += f" after {warmup} steps of warm-up"
+    return LeakVerdict(LEAK_CLEAN, warmup_steps=warmup, reason=reason, **base)
+
+
+def _steps_of(report: ProbeReport, device: str | None) -> list[StepRecord]:
+    """The steps of one device that carry an allocated figure, in step order, one per step."""
+    known = [s for s in report.steps if s.allocated is not None]
+    if device is None and known:
+        latest: dict[str | None, int] = {}
+        for s in known:
+            latest[s.device] = s.allocated
+        device = max(latest, key=lambda d: latest[d])
+    by_step = {s.step: s for s in known if s.device == device}
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def _column(steps: list[StepRecord], name: str) -> list[float]:
+    """One figure over the steps, or [] when any step lacks it (a partial column would misalign)."""
+    values = [getattr(s, name) for s in steps]
+    return [] if None in values else [float(v) for v in values]
+
+
+def _floor(level: float) -> float:
+    return max(MIN_GROWTH, REL_GROWTH * level)
+
+
+def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None) -> tuple[float, bool]:
+    """Robust slope per step, and whether it is a real, continuing growth (not noise, not flattening).
+
+    ``floor_of`` sets the noise floor from another figure's level (inactive split is judged against
+    reserved memory, not against its own small size).
+    """
+    slope = theil_sen(xs, ys) or 0.0
+    floor = _floor((floor_of or ys)[-1])
+    noise = spread([y - slope * x for x, y in zip(xs, ys)])
+    tolerance = max(floor, NOISE_FACTOR * noise)
+    if len(xs) < 4 or slope * (xs[-1] - xs[0]) < tolerance:
+        return slope, False
+    half = len(xs) // 2
+    latest = theil_sen(xs[half:], ys[half:]) or 0.0
+    still = latest >= DECELERATION * slope and latest * (xs[-1] - xs[half]) >= tolerance / 2
+    return slope, still
+
+
+def _trough_growth(xs, ys, drops) -> tuple[float, bool]:
+    """Slope of a sawtooth's low points, and whether they rise enough to be a leak of their own."""
+    tx = [xs[t] for _, t in drops]
+    ty = [ys[t] for _, t in drops]
+    slope = theil_sen(tx, ty) or 0.0
+    grows = len(drops) >= 3 and slope * (tx[-1] - tx[0]) >= _floor(ys[-1])
+    return slope, grows
+
+
+def _category_growth(window: list[StepRecord], xs: list[float]) -> tuple[CategoryGrowth, ...]:
+    found = []
+    cats = [s.categories for s in window]
+    if all(c is not None for c in cats):
+        for name in TENSOR_CATEGORIES:
+            values = [getattr(c, name) for c in cats]
+            if None not in values:
+                found.append(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1]))
+    derived = {
+        "cache": [None if s.reserved is None else s.reserved - s.allocated for s in window],
+        "fragmentation": [s.inactive_split for s in window],
+    }
+    for name, values in derived.items():
+        if None not in values:
+            found.append(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1]))
+    return tuple(sorted(found, key=lambda g: -g.bytes_per_step))
+
+
+def _leading(growth, names, total_slope: float) -> str | None:
+    """The category that grows fastest among ``names``, if it explains a good part of the growth."""
+    for g in growth:
+        if g.name in names:
+            return g.name if g.bytes_per_step > 0.25 * total_slope else None
+    return None
+
+
+def _slope_of(growth, name) -> float:
+    return next(g.bytes_per_step for g in growth if g.name == name)
+
+
+def _settling(series: list[float]) -> tuple[int, bool]:
+    """(steps flat at the current level, whether it rose to that level from the first steps).
+
+    Step-to-step jitter (varying batch shapes) widens what counts as flat; a ramp barely does,
+    since its steps are small and alike.
+    """
+    level = median(series[-5:])
+    recent = series[-WINDOW_STEPS:]
+    jitter = spread([b - a for a, b in zip(recent, recent[1:])])
+    tolerance = max(_floor(level), NOISE_FACTOR * jitter)
+    rose = level - median(series[:5]) >= tolerance
+    return settled_count(series, level, tolerance), rose
+
+
+def _headroom(last: StepRecord, total: int | None, free: int | None, cache_counts: bool) -> float | None:
+    """Bytes the job can still grow into before the device is full.
+
+    Growing allocations first reuse the allocator's cache (reserved minus allocated); growing cache
+    needs new device memory.
+    """
+    cache = (last.reserved - last.allocated) if (cache_counts and last.reserved is not None) else 0
+    if free is not None:
+        return free + cache
+    if total is None:
+        return None
+    held = last.allocated if cache_counts else (last.reserved if last.reserved is not None else last.allocated)
+    return total - held
+
+
+def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | None, peaks: bool = False) -> dict:
+    """The step during which memory no longer fits, and when, at ``rate`` bytes per step.
+
+    With ``peaks``, what must fit is the step's peak (forward, backward, optimizer), not its end:
+    a leaking job fails inside a step, when the transient tensors come on top of what leaked.
+    Growing cache, by contrast, fills the device (and then forces retries) at its own pace.
+    """
+    if rate is None or rate <= 0 or headroom is None:
+        return {}
+    last = steps[-1]
+    transient = 0
+    highs = [p for p in (last.peak_forward, last.peak_backward, last.peak_optimizer) if p is not None]
+    if peaks and highs:
+        transient = max(0, max(highs) - last.allocated)
+    steps_left = max(0.0, headroom - transient) / rate
+    out = {"oom_step": last.step + math.floor(steps_left) + 1}
+    step_time = _step_time(steps)
+    if step_time is not None:
+        out["oom_in"] = steps_left * step_time
+        out["oom_at"] = last.ended_at + out["oom_in"]
+    return out
+
+
+def _step_time(steps: list[StepRecord]) -> float | None:
+    """Median seconds per step: the probe's durations, or else the spacing of step ends."""
+    recent = steps[-WINDOW_STEPS:]
+    durations = [s.duration for s in recent if s.duration is not None]
+    if durations:
+        return median(durations)
+    gaps = [
+        (b.ended_at - a.ended_at) / (b.step - a.step) for a, b in zip(recent, recent[1:]) if b.step > a.step
+    ]
+    return median(gaps) if gaps else None

@@ -1,0 +1,180 @@
+"""Leak verdicts per training step on synthetic probe reports, with exact slopes and forecasts."""
+
+import random
+
+from gputui.analysis.leaks import leak_verdict
+from gputui.model import MemoryCategories, ProbeReport, StepRecord
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def report(n, allocated, *, reserved=None, inactive=None, retries=None, cats=None, peak=0,
+           duration=0.5, device="cuda:0", start=0):
+    """n steps: each column is a function of the step number (None leaves the figure unknown)."""
+    steps = tuple(
+        StepRecord(
+            step=s, ended_at=1000.0 + s * 0.5, duration=duration, device=device,
+            allocated=allocated(s), reserved=reserved(s) if reserved else None,
+            inactive_split=inactive(s) if inactive else None, alloc_retries=retries(s) if retries else None,
+            peak_backward=allocated(s) + peak if peak else None, categories=cats(s) if cats else None,
+        )
+        for s in range(start, start + n)
+    )
+    return ProbeReport(pid=1, taken_at=steps[-1].ended_at if steps else 0.0, steps=steps)
+
+
+def training_cats(activations=0, other=64 * MIB):
+    return MemoryCategories(parameters=GIB, gradients=GIB, optimizer_state=2 * GIB,
+                            activations=activations, other=other)
+
+
+def test_no_steps_and_too_few_steps_are_collecting():
+    assert leak_verdict(ProbeReport(pid=1, taken_at=0.0)).state == "collecting"
+    few = leak_verdict(report(5, lambda s: GIB + s * 100 * MIB))
+    assert few.state == "collecting" and few.steps_seen == 5 and few.reason == "5 of 8 steps seen"
+    assert few.allocated == GIB + 400 * MIB and few.step_time == 0.5
+
+
+def test_flat_training_is_clean():
+    v = leak_verdict(report(40, lambda s: 4 * GIB, reserved=lambda s: 5 * GIB, cats=lambda s: training_cats()))
+    assert v.state == "clean"
+    assert v.allocated_per_step == 0.0 and v.reserved_per_step == 0.0
+    assert v.category is None and v.oom_step is None and v.warmup_steps is None
+    assert v.reason == "allocated flat at 4.00 GiB over the last 40 steps"
+
+
+def leaking_activations(n=40, **kw):
+    """`total_loss += loss`: every step's graph, with its saved activations, stays alive."""
+    return report(
+        n, lambda s: 4 * GIB + s * 24 * MIB, reserved=lambda s: 5 * GIB + s * 24 * MIB,
+        cats=lambda s: training_cats(activations=s * 24 * MIB), peak=2 * GIB, **kw)
+
+
+def test_activation_leak_names_the_category_and_forecasts_the_oom_step():
+    v = leak_verdict(leaking_activations(), device_free=10 * GIB)
+    assert v.state == "leak" and v.category == "activations"
+    assert v.allocated_per_step == 24 * MIB and v.reserved_per_step == 24 * MIB
+    assert v.growth[0].name == "activations" and v.growth[0].bytes_per_step == 24 * MIB
+    assert v.growth[0].level == 39 * 24 * MIB
+    assert {g.name: g.bytes_per_step for g in v.growth}["parameters"] == 0.0
+    # Headroom: 10 GiB free + 1 GiB of cache, less the 2 GiB backward peak = 9 GiB = 384 steps.
+    assert v.oom_step == 39 + 384 + 1
+    assert v.oom_in == 384 * 0.5
+    assert v.oom_at == 1000.0 + 39 * 0.5 + 192.0
+    assert v.reason == "allocated grows 24.0 MiB per step over the last 40 steps (activations +24.0 MiB/step); now 4.91 GiB"
+
+
+def test_forecast_from_the_total_assumes_the_job_is_alone():
+    v = leak_verdict(leaking_activations(), device_total=16 * GIB)
+    allocated = 4 * GIB + 39 * 24 * MIB
+    steps_left = (16 * GIB - allocated - 2 * GIB) / (24 * MIB)
+    assert v.oom_step == 39 + int(steps_left) + 1
+    assert v.oom_in == steps_left * 0.5
+    assert leak_verdict(leaking_activations()).oom_step is None
+
+
+def test_step_time_from_step_ends_when_durations_are_unknown():
+    v = leak_verdict(leaking_activations(duration=None), device_free=10 * GIB)
+    assert v.step_time == 0.5 and v.oom_in == 192.0
+
+
+def test_growing_dict_of_tensors_is_a_leak_of_other_tensors():
+    v = leak_verdict(report(
+        30, lambda s: 2 * GIB + s * 3 * MIB,
+        cats=lambda s: MemoryCategories(parameters=GIB, gradients=GIB // 2, optimizer_state=GIB // 2,
+                                        activations=0, other=s * 3 * MIB)))
+    assert v.state == "leak" and v.category == "other" and v.allocated_per_step == 3 * MIB
+
+
+def test_a_young_leak_is_watched_before_it_is_called_one():
+    v = leak_verdict(leaking_activations(n=20))
+    assert v.state == "warming_up" and v.allocated_per_step == 24 * MIB
+    assert leak_verdict(leaking_activations(n=24)).state == "leak"
+
+
+def warmup(s):
+    """Optimizer state and allocator warm-up: grows over the first 5 steps, then flat."""
+    return GIB + min(s, 5) * 100 * MIB
+
+
+def test_allocator_warm_up_is_not_a_leak():
+    early = leak_verdict(report(15, warmup, reserved=lambda s: warmup(s) + GIB))
+    assert early.state == "warming_up" and early.warmup_steps == 5
+    later = leak_verdict(report(40, warmup, reserved=lambda s: warmup(s) + GIB))
+    assert later.state == "clean" and later.warmup_steps == 5
+    assert later.reason == "allocated flat at 1.49 GiB over the last 40 steps after 5 steps of warm-up"
+
+
+def test_dataset_cache_that_fills_then_stays_ends_clean():
+    def fn(s):
+        return 2 * GIB + min(s, 10) * 50 * MIB
+    assert leak_verdict(report(20, fn)).state == "warming_up"
+    v = leak_verdict(report(60, fn))
+    assert v.state == "clean" and v.warmup_steps == 10
+
+
+def gc_sawtooth(s):
+    """Reference cycles collected every 8 steps: 10 MiB more each step, then released."""
+    return 3 * GIB + (s % 8) * 10 * MIB
+
+
+def test_gc_sawtooth_is_clean():
+    v = leak_verdict(report(64, gc_sawtooth), device_total=16 * GIB)
+    assert v.state == "clean" and v.oom_step is None
+    assert v.reason == "allocated flat at 3.07 GiB over the last 64 steps, released 7 times (garbage collection)"
+
+
+def test_sawtooth_with_rising_low_points_is_a_leak():
+    v = leak_verdict(report(64, lambda s: gc_sawtooth(s) + (s // 8) * 16 * MIB))
+    assert v.state == "leak" and v.allocated_per_step == 2 * MIB
+
+
+def test_noisy_flat_allocations_are_clean():
+    rng = random.Random(3)
+    noise = [rng.randint(-200, 200) * MIB for _ in range(64)]
+    assert leak_verdict(report(64, lambda s: 6 * GIB + noise[s])).state == "clean"
+
+
+def test_cache_growth_with_flat_allocated():
+    v = leak_verdict(report(40, lambda s: 4 * GIB, reserved=lambda s: 5 * GIB + s * 20 * MIB,
+                            inactive=lambda s: 100 * MIB, retries=lambda s: 0), device_free=2 * GIB)
+    assert v.state == "cache_growth" and v.category == "cache"
+    assert v.reserved_per_step == 20 * MIB and v.allocated_per_step == 0.0
+    assert v.oom_step == 39 + 102 + 1  # 2 GiB / 20 MiB = 102.4 steps
+    assert v.growth[0].name == "cache" and v.growth[0].bytes_per_step == 20 * MIB
+
+
+def test_cache_that_grows_then_stays_is_not_cache_growth():
+    def reserved(s):
+        return 5 * GIB + min(s, 10) * 200 * MIB
+    assert leak_verdict(report(20, lambda s: 4 * GIB, reserved=reserved)).state == "warming_up"
+    assert leak_verdict(report(40, lambda s: 4 * GIB, reserved=reserved)).state == "clean"
+
+
+def test_fragmentation_when_split_blocks_and_retries_grow():
+    v = leak_verdict(report(40, lambda s: 4 * GIB, reserved=lambda s: 5 * GIB + s * 20 * MIB,
+                            inactive=lambda s: 100 * MIB + s * 20 * MIB, retries=lambda s: s // 10))
+    assert v.state == "fragmentation" and v.category == "fragmentation"
+    assert v.inactive_split_per_step == 20 * MIB and v.retries_added == 3
+
+
+def test_fragmentation_when_retries_pile_up_over_a_large_split_share():
+    v = leak_verdict(report(40, lambda s: 4 * GIB, reserved=lambda s: 6 * GIB,
+                            inactive=lambda s: GIB, retries=lambda s: s))
+    assert v.state == "fragmentation" and v.retries_added == 39 and v.oom_step is None
+
+
+def test_the_device_holding_most_memory_is_judged():
+    small = report(40, lambda s: GIB + s * MIB, device="cuda:1").steps
+    big = leaking_activations().steps
+    v = leak_verdict(ProbeReport(pid=1, taken_at=0.0, steps=small + big))
+    assert v.device == "cuda:0" and v.allocated_per_step == 24 * MIB
+    assert leak_verdict(ProbeReport(pid=1, taken_at=0.0, steps=small + big), device="cuda:1").allocated_per_step == MIB
+
+
+def test_only_the_latest_window_of_steps_counts():
+    # A leak long ago that was fixed (e.g. by a restart of the eval loop): flat for the last 64 steps.
+    def fn(s):
+        return GIB + min(s, 100) * 10 * MIB
+    assert leak_verdict(report(200, fn)).state == "clean"
