@@ -1,0 +1,46 @@
+"""The JSON documents gputui prints: a versioned envelope around the model's own JSON form.
+
+``--json`` prints a snapshot document, ``gputui probe PID --json`` a probe-report document and
+``gputui probes --json`` a probe list. Field meanings and units: docs/json-schema.md; the JSON Schema
+is ``gputui.plain.schema.SCHEMA``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gputui import __version__
+from gputui.model import ProbeReport, Snapshot, to_jsonable
+
+# Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
+VERSION = 1
+SNAPSHOT = "gputui.snapshot"
+PROBE_REPORT = "gputui.probe-report"
+PROBE_LIST = "gputui.probes"
+
+
+def _envelope(kind: str) -> dict[str, Any]:
+    return {"schema": kind, "version": VERSION, "gputui": __version__}
+
+
+def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+    return {**_envelope(SNAPSHOT), "snapshot": to_jsonable(snapshot)}
+
+
+def probe_document(report: ProbeReport) -> dict[str, Any]:
+    return {**_envelope(PROBE_REPORT), "report": to_jsonable(report)}
+
+
+def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str]) -> dict[str, Any]:
+    """Reachable probes' reports, and the pids whose probe did not answer with the reason."""
+    return {
+        **_envelope(PROBE_LIST),
+        "probes": [to_jsonable(r) for r in reports],
+        "unreachable": [{"pid": pid, "reason": reason} for pid, reason in sorted(unreachable.items())],
+    }
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """One line of JSON, so ``--json --watch`` is NDJSON; NaN is not JSON, so it is refused."""
+    return json.dumps(document, separators=(",", ":"), allow_nan=False, ensure_ascii=False)

@@ -1,0 +1,122 @@
+"""Where the one-shot modes get their data: a collector (real or simulated), the filters, probe reports.
+
+Probe trouble never stops a print: a probe that does not answer becomes a line in
+``Snapshot.problems``. Without a driver, reachable probes are still shown rather than refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import socket
+import time
+from typing import Any
+
+from gputui.collect import NvmlUnavailable, open_collector
+from gputui.collect.filters import select
+from gputui.model import Host, ProbeReport, Snapshot
+from gputui.plain.render import own_pid
+
+# Process CPU % is measured between two samples; --once takes a first sample this long before the
+# one it prints, so the figure covers a real interval instead of being n/a.
+CPU_WINDOW = 0.3
+PROBE_TIMEOUT = 1.0
+
+
+class Source:
+    """Samples for one run of a plain mode: filtered snapshots with probe reports attached."""
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self.collector = None
+        self.unavailable: NvmlUnavailable | None = None
+        try:
+            self.collector = open_collector(options.demo, seed=options.seed,
+                                            processes=options.demo_processes)
+        except NvmlUnavailable as exc:
+            # No driver: still worth printing if probed processes (CPU-only jobs) can be reached.
+            if options.demo is not None or not _real_probes_exist():
+                raise
+            self.unavailable = exc
+        self._sampled = False
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+            self.collector = None
+
+    def sample(self) -> Snapshot:
+        """The next snapshot; the first call samples twice, CPU_WINDOW apart, for CPU %."""
+        if self.collector is None:
+            raw = Snapshot(taken_at=time.time(), host=Host(hostname=socket.gethostname()),
+                           problems=(str(self.unavailable),))
+        else:
+            if not self._sampled:
+                self.collector.sample()
+                time.sleep(CPU_WINDOW)
+            raw = self.collector.sample()
+        self._sampled = True
+        reports, problems = self._probe_reports()
+        raw = dataclasses.replace(raw, probes=tuple(reports), problems=raw.problems + problems)
+        return apply_filters(raw, self.options)
+
+    def _probe_reports(self) -> tuple[list[ProbeReport], tuple[str, ...]]:
+        if self.options.demo is not None:
+            return list(self.collector.probe_reports()), ()
+        return fetch_real_reports()
+
+
+def _real_probes_exist() -> bool:
+    from gputui.link.client import discover
+
+    return bool(discover())
+
+
+def fetch_real_reports() -> tuple[list[ProbeReport], tuple[str, ...]]:
+    """Reports of this user's live probes, and a line for each probe that did not answer."""
+    from gputui.link.client import ProbeUnavailable, discover, fetch_report
+
+    reports, problems = [], []
+    for pid in discover():
+        try:
+            reports.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
+        except ProbeUnavailable as exc:
+            problems.append(f"probe of process {pid} did not answer: {exc.detail}")
+    return reports, tuple(problems)
+
+
+def apply_filters(snapshot: Snapshot, options: Any) -> Snapshot:
+    """The CLI filters on devices and processes, and the same choice for probe reports."""
+    chosen = select(snapshot, only=options.only, only_visible=options.only_visible,
+                    users=options.users, pids=options.pids)
+    listed_before = {own_pid(p) for p in snapshot.processes}
+    listed_after = {own_pid(p) for p in chosen.processes}
+    probes = tuple(r for r in snapshot.probes
+                   if _keep_probe(r, options, listed_before, listed_after))
+    return dataclasses.replace(chosen, probes=probes)
+
+
+def _keep_probe(report: ProbeReport, options: Any, listed_before: set[int],
+                listed_after: set[int]) -> bool:
+    if options.pids and report.pid not in options.pids:
+        return False
+    if report.pid in listed_before:  # on a GPU: follows its process
+        return report.pid in listed_after
+    # NVML does not list it (CPU-only job, no driver): no GPU, so GPU filters drop it; our probes
+    # all belong to the current user (the socket directory is per user).
+    if options.only or options.only_visible:
+        return False
+    return not options.users or _current_user() in options.users
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""

@@ -1,0 +1,78 @@
+"""The one-shot modes: ``--once`` (text), ``--json`` and ``--watch`` (a repeating print of either).
+
+Each returns the process exit code. Expected trouble (no driver, a GPU that does not exist) is raised
+as UserError for the CLI to print; a reader closing the pipe ends the output quietly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gputui.model import Snapshot
+from gputui.plain import terminal
+from gputui.plain.document import dumps, snapshot_document
+from gputui.plain.gather import Source
+from gputui.plain.render import render
+from gputui.plain.units import clock_time
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def once(options: Any) -> int:
+    """Print one snapshot as text."""
+    try:
+        with Source(options) as source:
+            terminal.emit(_text(source.sample(), options))
+    except BrokenPipeError:
+        terminal.silence_stdout()
+    return 0
+
+
+def json(options: Any) -> int:
+    """Print one snapshot as a JSON document (one line)."""
+    try:
+        with Source(options) as source:
+            terminal.emit(dumps(snapshot_document(source.sample())) + "\n")
+    except BrokenPipeError:
+        terminal.silence_stdout()
+    return 0
+
+
+def watch(options: Any) -> int:
+    """Print a snapshot every ``options.watch`` seconds until interrupted; Ctrl-C exits 0.
+
+    Text: on a terminal the screen is redrawn; into a file or pipe each print starts with a
+    separator line carrying the time, for logs. With --json: one document per line (NDJSON).
+    """
+    period = options.watch or 2.0
+    redraw = terminal.is_terminal() and not options.json
+    try:
+        with Source(options) as source:
+            deadline = time.monotonic()
+            while True:
+                snapshot = source.sample()
+                if options.json:
+                    terminal.emit(dumps(snapshot_document(snapshot)) + "\n")
+                elif redraw:
+                    terminal.emit(CLEAR_SCREEN + _text(snapshot, options))
+                else:
+                    terminal.emit(_separator(snapshot, options) + _text(snapshot, options))
+                # Keep a steady rhythm: the time spent sampling counts toward the period.
+                deadline = max(deadline + period, time.monotonic())
+                time.sleep(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        terminal.silence_stdout()
+        return 0
+
+
+def _text(snapshot: Snapshot, options: Any) -> str:
+    return render(snapshot, color=terminal.use_color(options), ascii=options.ascii,
+                  width=terminal.width())
+
+
+def _separator(snapshot: Snapshot, options: Any) -> str:
+    label = f" {clock_time(snapshot.taken_at, date=True, zone=True)} "
+    return "--" + label + "-" * max(2, terminal.width() - len(label) - 2) + "\n"

@@ -1,0 +1,90 @@
+"""``gputui probes`` and ``gputui probe PID``: what this user's probed PyTorch processes report.
+
+Neither needs a GPU driver: the reports come over the probe's socket (or, with --demo, from the
+simulated machine). An unknown pid is a UserError (message and exit code 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gputui.errors import UserError
+from gputui.model import ProbeReport
+from gputui.plain import terminal
+from gputui.plain.document import dumps, probe_document, probe_list_document
+from gputui.plain.report import render_probe, render_probe_list
+
+PROBE_TIMEOUT = 2.0
+
+
+def probes(options: Any) -> int:
+    """List the probed processes this user can reach."""
+    reports, unreachable = _all_reports(options)
+    if options.json:
+        out = dumps(probe_list_document(reports, unreachable)) + "\n"
+    else:
+        out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
+                                ascii=options.ascii, width=terminal.width())
+    return _print(out)
+
+
+def probe(options: Any) -> int:
+    """Print the current report of the probe in process ``options.pid``."""
+    report = _one_report(options)
+    if options.json:
+        out = dumps(probe_document(report)) + "\n"
+    else:
+        out = render_probe(report, color=terminal.use_color(options), ascii=options.ascii,
+                           width=terminal.width())
+    return _print(out)
+
+
+def _all_reports(options: Any) -> tuple[list[ProbeReport], dict[int, str]]:
+    if options.demo is not None:
+        return list(_demo_reports(options)), {}
+    from gputui.link.client import ProbeUnavailable, discover, fetch_report
+
+    reports, unreachable = [], {}
+    for pid in discover():
+        try:
+            reports.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
+        except ProbeUnavailable as exc:
+            unreachable[pid] = exc.detail
+    return reports, unreachable
+
+
+def _one_report(options: Any) -> ProbeReport:
+    pid = options.pid
+    if options.demo is not None:
+        reports = _demo_reports(options)
+        for report in reports:
+            if report.pid == pid:
+                return report
+        known = ", ".join(str(r.pid) for r in reports) or "none"
+        raise UserError(f"no probe in process {pid} in the {options.demo} demo "
+                        f"(probed processes there: {known})")
+    from gputui.link.client import ProbeUnavailable, fetch_report
+
+    try:
+        return fetch_report(pid, timeout=PROBE_TIMEOUT)
+    except ProbeUnavailable as exc:
+        raise UserError(f"{exc}. `gputui probes` lists the probed processes you can reach.") from None
+
+
+def _demo_reports(options: Any) -> tuple[ProbeReport, ...]:
+    from gputui.collect import open_collector
+
+    collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
+    try:
+        collector.sample()  # the simulated job's reports follow the same clock as its GPUs
+        return tuple(collector.probe_reports())
+    finally:
+        collector.close()
+
+
+def _print(out: str) -> int:
+    try:
+        terminal.emit(out)
+    except BrokenPipeError:
+        terminal.silence_stdout()
+    return 0

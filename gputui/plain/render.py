@@ -1,0 +1,495 @@
+"""The compact text picture of a Snapshot that ``--once`` and ``--watch`` print.
+
+Pure: a Snapshot in, a string out. A header line, one block per GPU with bars, the process table, and
+under each probed process what its probe says about its memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import tzinfo
+
+from gputui.model import (
+    PROCESS_OK, Device, GpuProcess, MemoryCategories, MigInstance, ProbeDevice, ProbeReport, Snapshot,
+)
+from gputui.plain import units
+from gputui.plain.styled import Line, flow, text
+
+MIN_WIDTH = 40
+MAX_BAR = 40  # longer bars add no information, only width
+
+# How a throttle reason reads in a sentence, and whether it means trouble (hardware) or a setting.
+THROTTLE_WORDS = {
+    "hw_slowdown": ("hw slowdown", "bad"),
+    "hw_thermal": ("hw thermal", "bad"),
+    "hw_power_brake": ("power brake", "bad"),
+    "sw_thermal": ("sw thermal", "warn"),
+    "sw_power_cap": ("power cap", "warn"),
+    "sync_boost": ("sync boost", "warn"),
+    "app_clocks": ("app clocks", "warn"),
+    "display_clocks": ("display clocks", "warn"),
+}
+
+
+@dataclass(frozen=True)
+class Glyphs:
+    """The characters a style of output may use."""
+
+    full: str
+    empty: str
+    ellipsis: str
+    degree: str
+
+
+UNICODE = Glyphs(full="█", empty="░", ellipsis="…", degree="°C")
+ASCII = Glyphs(full="#", empty="-", ellipsis="...", degree="C")
+
+
+def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, width: int = 100,
+           tz: tzinfo | None = None) -> str:
+    """The whole snapshot as text, ``width`` columns wide (at least 40), ending in a newline.
+
+    ``tz`` is the time zone for clock times (None: local time); tests pass UTC.
+    """
+    width = max(MIN_WIDTH, width)
+    glyphs = ASCII if ascii else UNICODE
+    lines: list[Line] = []
+    lines += _header(snapshot, width, glyphs, tz)
+    if not snapshot.devices:
+        lines.append(text("No GPUs found.", "dim"))
+    for device in snapshot.devices:
+        lines += _device_block(device, width, glyphs)
+    lines.append(Line())
+    lines += _process_table(snapshot, width, glyphs, tz)
+    lines += _unlisted_probes(snapshot, width, glyphs, tz)
+    for problem in snapshot.problems:
+        lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
+                      ellipsis=glyphs.ellipsis)
+    out = "\n".join(line.write(color) for line in lines) + "\n"
+    if ascii:  # names and command lines can hold anything; --ascii promises plain ASCII
+        out = out.encode("ascii", "replace").decode("ascii")
+    return out
+
+
+# ----------------------------------------------------------------------------------------- header
+
+def _header(snapshot: Snapshot, width: int, glyphs: Glyphs, tz: tzinfo | None) -> list[Line]:
+    driver = snapshot.driver
+    host = snapshot.host
+    when = units.clock_time(snapshot.taken_at, tz, date=True, zone=True)
+    chunks = [
+        text(when or "", None),
+        _labelled("driver", driver.driver_version),
+        _labelled("CUDA", driver.cuda_driver_version),
+    ]
+    if snapshot.source.startswith("sim:"):
+        chunks.append(text(f"simulated: {snapshot.source[4:]}", "accent"))
+    lines = flow(chunks, width, first=text(host.hostname or "localhost", "title"), indent=2,
+                 ellipsis=glyphs.ellipsis)
+    host_chunks = []
+    if host.cpu_percent is not None or host.cpu_count is not None:
+        cpu = Line().add("CPU ")
+        cpu.add(units.percent(host.cpu_percent) or "n/a", _level(host.cpu_percent))
+        if host.cpu_count is not None:
+            cpu.add(f" of {host.cpu_count}")
+        host_chunks.append(cpu)
+    if host.memory_total is not None:
+        host_chunks.append(Line().add("MEM ").add(
+            units.size_pair(host.memory_used, host.memory_total) or "n/a",
+            _ratio_level(_ratio(host.memory_used, host.memory_total))))
+    if host.swap_total:
+        host_chunks.append(Line().add("swap ").add(
+            units.size_pair(host.swap_used, host.swap_total) or "n/a",
+            _ratio_level(_ratio(host.swap_used, host.swap_total))))
+    if host.load_average is not None:
+        host_chunks.append(text("load " + " ".join(f"{x:.2f}" for x in host.load_average)))
+    if host_chunks:
+        lines += flow(host_chunks, width, first=text("  "), indent=2, ellipsis=glyphs.ellipsis)
+    return lines
+
+
+def _labelled(label: str, value: str | None) -> Line:
+    return Line().add(f"{label} ").add(value if value is not None else "n/a",
+                                       None if value is not None else "dim")
+
+
+# ----------------------------------------------------------------------------------------- devices
+
+def _device_block(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
+    title = Line().add(f"[{device.index}] ", "bold").add(device.name or "unknown GPU", "bold")
+    if device.lost is not None:
+        chunks = [text("LOST", "alert"), text(device.lost, "dim")]
+        return flow(chunks, width, first=title, ellipsis=glyphs.ellipsis)
+    chunks = [
+        _temperature(device, glyphs),
+        _fan(device),
+        _power(device),
+        _pstate(device),
+        _clocks(device),
+    ]
+    if device.memory_util is not None:
+        chunks.append(Line().add("mem-bw ").add(f"{device.memory_util}%", _level(device.memory_util)))
+    for label, value in (("enc", device.encoder_util), ("dec", device.decoder_util)):
+        if value:  # only when busy: idle codecs are noise
+            chunks.append(text(f"{label} {value}%"))
+    if device.cuda_index is not None and device.cuda_index != device.index:
+        chunks.append(text(f"cuda:{device.cuda_index}", "accent"))
+    if device.compute_mode not in (None, "default"):
+        chunks.append(text(device.compute_mode.replace("_", " "), "warn"))
+    if device.mig_enabled:
+        chunks.append(text("MIG", "accent"))
+    if device.ecc_uncorrected:
+        chunks.append(text(f"ECC {device.ecc_uncorrected} uncorrected", "bad"))
+    chunks.append(_throttle(device))
+    lines = flow(chunks, width, first=title, ellipsis=glyphs.ellipsis)
+    lines += _bars(device, width, glyphs)
+    for mig in device.mig_instances:
+        lines += _mig_line(mig, width, glyphs)
+    return lines
+
+
+def _temperature(device: Device, glyphs: Glyphs) -> Line:
+    temp = device.temperature
+    if temp is None:
+        return text("temp n/a", "dim")
+    slowdown = device.temperature_slowdown
+    if slowdown is not None:
+        style = "bad" if temp >= slowdown else "warn" if temp >= slowdown - 10 else "ok"
+    else:
+        style = "bad" if temp >= 85 else "warn" if temp >= 75 else "ok"
+    return text(f"{temp}{glyphs.degree}", style)
+
+
+def _fan(device: Device) -> Line:
+    if device.fan_speed is None:
+        return text("fan n/a", "dim")
+    return Line().add("fan ").add(f"{device.fan_speed}%", _level(device.fan_speed))
+
+
+def _power(device: Device) -> Line:
+    draw, limit = device.power_draw, device.power_limit
+    if draw is None:
+        return text("power n/a", "dim") if limit is None else text(f"n/a/{limit:.0f}W", "dim")
+    shown = f"{draw:.0f}/{limit:.0f}W" if limit is not None else f"{draw:.0f}W"
+    return text(shown, _ratio_level(_ratio(draw, limit)))
+
+
+def _pstate(device: Device) -> Line:
+    if device.performance_state is None:
+        return Line()
+    return text(f"P{device.performance_state}")
+
+
+def _clocks(device: Device) -> Line:
+    line = Line()
+    if device.clock_sm is not None:
+        sm = f"SM {device.clock_sm}"
+        sm += f"/{device.clock_sm_max}MHz" if device.clock_sm_max is not None else "MHz"
+        line.add(sm)
+    if device.clock_memory is not None:
+        line.add("  " if len(line) else "").add(f"mem {device.clock_memory}MHz")
+    return line
+
+
+def _throttle(device: Device) -> Line:
+    reasons = [r for r in device.throttle_reasons or () if r in THROTTLE_WORDS]
+    if not reasons:
+        return Line()
+    style = "bad" if any(THROTTLE_WORDS[r][1] == "bad" for r in reasons) else "warn"
+    return text("slowed: " + ", ".join(THROTTLE_WORDS[r][0] for r in reasons), style)
+
+
+def _bars(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
+    """Memory and utilisation bars: side by side when there is room, else one under the other.
+
+    Figures get a fixed width so that every device's bars are the same length and line up.
+    """
+    memory = (_ratio(device.memory_used, device.memory_total),
+              units.size_pair(device.memory_used, device.memory_total))
+    util = (None if device.gpu_util is None else device.gpu_util / 100, units.percent(device.gpu_util))
+    room = width - 4
+    half = min((room - 2) // 2, len("MEM ") + MAX_BAR + _MEMORY_FIGURE)
+    if half - 4 - _MEMORY_FIGURE >= 10:
+        left = _bar("MEM", *memory, _MEMORY_FIGURE, half, glyphs)
+        right = _bar("GPU", *util, _MEMORY_FIGURE, half, glyphs)
+        return [Line().add("    ").extend(left).add(" " * (half - len(left) + 2)).extend(right)]
+    return [Line().add("    ").extend(_bar("MEM", *memory, _MEMORY_FIGURE, room, glyphs)),
+            Line().add("    ").extend(_bar("GPU", *util, _MEMORY_FIGURE, room, glyphs))]
+
+
+_MEMORY_FIGURE = len(" 88.8/888.8GiB")
+
+
+def _bar(label: str, ratio: float | None, figure: str | None, figure_width: int, span: int,
+         glyphs: Glyphs) -> Line:
+    """``MEM ████░░░░ 12.3/80.0GiB`` filling ``span`` columns; ``n/a`` when the ratio is unknown."""
+    line = Line().add(f"{label} ")
+    if ratio is None:
+        return line.add("n/a" if figure is None else figure, "dim")
+    tail = f" {figure}"
+    cells = min(MAX_BAR, max(4, span - len(label) - 1 - max(figure_width, len(tail))))
+    filled = round(min(1.0, max(0.0, ratio)) * cells)
+    if ratio > 0 and filled == 0:
+        filled = 1  # a busy GPU never looks idle
+    style = _ratio_level(ratio)
+    line.add(glyphs.full * filled, style).add(glyphs.empty * (cells - filled), "dim")
+    return line.add(tail, style).add(" " * (figure_width - len(tail)))
+
+
+def _mig_line(mig: MigInstance, width: int, glyphs: Glyphs) -> list[Line]:
+    first = Line().add("    ").add(f"MIG {mig.index}", "accent")
+    chunks = [text(mig.profile or "profile n/a", None if mig.profile else "dim")]
+    placement = []
+    if mig.gpu_instance_id is not None:
+        placement.append(f"GI {mig.gpu_instance_id}")
+    if mig.compute_instance_id is not None:
+        placement.append(f"CI {mig.compute_instance_id}")
+    if placement:
+        chunks.append(text(" ".join(placement)))
+    figure = units.size_pair(mig.memory_used, mig.memory_total)
+    chunks.append(text(figure or "memory n/a", _ratio_level(_ratio(mig.memory_used, mig.memory_total))
+                       if figure else "dim"))
+    if mig.cuda_index is not None:
+        chunks.append(text(f"cuda:{mig.cuda_index}", "accent"))
+    return flow(chunks, width, first=first, indent=8, ellipsis=glyphs.ellipsis)
+
+
+# ----------------------------------------------------------------------------------------- processes
+
+@dataclass(frozen=True)
+class _Column:
+    title: str
+    align: str  # "<" or ">"
+    drop_rank: int  # columns with higher ranks go first when the terminal is narrow; 0 = always
+
+
+_COLUMNS = (
+    _Column("PID", ">", 0),
+    _Column("USER", "<", 5),
+    _Column("GPU", ">", 0),
+    _Column("TYPE", "<", 3),
+    _Column("GPU-MEM", ">", 0),
+    _Column("SM%", ">", 4),
+    _Column("CPU%", ">", 6),
+    _Column("HOST-MEM", ">", 8),
+    _Column("ELAPSED", ">", 7),
+)
+_MIN_COMMAND = 16
+_KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
+
+
+def _process_table(snapshot: Snapshot, width: int, glyphs: Glyphs, tz: tzinfo | None) -> list[Line]:
+    processes = sorted(snapshot.processes,
+                       key=lambda p: (p.device_index, -(p.gpu_memory or 0), p.pid))
+    if not processes:
+        return [text("No GPU processes.", "dim")]
+    probes = {report.pid: report for report in snapshot.probes}
+    rows = [_process_cells(p, snapshot.taken_at) for p in processes]
+    widths = [max(len(col.title), *(len(row[i][0]) for row in rows))
+              for i, col in enumerate(_COLUMNS)]
+    shown = list(range(len(_COLUMNS)))
+    for rank in sorted({c.drop_rank for c in _COLUMNS if c.drop_rank}, reverse=True):
+        if _table_width(widths, shown) + _MIN_COMMAND <= width:
+            break
+        shown = [i for i in shown if _COLUMNS[i].drop_rank != rank]
+    header = Line()
+    for i in shown:
+        header.add(_pad(_COLUMNS[i].title, widths[i], _COLUMNS[i].align) + " ", "head")
+    header.add("COMMAND", "head")
+    lines = [header.cropped(width, glyphs.ellipsis)]
+    probed_seen: set[int] = set()
+    for process, row in zip(processes, rows):
+        line = Line()
+        for i in shown:
+            value, style = row[i]
+            line.add(_pad(value, widths[i], _COLUMNS[i].align), style).add(" ")
+        line.extend(_command(process, glyphs))
+        lines.append(line.cropped(width, glyphs.ellipsis))
+        report = probes.get(own_pid(process))
+        if report is not None and report.pid not in probed_seen:
+            probed_seen.add(report.pid)
+            lines += probe_summary(report, snapshot, width, glyphs, tz)
+    return lines
+
+
+def own_pid(process: GpuProcess) -> int:
+    """The pid a probe inside this process reports: the one in the monitor's PID namespace."""
+    return process.local_pid if process.local_pid is not None else process.pid
+
+
+def _table_width(widths: list[int], shown: list[int]) -> int:
+    return sum(widths[i] + 1 for i in shown)
+
+
+def _pad(value: str, size: int, align: str) -> str:
+    return value.rjust(size) if align == ">" else value.ljust(size)
+
+
+def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
+    na = ("n/a", "dim")
+    gpu = str(p.device_index)
+    if p.gpu_instance_id is not None:
+        gpu += f":{p.gpu_instance_id}"  # MIG: GPU index and GPU instance, as nvidia-smi pairs them
+    elapsed = None if p.started_at is None else units.duration(now - p.started_at)
+    return [
+        (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
+        ((p.user or "?")[:10], None if p.user else "dim"),
+        (gpu, None),
+        (_KIND_LETTERS.get(p.kind, p.kind), None),
+        (units.size(p.gpu_memory), None) if p.gpu_memory is not None else na,
+        (f"{p.sm_util}%", _level(p.sm_util)) if p.sm_util is not None else na,
+        (f"{p.cpu_percent:.1f}", _level(p.cpu_percent)) if p.cpu_percent is not None else na,
+        (units.size(p.host_memory), None) if p.host_memory is not None else na,
+        (elapsed, None) if elapsed is not None else na,
+    ]
+
+
+def _command(p: GpuProcess, glyphs: Glyphs) -> Line:
+    line = Line()
+    shown = " ".join(p.command) if p.command else (p.name or "")
+    line.add(shown)
+    if p.state != PROCESS_OK or p.note:
+        why = p.note or p.state
+        line.add(" " if shown else "").add(f"[{why}]", "warn" if p.state != PROCESS_OK else "dim")
+    return line
+
+
+# ----------------------------------------------------------------------------------------- probes
+
+def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, glyphs: Glyphs,
+                  tz: tzinfo | None, *, indent: int = 4) -> list[Line]:
+    """What a probe says about its process, a few indented lines under the process row.
+
+    With a snapshot, the memory NVML charges to the process on each device is split into the
+    allocator's share, its cache and the CUDA context plus libraries.
+    """
+    pad = " " * indent
+    lines: list[Line] = []
+    head = [text(f"torch {report.torch_version}" if report.torch_version else "torch n/a")]
+    if report.steps:
+        head += _step_chunks(report)
+    if report.recording:
+        head.append(text("recording allocation sites", "accent"))
+    lines += flow(head, width, first=Line().add(pad).add("probe ", "accent"), indent=indent + 2,
+                  ellipsis=glyphs.ellipsis)
+    for probe_device in report.devices:
+        label = Line().add(pad + "  ").add(probe_device.device + ":", "bold")
+        memory = _allocator_chunks(report.pid, probe_device, snapshot)
+        tensors = _category_chunks(probe_device.categories)
+        if memory:
+            lines += flow(memory, width, first=label, indent=indent + 4, ellipsis=glyphs.ellipsis)
+        if tensors:
+            first = Line().add(pad + "    ") if memory else label
+            lines += flow(tensors, width, first=first, indent=indent + 4, ellipsis=glyphs.ellipsis)
+    if report.last_oom is not None:
+        lines += _oom_lines(report, width, glyphs, tz, indent + 2)
+    if report.problems:
+        lines += flow([text(problem, "warn") for problem in report.problems], width,
+                      first=Line().add(pad + "  ").add("probe problems:", "warn"),
+                      indent=indent + 4, ellipsis=glyphs.ellipsis)
+    return lines
+
+
+def _allocator_chunks(pid: int, probe_device: ProbeDevice, snapshot: Snapshot | None) -> list[Line]:
+    stats = probe_device.allocator
+    if stats is None:
+        return []
+    chunks = [text(f"allocated {units.size(stats.allocated)}"),
+              text(f"reserved {units.size(stats.reserved)}"),
+              text(f"cache {units.size(stats.reserved - stats.allocated)}")]
+    nvml = _nvml_memory(pid, probe_device.uuid, snapshot)
+    if nvml is not None and nvml >= stats.reserved:
+        chunks.append(text(f"context+libs {units.size(nvml - stats.reserved)}"))
+    if stats.inactive_split:
+        chunks.append(text(f"fragmented {units.size(stats.inactive_split)}",
+                           "warn" if stats.inactive_split > stats.reserved // 4 else None))
+    return chunks
+
+
+def _category_chunks(categories: MemoryCategories | None) -> list[Line]:
+    if categories is None:
+        return []
+    named = (("params", categories.parameters), ("grads", categories.gradients),
+             ("optimizer", categories.optimizer_state), ("activations", categories.activations),
+             ("other", categories.other))
+    return [text(f"{label} {units.size(value)}") for label, value in named if value is not None]
+
+
+def _step_chunks(report: ProbeReport) -> list[Line]:
+    last = report.steps[-1]
+    chunks = [text(f"step {last.step}" + (f" in {units.step_time(last.duration)}"
+                                          if last.duration is not None else ""))]
+    if last.allocated is not None:
+        chunks.append(text(f"end {units.size(last.allocated)}"))
+    peaks = [(name, value) for name, value in (("fwd", last.peak_forward),
+                                                ("bwd", last.peak_backward),
+                                                ("opt", last.peak_optimizer)) if value is not None]
+    for i, (name, value) in enumerate(peaks):  # separate chunks, so a narrow screen wraps them
+        chunks.append(text(("peak " if i == 0 else "") + f"{name} {units.size(value)}"))
+    return chunks
+
+
+def _oom_lines(report: ProbeReport, width: int, glyphs: Glyphs, tz: tzinfo | None,
+               indent: int) -> list[Line]:
+    oom = report.last_oom
+    chunks = [text(units.clock_time(oom.at, tz) or "", "bad")]
+    if oom.device:
+        chunks.append(text(oom.device))
+    if oom.requested is not None:
+        chunks.append(text(f"asked {units.size(oom.requested)}"))
+    if oom.free is not None:
+        chunks.append(text(f"free {units.size(oom.free)}"))
+    if oom.allocated is not None:
+        chunks.append(text(f"allocated {units.size(oom.allocated)}"))
+    if oom.where:
+        chunks.append(text(f"at {oom.where[-1]}"))
+    return flow(chunks, width, first=Line().add(" " * indent).add("last OOM", "alert"),
+                indent=indent + 2, ellipsis=glyphs.ellipsis)
+
+
+def _nvml_memory(pid: int, uuid: str | None, snapshot: Snapshot | None) -> int | None:
+    """GPU memory NVML charges to ``pid`` on the device with ``uuid``."""
+    if snapshot is None or uuid is None:
+        return None
+    indices = {d.index for d in snapshot.devices if d.uuid == uuid}
+    total = [p.gpu_memory for p in snapshot.processes
+             if own_pid(p) == pid and p.device_index in indices and p.gpu_memory is not None]
+    return sum(total) if total else None
+
+
+def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
+                     tz: tzinfo | None) -> list[Line]:
+    """Probed processes NVML does not list (CPU-only jobs, no driver): shown from their reports."""
+    listed = {own_pid(p) for p in snapshot.processes}
+    unlisted = [r for r in snapshot.probes if r.pid not in listed]
+    if not unlisted:
+        return []
+    lines = [Line(), text("Probed processes not listed by NVML", "head")]
+    for report in unlisted:
+        row = Line().add(str(report.pid), "bold").add(" ").add(" ".join(report.command) or "?")
+        lines.append(row.cropped(width, glyphs.ellipsis))
+        lines += probe_summary(report, snapshot, width, glyphs, tz)
+    return lines
+
+
+# ----------------------------------------------------------------------------------------- levels
+
+def _ratio(used: float | None, total: float | None) -> float | None:
+    if used is None or not total:
+        return None
+    return used / total
+
+
+def _level(percent: float | None) -> str | None:
+    """Green below 50 %, yellow below 80 %, red from 80 %; dim when unknown."""
+    if percent is None:
+        return "dim"
+    if percent >= 80:
+        return "bad"
+    if percent >= 50:
+        return "warn"
+    return "ok"
+
+
+def _ratio_level(ratio: float | None) -> str | None:
+    return _level(None if ratio is None else ratio * 100)

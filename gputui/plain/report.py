@@ -1,0 +1,144 @@
+"""Text for the probe commands: ``gputui probes`` (a table) and ``gputui probe PID`` (one full report).
+
+Pure: reports in, a string out, in the same style and width rules as the snapshot text.
+"""
+
+from __future__ import annotations
+
+from datetime import tzinfo
+
+from gputui.model import AllocatorStats, ProbeReport
+from gputui.plain import units
+from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
+from gputui.plain.styled import Line, flow, text
+
+HOW_TO_START = (
+    "Start one with `gputui run -- python train.py`, with `GPUTUI_PROBE=1 python train.py`, "
+    "or by calling `gputui.probe.start()` in the training script."
+)
+STEPS_SHOWN = 10
+
+
+def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *, color: bool = False,
+                      ascii: bool = False, width: int = 100) -> str:
+    """One row per probed process: pid, torch version, allocated/reserved, last step, command."""
+    width = max(MIN_WIDTH, width)
+    glyphs = ASCII if ascii else UNICODE
+    lines: list[Line] = []
+    if not reports and not unreachable:
+        lines.append(text("No probed processes found.", "bold"))
+        lines += flow([text(word) for word in HOW_TO_START.split(" ")], width, indent=0, gap=1)
+    if reports:
+        rows = [_list_row(r) for r in reports]
+        titles = ("PID", "TORCH", "ALLOCATED", "RESERVED", "STEP")
+        widths = [max(len(t), *(len(row[i]) for row in rows)) for i, t in enumerate(titles)]
+        header = Line()
+        for title, size in zip(titles, widths):
+            header.add((title.rjust(size) if title != "TORCH" else title.ljust(size)) + " ", "head")
+        lines.append(header.add("COMMAND", "head").cropped(width, glyphs.ellipsis))
+        for report, row in zip(reports, rows):
+            line = Line().add(row[0].rjust(widths[0]) + " ", "bold").add(row[1].ljust(widths[1]) + " ")
+            for value, size in zip(row[2:], widths[2:]):
+                line.add(value.rjust(size) + " ")
+            line.add(" ".join(report.command) or "?")
+            lines.append(line.cropped(width, glyphs.ellipsis))
+    for pid, reason in sorted(unreachable.items()):
+        lines += flow([text(reason, "warn")], width, first=Line().add(f"{pid} ", "bold").add(
+            "did not answer: ", "warn"), indent=4, ellipsis=glyphs.ellipsis)
+    return _finish(lines, color, ascii)
+
+
+def _list_row(report: ProbeReport) -> list[str]:
+    allocated = [d.allocator.allocated for d in report.devices if d.allocator is not None]
+    reserved = [d.allocator.reserved for d in report.devices if d.allocator is not None]
+    step = str(report.steps[-1].step) if report.steps else "-"
+    return [
+        str(report.pid),
+        report.torch_version or "?",
+        units.size(sum(allocated)) if allocated else "n/a",
+        units.size(sum(reserved)) if reserved else "n/a",
+        step,
+    ]
+
+
+def render_probe(report: ProbeReport, *, color: bool = False, ascii: bool = False,
+                 width: int = 100, tz: tzinfo | None = None) -> str:
+    """Everything one probe reports, for a person or a bug report."""
+    width = max(MIN_WIDTH, width)
+    glyphs = ASCII if ascii else UNICODE
+    title = Line().add(f"process {report.pid}", "title")
+    lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
+                 ellipsis=glyphs.ellipsis)
+    lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
+    lines += probe_summary(report, None, width, glyphs, tz, indent=0)
+    for device in report.devices:
+        if device.allocator is not None:
+            lines += _allocator_lines(device.device, device.allocator, width, glyphs)
+    if report.steps:
+        lines += _step_table(report, width, glyphs)
+    if report.last_oom is not None and report.last_oom.message:
+        lines += flow([text(report.last_oom.message, "bad")], width,
+                      first=Line().add("OOM message: ", "bold"), indent=2, ellipsis=glyphs.ellipsis)
+        for frame in report.last_oom.where:
+            lines.append(Line().add(f"  {frame}").cropped(width, glyphs.ellipsis))
+    if report.sites:
+        lines.append(Line().add("Allocation sites (live bytes at the last recorded step)", "head"))
+        for site in report.sites:
+            live = units.size(site.live_bytes[-1]) if site.live_bytes else "n/a"
+            lines.append(Line().add(f"  {live:>9} ").add(site.where).cropped(width, glyphs.ellipsis))
+    if report.probe_cpu_seconds is not None:
+        lines.append(text(f"probe CPU time {report.probe_cpu_seconds:.2f}s", "dim"))
+    return _finish(lines, color, ascii)
+
+
+def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Glyphs) -> list[Line]:
+    pairs = [
+        ("allocated", stats.allocated, stats.allocated_peak),
+        ("reserved", stats.reserved, stats.reserved_peak),
+        ("active", stats.active, stats.active_peak),
+        ("inactive split", stats.inactive_split, stats.inactive_split_peak),
+        ("requested", stats.requested, stats.requested_peak),
+    ]
+    chunks = []
+    for label, now, peak in pairs:
+        if now is None:
+            continue
+        figure = f"{label} {units.size(now)}"
+        if peak is not None:
+            figure += f" (peak {units.size(peak)})"
+        chunks.append(text(figure))
+    if stats.largest_free_block is not None:
+        chunks.append(text(f"largest free block {units.size(stats.largest_free_block)}"))
+    for label, count in (("segments", stats.segments), ("alloc retries", stats.alloc_retries),
+                         ("OOMs", stats.ooms)):
+        if count is not None:
+            chunks.append(text(f"{label} {count}", "warn" if count and label != "segments" else None))
+    if stats.expandable_segments is not None:
+        chunks.append(text(f"expandable_segments {'on' if stats.expandable_segments else 'off'}"))
+    if stats.settings:
+        chunks.append(text(f"PYTORCH_CUDA_ALLOC_CONF={stats.settings}"))
+    return flow(chunks, width, first=Line().add(f"allocator {device}:", "bold"), indent=2,
+                ellipsis=glyphs.ellipsis)
+
+
+def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
+    titles = ("STEP", "TIME", "ALLOCATED", "RESERVED", "PEAK FWD", "PEAK BWD", "PEAK OPT")
+    rows = [[str(s.step), units.step_time(s.duration) or "n/a", units.size(s.allocated) or "n/a",
+             units.size(s.reserved) or "n/a", units.size(s.peak_forward) or "n/a",
+             units.size(s.peak_backward) or "n/a", units.size(s.peak_optimizer) or "n/a"]
+            for s in report.steps[-STEPS_SHOWN:]]
+    widths = [max(len(t), *(len(r[i]) for r in rows)) for i, t in enumerate(titles)]
+    lines = [Line().add(f"Last {len(rows)} of {len(report.steps)} steps", "head")]
+    lines.append(Line().add(" ".join(t.rjust(w) for t, w in zip(titles, widths)), "bold")
+                 .cropped(width, glyphs.ellipsis))
+    for row in rows:
+        lines.append(Line().add(" ".join(v.rjust(w) for v, w in zip(row, widths)))
+                     .cropped(width, glyphs.ellipsis))
+    return lines
+
+
+def _finish(lines: list[Line], color: bool, ascii: bool) -> str:
+    out = "\n".join(line.write(color) for line in lines) + "\n"
+    if ascii:
+        out = out.encode("ascii", "replace").decode("ascii")
+    return out

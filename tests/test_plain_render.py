@@ -1,0 +1,311 @@
+"""The text picture of a snapshot (--once, --watch) and of probe reports, from hand-built snapshots.
+
+Golden files live in tests/golden/; regenerate with GPUTUI_REGEN_GOLDEN=1 and review the diff.
+"""
+
+import os
+import re
+from datetime import timezone
+from pathlib import Path
+
+import pytest
+
+from gputui.model import (
+    AllocatorStats, Device, Driver, GpuProcess, Host, MemoryCategories, MigInstance, OomRecord,
+    ProbeDevice, ProbeReport, Snapshot, StepRecord,
+)
+from gputui.plain import units
+from gputui.plain.render import render
+from gputui.plain.report import render_probe, render_probe_list
+from gputui.plain.styled import Line, flow, text
+
+GiB, MiB = 1 << 30, 1 << 20
+T = 1767603600.0  # 2026-01-05 09:00:00 UTC
+GOLDEN = Path(__file__).parent / "golden"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def check_golden(name: str, actual: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("GPUTUI_REGEN_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+    assert path.exists(), f"{path} missing: run with GPUTUI_REGEN_GOLDEN=1 and review it"
+    assert actual == path.read_text(encoding="utf-8")
+
+
+def training_report(pid: int = 4242) -> ProbeReport:
+    return ProbeReport(
+        pid=pid, taken_at=T, torch_version="2.13.0", command=("python", "train.py", "--lr", "3e-4"),
+        devices=(ProbeDevice(
+            "cuda:0", cuda_index=0, uuid="GPU-aaaa",
+            allocator=AllocatorStats(allocated=8 * GiB, reserved=9 * GiB + 512 * MiB,
+                                     inactive_split=300 * MiB, allocated_peak=12 * GiB,
+                                     reserved_peak=14 * GiB, alloc_retries=2, ooms=1, segments=40,
+                                     largest_free_block=GiB, expandable_segments=False),
+            categories=MemoryCategories(parameters=GiB, gradients=GiB, optimizer_state=2 * GiB,
+                                        activations=3 * GiB, other=1 * GiB)),),
+        steps=(StepRecord(step=411, ended_at=T - 1.2, duration=0.2, allocated=5 * GiB),
+               StepRecord(step=412, ended_at=T - 1, duration=0.21, allocated=5 * GiB,
+                          reserved=9 * GiB + 512 * MiB, peak_forward=7 * GiB,
+                          peak_backward=8 * GiB, peak_optimizer=8 * GiB + 512 * MiB)),
+        last_oom=OomRecord(at=T - 600, device="cuda:0", requested=2 * GiB, free=GiB,
+                           allocated=20 * GiB, message="CUDA out of memory. Tried to allocate 2.00 GiB",
+                           where=("train.py:30 in main", "train.py:42 in forward")),
+    )
+
+
+def workstation() -> Snapshot:
+    cpu_job = ProbeReport(pid=777, taken_at=T, torch_version="2.13.0+cpu", command=("python", "eval.py"),
+                          devices=(ProbeDevice("cpu"),),
+                          steps=(StepRecord(step=3, ended_at=T, duration=0.0048),))
+    return Snapshot(
+        taken_at=T,
+        driver=Driver("550.54.15", "12.4", "12.550.54.15"),
+        devices=(
+            Device(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-aaaa", cuda_index=0,
+                   memory_total=24 * GiB, memory_used=12 * GiB, gpu_util=87, memory_util=40,
+                   temperature=71, temperature_slowdown=84, fan_speed=55, power_draw=402.3,
+                   power_limit=450.0, clock_sm=2520, clock_sm_max=2820, clock_memory=10501,
+                   performance_state=2, throttle_reasons=("sw_power_cap",), compute_mode="default"),
+            Device(index=1, name="NVIDIA RTX A4000", uuid="GPU-bbbb", lost="GPU is lost"),
+            Device(index=2, name="NVIDIA A100-SXM4-40GB", uuid="GPU-cccc", cuda_index=1,
+                   memory_total=40 * GiB, memory_used=5 * GiB, mig_enabled=True, power_limit=400.0,
+                   mig_instances=(MigInstance(index=0, uuid="MIG-1", gpu_instance_id=1,
+                                              compute_instance_id=0, profile="3g.20gb",
+                                              memory_total=20 * GiB, memory_used=4 * GiB),)),
+        ),
+        processes=(
+            GpuProcess(pid=4242, device_index=0, gpu_memory=10 * GiB, sm_util=85, user="alice",
+                       command=("python", "train.py", "--lr", "3e-4"), cpu_percent=101.5,
+                       host_memory=3 * GiB, started_at=T - 3723),
+            GpuProcess(pid=1001, device_index=0, gpu_memory=300 * MiB, kind="graphics", user="root",
+                       command=("/usr/lib/xorg/Xorg", "vt1", "-displayfd", "3", "-auth",
+                                "/run/user/1000/gdm/Xauthority", "-nolisten", "tcp"),
+                       cpu_percent=0.3, host_memory=120 * MiB, started_at=T - 3 * 86400),
+            GpuProcess(pid=5555, device_index=0, gpu_memory=900 * MiB, user="bob", state="denied",
+                       note="access denied", name="python3"),
+            GpuProcess(pid=7777, device_index=0, gpu_memory=200 * MiB, state="gone", note="exited"),
+            GpuProcess(pid=6666, device_index=2, gpu_memory=4 * GiB, gpu_instance_id=1,
+                       compute_instance_id=0, state="unmapped",
+                       note="host pid not visible in this container"),
+        ),
+        host=Host(hostname="ws-01", cpu_count=32, cpu_percent=23.5, memory_total=128 * GiB,
+                  memory_used=40 * GiB, swap_total=8 * GiB, swap_used=0, load_average=(3.2, 2.5, 1.1)),
+        probes=(training_report(), cpu_job),
+        source="sim:workstation",
+        problems=("GPU 1: GPU is lost",),
+    )
+
+
+def show(snapshot, **kw):
+    return render(snapshot, tz=timezone.utc, **{"width": 100, **kw})
+
+
+# ------------------------------------------------------------------------------------ units
+
+@pytest.mark.parametrize("value, shown", [
+    (None, None), (0, "0B"), (1023, "1023B"), (1024, "1.00KiB"), (512 * MiB, "512MiB"),
+    (int(10.24 * GiB), "10.2GiB"), (80 * GiB, "80.0GiB"), (1023 * MiB, "1023MiB"), (-2 * MiB, "-2.00MiB"),
+])
+def test_sizes_are_binary_with_three_figures(value, shown):
+    assert units.size(value) == shown
+
+
+def test_size_pair_uses_the_unit_of_the_total():
+    assert units.size_pair(512 * MiB, 80 * GiB) == "0.5/80.0GiB"
+    assert units.size_pair(None, 80 * GiB) == "n/a/80.0GiB"
+    assert units.size_pair(3 * MiB, None) == "3.00MiB"
+
+
+@pytest.mark.parametrize("seconds, shown", [
+    (None, None), (0, "0s"), (59.9, "59s"), (60, "1:00"), (3723, "1:02:03"), (2 * 86400 + 5, "2-00:00:05"),
+    (-5, "0s"),
+])
+def test_durations_read_like_ps(seconds, shown):
+    assert units.duration(seconds) == shown
+
+
+def test_step_times_keep_precision():
+    assert [units.step_time(s) for s in (0.0048, 0.21, 12.54)] == ["4.8ms", "0.21s", "12.5s"]
+
+
+def test_clock_time_in_a_given_zone():
+    assert units.clock_time(T, timezone.utc, date=True, zone=True) == "2026-01-05 09:00:00 UTC"
+    assert units.clock_time(T + 61, timezone.utc) == "09:01:01"
+
+
+# ------------------------------------------------------------------------------------ lines
+
+def test_flow_wraps_whole_chunks_and_crops_only_what_cannot_fit():
+    lines = flow([text("aaaa"), text("bbbb"), text("cccccccccccccc")], 12, first=text("T"), indent=2)
+    assert [line.plain for line in lines] == ["T  aaaa", "  bbbb", "  ccccccc..."]
+
+
+def test_crop_keeps_styles_and_counts_visible_width():
+    line = Line().add("abc", "ok").add("defgh", "bad")
+    cut = line.cropped(6, "…")
+    assert cut.plain == "abcde…" and cut.pieces[-1] == ("…", "bad")
+    assert cut.write(color=True) == "\x1b[32mabc\x1b[0m\x1b[31mde\x1b[0m\x1b[31m…\x1b[0m"
+
+
+# ------------------------------------------------------------------------------------ snapshot
+
+def test_header_names_host_time_driver_and_cuda():
+    first = show(workstation()).splitlines()[0]
+    assert first == "ws-01  2026-01-05 09:00:00 UTC  driver 550.54.15  CUDA 12.4  simulated: workstation"
+
+
+def test_device_block_shows_every_reading_and_the_slowdown():
+    out = show(workstation(), width=140)
+    assert ("[0] NVIDIA GeForce RTX 4090  71°C  fan 55%  402/450W  P2  SM 2520/2820MHz  mem 10501MHz"
+            "  mem-bw 40%  slowed: power cap") in out
+    assert "12.0/24.0GiB" in out and " 87%" in out
+
+
+def test_lost_gpu_says_lost_and_shows_no_bars():
+    lines = show(workstation()).splitlines()
+    i = lines.index("[1] NVIDIA RTX A4000  LOST  GPU is lost")
+    assert lines[i + 1].startswith("[2] ")
+
+
+def test_unsupported_fields_read_na_never_zero():
+    out = show(workstation())
+    assert "[2] NVIDIA A100-SXM4-40GB  temp n/a  fan n/a  n/a/400W  cuda:1  MIG" in out
+    assert "GPU n/a" in out
+
+
+def test_mig_instances_listed_under_their_gpu():
+    assert "    MIG 0  3g.20gb  GI 1 CI 0  4.0/20.0GiB" in show(workstation()).splitlines()
+
+
+def test_process_rows_carry_every_column_and_notes():
+    lines = show(workstation(), width=120).splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("PID"))
+    assert header.split() == ["PID", "USER", "GPU", "TYPE", "GPU-MEM", "SM%", "CPU%", "HOST-MEM",
+                              "ELAPSED", "COMMAND"]
+    row = next(line for line in lines if line.startswith("4242"))
+    assert row.split() == ["4242", "alice", "0", "C", "10.0GiB", "85%", "101.5", "3.00GiB", "1:02:03",
+                           "python", "train.py", "--lr", "3e-4"]
+    assert any(line.startswith("5555 bob") and line.endswith("python3 [access denied]") for line in lines)
+    assert any(line.startswith("7777 ?") and line.endswith("[exited]") for line in lines)
+    assert any(line.startswith("6666 ?     2:1 C") and "[host pid not visible in this container]" in line
+               for line in lines)
+    assert any(line.startswith("1001 root") and " G " in line and "3-00:00:00" in line for line in lines)
+
+
+def test_processes_sorted_by_gpu_then_memory():
+    rows = [line.split()[0] for line in show(workstation()).splitlines()
+            if re.match(r"^\s*\d+ ", line)]
+    assert rows[:5] == ["4242", "5555", "1001", "7777", "6666"]
+
+
+def test_probe_summary_explains_the_nvml_figure():
+    out = show(workstation(), width=140)
+    # NVML charges 10 GiB; reserved 9.5 GiB; allocated 8 GiB: cache 1.5 GiB, context+libs 512 MiB.
+    assert ("      cuda:0:  allocated 8.00GiB  reserved 9.50GiB  cache 1.50GiB  context+libs 512MiB"
+            "  fragmented 300MiB") in out
+    assert "        params 1.00GiB  grads 1.00GiB  optimizer 2.00GiB  activations 3.00GiB  other 1.00GiB" in out
+    assert "    probe torch 2.13.0  step 412 in 0.21s  end 5.00GiB  peak fwd 7.00GiB  bwd 8.00GiB  opt 8.50GiB" in out
+    assert ("      last OOM  08:50:00  cuda:0  asked 2.00GiB  free 1.00GiB  allocated 20.0GiB"
+            "  at train.py:42 in forward") in out
+
+
+def test_probe_of_a_process_nvml_does_not_list_is_still_shown():
+    lines = show(workstation()).splitlines()
+    i = lines.index("Probed processes not listed by NVML")
+    assert lines[i + 1:i + 3] == ["777 python eval.py", "    probe torch 2.13.0+cpu  step 3 in 4.8ms"]
+
+
+def test_problems_are_listed_last():
+    assert show(workstation()).splitlines()[-1] == "! GPU 1: GPU is lost"
+
+
+def test_empty_machine():
+    out = show(Snapshot(taken_at=T, host=Host(hostname="box")))
+    assert out.splitlines()[1:] == ["No GPUs found.", "", "No GPU processes."]
+
+
+@pytest.mark.parametrize("width", [40, 41, 60, 79, 80, 100, 132, 200])
+@pytest.mark.parametrize("ascii", [False, True])
+def test_every_line_fits_the_width(width, ascii):
+    for line in show(workstation(), width=width, ascii=ascii).splitlines():
+        assert len(line) <= width, line
+
+
+def test_width_below_the_minimum_is_raised_to_it():
+    assert max(len(line) for line in show(workstation(), width=10).splitlines()) <= 40
+
+
+def test_narrow_terminal_drops_columns_but_keeps_pid_gpu_memory_and_command():
+    lines = show(workstation(), width=40).splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("PID"))
+    assert header.split() == ["PID", "GPU", "TYPE", "GPU-MEM", "COMMAND"]
+
+
+def test_ascii_output_is_pure_ascii_with_hash_bars():
+    snap = workstation()
+    weird = snap.processes[0].__class__(pid=9, device_index=0, command=("python", "résumé—train.py"))
+    out = show(Snapshot(**{**snap.__dict__, "processes": snap.processes + (weird,)}), ascii=True, width=60)
+    out.encode("ascii")  # raises if anything is not ASCII
+    assert "71C" in out and "#" in out and "..." in out and "…" not in out
+    assert re.search(r"MEM #+-+ 12\.0/24\.0GiB", out)
+
+
+def test_unicode_output_uses_block_bars():
+    out = show(workstation())
+    assert re.search(r"MEM █+░+ 12\.0/24\.0GiB", out) and "71°C" in out
+
+
+def test_bars_have_the_same_length_for_every_gpu():
+    out = show(workstation(), width=80)
+    lengths = {len(m) for m in re.findall(r"MEM ([█░]+)", out)}
+    assert len(lengths) == 1
+
+
+def test_colour_only_when_asked_and_levels_colour_the_load():
+    plain = show(workstation())
+    coloured = show(workstation(), color=True)
+    assert "\x1b[" not in plain
+    assert ANSI.sub("", coloured) == plain
+    assert "\x1b[31m402/450W\x1b[0m" in coloured  # 89 % of the power limit: red
+    assert "\x1b[32m71°C\x1b[0m" in coloured  # 13 degrees below slowdown: green
+    assert "\x1b[1;31mLOST\x1b[0m" in coloured
+    assert "\x1b[33mslowed: power cap\x1b[0m" in coloured
+
+
+def test_golden_handmade_snapshot():
+    check_golden("handmade-100.txt", show(workstation(), width=100))
+    check_golden("handmade-40-ascii.txt", show(workstation(), width=40, ascii=True))
+
+
+# ------------------------------------------------------------------------------------ probe texts
+
+def test_probe_report_text_has_allocator_steps_and_oom():
+    out = render_probe(training_report(), width=120, tz=timezone.utc)
+    lines = out.splitlines()
+    assert lines[0] == "process 4242  python train.py --lr 3e-4"
+    assert "allocator cuda:0:  allocated 8.00GiB (peak 12.0GiB)  reserved 9.50GiB (peak 14.0GiB)" in out
+    assert "segments 40  alloc retries 2  OOMs 1  expandable_segments off" in out
+    assert "Last 2 of 2 steps" in lines
+    assert " 412 0.21s   5.00GiB  9.50GiB  7.00GiB  8.00GiB  8.50GiB" in lines
+    assert "OOM message: CUDA out of memory. Tried to allocate 2.00 GiB" in lines
+    assert lines[lines.index("OOM message: CUDA out of memory. Tried to allocate 2.00 GiB") + 1:][:2] == [
+        "  train.py:30 in main", "  train.py:42 in forward"]
+
+
+def test_probe_list_table_and_unreachable_probes():
+    out = render_probe_list([training_report(), training_report(99)], {31337: "the probe has gone away"},
+                            width=100)
+    assert out.splitlines() == [
+        " PID TORCH  ALLOCATED RESERVED STEP COMMAND",
+        "4242 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
+        "  99 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
+        "31337 did not answer: the probe has gone away",
+    ]
+
+
+def test_probe_list_when_none_says_how_to_start_one():
+    out = render_probe_list([], {}, width=200)
+    assert out.splitlines()[0] == "No probed processes found."
+    assert "gputui run -- python train.py" in out and "GPUTUI_PROBE=1" in out
