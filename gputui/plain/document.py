@@ -8,6 +8,7 @@ is ``gputui.plain.schema.SCHEMA``.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gputui import __version__
@@ -42,5 +43,21 @@ def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str])
 
 
 def dumps(document: dict[str, Any]) -> str:
-    """One line of JSON, so ``--json --watch`` is NDJSON; NaN is not JSON, so it is refused."""
-    return json.dumps(document, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    """One line of ASCII JSON, so ``--json --watch`` is NDJSON.
+
+    NaN and infinity are not JSON (jq rejects them): a reading that came out that way is null.
+    """
+    try:
+        return json.dumps(document, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(document), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,208 @@
+"""The JSON documents: envelope, schema (checked by a small validator here and by jsonschema where
+installed), the schema and docs/json-schema.md kept in step with the model."""
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+import gputui.model as model
+from gputui.model import Device, GpuProcess, Host, Snapshot
+from gputui.plain.document import (
+    dumps, probe_document, probe_list_document, snapshot_document,
+)
+from gputui.plain.schema import DEFS, SCHEMA
+from test_plain_render import T, training_report, workstation
+
+DOCS = Path(__file__).parent.parent / "docs" / "json-schema.md"
+
+
+# ------------------------------------------------------------------------------------ validator
+# A small draft 2020-12 validator for the keywords our schema uses, so the checks run on a clean
+# machine without the jsonschema package.
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def errors(value, schema, path="$", root=SCHEMA):
+    """Every way ``value`` breaks ``schema``, as 'path: why' strings."""
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        return errors(value, root["$defs"][name], path, root)
+    found = []
+    if "type" in schema:
+        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(_TYPES[k](value) for k in kinds):
+            return [f"{path}: {value!r} is not {kinds}"]
+    if "const" in schema and value != schema["const"]:
+        found.append(f"{path}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        found.append(f"{path}: {value!r} not in {schema['enum']}")
+    if _TYPES["number"](value):
+        if "minimum" in schema and value < schema["minimum"]:
+            found.append(f"{path}: {value} < {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            found.append(f"{path}: {value} > {schema['maximum']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        found += [f"{path}: missing {k}" for k in schema.get("required", ()) if k not in value]
+        for key, item in value.items():
+            if key in props:
+                found += errors(item, props[key], f"{path}.{key}", root)
+            elif schema.get("additionalProperties") is False:
+                found.append(f"{path}: unexpected {key}")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            found.append(f"{path}: fewer than {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            found.append(f"{path}: more than {schema['maxItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                found += errors(item, schema["items"], f"{path}[{i}]", root)
+    if "anyOf" in schema:
+        branches = [errors(value, s, path, root) for s in schema["anyOf"]]
+        if all(branches):
+            found += [problem for branch in branches for problem in branch]
+    if "oneOf" in schema:
+        branches = [errors(value, s, path, root) for s in schema["oneOf"]]
+        passing = [b for b in branches if not b]
+        if len(passing) != 1:
+            found.append(f"{path}: matches {len(passing)} of oneOf")
+            found += [problem for branch in branches for problem in branch]
+    return found
+
+
+def assert_valid(document):
+    text = dumps(document)
+    problems = errors(json.loads(text), SCHEMA)
+    assert problems == []
+
+
+# ------------------------------------------------------------------------------------ documents
+
+def test_snapshot_document_envelope_and_body():
+    doc = json.loads(dumps(snapshot_document(workstation())))
+    assert (doc["schema"], doc["version"]) == ("gputui.snapshot", 1)
+    assert isinstance(doc["gputui"], str)
+    snap = doc["snapshot"]
+    assert snap["taken_at"] == T
+    dev = snap["devices"][0]
+    assert dev["memory_total"] == 24 * (1 << 30) and dev["power_draw"] == 402.3
+    assert dev["temperature"] == 71 and dev["gpu_util"] == 87
+    assert snap["devices"][2]["temperature"] is None and snap["devices"][2]["fan_speed"] is None
+    assert snap["devices"][1]["lost"] == "GPU is lost"
+    assert snap["processes"][2]["state"] == "denied" and snap["processes"][2]["command"] == []
+    assert snap["probes"][0]["devices"][0]["allocator"]["reserved"] == 9 * (1 << 30) + 512 * (1 << 20)
+    assert snap["host"]["load_average"] == [3.2, 2.5, 1.1]
+
+
+def test_documents_satisfy_the_schema():
+    assert_valid(snapshot_document(workstation()))
+    assert_valid(snapshot_document(Snapshot(taken_at=0.0)))
+    assert_valid(probe_document(training_report()))
+    assert_valid(probe_list_document([training_report()], {12: "the probe has gone away"}))
+    assert_valid(probe_list_document([], {}))
+
+
+def test_output_is_one_ascii_line():
+    snap = workstation()
+    accented = dataclasses.replace(snap.processes[0], command=("python", "résumé.py"))
+    text = dumps(snapshot_document(dataclasses.replace(snap, processes=(accented,))))
+    assert "\n" not in text
+    text.encode("ascii")
+    assert json.loads(text)["snapshot"]["processes"][0]["command"][1] == "résumé.py"
+
+
+def test_nan_readings_become_null_not_invalid_json():
+    doc = snapshot_document(Snapshot(taken_at=1.0, host=Host(cpu_percent=math.nan),
+                                     devices=(Device(index=0, power_draw=math.inf),)))
+    parsed = json.loads(dumps(doc))
+    assert parsed["snapshot"]["host"]["cpu_percent"] is None
+    assert parsed["snapshot"]["devices"][0]["power_draw"] is None
+
+
+# ------------------------------------------------------------------------------------ the validator bites
+
+@pytest.mark.parametrize("change, complaint", [
+    (lambda d: d["snapshot"]["devices"][0].update(memory_used="12 GiB"), "memory_used"),
+    (lambda d: d["snapshot"]["devices"][0].pop("temperature"), "missing temperature"),
+    (lambda d: d["snapshot"]["devices"][0].update(vram=1), "unexpected vram"),
+    (lambda d: d.update(version=2), "version"),
+    (lambda d: d["snapshot"]["processes"][0].update(state="sleeping"), "state"),
+    (lambda d: d["snapshot"]["host"].update(load_average=[1.0, 2.0]), "fewer than 3"),
+    (lambda d: d["snapshot"]["devices"][0].update(gpu_util=-1), "-1 < 0"),
+    (lambda d: d["snapshot"]["devices"][0].update(performance_state=32), "32 > 15"),
+    (lambda d: d["snapshot"]["probes"][0].update(last_oom={"at": 1.0}), "missing message"),
+    (lambda d: d["snapshot"]["devices"][0].update(index=True), "index"),
+])
+def test_schema_rejects_wrong_documents(change, complaint):
+    doc = json.loads(dumps(snapshot_document(workstation())))
+    change(doc)
+    problems = errors(doc, SCHEMA)
+    assert problems and any(complaint in p for p in problems), problems
+
+
+# ------------------------------------------------------------------------------------ kept in step
+
+MODEL_TYPES = {name: getattr(model, name) for name in DEFS}
+
+
+@pytest.mark.parametrize("name", sorted(DEFS))
+def test_schema_has_exactly_the_model_fields(name):
+    fields = {f.name for f in dataclasses.fields(MODEL_TYPES[name])}
+    assert set(DEFS[name]["properties"]) == fields
+
+
+def test_every_model_type_in_a_snapshot_has_a_schema():
+    assert set(DEFS) == {"Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host",
+                         "MemoryCategories", "AllocatorStats", "ProbeDevice", "StepRecord",
+                         "OomRecord", "AllocationSite", "ProbeReport", "Snapshot"}
+
+
+@pytest.mark.parametrize("name", sorted(DEFS))
+def test_docs_describe_every_field(name):
+    text = DOCS.read_text(encoding="utf-8")
+    section = re.search(rf"^## {name}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert section, f"docs/json-schema.md has no section for {name}"
+    documented = set(re.findall(r"^\| `(\w+)` \|", section.group(1), re.M))
+    assert documented == set(DEFS[name]["properties"])
+
+
+def test_schema_is_valid_for_jsonschema_too():
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator.validate(json.loads(dumps(snapshot_document(workstation()))))
+    validator.validate(json.loads(dumps(probe_document(training_report()))))
+    bad = json.loads(dumps(snapshot_document(workstation())))
+    bad["snapshot"]["devices"][0]["memory_used"] = "lots"
+    assert not validator.is_valid(bad)
+
+
+def test_schema_module_prints_the_schema():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "gputui.plain.schema"], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert json.loads(out.stdout) == json.loads(json.dumps(SCHEMA))
+
+
+def test_gpu_process_kinds_in_schema_match_the_model_words():
+    assert set(DEFS["GpuProcess"]["properties"]["state"]["enum"]) == {
+        model.PROCESS_OK, model.PROCESS_GONE, model.PROCESS_DENIED, model.PROCESS_ZOMBIE,
+        model.PROCESS_UNMAPPED}
+    assert DEFS["Device"]["properties"]["throttle_reasons"]["items"]["enum"] == list(model.THROTTLE_REASONS)
+    assert DEFS["Device"]["properties"]["compute_mode"]["enum"][:-1] == list(model.COMPUTE_MODES)
+    assert GpuProcess(pid=1, device_index=0).kind in DEFS["GpuProcess"]["properties"]["kind"]["enum"]
