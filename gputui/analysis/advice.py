@@ -1,0 +1,347 @@
+"""Advice: rules that turn a process's memory breakdown and verdicts into ranked, concrete suggestions.
+
+Each rule looks at what the monitor and the probe saw, says it in numbers, proposes the change (with a
+snippet), and estimates the saving where it can. Healthy processes get no advice at all.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from gputui.analysis.leaks import WINDOW_STEPS
+from gputui.analysis.text import duration, size
+from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH,
+    LEAK_FRAGMENTATION,
+    LEAK_LEAK,
+    SEVERITIES,
+    TREND_GROWING,
+    Advice,
+    GrowingSite,
+    LeakVerdict,
+    ProcessTrend,
+)
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+OOM_CRITICAL = 30 * 60.0  # seconds: an OOM closer than this is the first thing to hear about
+OOM_WARNING = 6 * 3600.0
+MIN_ACTIVATIONS = 16 * MIB  # saved activations below this outside training are not worth a word
+EVAL_GAP_STEPS = 20  # no step for this many step times (and at least EVAL_GAP s): not training now
+EVAL_GAP = 30.0
+ACTIVATIONS_SHARE = 0.4  # of a step's peak: activations dominate
+OPTIMIZER_SHARE = 0.35  # of allocated memory: optimizer state dominates
+CACHE_SHARE = 0.25  # of reserved memory: the cache is far above what is allocated
+OTHERS_SHARE = 0.10  # of the device: other processes' share worth mentioning
+CROWDED = 0.9  # device use above this share makes other processes a warning
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """Everything the rules look at, gathered once."""
+
+    snapshot: Snapshot
+    process: GpuProcess | None
+    device: Device | None
+    report: ProbeReport | None
+    probe: ProbeDevice | None
+    steps: tuple[StepRecord, ...]
+    trend: ProcessTrend | None
+    verdict: LeakVerdict | None
+    sites: tuple[GrowingSite, ...]
+
+
+def advise(
+    *,
+    snapshot: Snapshot,
+    process: GpuProcess | None,
+    report: ProbeReport | None = None,
+    trend: ProcessTrend | None = None,
+    verdict: LeakVerdict | None = None,
+    sites: Sequence[GrowingSite] = (),
+) -> tuple[Advice, ...]:
+    """Suggestions for one process, most urgent and most rewarding first (``rank`` 1, 2, ...)."""
+    device = None
+    if process is not None:
+        device = next((d for d in snapshot.devices if d.index == process.device_index), None)
+    probe = _probe_device(report, device, verdict)
+    steps = ()
+    if report is not None and probe is not None:
+        steps = tuple(s for s in report.steps if s.device in (probe.device, None))
+    seen = _Seen(snapshot, process, device, report, probe, steps, trend, verdict, tuple(sites))
+    found = [advice for rule in RULES if (advice := rule(seen)) is not None]
+    found.sort(key=_order)
+    return tuple(replace(a, rank=i + 1) for i, a in enumerate(found))
+
+
+# Urgency first, then the rules that fix a leak, then the biggest saving.
+_PRIORITY = {"oom-soon": 0, "keep-graph": 1, "growing-tensors": 1, "model-in-loop": 1}
+
+
+def _order(a: Advice) -> tuple:
+    saving = -a.estimated_saving if a.estimated_saving is not None else 1
+    return SEVERITIES.index(a.severity), _PRIORITY.get(a.kind, 2), saving, a.kind
+
+
+def _probe_device(report: ProbeReport | None, device: Device | None, verdict: LeakVerdict | None):
+    """The probe's view of the device the process is on (by UUID), else of the device judged."""
+    if report is None or not report.devices:
+        return None
+    for pd in report.devices:
+        if device is not None and device.uuid is not None and pd.uuid == device.uuid:
+            return pd
+    for pd in report.devices:
+        if verdict is not None and pd.device == verdict.device:
+            return pd
+    return max(report.devices, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
+
+
+def _oom_soon(seen: _Seen) -> Advice | None:
+    forecasts = []
+    v, t = seen.verdict, seen.trend
+    if v is not None and v.oom_in is not None:
+        forecasts.append((v.oom_in, f"at {size(v.allocated_per_step or v.reserved_per_step or 0)} per step "
+                          f"({v.state.replace('_', ' ')}), the device is full by step {v.oom_step}"))
+    if t is not None and t.verdict == TREND_GROWING and t.time_to_oom is not None:
+        forecasts.append((t.time_to_oom, f"its memory grows {t.mib_per_min:.0f} MiB/min and "
+                          f"{_free_text(seen)} is left"))
+    if not forecasts:
+        return None
+    seconds, why = min(forecasts)
+    if seconds >= OOM_WARNING:
+        return None
+    return Advice(
+        kind="oom-soon", severity="critical" if seconds < OOM_CRITICAL else "warning",
+        title=f"Out of memory in about {duration(seconds)}",
+        detail=f"{why[0].upper()}{why[1:]}.",
+        action="Apply the fix below before then, or save a checkpoint now so the run can resume.",
+    )
+
+
+def _free_text(seen: _Seen) -> str:
+    d = seen.device
+    if d is not None and d.memory_free is not None:
+        return size(d.memory_free)
+    return "the rest of the device"
+
+
+def _site_text(seen: _Seen) -> str:
+    if not seen.sites:
+        return " Record allocation sites from the detail screen to find the line."
+    top = seen.sites[0]
+    return f" Fastest-growing allocation site: {top.where} (+{size(top.bytes_per_step)}/step)."
+
+
+def _leak(seen: _Seen) -> Advice | None:
+    v = seen.verdict
+    if v is None or v.state != LEAK_LEAK:
+        return None
+    per_step = size(v.allocated_per_step or 0)
+    head = f"Allocated memory grows {per_step} per step over {min(v.steps_seen, WINDOW_STEPS)} steps"
+    level = next((g.level for g in v.growth if g.name == v.category), None)
+    if v.category == "activations":
+        return Advice(
+            kind="keep-graph", severity="critical",
+            title="Each step's autograd graph is kept alive",
+            detail=f"{head}, in tensors saved for backward ({size(level or 0)} now, where a finished step "
+            f"should hold none): a loss or output that still carries its graph is being kept."
+            + _site_text(seen),
+            action="Keep numbers, not graphs, across steps:\n"
+            "    total_loss += loss.item()          # not: total_loss += loss\n"
+            "    outputs.append(out.detach())       # not: outputs.append(out)",
+            estimated_saving=level,
+        )
+    if v.category == "other":
+        return Advice(
+            kind="growing-tensors", severity="critical",
+            title="A collection of tensors keeps growing",
+            detail=f"{head}, in tensors that are neither parameters, gradients, optimizer state nor "
+            f"activations ({size(level or 0)} now): a list, dict or cache that is never emptied."
+            + _site_text(seen),
+            action="Bound it or move it off the GPU:\n"
+            "    cache[key] = value.detach().cpu()   # or keep .item() numbers\n"
+            "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+        )
+    if v.category in ("parameters", "gradients", "optimizer_state"):
+        return Advice(
+            kind="model-in-loop", severity="critical",
+            title=f"{v.category.replace('_', ' ').capitalize()} grow every step",
+            detail=f"{head}, in {v.category.replace('_', ' ')}: a model, layer or optimizer is created "
+            f"inside the training loop." + _site_text(seen),
+            action="Create the model and the optimizer once, before the loop; build layers in __init__, "
+            "not in forward().",
+        )
+    return Advice(
+        kind="growing-tensors", severity="critical", title="Allocated memory grows every step",
+        detail=f"{head}; the probe cannot tell which tensors they are." + _site_text(seen),
+        action="Look for tensors kept across steps: running losses (use .item()), outputs kept for "
+        "metrics (use .detach().cpu()), caches that are never emptied.",
+    )
+
+
+def _eval_with_grad(seen: _Seen) -> Advice | None:
+    cats = seen.probe.categories if seen.probe else None
+    if seen.report is None or cats is None or not cats.activations or cats.activations < MIN_ACTIVATIONS:
+        return None
+    if seen.steps:
+        last = seen.steps[-1]
+        step_time = (seen.verdict.step_time if seen.verdict else None) or last.duration or 0.0
+        idle = seen.report.taken_at - last.ended_at
+        if idle < max(EVAL_GAP, EVAL_GAP_STEPS * step_time):
+            return None
+        when = f"no optimizer step for {duration(idle)}"
+    else:
+        when = "no optimizer step seen at all"
+    return Advice(
+        kind="no-grad-eval", severity="warning",
+        title="Evaluation or inference runs with gradients enabled",
+        detail=f"{size(cats.activations)} of activations are saved for backward, with {when}: "
+        f"autograd keeps them for a backward pass that never comes.",
+        action="Run evaluation without autograd:\n"
+        "    model.eval()\n"
+        "    with torch.inference_mode():       # or torch.no_grad()\n"
+        "        outputs = model(inputs)",
+        estimated_saving=cats.activations,
+    )
+
+
+def _activations_dominate(seen: _Seen) -> Advice | None:
+    if not seen.steps:
+        return None
+    last = seen.steps[-1]
+    peaks = [p for p in (last.peak_forward, last.peak_backward, last.peak_optimizer) if p is not None]
+    if not peaks or last.allocated is None:
+        return None
+    peak = max(peaks)
+    activations = peak - last.allocated  # what a step adds on top of what it keeps: mostly activations
+    if peak <= 0 or activations < ACTIVATIONS_SHARE * peak:
+        return None
+    total = seen.device.memory_total if seen.device else None
+    tight = total is not None and peak > 0.8 * total
+    return Advice(
+        kind="activations", severity="warning" if tight else "info",
+        title="Activations dominate the step's peak memory",
+        detail=f"A step peaks at {size(peak)}, {size(activations)} ({activations / peak:.0%}) above what it "
+        f"keeps between steps: activations saved for backward."
+        + (f" That is {peak / total:.0%} of the device." if total else ""),
+        action="Any of these roughly halves activation memory:\n"
+        "    # recompute activations in backward instead of keeping them\n"
+        "    from torch.utils.checkpoint import checkpoint\n"
+        "    x = checkpoint(block, x, use_reentrant=False)\n"
+        "    # half the micro-batch, accumulate 2 of them per optimizer step\n"
+        "    (loss / 2).backward(); ...; optimizer.step() every 2nd micro-batch\n"
+        "    # mixed precision\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)",
+        estimated_saving=activations // 2,
+    )
+
+
+def _optimizer_dominates(seen: _Seen) -> Advice | None:
+    cats = seen.probe.categories if seen.probe else None
+    if cats is None or not cats.optimizer_state:
+        return None
+    held = sum(v or 0 for v in (cats.parameters, cats.gradients, cats.optimizer_state, cats.activations,
+                                cats.other))
+    if held <= 0 or cats.optimizer_state < OPTIMIZER_SHARE * held:
+        return None
+    ratio = f", {cats.optimizer_state / cats.parameters:.1f}x the parameters" if cats.parameters else ""
+    return Advice(
+        kind="optimizer-state", severity="info",
+        title="Optimizer state is the largest part of memory",
+        detail=f"Optimizer state holds {size(cats.optimizer_state)} ({cats.optimizer_state / held:.0%} of "
+        f"the tensors{ratio}).",
+        action="Use a leaner optimizer state, or shard it across GPUs:\n"
+        "    import bitsandbytes as bnb\n"
+        "    optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)   # ~1/4 of Adam's state\n"
+        "    # or: torch.distributed.optim.ZeroRedundancyOptimizer / FSDP to shard it over ranks",
+        estimated_saving=cats.optimizer_state * 3 // 4,
+    )
+
+
+def _expandable_segments(seen: _Seen) -> Advice | None:
+    alloc = seen.probe.allocator if seen.probe else None
+    if alloc is None or alloc.expandable_segments:
+        return None
+    state = seen.verdict.state if seen.verdict else None
+    cached = alloc.reserved - alloc.allocated
+    retries = alloc.alloc_retries or 0
+    far_above = cached >= CACHE_SHARE * alloc.reserved and cached >= 256 * MIB
+    if not (state in (LEAK_FRAGMENTATION, LEAK_CACHE_GROWTH) or (far_above and retries > 0)):
+        return None
+    stuck = alloc.inactive_split
+    detail = f"Reserved {size(alloc.reserved)} but allocated {size(alloc.allocated)}: {size(cached)} cached"
+    if stuck is not None:
+        detail += f", {size(stuck)} of it free but split inside blocks"
+    detail += f"; {retries} alloc retries (each one frees the cache and stalls the step)."
+    if state == LEAK_CACHE_GROWTH:
+        detail += " Reserved keeps growing while allocated stays flat."
+    return Advice(
+        kind="expandable-segments", severity="warning",
+        title="The allocator's cache is fragmented",
+        detail=detail,
+        action="Let segments grow instead of splitting fixed blocks (PyTorch 2.1+):\n"
+        "    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+        "Varying tensor shapes (sequence lengths) fragment it too: pad to a few fixed sizes.",
+        estimated_saving=stuck if stuck is not None else cached,
+    )
+
+
+def _other_processes(seen: _Seen) -> Advice | None:
+    proc, device = seen.process, seen.device
+    if proc is None or device is None:
+        return None
+    others = [
+        p for p in seen.snapshot.processes
+        if p.device_index == proc.device_index and p.pid != proc.pid and p.gpu_memory
+    ]
+    held = sum(p.gpu_memory for p in others)
+    total = device.memory_total
+    if not others or held < (OTHERS_SHARE * total if total else GIB):
+        return None
+    others.sort(key=lambda p: -p.gpu_memory)
+    listed = ", ".join(
+        f"{p.pid} ({p.user or '?'}, {p.name or '?'}) {size(p.gpu_memory)}" for p in others[:3]
+    )
+    crowded = total is not None and device.memory_used is not None and device.memory_used > CROWDED * total
+    action = "Ask their owners, or run on a GPU with room"
+    spare = [d for d in seen.snapshot.devices
+             if d.index != device.index and d.memory_free is not None and d.lost is None]
+    if spare:
+        best = max(spare, key=lambda d: d.memory_free)
+        target = best.cuda_index if best.cuda_index is not None else best.index
+        action += f":\n    CUDA_VISIBLE_DEVICES={target} python train.py   # GPU {best.index}: " \
+                  f"{size(best.memory_free)} free"
+    else:
+        action += "."
+    return Advice(
+        kind="other-processes", severity="warning" if crowded else "info",
+        title=f"Other processes hold {size(held)} on GPU {device.index}",
+        detail=f"{len(others)} other process{'es' if len(others) > 1 else ''} on this GPU: {listed}.",
+        action=action,
+        estimated_saving=held,
+    )
+
+
+def _attach_probe(seen: _Seen) -> Advice | None:
+    t, proc = seen.trend, seen.process
+    if seen.report is not None or t is None or t.verdict != TREND_GROWING or proc is None:
+        return None
+    command = shlex.join(proc.command) if proc.command else "python train.py"
+    return Advice(
+        kind="attach-probe", severity="warning",
+        title="Memory grows: attach the probe to see why",
+        detail=f"NVML shows this process at {size(t.level or 0)}, growing {t.mib_per_min:.0f} MiB/min; "
+        f"without the probe the monitor cannot tell a leak from a growing cache.",
+        action=f"Restart it under the probe (no code change):\n    gputui run -- {command}\n"
+        f"or: GPUTUI_PROBE=1 {command}",
+    )
+
+
+RULES: tuple[Callable[[_Seen], Advice | None], ...] = (
+    _oom_soon, _leak, _eval_with_grad, _activations_dominate, _optimizer_dominates,
+    _expandable_segments, _other_processes, _attach_probe,
+)
