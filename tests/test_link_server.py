@@ -181,7 +181,7 @@ def connect_as(uid: int, path) -> str:
             sock.settimeout(2)
             try:
                 sock.connect(os.fspath(path))
-                sock.sendall(protocol.request_line(1, "echo"))
+                send_quietly(sock, protocol.request_line(1, "echo"))
                 outcome = sock.makefile("rb").readline().decode().strip()
             except PermissionError:
                 outcome = "permission denied"

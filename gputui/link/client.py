@@ -89,8 +89,7 @@ def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2
                 raise ProbeUnavailable(pid, TIMED_OUT, f"the probe did not answer within {timeout:g} s")
             link.wait(remaining)
             for reply in link.receive():
-                if reply.get("id") == request_id or reply.get("ok") is False:
-                    return _result(pid, reply)
+                return _result(pid, reply, request_id)  # one request per connection: one reply
     finally:
         link.close()
 
@@ -209,13 +208,16 @@ class ProbeLink:
         self.sock.close()
 
 
-def _result(pid: int, reply: dict) -> Any:
+def _result(pid: int, reply: dict, request_id: int | None = None) -> Any:
     """The result of a reply, or ProbeUnavailable with the probe's reason."""
-    if reply.get("v") != protocol.VERSION:
+    if not protocol.is_version(reply.get("v")):
         raise ProbeUnavailable(pid, MISMATCH, f"the probe speaks protocol version {reply.get('v')!r}"
                                f", this monitor version {protocol.VERSION}; use the same gputui "
                                "version for both")
     if reply.get("ok") is True:
+        if request_id is not None and reply.get("id") != request_id:
+            raise ProbeUnavailable(pid, BAD_REPLY, f"the probe answered request {reply.get('id')!r}"
+                                   f", not the one sent ({request_id})")
         return reply.get("result")
     code = reply.get("code")
     error = str(reply.get("error") or "unknown error")

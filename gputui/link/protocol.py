@@ -87,9 +87,10 @@ def decode_request(line: bytes) -> Request:
     if not (request_id is None or isinstance(request_id, str) or _is_int(request_id)):
         raise ProtocolError("'id' must be an integer or a string", BAD_REQUEST)
     version = message.get("v")
-    if version != VERSION:
+    if not is_version(version):
         raise ProtocolError(
-            f"protocol version {version!r} is not supported; this probe speaks version {VERSION}",
+            f"protocol version {json.dumps(version)} is not supported; this probe speaks version "
+            f"{VERSION}",
             WRONG_VERSION, request_id,
         )
     op = message.get("op")
@@ -101,6 +102,11 @@ def decode_request(line: bytes) -> Request:
     if not isinstance(params, dict):
         raise ProtocolError("'params' must be a JSON object", BAD_REQUEST, request_id)
     return Request(request_id, op, params)
+
+
+def is_version(value: Any) -> bool:
+    """True for our protocol version (and not for ``true``, which Python calls equal to 1)."""
+    return _is_int(value) and value == VERSION
 
 
 def _is_int(value: Any) -> bool:

@@ -62,6 +62,7 @@ class ProbeServer:
         self.error: str | None = None
         self.problems: collections.deque[str] = collections.deque(maxlen=20)
         self.requests_answered = 0
+        self.clients_accepted = 0
         self._owner_pid: int | None = None
         self._inode: tuple[int, int] | None = None
         self._forked_child = False
@@ -212,6 +213,7 @@ class ProbeServer:
                 _send_and_close(sock, protocol.error_reply(None, code, message))
                 continue
             client = _Client(sock)
+            self.clients_accepted += 1
             self._clients[sock.fileno()] = client
             self._selector.register(sock, selectors.EVENT_READ, client)
 

@@ -1,0 +1,390 @@
+"""The monitor's client: discovery, one-shot reports, reasons for failure, and the live watcher."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gputui.link import client, paths
+from gputui.link.server import ProbeServer
+from gputui.model import (
+    AllocatorStats,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    StepRecord,
+    to_jsonable,
+)
+
+TESTS = Path(__file__).parent
+
+
+def sample_report(pid: int) -> ProbeReport:
+    """A report with every level of nesting filled in, the same in the test and in the probe."""
+    return ProbeReport(
+        pid=pid, taken_at=1767603600.5, torch_version="2.13.0+cpu",
+        command=("python", "train.py", "--lr", "3e-4"),
+        devices=(ProbeDevice(
+            device="cuda:0", cuda_index=0, uuid="GPU-1234",
+            allocator=AllocatorStats(allocated=3 << 30, reserved=4 << 30, inactive_split=12 << 20,
+                                     alloc_retries=0, expandable_segments=False),
+            categories=MemoryCategories(parameters=1 << 30, gradients=1 << 30,
+                                        optimizer_state=2 << 30, activations=0),
+        ),),
+        steps=(StepRecord(step=41, ended_at=1767603600.0, duration=0.005, allocated=3 << 30,
+                          peak_forward=5 << 30, peak_backward=6 << 30),),
+        problems=("sampler: CUDA not initialised yet",),
+    )
+
+
+PROBE_SCRIPT = f"""
+import os, sys
+sys.path.insert(0, {str(TESTS)!r})
+from test_link_client import sample_report
+from gputui.link.server import ProbeServer
+from gputui.model import to_jsonable
+srv = ProbeServer({{"report": lambda params: to_jsonable(sample_report(os.getpid()))}})
+assert srv.start(), srv.error
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def probe_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "p"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv(paths.DIR_ENV, str(directory))
+    return directory
+
+
+@pytest.fixture
+def spawn_probe(probe_dir):
+    """Start training-job stand-ins with a real probe server; they stop when the test ends."""
+    procs = []
+
+    def spawn() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.stdin.close()
+            proc.wait(10)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def stale_socket(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(os.fspath(path))
+    sock.close()  # the file stays and nobody listens: what a killed process leaves
+
+
+def test_fetch_report_from_a_probe_in_another_process(spawn_probe):
+    proc = spawn_probe()
+    report = client.fetch_report(proc.pid, timeout=5.0)
+    assert report == sample_report(proc.pid)
+    assert report.devices[0].categories.optimizer_state == 2 << 30
+
+
+def test_report_survives_the_wire_unchanged_in_process(probe_dir):
+    srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(os.getpid()))})
+    assert srv.start()
+    try:
+        assert client.fetch_report(os.getpid()) == sample_report(os.getpid())
+    finally:
+        srv.stop()
+
+
+def test_discover_lists_live_probes_and_removes_stale_sockets(spawn_probe, probe_dir):
+    first, second = spawn_probe(), spawn_probe()
+    gone = dead_pid()
+    stale_socket(probe_dir / f"{gone}.sock")
+    (probe_dir / "notes.txt").write_text("not a socket")
+    (probe_dir / "abc.sock").write_text("not a pid")
+    found = client.discover()
+    assert found == {pid: probe_dir / f"{pid}.sock" for pid in sorted((first.pid, second.pid))}
+    assert not (probe_dir / f"{gone}.sock").exists()
+    assert (probe_dir / "notes.txt").exists() and (probe_dir / "abc.sock").exists()
+
+
+def test_killed_probe_leaves_a_socket_that_discovery_cleans(spawn_probe, probe_dir):
+    proc = spawn_probe()
+    path = probe_dir / f"{proc.pid}.sock"
+    proc.kill()  # SIGKILL: no atexit, the socket stays behind
+    proc.wait(5)
+    assert path.exists()
+    assert client.discover() == {}
+    assert not path.exists()
+
+
+def test_probe_exiting_normally_removes_its_socket(spawn_probe, probe_dir):
+    proc = spawn_probe()
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+    assert list(probe_dir.iterdir()) == []
+
+
+def test_discover_looks_in_the_runtime_dir_and_the_fallback(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.DIR_ENV, raising=False)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    fallback_root = tmp_path / "tmp"
+    fallback_root.mkdir()
+    monkeypatch.setattr(paths, "FALLBACK_ROOT", fallback_root)
+    # A job started without XDG_RUNTIME_DIR (cron, a batch system) uses the fallback ...
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(os.getpid()))})
+    assert srv.start(), srv.error
+    try:
+        assert srv.path == fallback_root / f"gputui-{os.getuid()}" / f"{os.getpid()}.sock"
+        # ... and a monitor that has one still finds it.
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        assert paths.candidate_dirs()[0] == runtime / "gputui"
+        assert client.discover() == {os.getpid(): srv.path}
+        assert client.fetch_report(os.getpid()).pid == os.getpid()
+    finally:
+        srv.stop()
+
+
+def test_no_probe_in_a_live_process(probe_dir):
+    with pytest.raises(client.ProbeUnavailable) as caught:
+        client.fetch_report(os.getpid())
+    assert caught.value.reason == client.NO_PROBE
+    assert "no probe is running in this process" in str(caught.value)
+    assert str(caught.value).startswith(f"process {os.getpid()}: ")
+
+
+def test_no_such_process(probe_dir):
+    pid = dead_pid()
+    with pytest.raises(client.ProbeUnavailable) as caught:
+        client.fetch_report(pid)
+    assert (caught.value.reason, caught.value.detail) == (client.NO_PROBE, "no such process")
+
+
+def test_stale_socket_of_a_live_pid_is_removed_on_contact(probe_dir):
+    # The pid was reused by a process without a probe: connecting is refused.
+    path = probe_dir / f"{os.getpid()}.sock"
+    stale_socket(path)
+    with pytest.raises(client.ProbeUnavailable) as caught:
+        client.request(os.getpid(), "hello")
+    assert caught.value.reason == client.NO_PROBE
+    assert "stale socket removed" in str(caught.value)
+    assert not path.exists()
+
+
+def test_report_the_monitor_cannot_read_is_a_bad_reply(probe_dir):
+    srv = ProbeServer({"report": lambda params: {"pid": "seven", "taken_at": 1.0}})
+    assert srv.start()
+    try:
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.fetch_report(os.getpid())
+        assert caught.value.reason == client.BAD_REPLY
+        assert "ProbeReport.pid: expected an integer" in str(caught.value)
+    finally:
+        srv.stop()
+
+
+def test_unknown_op_is_reported_as_a_failure(probe_dir):
+    srv = ProbeServer({"report": lambda params: {}})
+    assert srv.start()
+    try:
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.request(os.getpid(), "record_sites", {"steps": 5})
+        assert caught.value.reason == client.FAILED
+        assert "unknown op 'record_sites'; this probe serves: hello, report" in str(caught.value)
+    finally:
+        srv.stop()
+
+
+class FakeProbe:
+    """A hand-made listener at our own pid's socket that answers every line with ``reply``."""
+
+    def __init__(self, path: Path, reply: bytes | None, hang_up: bool = True):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(os.fspath(path))
+        self.sock.listen()
+        self.path = path
+        self.reply = reply
+        self.hang_up = hang_up
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        conn.makefile("rb").readline()
+        if self.reply is not None:
+            conn.sendall(self.reply)
+        if self.hang_up:
+            conn.close()
+        else:
+            self.done.wait(5)
+            conn.close()
+
+    def close(self):
+        self.done.set()
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("reply, reason, words", [
+    (b'{"v": 2, "id": 1, "ok": true, "result": {}}\n', client.MISMATCH, "protocol version 2"),
+    (b'{"v": 1, "id": null, "ok": false, "code": "wrong_version", "error": "version 0 is not '
+     b'supported"}\n', client.MISMATCH, "version 0 is not supported"),
+    (b"<html>hello</html>\n", client.BAD_REPLY, "unreadable reply"),
+    (b'{"v": 1, "id": 1}\n', client.BAD_REPLY, "no 'ok' field"),
+    (b'{"v": 1, "id": -5, "ok": true, "result": {}}\n', client.BAD_REPLY, "answered request -5"),
+    (None, client.NO_PROBE, "closed the connection"),
+])
+def test_misbehaving_probe_gives_a_clear_reason(probe_dir, reply, reason, words):
+    fake = FakeProbe(probe_dir / f"{os.getpid()}.sock", reply)
+    try:
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.request(os.getpid(), "hello", timeout=2.0)
+        assert caught.value.reason == reason
+        assert words in str(caught.value)
+    finally:
+        fake.close()
+
+
+def test_silent_probe_times_out(probe_dir):
+    fake = FakeProbe(probe_dir / f"{os.getpid()}.sock", None, hang_up=False)
+    try:
+        started = time.monotonic()
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.request(os.getpid(), "hello", timeout=0.2)
+        assert caught.value.reason == client.TIMED_OUT
+        assert "did not answer within 0.2 s" in str(caught.value)
+        assert time.monotonic() - started < 1.5
+    finally:
+        fake.close()
+
+
+def test_probe_unavailable_is_a_user_error():
+    from gputui.errors import UserError
+
+    exc = client.ProbeUnavailable(42, client.REFUSED, "refused")
+    assert isinstance(exc, UserError) and exc.exit_code == 2 and str(exc) == "process 42: refused"
+
+
+# --- the watcher ----------------------------------------------------------------------------------
+
+
+def test_watcher_polls_every_probe_over_one_connection_each(probe_dir, spawn_probe):
+    procs = [spawn_probe(), spawn_probe()]
+    srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(os.getpid()))})
+    assert srv.start()
+    watcher = client.ProbeWatcher(timeout=2.0)
+    try:
+        for _ in range(5):
+            reports = watcher.poll()
+            expected = {pid: sample_report(pid) for pid in (os.getpid(), *(p.pid for p in procs))}
+            assert reports == expected
+        assert srv.clients_accepted == 1  # the connection stayed open between polls
+        assert srv.requests_answered == 5
+        assert watcher.unavailable == {}
+    finally:
+        watcher.close()
+        srv.stop()
+
+
+def test_watcher_drops_a_probe_that_dies(probe_dir, spawn_probe):
+    keep, doomed = spawn_probe(), spawn_probe()
+    watcher = client.ProbeWatcher(timeout=2.0)
+    try:
+        assert set(watcher.poll()) == {keep.pid, doomed.pid}
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(5)
+        assert set(watcher.poll()) == {keep.pid}  # noticed at once, not at the next discovery
+        assert doomed.pid not in watcher.unavailable
+    finally:
+        watcher.close()
+
+
+def test_watcher_forgets_a_probe_that_stops_and_finds_it_again(probe_dir):
+    clock = [0.0]
+    watcher = client.ProbeWatcher(timeout=1.0, rediscover_every=2.0, clock=lambda: clock[0])
+    handlers = {"report": lambda params: to_jsonable(sample_report(os.getpid()))}
+    srv = ProbeServer(handlers)
+    assert srv.start()
+    try:
+        assert list(watcher.poll()) == [os.getpid()]
+        srv.stop()
+        assert watcher.poll() == {}  # the socket is gone: forgotten at once
+        srv = ProbeServer(handlers)
+        assert srv.start()
+        assert watcher.poll() == {}  # not looked for until the next discovery ...
+        clock[0] += 2.0
+        assert list(watcher.poll()) == [os.getpid()]  # ... which finds it again
+    finally:
+        watcher.close()
+        srv.stop()
+
+
+def test_watcher_keeps_the_last_report_of_a_slow_probe(probe_dir):
+    gate = threading.Event()
+    calls = []
+
+    def report(params):
+        calls.append(1)
+        if len(calls) == 2:
+            gate.wait(5)  # the second report takes a while
+        return to_jsonable(sample_report(os.getpid()))
+
+    srv = ProbeServer({"report": report})
+    assert srv.start()
+    watcher = client.ProbeWatcher(timeout=0.05)
+    try:
+        assert list(watcher.poll()) == [os.getpid()]
+        started = time.monotonic()
+        assert list(watcher.poll()) == [os.getpid()]  # still the first report
+        assert time.monotonic() - started < 1.0  # bounded by the timeout, not by the probe
+        gate.set()
+        deadline = time.monotonic() + 5
+        while srv.requests_answered < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(watcher.poll()) == [os.getpid()]
+        assert srv.clients_accepted == 1 and len(calls) >= 2
+    finally:
+        gate.set()
+        watcher.close()
+        srv.stop()
+
+
+def test_watcher_reports_why_a_probe_cannot_answer_and_never_raises(probe_dir):
+    srv = ProbeServer({"report": lambda params: {"pid": "not a number"}})
+    assert srv.start()
+    watcher = client.ProbeWatcher(timeout=1.0)
+    try:
+        assert watcher.poll() == {}
+        assert "cannot read" in watcher.unavailable[os.getpid()]
+    finally:
+        watcher.close()
+        srv.stop()
+
+
+def test_watcher_survives_an_unsafe_directory(tmp_path, monkeypatch):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o777)
+    open_dir.chmod(0o777)
+    monkeypatch.setenv(paths.DIR_ENV, str(open_dir))
+    watcher = client.ProbeWatcher()
+    assert watcher.poll() == {}
+    assert watcher.error is None

@@ -1,0 +1,133 @@
+"""Where probe sockets live, and the checks that keep other users out of that directory."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from gputui.errors import UserError
+from gputui.link import paths
+
+AS_ROOT = pytest.mark.skipif(os.getuid() != 0, reason="handing a directory to another uid needs root")
+
+
+@pytest.fixture
+def fallback_root(tmp_path, monkeypatch):
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(paths, "FALLBACK_ROOT", root)
+    return root
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_runtime_dir_is_preferred_and_created_private(tmp_path, fallback_root):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    assert paths.probe_dir(env) == runtime / "gputui"
+    assert mode(runtime / "gputui") == 0o700
+    assert paths.candidate_dirs(env) == [runtime / "gputui", fallback_root / f"gputui-{os.getuid()}"]
+
+
+def test_fallback_without_runtime_dir(fallback_root):
+    directory = paths.probe_dir({})
+    assert directory == fallback_root / f"gputui-{os.getuid()}"
+    assert mode(directory) == 0o700
+    assert paths.probe_dir({}) == directory  # a second call accepts the one it made
+
+
+def test_private_even_with_a_permissive_umask(fallback_root):
+    old = os.umask(0)
+    try:
+        assert mode(paths.probe_dir({})) == 0o700
+    finally:
+        os.umask(old)
+
+
+@AS_ROOT
+def test_runtime_dir_of_another_user_is_skipped(tmp_path, fallback_root):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    os.chown(runtime, 65534, 65534)
+    assert paths.probe_dir({"XDG_RUNTIME_DIR": str(runtime)}) == fallback_root / "gputui-0"
+    assert not (runtime / "gputui").exists()
+
+
+@AS_ROOT
+def test_fallback_owned_by_another_user_is_refused(fallback_root):
+    planted = fallback_root / f"gputui-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(paths.ProbeDirUnsafe, match="belongs to uid 65534, not to you"):
+        paths.probe_dir({})
+
+
+def test_directory_open_to_others_is_refused(fallback_root):
+    planted = fallback_root / f"gputui-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o755)
+    with pytest.raises(paths.ProbeDirUnsafe, match="open to other users .mode 755.; run: chmod 700"):
+        paths.probe_dir({})
+    assert mode(planted) == 0o755  # refused, not silently changed
+
+
+def test_symlink_is_refused(tmp_path, fallback_root):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (fallback_root / f"gputui-{os.getuid()}").symlink_to(target)
+    with pytest.raises(paths.ProbeDirUnsafe, match="is a symlink"):
+        paths.probe_dir({})
+
+
+def test_plain_file_is_refused(fallback_root):
+    (fallback_root / f"gputui-{os.getuid()}").write_text("")
+    with pytest.raises(paths.ProbeDirUnsafe, match="is not a directory"):
+        paths.probe_dir({})
+
+
+def test_override_is_the_only_directory_and_is_checked(tmp_path, fallback_root):
+    chosen = tmp_path / "mine"
+    env = {paths.DIR_ENV: str(chosen), "XDG_RUNTIME_DIR": str(tmp_path)}
+    assert paths.candidate_dirs(env) == [chosen]
+    assert paths.probe_dir(env) == chosen and mode(chosen) == 0o700
+    chosen.chmod(0o777)
+    with pytest.raises(paths.ProbeDirUnsafe):
+        paths.probe_dir(env)
+    assert paths.search_dirs(env) == []
+
+
+def test_search_dirs_lists_only_existing_safe_directories(tmp_path, fallback_root):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    assert paths.search_dirs(env) == []
+    paths.probe_dir({})  # the fallback, as a job without XDG_RUNTIME_DIR makes it
+    assert paths.search_dirs(env) == [fallback_root / f"gputui-{os.getuid()}"]
+    paths.probe_dir(env)
+    assert paths.search_dirs(env) == [runtime / "gputui", fallback_root / f"gputui-{os.getuid()}"]
+
+
+def test_unsafe_directory_is_a_user_error():
+    assert issubclass(paths.ProbeDirUnsafe, UserError)
+
+
+def test_socket_path_is_named_after_the_pid(tmp_path):
+    assert paths.socket_path(4242, tmp_path) == tmp_path / "4242.sock"
+    assert paths.pid_of(tmp_path / "4242.sock") == 4242
+
+
+@pytest.mark.parametrize("name", ["abc.sock", "12.sock.tmp", ".12.sock.ab12.tmp", "0.sock",
+                                  "-3.sock", "12", "١٢.sock"])
+def test_pid_of_ignores_other_files(tmp_path, name):
+    assert paths.pid_of(tmp_path / name) is None
+
+
+def test_too_long_socket_path_is_refused(tmp_path):
+    deep = tmp_path / ("d" * 120)
+    with pytest.raises(paths.ProbeDirUnsafe, match="too long for a Unix socket"):
+        paths.socket_path(1, deep)
