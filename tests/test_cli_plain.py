@@ -1,0 +1,304 @@
+"""The plain modes end to end: ``python -m gputui`` in subprocesses, with the simulator, the missing
+driver of this machine, a real probe socket, pipes and a pseudo-terminal."""
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gputui.cli import SCENARIOS
+from gputui.plain.schema import SCHEMA
+from test_plain_json import errors
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A clean environment: no colour settings, a private probe directory nobody else uses."""
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir(mode=0o700)
+    clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), COLUMNS="120", PYTHONPATH=os.getcwd())
+    return clean
+
+
+def gputui(env, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gputui", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def no_traceback(result):
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+
+
+def snapshot_json(env, *args):
+    result = gputui(env, *args, "--json")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    return doc["snapshot"]
+
+
+# ------------------------------------------------------------------------------------ no driver here
+
+@pytest.mark.parametrize("args", [["--once"], ["--json"], ["--watch", "1"], []])
+def test_without_nvml_a_clear_message_and_exit_2(env, args):
+    result = gputui(env, *args)
+    no_traceback(result)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    message = result.stderr.strip()
+    assert message.startswith("gputui: cannot read the GPUs: the NVIDIA driver's NVML library")
+    assert "gputui --demo" in message and message.count("\n") == 0  # one paragraph
+
+
+@pytest.mark.parametrize("args", [
+    ["--watch", "-1"], ["--watch", "soon"], ["--demo", "nosuch"], ["--pid", "abc"], ["--pid", "0"],
+    ["--once", "--json"], ["--frobnicate"], ["probe"], ["probe", "x"],
+])
+def test_bad_arguments_exit_2_with_usage(env, args):
+    result = gputui(env, *args)
+    no_traceback(result)
+    assert result.returncode == 2
+    assert "usage: gputui" in result.stderr and "error:" in result.stderr
+
+
+# ------------------------------------------------------------------------------------ every scenario
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_demo_once_every_scenario(env, scenario):
+    result = gputui(env, "--demo", scenario, "--once")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"simulated: {scenario}" in lines[0] or f"simulated: {scenario}" in lines[1]
+    assert any(line.startswith("[0] ") for line in lines)
+    assert "\x1b[" not in result.stdout  # a pipe is not a terminal
+    assert max(len(line) for line in lines) <= 120
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_demo_json_every_scenario_is_valid(env, scenario):
+    result = gputui(env, "--demo", scenario, "--json")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    doc = json.loads(result.stdout)
+    assert errors(doc, SCHEMA) == []
+    assert doc["snapshot"]["source"] == f"sim:{scenario}" and doc["snapshot"]["devices"]
+
+
+def test_demo_ascii_is_pure_ascii(env):
+    for scenario in SCENARIOS:
+        result = gputui(env, "--demo", scenario, "--once", "--ascii")
+        assert result.returncode == 0
+        result.stdout.encode("ascii")
+
+
+def test_faults_scenario_shows_the_lost_gpu_and_troubled_processes(env):
+    out = gputui(env, "--demo", "faults", "--once").stdout
+    assert "LOST" in out and "n/a" in out
+    snap = snapshot_json(env, "--demo", "faults")
+    assert any(d["lost"] for d in snap["devices"])
+    states = {p["state"] for p in snap["processes"]}
+    assert {"gone", "denied", "zombie"} <= states, states
+
+
+def test_training_node_carries_a_probe_report(env):
+    snap = snapshot_json(env, "--demo", "training-node")
+    assert snap["probes"], "the training-node scenario has a probed rank"
+    out = gputui(env, "--demo", "training-node", "--once").stdout
+    assert "probe torch" in out
+
+
+# ------------------------------------------------------------------------------------ filters
+
+def test_only_keeps_those_gpus(env):
+    snap = snapshot_json(env, "--demo", "training-node", "--only", "1,3")
+    assert [d["index"] for d in snap["devices"]] == [1, 3]
+    assert {p["device_index"] for p in snap["processes"]} <= {1, 3}
+    out = gputui(env, "--demo", "training-node", "--once", "--only", "1,3").stdout
+    assert [line[:4] for line in out.splitlines() if line.startswith("[")] == ["[1] ", "[3] "]
+
+
+def test_only_by_uuid_prefix(env):
+    uuid = snapshot_json(env, "--demo", "workstation")["devices"][1]["uuid"]
+    snap = snapshot_json(env, "--demo", "workstation", "--only", uuid[:12])
+    assert [d["index"] for d in snap["devices"]] == [1]
+
+
+def test_only_unknown_gpu_is_a_user_error(env):
+    result = gputui(env, "--demo", "workstation", "--once", "--only", "7")
+    no_traceback(result)
+    assert result.returncode == 2 and result.stderr.startswith("gputui: --only 7: no such GPU")
+
+
+def test_pid_and_user_filters(env):
+    everything = snapshot_json(env, "--demo", "workstation")
+    first = next(p for p in everything["processes"] if p["user"])
+    by_pid = snapshot_json(env, "--demo", "workstation", "--pid", str(first["pid"]))
+    assert {p["pid"] for p in by_pid["processes"]} == {first["pid"]}
+    by_user = snapshot_json(env, "--demo", "workstation", "--user", first["user"])
+    assert by_user["processes"] and {p["user"] for p in by_user["processes"]} == {first["user"]}
+    others = [p for p in everything["processes"] if p["user"] != first["user"]]
+    assert others, "the workstation scenario has several users"
+    out = gputui(env, "--demo", "workstation", "--once", "--pid", str(first["pid"])).stdout
+    rows = [line.split()[0] for line in out.splitlines() if line[:8].strip().isdigit()]
+    assert set(rows) == {str(first["pid"])}
+
+
+# ------------------------------------------------------------------------------------ colour, pipes
+
+def run_in_terminal(env, *args, timeout=60):
+    """Run gputui with its stdout on a pseudo-terminal; return what it wrote."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], stdout=slave,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    return proc.returncode, out.decode("utf-8", "replace")
+
+
+def test_colour_on_a_terminal_unless_no_color(env):
+    rc, out = run_in_terminal(env, "--demo", "faults", "--once")
+    assert rc == 0 and "\x1b[" in out
+    rc, out = run_in_terminal({**env, "NO_COLOR": "1"}, "--demo", "faults", "--once")
+    assert rc == 0 and "\x1b[" not in out and "LOST" in out
+    rc, out = run_in_terminal(env, "--demo", "faults", "--once", "--no-color")
+    assert rc == 0 and "\x1b[" not in out
+
+
+def test_json_into_a_pipe_closed_early_is_quiet(env, tmp_path):
+    err = tmp_path / "err"
+    cmd = (f"{sys.executable} -m gputui --demo training-node --demo-processes 1000 --json 2>{err} "
+           "| head -c 10")
+    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert result.stdout == '{"schema":'
+    assert err.read_text() == ""
+
+
+def test_watch_json_is_ndjson_and_a_closed_pipe_ends_it(env, tmp_path):
+    err = tmp_path / "err"
+    cmd = f"{sys.executable} -m gputui --demo leaky --watch 0.2 --json 2>{err} | head -n 3"
+    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(docs) == 3
+    times = [d["snapshot"]["taken_at"] for d in docs]
+    assert times == sorted(times) and times[0] < times[2]
+    assert err.read_text() == ""
+
+
+def test_watch_text_into_a_log_until_ctrl_c(env):
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "workstation", "--watch", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "\x1b[" not in out
+    assert sum(line.startswith("-- 2") for line in out.splitlines()) >= 2
+
+
+# ------------------------------------------------------------------------------------ probes
+
+PROBE_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from gputui.link.server import ProbeServer
+    from gputui.model import ProbeReport, ProbeDevice, StepRecord, to_jsonable
+
+    report = ProbeReport(pid=os.getpid(), taken_at=time.time(), torch_version="2.13.0+cpu",
+                         command=tuple(sys.argv), devices=(ProbeDevice("cpu"),),
+                         steps=(StepRecord(step=7, ended_at=time.time(), duration=0.005),))
+    server = ProbeServer({"report": lambda params: to_jsonable(report)})
+    server.start()
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.fixture
+def probed_process(env, tmp_path):
+    script = tmp_path / "cpu_job.py"
+    script.write_text(PROBE_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_probes_lists_a_real_probe_and_probe_prints_it(env, probed_process):
+    pid = probed_process.pid
+    listing = gputui(env, "probes")
+    no_traceback(listing)
+    assert listing.returncode == 0
+    assert listing.stdout.splitlines()[1].split()[:5] == [str(pid), "2.13.0+cpu", "n/a", "n/a", "7"]
+    single = gputui(env, "probe", str(pid), "--json")
+    assert single.returncode == 0
+    doc = json.loads(single.stdout)
+    assert doc["schema"] == "gputui.probe-report" and doc["report"]["pid"] == pid
+    assert errors(doc, SCHEMA) == []
+    text = gputui(env, "probe", str(pid))
+    assert text.returncode == 0 and text.stdout.startswith(f"process {pid}  ")
+
+
+def test_without_nvml_a_probed_cpu_job_is_still_shown(env, probed_process):
+    pid = probed_process.pid
+    result = gputui(env, "--once")
+    no_traceback(result)
+    assert result.returncode == 0
+    assert "Probed processes not listed by NVML" in result.stdout
+    assert any(line.startswith(f"{pid} ") for line in result.stdout.splitlines())
+    assert "! cannot read the GPUs" in result.stdout
+    snap = snapshot_json(env)
+    assert [r["pid"] for r in snap["probes"]] == [pid] and snap["devices"] == []
+
+
+def test_probes_when_none_running(env):
+    result = gputui(env, "probes")
+    assert result.returncode == 0 and result.stdout.startswith("No probed processes found.")
+    doc = json.loads(gputui(env, "probes", "--json").stdout)
+    assert doc["probes"] == [] and doc["unreachable"] == []
+
+
+def test_probe_of_an_unknown_pid_exits_2(env):
+    result = gputui(env, "probe", "4194300")
+    no_traceback(result)
+    assert result.returncode == 2
+    assert result.stderr.startswith("gputui: process 4194300: no such process")
+
+
+def test_probe_of_a_process_without_a_probe_exits_2(env):
+    result = gputui(env, "probe", str(os.getpid()))
+    assert result.returncode == 2 and "no probe is running in this process" in result.stderr
+
+
+def test_demo_probes_and_probe(env):
+    listing = gputui(env, "--demo", "training-node", "probes")
+    assert listing.returncode == 0, listing.stderr
+    pid = listing.stdout.splitlines()[1].split()[0]
+    single = gputui(env, "--demo", "training-node", "probe", pid, "--json")
+    assert single.returncode == 0 and json.loads(single.stdout)["report"]["pid"] == int(pid)
+    missing = gputui(env, "--demo", "training-node", "probe", "3")
+    assert missing.returncode == 2 and "no probe in process 3" in missing.stderr
