@@ -1,0 +1,312 @@
+"""The live monitor's Textual app: sampling in a worker, history, actions, and ``run_tui``.
+
+A chained timer starts one sampling worker at a time (the next sample is scheduled only when the last
+one is in), so slow samples never pile up. Widgets only ever see the immutable Snapshot it delivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import signal
+import time
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.timer import Timer
+
+from gputui.analysis.history import History
+from gputui.model import GpuProcess, Snapshot
+from gputui.ui import rows as table_rows
+from gputui.ui.sampler import SampleFailed, Sampler, SnapshotReady
+from gputui.ui.screens.confirm import ConfirmSignal
+from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.screens.help import HelpScreen, describe_bindings
+from gputui.ui.main_screen import MainScreen
+from gputui.ui.signals import send
+from gputui.ui.widgets.processes import ProcessTable
+
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
+
+class GpuTuiApp(App[int]):
+    """gputui's live monitor."""
+
+    CSS_PATH = "gputui.tcss"
+    TITLE = "gputui"
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("question_mark,f1", "help", "Help", id="help"),
+        Binding("p,space", "toggle_pause", "Pause", id="pause"),
+        Binding("plus,equals_sign", "interval(1)", "Slower", show=False, id="interval.longer"),
+        Binding("minus", "interval(-1)", "Faster", show=False, id="interval.shorter"),
+        Binding("I", "signal('SIGINT')", "Interrupt", show=False, id="signal.interrupt"),
+        Binding("T", "signal('SIGTERM')", "Terminate", show=False, id="signal.terminate"),
+        Binding("K", "signal('SIGKILL')", "Kill", show=False, id="signal.kill"),
+    ]
+
+    def __init__(self, sampler: Sampler, *, interval: float = 1.0, readonly: bool = False,
+                 simulated: bool = False, ascii: bool = False, theme: str = "dark",
+                 columns: tuple[str, ...] | None = None, keymap: dict | None = None,
+                 me: str | None = None, handle_signals: bool = False,
+                 history: History | None = None, autostart: bool = True) -> None:
+        super().__init__()
+        self.sampler = sampler
+        self.interval = interval
+        self.readonly = readonly
+        self.simulated = simulated
+        self.ascii = ascii
+        self.columns = columns or table_rows.DEFAULT
+        self.keymap = dict(keymap or {})
+        self.me = me if me is not None else getpass.getuser()
+        self.handle_signals = handle_signals
+        self.autostart = autostart
+        self.history = history or History()
+        self.snapshot: Snapshot | None = None
+        self.trends: dict = {}
+        self.problem: str | None = None
+        self.paused = False
+        self.samples = 0  # snapshots received, for tests and the benchmark
+        self.first_frame_at: float | None = None
+        self._next: Timer | None = None
+        self._told: set[str] = set()
+        self._trend_cache = None
+        self.theme = THEMES.get(theme, theme)
+        if self.keymap:
+            self.set_keymap(self.keymap)
+        if ascii:
+            self._use_ascii_scrollbars()
+
+    # -- start and stop ----------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        if self.ascii:
+            self.add_class("-ascii")
+        self.main = MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        self.push_screen(self.main)
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                # SSH dropped or asked to stop: leave through exit() so the terminal is restored.
+                loop.add_signal_handler(signum, self.exit, 0)
+        if self.autostart:
+            self.sample_now()
+
+    def on_unmount(self) -> None:
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def sample_now(self) -> None:
+        """Take a sample now (the worker is exclusive: a sample in flight is replaced)."""
+        if self._next is not None:
+            self._next.stop()
+            self._next = None
+        self._sample()
+
+    @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
+    def _sample(self) -> None:
+        started = time.monotonic()
+        try:
+            snapshot = self.sampler.sample()
+        except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
+            self.post_message(SampleFailed(f"sampling failed: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(SnapshotReady(snapshot, time.monotonic() - started))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.accept(message.snapshot)
+        self._schedule(message.took)
+
+    def on_sample_failed(self, message: SampleFailed) -> None:
+        self.problem = message.error
+        self.main.render_snapshot()
+        self._schedule(0.0)
+
+    def _schedule(self, took: float) -> None:
+        if not self.paused:
+            self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
+
+    def accept(self, snapshot: Snapshot) -> None:
+        """Take a new snapshot in: history, trends, then whichever screen is showing."""
+        self.snapshot = snapshot
+        self.samples += 1
+        self.problem = None
+        self.history.add(snapshot)
+        self._judge_trends(snapshot)
+        for problem in snapshot.problems:
+            if problem not in self._told:  # say each problem once, not every second
+                self._told.add(problem)
+                self.notify(problem, severity="warning", timeout=8)
+        screen = self.screen
+        if screen is self.main:
+            self.main.render_snapshot()
+        else:
+            self.main.stale = True
+            if isinstance(screen, ProcessDetail):
+                screen.show(snapshot, self.history, self.trends.get(screen.key))
+        if self.first_frame_at is None:
+            self.call_after_refresh(self._first_frame)
+
+    def _first_frame(self) -> None:
+        self.first_frame_at = time.monotonic()
+
+    def _judge_trends(self, snapshot: Snapshot) -> None:
+        from gputui.analysis.trends import TrendCache, trends
+
+        if self._trend_cache is None:
+            self._trend_cache = TrendCache()
+        self.trends = trends(self.history, snapshot, cache=self._trend_cache)
+
+    # -- screens -----------------------------------------------------------------------------
+
+    def open_detail(self, proc: GpuProcess) -> None:
+        screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            self.call_after_refresh(screen.show, self.snapshot, self.history,
+                                    self.trends.get(screen.key))
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        sections = [
+            ("Everywhere", describe_bindings(self.BINDINGS, self.keymap, self)),
+            ("Main screen", describe_bindings(MainScreen.BINDINGS + ProcessTable.BINDINGS,
+                                              self.keymap, self)),
+            ("Process detail", describe_bindings(ProcessDetail.BINDINGS, self.keymap, self)),
+            ("Signal confirmation", describe_bindings(ConfirmSignal.BINDINGS, self.keymap, self)),
+            ("Help", describe_bindings(HelpScreen.BINDINGS, self.keymap, self)),
+        ]
+        hint = ("Arrows/PgUp/PgDn move in the table; click a column header to sort by it; "
+                "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
+                "  [keys]\n  quit = \"q,ctrl+q\"")
+        self.push_screen(HelpScreen(sections, hint))
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused:
+            if self._next is not None:
+                self._next.stop()
+                self._next = None
+        else:
+            self.sample_now()
+        self.main.render_snapshot()
+
+    def action_interval(self, step: int) -> None:
+        longer = [i for i in INTERVALS if i > self.interval]
+        shorter = [i for i in INTERVALS if i < self.interval]
+        if step > 0 and longer:
+            self.interval = longer[0]
+        elif step < 0 and shorter:
+            self.interval = shorter[-1]
+        self.notify(f"Refreshing every {self.interval:g} s", timeout=2)
+        self.main.render_snapshot()
+
+    def action_signal(self, name: str) -> None:
+        target = getattr(self.screen, "target_process", None)
+        proc = target() if target else None
+        if proc is None:
+            self.notify("Select a process first.", severity="warning")
+            return
+        if self.readonly:
+            self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")
+            return
+        if self.simulated:
+            self.notify(f"Demo mode: process {proc.pid} is simulated, no signal sent.",
+                        severity="warning")
+            return
+        what = " ".join(proc.command) or proc.name or "?"
+        pid = proc.local_pid if proc.local_pid is not None else None
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            refusal = send(pid, name)
+            if refusal:
+                self.notify(refusal, title=f"{name} not sent", severity="error")
+            else:
+                self.notify(f"Sent {name} to process {pid}.", title="Signal sent")
+
+        self.push_screen(ConfirmSignal(name, proc.pid, f"{what}  (user {proc.user or '?'})"),
+                         answered)
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        main = self.main
+        yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_toggle_pause)
+        yield SystemCommand("Refresh slower", "Longer interval between samples",
+                            lambda: self.action_interval(1))
+        yield SystemCommand("Refresh faster", "Shorter interval between samples",
+                            lambda: self.action_interval(-1))
+        yield SystemCommand("Process tree", "Show GPU processes under their parents",
+                            main.action_toggle_tree)
+        yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
+                            main.action_toggle_mine)
+        yield SystemCommand("Filter processes", "Type to match command, user or pid",
+                            main.action_filter)
+        yield SystemCommand("Show / hide charts", "History charts of the selected GPU",
+                            main.action_toggle_charts)
+        for cid, column in table_rows.COLUMNS.items():
+            yield SystemCommand(f"Sort by {column.label}", f"Order processes by {cid}",
+                                lambda cid=cid: main.sort_by(cid))
+        if not self.readonly:
+            for name, words in (("SIGINT", "Interrupt"), ("SIGTERM", "Terminate"), ("SIGKILL", "Kill")):
+                yield SystemCommand(f"{words} selected process ({name})", "Asks for confirmation",
+                                    lambda name=name: self.action_signal(name))
+        yield SystemCommand("Keys", "Every key and what it does", self.action_help)
+
+    def _use_ascii_scrollbars(self) -> None:
+        # Scrollbars draw eighth-blocks for smooth thumbs; plain spaces keep --ascii honest.
+        from textual.scrollbar import ScrollBarRender
+
+        ScrollBarRender.VERTICAL_BARS = [" "] * len(ScrollBarRender.VERTICAL_BARS)
+        ScrollBarRender.HORIZONTAL_BARS = [" "] * len(ScrollBarRender.HORIZONTAL_BARS)
+
+
+def binding_ids() -> set[str]:
+    """Every binding id the config's [keys] table may remap."""
+    found = set()
+    for bindings in (GpuTuiApp.BINDINGS, MainScreen.BINDINGS, ProcessTable.BINDINGS,
+                     ProcessDetail.BINDINGS, ConfirmSignal.BINDINGS, HelpScreen.BINDINGS):
+        found |= {b.id for b in bindings if b.id}
+    return found
+
+
+def run_tui(options) -> int:
+    """Open the live monitor (gputui with no mode). Bad config or no driver: UserError before drawing."""
+    from gputui.collect import open_collector
+    from gputui.ui.config import check_binding_ids, load_config
+
+    config = load_config(options.config)
+    check_binding_ids(config, binding_ids())
+    if options.color is False:
+        os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
+    collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
+    sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
+                      users=options.users, pids=options.pids, watch_probes=options.demo is None)
+    app = GpuTuiApp(
+        sampler,
+        interval=options.interval or config.interval or 1.0,
+        readonly=options.readonly,
+        simulated=options.demo is not None,
+        ascii=options.ascii,
+        theme=options.theme or config.theme or "dark",
+        columns=config.columns,
+        keymap=config.keys,
+        handle_signals=True,
+    )
+    try:
+        app.run()
+    finally:
+        sampler.close()
+    return app.return_code or 0

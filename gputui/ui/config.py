@@ -1,0 +1,115 @@
+"""The monitor's settings file: $XDG_CONFIG_HOME/gputui/config.toml (interval, theme, columns, keys).
+
+Read and checked before the app starts, so a bad value is a clear UserError naming the file and the key,
+never a traceback halfway through drawing the screen.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gputui.errors import UserError
+from gputui.ui.rows import COLUMNS
+
+THEMES = ("dark", "light")
+KNOWN_KEYS = ("interval", "theme", "columns", "keys")
+
+EXAMPLE = """\
+interval = 2.0                 # seconds between samples
+theme = "light"                # "dark" or "light"
+columns = ["pid", "user", "gpu", "gpu_memory", "sm", "command"]
+[keys]                         # binding id = key(s), see the help screen (?)
+quit = "q,ctrl+q"
+"""
+
+
+class ConfigError(UserError):
+    """The config file is unreadable or holds a value the monitor cannot use."""
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    """What the config file asks for; None means "not set, use the default"."""
+
+    path: Path | None = None
+    interval: float | None = None
+    theme: str | None = None
+    columns: tuple[str, ...] | None = None
+    keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
+
+
+def default_path(environ=None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "gputui" / "config.toml"
+
+
+def load_config(path: str | Path | None = None, *, environ=None) -> UiConfig:
+    """Read the config file; a missing default file means defaults, a missing explicit one an error."""
+    explicit = path is not None
+    file = Path(path) if explicit else default_path(environ)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {file} does not exist") from None
+        return UiConfig()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    return parse_config(data, file)
+
+
+def parse_config(data: dict, file: Path | None = None) -> UiConfig:
+    where = str(file) if file else "config"
+
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{where}: `{key}` {why}\nExample of a valid file:\n{EXAMPLE}")
+
+    unknown = sorted(set(data) - set(KNOWN_KEYS))
+    if unknown:
+        raise bad(unknown[0], f"is not a setting (known: {', '.join(KNOWN_KEYS)})")
+
+    interval = data.get("interval")
+    if interval is not None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise bad("interval", f"must be a number of seconds, not {interval!r}")
+        if not 0.1 <= interval <= 3600:
+            raise bad("interval", f"must be between 0.1 and 3600 seconds, not {interval}")
+        interval = float(interval)
+
+    theme = data.get("theme")
+    if theme is not None and theme not in THEMES:
+        raise bad("theme", f"must be one of {', '.join(THEMES)}, not {theme!r}")
+
+    columns = data.get("columns")
+    if columns is not None:
+        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns) or not columns:
+            raise bad("columns", "must be a non-empty list of column names")
+        wrong = [c for c in columns if c not in COLUMNS]
+        if wrong:
+            raise bad("columns", f"has unknown column {wrong[0]!r} (known: {', '.join(COLUMNS)})")
+        columns = tuple(dict.fromkeys(columns))
+
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in keys.items()
+    ):
+        raise bad("keys", 'must be a table of binding id = "key", e.g. quit = "q,ctrl+q"')
+    return UiConfig(file, interval, theme, columns, dict(keys))
+
+
+def check_binding_ids(config: UiConfig, known: set[str]) -> None:
+    """Key remaps must name bindings that exist (the help screen lists their ids)."""
+    wrong = sorted(set(config.keys) - known)
+    if wrong:
+        raise ConfigError(
+            f"{config.path or 'config'}: [keys] names unknown binding {wrong[0]!r} "
+            f"(known: {', '.join(sorted(known))})"
+        )

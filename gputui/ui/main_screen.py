@@ -1,0 +1,249 @@
+"""The main screen: header, devices, history charts and the process table, laid out for the pane size.
+
+It holds the view state (sort, filter, tree, only mine, charted GPU) and renders from the app's latest
+Snapshot and History; it never samples anything itself.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container
+from textual.content import Content
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from gputui.model import GpuProcess, Snapshot
+from gputui.ui import rows as table_rows
+from gputui.ui.rows import COLUMNS
+from gputui.ui.widgets.charts import DeviceCharts
+from gputui.ui.widgets.devices import DeviceList, DeviceRow
+from gputui.ui.widgets.header import HostHeader
+from gputui.ui.widgets.processes import ProcessTable
+
+
+def layout_for(width: int, height: int) -> str:
+    """The layout mode for a pane: "tiny", "compact", "normal" or "wide"."""
+    if width < 70 or height < 20:
+        return "tiny"
+    if width < 100 or height < 32:
+        return "compact"
+    if width >= 160:
+        return "wide"
+    return "normal"
+
+
+class MainScreen(Screen):
+    """Devices and processes at a glance."""
+
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="filter.clear"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False, id="sort.previous"),
+        Binding("greater_than_sign,s", "sort_step(1)", "Sort", id="sort.next"),
+        Binding("r", "sort_reverse", "Reverse sort", show=False, id="sort.reverse"),
+        Binding("t", "toggle_tree", "Tree", id="tree"),
+        Binding("u", "toggle_mine", "Mine", id="mine"),
+        Binding("g", "next_gpu", "Chart GPU", show=False, id="charts.gpu"),
+        Binding("c", "toggle_charts", "Charts", show=False, id="charts.toggle"),
+    ]
+
+    def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
+                 me: str | None = None) -> None:
+        super().__init__(id="main")
+        self.ascii = ascii
+        self.chosen_columns = columns
+        self.me = me
+        self.sort_column = "gpu_memory"
+        self.sort_reverse = True
+        self.filter_text = ""
+        self.tree_view = False
+        self.only_mine = False
+        self.charts_on = True
+        self.chart_device: int | None = None
+        self.layout_mode = "normal"
+        self.pane_width = 80
+        self.stale = True  # a snapshot arrived while another screen was on top
+
+    def compose(self) -> ComposeResult:
+        yield HostHeader(ascii=self.ascii, id="header")
+        with Container(id="top"):
+            yield DeviceList(ascii=self.ascii, id="devices")
+            yield DeviceCharts(ascii=self.ascii, id="charts")
+        yield Static(id="table-status")
+        yield Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
+                    id="filter")
+        yield ProcessTable(id="processes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.apply_layout(self.app.size.width, self.app.size.height)
+        self.query_one(ProcessTable).focus()
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def on_screen_resume(self) -> None:
+        if self.stale:
+            self.render_snapshot()
+
+    def on_resize(self, event: Resize) -> None:
+        self.apply_layout(event.size.width, event.size.height)
+
+    def apply_layout(self, width: int, height: int) -> None:
+        mode = layout_for(width, height)
+        if mode != self.layout_mode:
+            self.remove_class(f"-{self.layout_mode}")
+            self.layout_mode = mode
+        self.add_class(f"-{mode}")
+        self.pane_width = width
+        self._set_columns()
+        self.render_snapshot()
+
+    def _set_columns(self) -> None:
+        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns)
+        self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse, self.pane_width)
+
+    @property
+    def charts_visible(self) -> bool:
+        return self.charts_on and self.layout_mode in ("normal", "wide")
+
+    def render_snapshot(self) -> None:
+        """Bring every widget up to the app's latest snapshot and history."""
+        app = self.app
+        snap: Snapshot | None = getattr(app, "snapshot", None)
+        self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.paused,
+                                        compact=self.layout_mode == "tiny", problem=app.problem)
+        if snap is None:
+            return
+        self.stale = False
+        indices = [d.index for d in snap.devices]
+        if self.chart_device not in indices:
+            self.chart_device = indices[0] if indices else None
+        device_mode = "normal" if self.layout_mode in ("normal", "wide") else self.layout_mode
+        self.query_one(DeviceList).show(snap, device_mode,
+                                        self.chart_device if self.charts_visible else None)
+        charts = self.query_one(DeviceCharts)
+        charts.display = self.charts_visible
+        if self.charts_visible:
+            charts.show(app.history, self.chart_device)
+        self.render_table()
+
+    def render_table(self) -> None:
+        snap = self.app.snapshot
+        if snap is None:
+            return
+        found = table_rows.build_rows(
+            snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
+            only_user=self.me if self.only_mine else None, tree=self.tree_view,
+            trends=self.app.trends, ascii=self.ascii)
+        self.query_one(ProcessTable).show(found)
+        self._render_status(len([r for r in found if r.process is not None]), len(snap.processes))
+
+    def _render_status(self, shown: int, total: int) -> None:
+        arrow = ("v" if self.sort_reverse else "^") if self.ascii else ("▼" if self.sort_reverse else "▲")
+        parts = [Content.styled("PROCESSES", "bold"),
+                 Content(f"{shown}" if shown == total else f"{shown} of {total}"),
+                 Content.styled(f"sort {COLUMNS[self.sort_column].label} {arrow}", "$text-muted")]
+        if self.tree_view:
+            parts.append(Content.styled("tree", "$accent"))
+        if self.only_mine:
+            parts.append(Content.styled(f"only {self.me}", "$accent"))
+        if self.filter_text:
+            parts.append(Content.styled(f"filter “{self.filter_text}”", "$accent"))
+        self.query_one("#table-status", Static).update(Content("  ").join(parts))
+
+    # -- what the selected row is ------------------------------------------------------------
+
+    def target_process(self) -> GpuProcess | None:
+        table = self.query_one(ProcessTable)
+        row = table.rows_by_key.get(table.selected_key or "")
+        return None if row is None else row.process
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display or self.filter_text:
+            box.value = ""
+            box.display = False
+            self.filter_text = ""
+            self.query_one(ProcessTable).focus()
+            self.render_table()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.render_table()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        if not self.filter_text:
+            self.query_one("#filter", Input).display = False
+        self.query_one(ProcessTable).focus()
+
+    def sort_by(self, column: str, reverse: bool | None = None) -> None:
+        if column not in COLUMNS:
+            return
+        if reverse is None:
+            # Numbers read best biggest first; names alphabetically.
+            reverse = COLUMNS[column].numeric and column not in ("pid", "gpu")
+        self.sort_column, self.sort_reverse = column, reverse
+        self._set_columns()
+        self.render_table()
+
+    def action_sort_step(self, step: int) -> None:
+        ids = list(self.query_one(ProcessTable).column_ids)
+        current = ids.index(self.sort_column) if self.sort_column in ids else 0
+        self.sort_by(ids[(current + step) % len(ids)])
+
+    def action_sort_reverse(self) -> None:
+        self.sort_by(self.sort_column, not self.sort_reverse)
+
+    def on_process_table_sort_requested(self, message: ProcessTable.SortRequested) -> None:
+        if message.column == self.sort_column:
+            self.action_sort_reverse()
+        else:
+            self.sort_by(message.column)
+
+    def on_process_table_detail_requested(self, message: ProcessTable.DetailRequested) -> None:
+        row = self.query_one(ProcessTable).rows_by_key.get(message.key)
+        if row is None or row.process is None:
+            self.notify("This parent process holds no GPU memory: no GPU details to show.",
+                        severity="information")
+            return
+        self.app.open_detail(row.process)
+
+    def action_toggle_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        self.render_table()
+
+    def action_toggle_mine(self) -> None:
+        self.only_mine = not self.only_mine
+        self.render_table()
+
+    def action_toggle_charts(self) -> None:
+        self.charts_on = not self.charts_on
+        if self.charts_on and self.layout_mode not in ("normal", "wide"):
+            self.notify("Charts need a taller or wider pane (at least 100x32).")
+        self.render_snapshot()
+
+    def action_next_gpu(self) -> None:
+        snap = self.app.snapshot
+        if snap is None or not snap.devices:
+            return
+        indices = [d.index for d in snap.devices]
+        here = indices.index(self.chart_device) if self.chart_device in indices else -1
+        self.chart_device = indices[(here + 1) % len(indices)]
+        self.render_snapshot()
+
+    def on_device_row_chosen(self, message: DeviceRow.Chosen) -> None:
+        self.chart_device = message.index
+        self.render_snapshot()

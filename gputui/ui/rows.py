@@ -1,0 +1,263 @@
+"""The process table's rows: which columns exist, how rows are filtered, sorted and laid out as a tree.
+
+Pure logic over a Snapshot (no Textual), so sorting, filtering and the tree can be tested directly; the
+ProcessTable widget only turns these rows into cells and updates the ones that changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
+from gputui.model.verdicts import ProcessTrend
+from gputui.ui import format as fmt
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the process table."""
+
+    id: str
+    label: str
+    sort_key: Callable[[GpuProcess, "Context"], object] | None
+    numeric: bool = False  # right-aligned, sorts biggest first
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything besides the process that a cell needs."""
+
+    taken_at: float
+    trends: dict = field(default_factory=dict)  # (pid, device) -> ProcessTrend
+    probes: dict = field(default_factory=dict)  # pid -> ProbeReport
+    ascii: bool = False
+
+
+def _elapsed(p: GpuProcess, ctx: Context) -> float | None:
+    return None if p.started_at is None else ctx.taken_at - p.started_at
+
+
+def _trend_rank(p: GpuProcess, ctx: Context) -> float | None:
+    mark = ctx.trends.get((p.pid, p.device_index))
+    return None if mark is None or mark.rate is None else mark.rate
+
+
+COLUMNS: dict[str, Column] = {c.id: c for c in (
+    Column("pid", "PID", lambda p, c: p.pid, numeric=True),
+    Column("probe", "P", lambda p, c: p.pid in c.probes),
+    Column("user", "USER", lambda p, c: p.user or ""),
+    Column("gpu", "GPU", lambda p, c: p.device_index, numeric=True),
+    Column("type", "TYPE", lambda p, c: p.kind),
+    Column("gpu_memory", "GPU MEM", lambda p, c: p.gpu_memory, numeric=True),
+    Column("trend", "TREND", _trend_rank, numeric=True),
+    Column("sm", "SM%", lambda p, c: p.sm_util, numeric=True),
+    Column("memory_util", "MBW%", lambda p, c: p.memory_util, numeric=True),
+    Column("cpu", "CPU%", lambda p, c: p.cpu_percent, numeric=True),
+    Column("host_memory", "HOST MEM", lambda p, c: p.host_memory, numeric=True),
+    Column("elapsed", "TIME", _elapsed, numeric=True),
+    Column("started", "STARTED", lambda p, c: p.started_at, numeric=True),
+    Column("command", "COMMAND", lambda p, c: fmt.command_line(p.command, p.name)),
+)}
+
+# Column sets per layout. The config's `columns` replaces DEFAULT; the small layouts keep only
+# the columns of theirs that the user asked for.
+DEFAULT = ("pid", "probe", "user", "gpu", "type", "gpu_memory", "trend", "sm", "cpu", "host_memory",
+           "elapsed", "command")
+WIDE_EXTRA = ("memory_util", "started")
+COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "command")
+TINY = ("pid", "gpu", "gpu_memory", "sm", "command")
+
+
+def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT) -> tuple[str, ...]:
+    """The column ids shown in a layout ("tiny", "compact", "normal", "wide")."""
+    if layout == "tiny":
+        return tuple(c for c in chosen if c in TINY) or TINY
+    if layout == "compact":
+        return tuple(c for c in chosen if c in COMPACT) or COMPACT
+    if layout == "wide":
+        extra = tuple(c for c in WIDE_EXTRA if c not in chosen)
+        before_command = [c for c in chosen if c != "command"]
+        return tuple(before_command) + extra + (("command",) if "command" in chosen else ())
+    return tuple(chosen)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a GPU process on one device, or (tree view) a parent holding no GPU."""
+
+    key: str
+    pid: int
+    device_index: int | None
+    cells: dict  # column id -> text
+    styles: dict  # column id -> style (theme variables, e.g. "$warning")
+    process: GpuProcess | None = None
+    parent: HostProcess | None = None
+
+
+def row_key(pid: int, device_index: int | None) -> str:
+    return f"{pid}/{'-' if device_index is None else device_index}"
+
+
+def trend_text(mark: ProcessTrend | None, *, ascii: bool = False) -> tuple[str, str]:
+    """The trend cell and its style: rising memory gets an arrow and its rate."""
+    if mark is None or mark.verdict in ("unknown", "steady"):
+        return ("", "")
+    if mark.verdict == "growing":
+        arrow = "^" if ascii else "▲"
+        per_minute = "" if mark.rate is None else " " + fmt.size(mark.rate * 60, short=True) + "/m"
+        return (arrow + per_minute, "$error" if mark.time_to_oom is not None else "$warning")
+    if mark.verdict == "warming_up":
+        return ("/" if ascii else "↗", "$text-muted")
+    if mark.verdict == "sawtooth":
+        return ("~", "$text-muted")
+    return ("", "")
+
+
+def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
+    """Texts and styles of every column for one GPU process."""
+    trend, trend_style = trend_text(ctx.trends.get((p.pid, p.device_index)), ascii=ctx.ascii)
+    probed = p.pid in ctx.probes
+    cells = {
+        "pid": str(p.pid),
+        "probe": ("*" if ctx.ascii else "●") if probed else "",
+        "user": p.user or fmt.NA,
+        "gpu": str(p.device_index),
+        "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
+        "gpu_memory": fmt.size(p.gpu_memory, short=True),
+        "trend": trend,
+        "sm": fmt.percent(p.sm_util),
+        "memory_util": fmt.percent(p.memory_util),
+        "cpu": fmt.NA if p.cpu_percent is None else f"{p.cpu_percent:.0f}%",
+        "host_memory": fmt.size(p.host_memory, short=True),
+        "elapsed": fmt.elapsed(_elapsed(p, ctx)),
+        "started": fmt.date_time(p.started_at),
+        "command": fmt.command_line(p.command, p.name) if p.state == PROCESS_OK or p.command
+        else f"[{p.note or p.state}]",
+    }
+    styles = {"trend": trend_style} if trend_style else {}
+    if probed:
+        styles["probe"] = "$accent"
+    if p.state != PROCESS_OK:
+        styles["command"] = "$text-muted"
+    return cells, styles
+
+
+def parent_cells(h: HostProcess) -> tuple[dict, dict]:
+    cells = {c: "" for c in COLUMNS}
+    cells.update(pid=str(h.pid), user=h.user or fmt.NA, gpu="-",
+                 command=fmt.command_line(h.command, h.name))
+    return cells, {"pid": "$text-muted", "user": "$text-muted", "command": "$text-muted"}
+
+
+def matches(p: GpuProcess, text: str) -> bool:
+    """The `/` filter: a case-insensitive match on command, name, user or pid."""
+    if not text:
+        return True
+    needle = text.lower()
+    haystack = (" ".join(p.command), p.name or "", p.user or "", str(p.pid))
+    return any(needle in part.lower() for part in haystack)
+
+
+def sort_processes(procs, column: str, reverse: bool, ctx: Context) -> list[GpuProcess]:
+    """Sorted by one column; unknown values always last, ties by pid then device."""
+    key = COLUMNS[column].sort_key
+
+    def value(p):
+        return key(p, ctx) if key else None
+
+    known = [p for p in procs if value(p) is not None]
+    unknown = [p for p in procs if value(p) is None]
+    known.sort(key=lambda p: (p.pid, p.device_index))
+    known.sort(key=value, reverse=reverse)
+    unknown.sort(key=lambda p: (p.pid, p.device_index))
+    return known + unknown
+
+
+def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = True,
+               filter_text: str = "", only_user: str | None = None, tree: bool = False,
+               trends: dict | None = None, ascii: bool = False) -> list[Row]:
+    """The rows to show, in order."""
+    probes: dict[int, ProbeReport] = {r.pid: r for r in snapshot.probes}
+    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii)
+    procs = [p for p in snapshot.processes
+             if matches(p, filter_text) and (only_user is None or p.user == only_user)]
+    procs = sort_processes(procs, sort, reverse, ctx)
+    if not tree:
+        return [_process_row(p, ctx) for p in procs]
+    return _tree_rows(procs, snapshot.parents, ctx)
+
+
+def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
+    cells, styles = process_cells(p, ctx)
+    if prefix:
+        cells["command"] = prefix + cells["command"]
+    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, cells, styles, process=p)
+
+
+def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:
+    """Processes under their parents (nvitop's tree): siblings keep the chosen sort order."""
+    def local(p: GpuProcess) -> int:
+        return p.local_pid if p.local_pid is not None else p.pid
+
+    by_pid: dict[int, list[GpuProcess]] = {}
+    for p in procs:  # already sorted: the first row of a pid decides its place among siblings
+        by_pid.setdefault(local(p), []).append(p)
+    hosts = {h.pid: h for h in parents}
+    parent_of: dict[int, int | None] = {h.pid: h.ppid for h in parents}
+    for pid, rows in by_pid.items():
+        parent_of[pid] = rows[0].ppid
+
+    # Keep only the ancestors of the processes shown, so a filter also trims the tree.
+    keep: set[int] = set()
+    for pid in by_pid:
+        node: int | None = pid
+        while node is not None and node not in keep and (node in by_pid or node in hosts):
+            keep.add(node)
+            node = parent_of.get(node)
+
+    order = {pid: i for i, pid in enumerate(by_pid)}
+    children: dict[int | None, list[int]] = {}
+    for pid in keep:
+        parent = parent_of.get(pid)
+        children.setdefault(parent if parent in keep else None, []).append(pid)
+    for kids in children.values():
+        # GPU processes in sort order first would scatter the tree; order siblings by the best
+        # rank found beneath them, so the heaviest branch comes first.
+        kids.sort(key=lambda pid: (_best_rank(pid, children, order), pid))
+
+    ascii = ctx.ascii
+    tee, last, pipe, blank = ("|- ", "`- ", "|  ", "   ") if ascii else ("├─ ", "└─ ", "│  ", "   ")
+    rows: list[Row] = []
+
+    visited: set[int] = set()
+
+    def walk(pid: int, lead: str, branch: str) -> None:
+        if pid in visited:
+            return
+        visited.add(pid)
+        if pid in by_pid:
+            for p in by_pid[pid]:
+                rows.append(_process_row(p, ctx, lead + branch))
+        else:
+            cells, styles = parent_cells(hosts[pid])
+            cells["command"] = lead + branch + cells["command"]
+            rows.append(Row(row_key(pid, None), pid, None, cells, styles, parent=hosts[pid]))
+        kids = children.get(pid, [])
+        below = lead + ((blank if branch == last else pipe) if branch else "")
+        for i, kid in enumerate(kids):
+            walk(kid, below, last if i == len(kids) - 1 else tee)
+
+    for root in children.get(None, []):
+        walk(root, "", "")
+    for pid in sorted(keep - visited):  # only reachable through a ppid loop: show them flat
+        walk(pid, "", "")
+    return rows
+
+
+def _best_rank(pid: int, children: dict, order: dict, seen: frozenset = frozenset()) -> int:
+    best = order.get(pid, len(order))
+    for kid in children.get(pid, []):
+        if kid not in seen:  # a ppid loop (pid reuse) must not recurse forever
+            best = min(best, _best_rank(kid, children, order, seen | {pid}))
+    return best

@@ -1,0 +1,167 @@
+"""The process table, updated in place: stale rows removed by key, changed cells updated, new rows
+added, and the rows re-ordered only when the order changed; the selected process stays selected.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.color import Color, ColorParseError
+from textual.message import Message
+from textual.widgets import DataTable
+
+from gputui.ui.rows import COLUMNS, Row
+
+WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 8,
+          "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
+
+
+class ProcessTable(DataTable):
+    """A DataTable of Rows from gputui.ui.rows; clicking a header asks the app to sort by it."""
+
+    BINDINGS = [
+        Binding("enter", "open_detail", "Details", id="details"),
+    ]
+
+    class SortRequested(Message):
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
+
+    class DetailRequested(Message):
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable")
+        self.column_ids: tuple[str, ...] = ()
+        self.command_width = 0
+        self.sort_column = "gpu_memory"
+        self.sort_reverse = True
+        self._cells: dict[str, dict[str, tuple[str, str]]] = {}  # row key -> column -> (text, style)
+        self._order: list[str] = []
+        self.rows_by_key: dict[str, Row] = {}
+        self.selected_key: str | None = None
+
+    # -- columns -----------------------------------------------------------------------------
+
+    def set_columns(self, column_ids: tuple[str, ...], sort_column: str, reverse: bool,
+                    width: int) -> None:
+        """Change the visible columns (layout, config, pane width) or the sort arrow; rows are re-added.
+
+        The command column takes whatever width the others leave, so the table never needs a
+        horizontal scrollbar; long commands end in an ellipsis (the detail screen has them whole).
+        """
+        fixed = sum(WIDTHS.get(c, 0) + 2 for c in column_ids if c != "command")
+        command_width = max(10, width - fixed - 3)
+        state = (column_ids, sort_column, reverse, command_width)
+        if state == (self.column_ids, self.sort_column, self.sort_reverse, self.command_width):
+            return
+        self.column_ids, self.sort_column, self.sort_reverse, self.command_width = state
+        rows = [self.rows_by_key[k] for k in self._order]
+        self.clear(columns=True)
+        self._cells.clear()
+        self._order = []
+        for cid in column_ids:
+            column = COLUMNS[cid]
+            label = column.label
+            if cid == sort_column:
+                label += " v" if reverse else " ^"
+            self.add_column(Text(label, justify="right" if column.numeric else "left"), key=cid,
+                            width=command_width if cid == "command" else WIDTHS.get(cid))
+        self.show(rows)
+
+    # -- rows --------------------------------------------------------------------------------
+
+    def show(self, rows: list[Row]) -> None:
+        """Bring the table to exactly these rows in this order, touching only what changed."""
+        keys = [r.key for r in rows]
+        wanted = set(keys)
+        self.rows_by_key = {r.key: r for r in rows}
+        selected = self.selected_key
+        with self.app.batch_update():
+            for key in [k for k in self._cells if k not in wanted]:
+                self.remove_row(key)
+                del self._cells[key]
+            for row in rows:
+                cells = {cid: (row.cells.get(cid, ""), row.styles.get(cid, "")) for cid in self.column_ids}
+                old = self._cells.get(row.key)
+                if old is None:
+                    self.add_row(*(self._cell(cid, *cells[cid]) for cid in self.column_ids), key=row.key)
+                else:
+                    for cid, cell in cells.items():
+                        if old[cid] != cell:
+                            self.update_cell(row.key, cid, self._cell(cid, *cell))
+                self._cells[row.key] = cells
+            if keys != self._order and keys:
+                self._reorder(keys)
+            self._order = keys
+            if selected in wanted:
+                index = self.get_row_index(selected)
+                if index != self.cursor_row:
+                    self.move_cursor(row=index, scroll=False)
+            self.selected_key = self._key_at_cursor()
+
+    def _reorder(self, keys: list[str]) -> None:
+        # DataTable.sort orders rows by a key function over cell values; the first column's cell
+        # objects are unique per row, so their identity maps each row to its wanted position.
+        first = self.column_ids[0]
+        rank = {id(self.get_cell(key, first)): i for i, key in enumerate(keys)}
+        self.sort(first, key=lambda cell: rank[id(cell)])
+
+    def _cell(self, cid: str, text: str, style: str) -> Text:
+        resolved = Style.parse(self._theme_style(style)) if style else ""
+        return Text(text, style=resolved, justify="right" if COLUMNS[cid].numeric else "left",
+                    no_wrap=True, overflow="ellipsis")
+
+    def _theme_style(self, style: str) -> str:
+        # Cells are Rich Text, which does not know Textual's theme variables: resolve them here.
+        variables = self.app.theme_variables
+        words = []
+        for word in style.split():
+            if word == "$text-muted":
+                words.append("dim")  # the theme's value is relative ("auto 60%"): Rich needs dim
+            elif word.startswith("$"):
+                try:
+                    words.append(Color.parse(variables[word[1:]]).hex)
+                except (KeyError, ColorParseError):
+                    pass
+            else:
+                words.append(word)
+        return " ".join(words)
+
+    def refresh_styles(self) -> None:
+        """Theme changed: re-colour every styled cell."""
+        with self.app.batch_update():
+            for key, cells in self._cells.items():
+                for cid, (text, style) in cells.items():
+                    if style:
+                        self.update_cell(key, cid, self._cell(cid, text, style))
+
+    def _key_at_cursor(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # cursor outside the rows while the table is being rebuilt
+            return None
+
+    # -- events ------------------------------------------------------------------------------
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # The event may be older than the last update: trust where the cursor is now.
+        self.selected_key = self._key_at_cursor()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.post_message(self.SortRequested(event.column_key.value))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.post_message(self.DetailRequested(event.row_key.value))
+
+    def action_open_detail(self) -> None:
+        if self.selected_key is not None:
+            self.post_message(self.DetailRequested(self.selected_key))

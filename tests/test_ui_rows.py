@@ -1,0 +1,119 @@
+"""The process table's rows without Textual: sorting, the `/` filter, only-mine, the tree, cells."""
+
+import dataclasses
+
+from gputui.model.verdicts import ProcessTrend
+from gputui.ui import format as fmt
+from gputui.ui.rows import build_rows, columns_for, trend_text
+
+from test_ui_data import GIB, MIB, T0, process, training_snapshot
+
+
+def keys(rows):
+    return [r.key for r in rows]
+
+
+def test_default_order_is_gpu_memory_biggest_first():
+    rows = build_rows(training_snapshot())
+    assert keys(rows) == ["3100/0", "2003/3", "2002/2", "2001/1", "2000/0", "3200/1"]
+    assert rows[0].cells["gpu_memory"] == "12.0G"
+    assert rows[-1].cells["gpu_memory"] == "300M"
+
+
+def test_sort_by_pid_ascending_and_unknown_values_last():
+    assert keys(build_rows(training_snapshot(), sort="pid", reverse=False)) == [
+        "2000/0", "2001/1", "2002/2", "2003/3", "3100/0", "3200/1"]
+    # Xorg has no SM figure: it goes last whichever way the sort runs.
+    for reverse in (True, False):
+        assert keys(build_rows(training_snapshot(), sort="sm", reverse=reverse))[-1] == "3200/1"
+    assert keys(build_rows(training_snapshot(), sort="sm", reverse=True))[:2] == ["2003/3", "2002/2"]
+
+
+def test_sort_by_user_then_pid_breaks_ties():
+    assert keys(build_rows(training_snapshot(), sort="user", reverse=False)) == [
+        "2000/0", "2001/1", "2002/2", "2003/3", "3100/0", "3200/1"]
+
+
+def test_filter_matches_command_user_and_pid_case_insensitively():
+    snap = training_snapshot()
+    assert keys(build_rows(snap, filter_text="JUPYTER")) == ["3100/0"]
+    assert keys(build_rows(snap, filter_text="carol")) == ["3200/1"]
+    assert keys(build_rows(snap, filter_text="2002")) == ["2002/2"]
+    assert keys(build_rows(snap, filter_text="rank=1")) == ["2001/1"]
+    assert build_rows(snap, filter_text="no such thing") == []
+
+
+def test_only_mine_keeps_one_users_processes():
+    assert keys(build_rows(training_snapshot(), only_user="bob")) == ["3100/0"]
+
+
+def test_tree_puts_ranks_under_torchrun_under_the_shell():
+    rows = build_rows(training_snapshot(), tree=True)
+    assert keys(rows) == ["3000/-", "3100/0", "900/-", "1000/-", "2003/3", "2002/2", "2001/1",
+                          "2000/0", "3200/1"]
+    commands = [r.cells["command"] for r in rows]
+    assert commands[:4] == ["bash", "└─ jupyter-lab", "-bash", "└─ torchrun --nproc-per-node=4 train.py"]
+    assert commands[4] == "   ├─ python train.py --rank=3"
+    assert commands[7] == "   └─ python train.py --rank=0"
+    assert rows[2].process is None and rows[2].parent.name == "bash"
+
+
+def test_tree_with_a_filter_keeps_only_the_ancestors_of_matches():
+    rows = build_rows(training_snapshot(), tree=True, filter_text="rank=2", ascii=True)
+    assert keys(rows) == ["900/-", "1000/-", "2002/2"]
+    assert rows[2].cells["command"] == "   `- python train.py --rank=2"
+
+
+def test_tree_survives_a_parent_loop():
+    loop = [process(10, 0, ppid=11), process(11, 1, ppid=10)]
+    snap = dataclasses.replace(training_snapshot(), processes=tuple(loop), parents=())
+    assert sorted(keys(build_rows(snap, tree=True))) == ["10/0", "11/1"]
+
+
+def test_cells_say_na_for_unknown_and_show_the_process_state():
+    gone = process(4000, 2, state="gone", command=(), name=None, note="exited", cpu_percent=None,
+                   host_memory=None, started_at=None)
+    snap = training_snapshot(extra=[gone])
+    row = next(r for r in build_rows(snap) if r.pid == 4000)
+    assert row.cells["cpu"] == "n/a" and row.cells["host_memory"] == "n/a"
+    assert row.cells["elapsed"] == "n/a"
+    assert row.cells["command"] == "[exited]"
+    assert row.styles["command"] == "$text-muted"
+    xorg = next(r for r in build_rows(snap) if r.pid == 3200)
+    assert xorg.cells["type"] == "G" and xorg.cells["command"] == "[Xorg]"
+    bob = next(r for r in build_rows(snap) if r.pid == 3100)
+    assert bob.cells["elapsed"] == "1d 01h"
+
+
+def test_growing_memory_gets_a_marker_with_its_rate():
+    growing = ProcessTrend("growing", rate=2 * MIB / 60, level=5 * GIB, time_to_oom=600.0)
+    rows = build_rows(training_snapshot(), trends={(2001, 1): growing}, sort="trend")
+    assert rows[0].key == "2001/1"
+    assert rows[0].cells["trend"] == "▲ 2.0M/m"
+    assert rows[0].styles["trend"] == "$error"
+    assert trend_text(ProcessTrend("growing", rate=None), ascii=True) == ("^", "$warning")
+    assert trend_text(ProcessTrend("steady", rate=0.0)) == ("", "")
+
+
+def test_columns_per_layout():
+    assert columns_for("tiny") == ("pid", "gpu", "gpu_memory", "sm", "command")
+    assert "elapsed" not in columns_for("compact")
+    wide = columns_for("wide")
+    assert wide[-1] == "command" and "started" in wide and "memory_util" in wide
+    assert columns_for("normal", ("pid", "command")) == ("pid", "command")
+    assert columns_for("tiny", ("pid", "user", "command")) == ("pid", "command")
+
+
+def test_formatting_words():
+    assert fmt.size(None) == "n/a"
+    assert fmt.size(1536 * MIB) == "1.5 GiB"
+    assert fmt.size(300 * MIB, short=True) == "300M"
+    assert fmt.elapsed(59) == "0:59" and fmt.elapsed(3725) == "1:02:05" and fmt.elapsed(90000) == "1d 01h"
+    assert fmt.bar(0.5, 10) == ("█████", "░░░░░")
+    assert fmt.bar(0.01, 10, ascii=True) == ("#", ".........")
+    assert fmt.bar(None, 3) == ("", "···")
+    assert fmt.slowdown(("idle", "sw_power_cap", "hw_thermal")) == "power cap, HW thermal"
+    assert fmt.slowdown(("idle",)) == ""
+    assert fmt.resample([1, None, 5, 2, 8, 3], 2) == [5.0, 8.0]
+    assert fmt.ascii_spark([0.0, 9.0], 4) == "  .@"
+    assert fmt.level(0.95) == "high" and fmt.level(0.75) == "mid" and fmt.level(0.1) == "low"
