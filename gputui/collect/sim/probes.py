@@ -1,0 +1,151 @@
+"""What a gputui probe inside a simulated training job would report.
+
+The figures come from the same allocator model as NVML's per-process memory (NVML = reserved +
+CUDA context), so the monitor can join the two views exactly as it would on a real machine.
+"""
+
+from __future__ import annotations
+
+from gputui.collect.sim.devices import MiB
+from gputui.collect.sim.jobs import Job, Layout, Memory, Run, round_up
+from gputui.collect.sim.state import JobNow
+from gputui.model import (
+    AllocationSite,
+    AllocatorStats,
+    MemoryCategories,
+    OomRecord,
+    ProbeDevice,
+    ProbeReport,
+    StepRecord,
+)
+
+HISTORY = 200  # steps a probe keeps
+RECORDED = 16  # steps of allocation-site recording in the leaky job's report
+TORCH_VERSION = "2.5.1+cu124"
+LEAK_SITE = "train.py:97 in train_step"
+
+
+def _categories(lay: Layout, mem: Memory) -> MemoryCategories:
+    if mem.step == 0 and not mem.busy:  # still moving the model to the GPU
+        parameters = mem.allocated * lay.parameters // max(1, lay.parameters + lay.other)
+        return MemoryCategories(parameters, 0, 0, 0, mem.allocated - parameters)
+    return MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state, mem.activations, lay.other)
+
+
+def _allocator(lay: Layout, mem: Memory, peak_step: int, ooms: int) -> AllocatorStats:
+    cached = mem.reserved - mem.allocated
+    peak = lay.steady + lay.activations + lay.leak_per_step * max(0, peak_step - 1)
+    return AllocatorStats(
+        allocated=mem.allocated,
+        reserved=mem.reserved,
+        active=mem.allocated,
+        inactive_split=cached // 5,  # part of the cache is stranded inside split blocks
+        requested=mem.allocated - mem.allocated // 400,  # rounding to 512-byte blocks
+        allocated_peak=max(mem.allocated, peak if peak_step else mem.allocated),
+        reserved_peak=mem.reserved,
+        active_peak=max(mem.allocated, peak if peak_step else mem.allocated),
+        inactive_split_peak=cached // 4,
+        requested_peak=max(mem.allocated, peak if peak_step else mem.allocated) * 399 // 400,
+        alloc_retries=0,
+        ooms=ooms,
+        segments=max(1, mem.reserved // (20 * MiB)),
+        largest_free_block=cached * 3 // 5,
+        settings="",
+        expandable_segments=False,
+    )
+
+
+def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[StepRecord, ...]:
+    lay = job.layout
+    records = []
+    for k in range(max(1, upto - HISTORY + 1), upto + 1):
+        end = lay.step_end(k)
+        before = lay.resting(k - 1) + (lay.gradients + lay.optimizer_state if k == 1 else 0)
+        forward = before + lay.activations
+        records.append(StepRecord(
+            step=k,
+            ended_at=epoch + run.start + end,
+            duration=lay.step_time,
+            device=device,
+            allocated=lay.resting(k),
+            reserved=lay.reserved(k - 1, end),
+            inactive_split=(lay.reserved(k - 1, end) - lay.resting(k)) // 5,
+            alloc_retries=0,
+            peak_forward=forward,
+            peak_backward=forward + round_up(lay.parameters * 0.05),  # gradient buckets being filled
+            peak_optimizer=lay.resting(k) + round_up(lay.parameters),  # foreach Adam's temporaries
+            categories=MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state,
+                                        lay.leak_per_step * k, lay.other),
+        ))
+    return tuple(records)
+
+
+def _sites(lay: Layout, upto: int) -> tuple[tuple[int, ...], tuple[AllocationSite, ...]]:
+    steps = tuple(range(max(1, upto - RECORDED + 1), upto + 1))
+    sites = (
+        AllocationSite("train.py:61 in main", tuple(lay.optimizer_state for _ in steps),
+                       ("train.py:61 in main", "torch/optim/adam.py:98 in _init_group")),
+        AllocationSite("train.py:44 in main", tuple(lay.parameters for _ in steps),
+                       ("train.py:44 in main", "torch/nn/modules/module.py:1174 in to")),
+        AllocationSite(LEAK_SITE, tuple(lay.leak_per_step * s for s in steps),
+                       ("train.py:97 in train_step", "torch/_tensor.py:41 in wrapped")),
+    )
+    return steps, sites
+
+
+def report_for(now: JobNow, machine) -> ProbeReport:
+    """The report the probe inside ``now``'s process would send."""
+    program, run, mem = now.program, now.run, now.memory
+    job, lay = program.job, program.job.layout
+    epoch = machine.wallclock() - machine.elapsed()
+    gpu = machine.plan.gpus[program.uses[0].device]
+    device = f"cuda:{gpu.index}"
+    failed = run.oom_at is not None and machine.now() >= run.oom_at
+    devices: tuple[ProbeDevice, ...] = ()
+    steps: tuple[StepRecord, ...] = ()
+    if mem is not None:
+        devices = (ProbeDevice(device, gpu.index, gpu.uuid, _allocator(lay, mem, mem.step + 1 if mem.busy or failed else mem.step, int(failed)),
+                               _categories(lay, mem)),)
+        steps = _steps(job, run, mem.step, device, epoch)
+    last_oom = None
+    if failed:
+        budget = job.budget or 0
+        asked = round_up(lay.activations * 0.25)
+        last_oom = OomRecord(
+            at=epoch + run.oom_at,
+            device=device,
+            requested=asked,
+            free=max(0, budget - mem.reserved),
+            allocated=mem.allocated,
+            reserved=mem.reserved,
+            message=(f"CUDA out of memory. Tried to allocate {asked / MiB:.2f} MiB. GPU {gpu.index} has a total "
+                     f"capacity of {gpu.model.memory_total / 2**30:.2f} GiB of which "
+                     f"{max(0, budget - mem.reserved) / MiB:.2f} MiB is free."),
+            where=("train.py:88 in train_step", "model.py:41 in forward",
+                   "torch/nn/functional.py:2573 in layer_norm"),
+        )
+    recorded, sites = ((), ())
+    recording = lay.leak_per_step > 0 and mem is not None and mem.step > 0
+    if recording:
+        recorded, sites = _sites(lay, mem.step)
+    return ProbeReport(
+        pid=run.pid,
+        taken_at=machine.wallclock(),
+        torch_version=TORCH_VERSION,
+        command=program.cmdline,
+        devices=devices,
+        steps=steps,
+        last_oom=last_oom,
+        recording=recording,
+        recorded_steps=recorded,
+        sites=sites,
+        recording_cost=0.0031 if recording else None,
+        probe_cpu_seconds=round(0.0004 * (mem.step if mem else 0) + 0.05, 4),
+    )
+
+
+def probe_reports(machine) -> tuple[ProbeReport, ...]:
+    state = machine.state()
+    return tuple(report_for(now, machine) for pid, now in sorted(state.jobs.items()) if now.program.probed)
+
+
