@@ -106,7 +106,8 @@ def _oom_soon(seen: _Seen) -> Advice | None:
     if v is not None and v.oom_in is not None:
         forecasts.append((v.oom_in, f"at {size(v.allocated_per_step or v.reserved_per_step or 0)} per step "
                           f"({v.state.replace('_', ' ')}), the device is full by step {v.oom_step}"))
-    if t is not None and t.verdict == TREND_GROWING and t.time_to_oom is not None:
+    # The probe's per-step forecast knows the cache and the step's peak: prefer it to NVML's.
+    if not forecasts and t is not None and t.verdict == TREND_GROWING and t.time_to_oom is not None:
         forecasts.append((t.time_to_oom, f"its memory grows {t.mib_per_min:.0f} MiB/min and "
                           f"{_free_text(seen)} is left"))
     if not forecasts:

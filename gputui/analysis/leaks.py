@@ -35,6 +35,7 @@ REL_GROWTH = 0.001  # ... and so is growth below this fraction of the level
 NOISE_FACTOR = 3.0  # growth must also stand this many noise spreads above the scatter
 DECELERATION = 0.5  # the latest half growing slower than this fraction of the window: flattening
 MIN_RETRIES = 2  # alloc retries within the window that make fragmentation worth a verdict
+CACHE_WARMUP_STEPS = 100  # the cache may grow until this step before growing cache is a verdict
 
 TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
@@ -101,10 +102,17 @@ def leak_verdict(
             LEAK_LEAK, category=category, reason=f"allocated grows {size(alloc_slope)} per step over the "
             f"last {len(window)} steps{what}; now {size(last.allocated)}", **oom, **base)
 
-    if inactive_grows or (
+    # Split blocks growing with the cache are only fragmentation once the allocator has to retry.
+    fragmented = (inactive_grows and (retries_added is None or retries_added > 0)) or (
         retries_added is not None and retries_added >= MIN_RETRIES and inactive
         and reserved and inactive[-1] >= 0.1 * reserved[-1]
-    ):
+    )
+    if (fragmented or reserved_grows) and (len(window) < CONFIRM_STEPS or last.step <= CACHE_WARMUP_STEPS):
+        # The caching allocator keeps growing over the first steps of a run (shapes it has not seen).
+        return LeakVerdict(
+            LEAK_WARMING_UP, reason=f"reserved grows {size(reserved_slope or 0)} per step over flat "
+            f"allocated memory; the cache may warm up until step {CACHE_WARMUP_STEPS}", **base)
+    if fragmented:
         rate = reserved_slope if reserved_grows else None
         oom = _forecast(steps, rate, _headroom(last, device_total, device_free, False))
         return LeakVerdict(
