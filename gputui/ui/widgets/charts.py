@@ -63,7 +63,8 @@ class Chart(Vertical):
         if self.ascii:
             self.query_one(".chart-ascii", Static).update(fmt.ascii_spark(points, width))
         else:
-            self.query_one(Sparkline).data = points
+            # One point would draw as a full block: wait for a second one.
+            self.query_one(Sparkline).data = points if len(points) > 1 else []
 
 
 class DeviceCharts(Container):

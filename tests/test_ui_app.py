@@ -1,0 +1,288 @@
+"""Pilot tests of the live monitor: sorting, filtering, tree, detail, signals, readonly, resizing, help."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gputui.ui.app import GpuTuiApp, binding_ids
+from gputui.ui.main_screen import MainScreen
+from gputui.ui.rows import TINY
+from gputui.ui.sampler import Sampler
+from gputui.ui.screens.confirm import ConfirmSignal
+from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.signals import send
+from gputui.ui.widgets.processes import ProcessTable
+
+from test_ui_data import T0, process, training_snapshot
+
+
+def make_app(snapshots=None, **options) -> GpuTuiApp:
+    from test_ui_data import ReplaySource
+
+    source = ReplaySource(snapshots or [training_snapshot()])
+    return GpuTuiApp(Sampler(source, watch_probes=False), me="bob", **options)
+
+
+async def settle(pilot, samples: int = 1) -> None:
+    """Wait until the app has taken ``samples`` snapshots and drawn them."""
+    for _ in range(100):
+        if pilot.app.samples >= samples:
+            break
+        await pilot.pause(0.05)
+    assert pilot.app.samples >= samples
+    await pilot.pause()
+
+
+def table_keys(app) -> list[str]:
+    table = app.screen.query_one(ProcessTable)
+    return [row.key.value for row in table.ordered_rows]
+
+
+async def test_first_sample_fills_the_table_in_memory_order():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert table_keys(app) == ["3100/0", "2003/3", "2002/2", "2001/1", "2000/0", "3200/1"]
+        status = str(app.screen.query_one("#table-status").render())
+        assert "PROCESSES  6" in status and "sort GPU MEM" in status
+
+
+async def test_sort_keys_and_header_click():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        main = app.screen
+        await pilot.press("r")  # reverse: smallest GPU memory first
+        assert table_keys(app)[0] == "3200/1"
+        main.sort_by("gpu_memory")
+        await pilot.press("<")  # the column left of GPU MEM is TYPE
+        assert main.sort_column == "type"
+        await pilot.press(">", ">")
+        assert main.sort_column == "trend"
+        # Click the PID header: sorted by pid, ascending.
+        await pilot.click(ProcessTable, offset=(2, 0))
+        await pilot.pause()
+        assert main.sort_column == "pid" and main.sort_reverse is False
+        assert table_keys(app) == ["2000/0", "2001/1", "2002/2", "2003/3", "3100/0", "3200/1"]
+        await pilot.click(ProcessTable, offset=(2, 0))  # again: the other way round
+        await pilot.pause()
+        assert table_keys(app)[0] == "3200/1"
+
+
+async def test_selection_follows_the_process_across_refreshes():
+    first = training_snapshot()
+    # Next sample: bob's notebook shrinks below rank 3, so the rows change places.
+    shrunk = [p if p.pid != 3100 else process(3100, 0, user="bob", command=("jupyter-lab",),
+                                              gpu_memory=1 << 20) for p in first.processes]
+    second = training_snapshot(T0 + 1, extra=())
+    second = type(second)(**{**second.__dict__, "processes": tuple(shrunk)})
+    app = make_app([first, second], interval=0.25)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ProcessTable)
+        await pilot.press("down")  # select rank 3 (second row)
+        await pilot.pause()
+        assert table.selected_key == "2003/3"
+        await settle(pilot, 2)
+        assert table_keys(app)[0] == "2003/3"  # order changed ...
+        assert table.selected_key == "2003/3"  # ... and the selection moved with the process
+        assert table.cursor_row == 0
+
+
+async def test_filter_as_you_type_and_escape_clears():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", "r", "a", "n", "k", "=", "2")
+        assert table_keys(app) == ["2002/2"]
+        await pilot.press("enter")  # keep the filter, back to the table
+        assert isinstance(app.focused, ProcessTable)
+        assert table_keys(app) == ["2002/2"]
+        await pilot.press("escape")
+        assert len(table_keys(app)) == 6
+
+
+async def test_tree_toggle_and_only_mine():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("t")
+        assert table_keys(app)[:4] == ["3000/-", "3100/0", "900/-", "1000/-"]
+        await pilot.press("t", "u")  # back to a flat list, only bob's processes
+        assert table_keys(app) == ["3100/0"]
+
+
+async def test_detail_screen_shows_command_history_and_probe_hint():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProcessDetail) and screen.key == (2003, 3)
+        await settle(pilot, 2)
+        await pilot.pause()
+        info = str(screen.query_one("#detail-info").render())
+        assert "python train.py --rank=3" in info and "alice" in info
+        assert "GPU 3 (H100 80GB HBM3, cuda:3 here) 7.0G" in info
+        probe = str(screen.query_one("#detail-probe").render())
+        assert "No PyTorch probe is attached" in probe and "gputui run -- python train.py" in probe
+        assert "GPUTUI_PROBE=1" in probe and "gputui.probe.start()" in probe
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+@pytest.fixture
+def sleeper():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield child
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+
+
+def snapshot_with(pid: int):
+    return training_snapshot(extra=[process(pid, 0, gpu_memory=70 << 30, command=("sleep-child",),
+                                            user="bob")])
+
+
+async def test_kill_confirmation_sends_the_chosen_signal(sleeper):
+    app = make_app([snapshot_with(sleeper.pid)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.screen.target_process().pid == sleeper.pid  # biggest GPU memory: first row
+        await pilot.press("K")
+        assert isinstance(app.screen, ConfirmSignal)
+        await pilot.press("n")  # said no: still alive
+        await pilot.pause()
+        assert sleeper.poll() is None
+        await pilot.press("T")
+        assert isinstance(app.screen, ConfirmSignal) and app.screen.signal_name == "SIGTERM"
+        await pilot.press("y")
+        assert sleeper.wait(timeout=10) == -signal.SIGTERM
+        await pilot.pause()
+        assert any("Sent SIGTERM" in n.message for n in app._notifications)
+
+
+async def test_signal_refusal_is_a_notification_not_a_crash(sleeper):
+    sleeper.kill()
+    sleeper.wait()  # reaped: its pid now names no process
+    app = make_app([snapshot_with(sleeper.pid)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("I", "y")
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any(f"process {sleeper.pid} has already exited" in m for m in messages)
+        assert isinstance(app.screen, MainScreen)
+
+
+def test_permission_refusal_words(monkeypatch):
+    def deny(pid, signum):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("gputui.ui.signals.os.kill", deny)
+    assert send(4242, "SIGKILL") == "not permitted to signal process 4242 (it belongs to another user)"
+    assert send(1, "SIGKILL") == "refusing to signal process 1"
+    assert send(None, "SIGTERM").startswith("this process is not visible from here")
+
+
+async def test_readonly_never_asks_and_never_signals(sleeper):
+    app = make_app([snapshot_with(sleeper.pid)], readonly=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("K", "y")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        assert sleeper.poll() is None
+        assert any("Read-only" in n.message for n in app._notifications)
+
+
+async def test_demo_processes_are_never_signalled():
+    app = make_app(simulated=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("K")
+        assert isinstance(app.screen, MainScreen)
+        assert any("Demo mode" in n.message for n in app._notifications)
+
+
+async def test_resize_to_small_panes_changes_the_layout():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        main = app.screen
+        assert main.layout_mode == "normal" and main.query_one("#charts").display
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert main.layout_mode == "compact" and not main.query_one("#charts").display
+        await pilot.resize_terminal(50, 15)
+        await pilot.pause()
+        assert main.layout_mode == "tiny"
+        assert main.query_one(ProcessTable).column_ids == TINY
+        assert all(row.region.height == 1 for row in main.query("DeviceRow"))
+        await pilot.resize_terminal(180, 50)
+        await pilot.pause()
+        assert main.layout_mode == "wide"
+        assert "started" in main.query_one(ProcessTable).column_ids
+
+
+async def test_pause_stops_sampling_and_interval_keys_step():
+    app = make_app(interval=0.25)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        assert app.paused
+        taken = app.samples
+        await pilot.pause(0.8)
+        assert app.samples == taken
+        assert "PAUSED" in str(app.screen.query_one("#header").render())
+        await pilot.press("p")
+        await settle(pilot, taken + 1)
+        await pilot.press("plus", "plus")
+        assert app.interval == 1.0
+        await pilot.press("minus")
+        assert app.interval == 0.5
+
+
+async def test_help_lists_every_binding_with_its_remapped_key():
+    app = make_app(keymap={"tree": "y"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        screen = app.screen
+        assert isinstance(screen, HelpScreen)
+        listed = {row[2]: row[0] for _, rows in screen.sections for row in rows}
+        assert set(listed) == binding_ids()
+        assert listed["tree"] == "y" and listed["quit"] == "q"
+        await pilot.press("escape")
+        await pilot.press("y")  # the remapped key does what the help says
+        assert app.screen.tree_view
+
+
+async def test_command_palette_offers_the_actions():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for wanted in ("Process tree", "Sort by GPU MEM", "Kill selected process (SIGKILL)",
+                       "Pause / resume", "Keys"):
+            assert wanted in titles
+    readonly = make_app(readonly=True)
+    async with readonly.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert not any("SIGKILL" in c.title for c in readonly.get_system_commands(readonly.screen))
+
+
+async def test_q_quits():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("q")
+    assert app.return_code == 0
