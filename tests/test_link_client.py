@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -277,6 +279,21 @@ def test_silent_probe_times_out(probe_dir):
         fake.close()
 
 
+def test_reply_over_the_limit_is_refused(probe_dir, monkeypatch):
+    from gputui.link import protocol
+
+    monkeypatch.setattr(protocol, "MAX_REPLY", 1000)
+    fake = FakeProbe(probe_dir / f"{os.getpid()}.sock", b'{"v": 1, "pad": "' + b"x" * 5000,
+                     hang_up=False)
+    try:
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.request(os.getpid(), "hello", timeout=2.0)
+        assert caught.value.reason == client.BAD_REPLY
+        assert "exceeds the 1000-byte limit" in str(caught.value)
+    finally:
+        fake.close()
+
+
 def test_probe_unavailable_is_a_user_error():
     from gputui.errors import UserError
 
@@ -388,3 +405,42 @@ def test_watcher_survives_an_unsafe_directory(tmp_path, monkeypatch):
     watcher = client.ProbeWatcher()
     assert watcher.poll() == {}
     assert watcher.error is None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="serving as another uid needs root")
+def test_root_finds_and_reads_every_users_probes(monkeypatch):
+    monkeypatch.delenv(paths.DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    shared_tmp = Path(tempfile.mkdtemp(prefix="gputui-link-test-"))
+    shared_tmp.chmod(0o1777)  # like /tmp: anyone may make their own directory here
+    monkeypatch.setattr(paths, "FALLBACK_ROOT", shared_tmp)
+    monkeypatch.setattr(paths, "RUNTIME_ROOT", shared_tmp / "no-run-user")
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - a probe of user "nobody"
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(os.getpid()))})
+            os.write(ready_w, b"1" if srv.start() else (srv.error or "?").encode())
+            os.read(done_r, 1)
+            srv.stop()
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        assert os.read(ready_r, 4096) == b"1"
+        socket_file = shared_tmp / "gputui-65534" / f"{child}.sock"
+        assert client.discover(all_users=False) == {}
+        assert client.discover(all_users=True) == {child: socket_file}
+        assert client.discover() == {child: socket_file}  # root's default
+        assert client.fetch_report(child) == sample_report(child)  # the probe lets root in
+    finally:
+        os.write(done_w, b"x")
+        os.waitpid(child, 0)
+        shutil.rmtree(shared_tmp)

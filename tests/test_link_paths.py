@@ -131,3 +131,29 @@ def test_too_long_socket_path_is_refused(tmp_path):
     deep = tmp_path / ("d" * 120)
     with pytest.raises(paths.ProbeDirUnsafe, match="too long for a Unix socket"):
         paths.socket_path(1, deep)
+
+
+@AS_ROOT
+def test_every_users_dirs_accepts_only_directories_owned_by_the_uid_they_name(tmp_path,
+                                                                              fallback_root,
+                                                                              monkeypatch):
+    runtime_root = tmp_path / "run-user"
+    monkeypatch.setattr(paths, "RUNTIME_ROOT", runtime_root)
+
+    def make(path, owner, mode=0o700):
+        path.mkdir(parents=True)
+        path.chmod(mode)
+        os.chown(path, owner, owner)
+        return path
+
+    good_runtime = make(runtime_root / "1000" / "gputui", 1000)
+    make(runtime_root / "1001" / "gputui", 1000)  # planted by 1000 in 1001's name
+    good_fallback = make(fallback_root / "gputui-1002", 1002)
+    make(fallback_root / "gputui-1003", 1003, mode=0o755)  # open to others
+    make(fallback_root / "gputui-abc", 0)
+    (fallback_root / "gputui-1004").symlink_to(good_fallback)
+    assert paths.every_users_dirs({}) == [good_runtime, good_fallback]
+    own = paths.probe_dir({})
+    assert paths.every_users_dirs({}) == [own, good_runtime, good_fallback]
+    # The override still means "only this directory".
+    assert paths.every_users_dirs({paths.DIR_ENV: str(own)}) == [own]

@@ -308,6 +308,20 @@ def test_client_vanishing_before_reading_its_replies(server):
     still_answers(server)
 
 
+def test_client_that_sends_but_does_not_read_cannot_pile_up_replies(server):
+    sock = connect(server.path)
+    sock.sendall(b"".join(protocol.request_line(i, "big") for i in range(100)))  # ~20 MB of replies
+    time.sleep(0.2)
+    # Replies wait in the socket buffer and one bounded outbox; the rest are not even built yet.
+    assert server.requests_answered < 30
+    still_answers(server)
+    stream = sock.makefile("rb")
+    ids = [json.loads(stream.readline())["id"] for _ in range(100)]
+    assert ids == list(range(100))
+    assert server.requests_answered == 100 + 1  # and the one from still_answers
+    sock.close()
+
+
 def test_fifty_clients_at_once(server):
     socks = [connect(server.path) for _ in range(50)]
     for i, sock in enumerate(socks):

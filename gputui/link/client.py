@@ -41,10 +41,19 @@ class ProbeUnavailable(UserError):
         self.detail = detail
 
 
-def discover(environ: dict[str, str] | None = None) -> dict[int, Path]:
-    """The probed processes of this user that are alive, by pid; sockets of dead pids are removed."""
+def discover(environ: dict[str, str] | None = None, *,
+             all_users: bool | None = None) -> dict[int, Path]:
+    """The probed processes that are alive, by pid; sockets of dead pids are removed.
+
+    This user's probes only, unless ``all_users`` (default: when running as root, who may talk to
+    every probe). Other users' directories are only read, never cleaned.
+    """
+    if all_users is None:
+        all_users = os.getuid() == 0
+    own = paths.search_dirs(environ)
+    directories = paths.every_users_dirs(environ) if all_users else own
     found: dict[int, Path] = {}
-    for directory in paths.search_dirs(environ):
+    for directory in directories:
         try:
             entries = list(os.scandir(directory))
         except OSError:
@@ -56,14 +65,15 @@ def discover(environ: dict[str, str] | None = None) -> dict[int, Path]:
                 continue
             if _alive(pid):
                 found[pid] = path
-            else:
+            elif directory in own:
                 _remove_stale(path)
     return dict(sorted(found.items()))
 
 
 def find_socket(pid: int, environ: dict[str, str] | None = None) -> Path | None:
-    """The socket of process ``pid``'s probe, if one exists in any of this user's directories."""
-    for directory in paths.search_dirs(environ):
+    """The socket of process ``pid``'s probe, in this user's directories (every user's for root)."""
+    directories = paths.every_users_dirs(environ) if os.getuid() == 0 else paths.search_dirs(environ)
+    for directory in directories:
         path = directory / f"{pid}{paths.SOCKET_SUFFIX}"
         if path.exists():
             return path
@@ -185,7 +195,7 @@ class ProbeLink:
                 closed = True
                 break
             self._inbox += data
-            if len(self._inbox) > protocol.MAX_REPLY and b"\n" not in self._inbox:
+            if len(self._inbox) - (self._inbox.rfind(b"\n") + 1) > protocol.MAX_REPLY:
                 raise ProbeUnavailable(self.pid, BAD_REPLY,
                                        f"reply exceeds the {protocol.MAX_REPLY}-byte limit")
         replies = []
@@ -237,18 +247,19 @@ class ProbeWatcher:
 
     Call ``poll()`` from one worker thread each refresh; it waits at most ``timeout`` seconds and
     never raises. A probe slow to answer keeps its last report; reasons for probes that cannot be
-    reached are in ``unavailable``.
+    reached are in ``unavailable``. ``all_users`` is as for :func:`discover`.
     """
 
     def __init__(self, *, timeout: float = 0.25, rediscover_every: float = 2.0,
                  give_up_after: float = 10.0, environ: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 all_users: bool | None = None, clock: Callable[[], float] = time.monotonic):
         self.timeout = timeout
         self.rediscover_every = rediscover_every
         self.give_up_after = give_up_after
         self.unavailable: dict[int, str] = {}
         self.error: str | None = None  # a fault of the watcher itself, contained
         self._environ = environ
+        self._all_users = all_users
         self._clock = clock
         self._sockets: dict[int, Path] = {}
         self._links: dict[int, ProbeLink] = {}
@@ -299,7 +310,7 @@ class ProbeWatcher:
 
     def _rediscover(self, now: float) -> None:
         self._discovered_at = now
-        self._sockets = discover(self._environ)
+        self._sockets = discover(self._environ, all_users=self._all_users)
         for pid in set(self._links) | set(self._reports) | set(self.unavailable):
             if pid not in self._sockets:
                 self._forget(pid)
@@ -347,8 +358,8 @@ class ProbeWatcher:
         reason = exc.detail if isinstance(exc, ProbeUnavailable) else str(exc)
         self.unavailable[pid] = reason
         self._retry_at[pid] = self._clock() + self.rediscover_every
-        if isinstance(exc, ProbeUnavailable) and exc.reason in (REFUSED, MISMATCH, BAD_REPLY):
-            self._reports.pop(pid, None)  # its old report cannot be trusted to be current
+        if not (isinstance(exc, ProbeUnavailable) and exc.reason == TIMED_OUT):
+            self._reports.pop(pid, None)  # only a slow probe's last report is worth showing
 
     def _forget(self, pid: int) -> None:
         self._hang_up(pid)

@@ -18,6 +18,8 @@ DIR_ENV = "GPUTUI_PROBE_DIR"
 # Fixed rather than tempfile.gettempdir(): the probe and the monitor must agree on it even when their
 # environments differ (a batch job's $TMPDIR is often job-private).
 FALLBACK_ROOT = Path("/tmp")
+# Where login sessions get their $XDG_RUNTIME_DIR (systemd-logind); root looks here for every user.
+RUNTIME_ROOT = Path("/run/user")
 SOCKET_SUFFIX = ".sock"
 SOCKET_MODE = 0o600
 DIR_MODE = 0o700
@@ -76,20 +78,47 @@ def search_dirs(environ: dict[str, str] | None = None) -> list[Path]:
     return found
 
 
-def check_dir(path: Path) -> None:
-    """Raise ProbeDirUnsafe unless ``path`` is a real directory of ours, closed to everyone else.
+def every_users_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+    """The safe probe directories of every user on the machine (for root, who may reach them all).
 
-    Raises FileNotFoundError when it does not exist.
+    A directory counts only when it is owned by the uid its path names and closed to others, so a
+    directory planted by one user cannot pass for another's.
     """
+    env = os.environ if environ is None else environ
+    if env.get(DIR_ENV):
+        return search_dirs(env)
+    found = list(search_dirs(env))
+    for root, pattern in ((RUNTIME_ROOT, "*/gputui"), (FALLBACK_ROOT, "gputui-*")):
+        try:
+            candidates = sorted(root.glob(pattern))
+        except OSError:
+            continue
+        for path in candidates:
+            digits = path.parent.name if pattern.startswith("*") else path.name[len("gputui-"):]
+            if not (digits.isdigit() and digits.isascii()) or path in found:
+                continue
+            try:
+                check_dir(path, owner=int(digits))
+            except (ProbeDirUnsafe, OSError):
+                continue
+            found.append(path)
+    return found
+
+
+def check_dir(path: Path, owner: int | None = None) -> None:
+    """Raise ProbeDirUnsafe unless ``path`` is a real directory of ours (or of ``owner``), closed
+    to everyone else. Raises FileNotFoundError when it does not exist.
+    """
+    uid = os.getuid() if owner is None else owner
     info = os.lstat(path)  # lstat: a symlink planted by someone else must not be followed
     if stat.S_ISLNK(info.st_mode):
         raise ProbeDirUnsafe(f"the probe directory {path} is a symlink; remove it and try again")
     if not stat.S_ISDIR(info.st_mode):
         raise ProbeDirUnsafe(f"the probe directory {path} is not a directory; remove it")
-    if info.st_uid != os.getuid():
+    if info.st_uid != uid:
         raise ProbeDirUnsafe(
             f"the probe directory {path} belongs to uid {info.st_uid}, not to you (uid "
-            f"{os.getuid()}); set {DIR_ENV} to a private directory of yours"
+            f"{uid}); set {DIR_ENV} to a private directory of yours"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise ProbeDirUnsafe(

@@ -26,6 +26,7 @@ Handler = Callable[[dict], Any]
 
 MAX_CLIENTS = 128  # a bound on the file descriptors a probe may take from the training job
 _RECV_CHUNK = 64 * 1024
+_OUTBOX_HIGH = 1 << 20  # stop answering a client's queued requests until it reads this much
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 # Servers alive in this process, so one fork hook can switch them all off in a child.
@@ -231,34 +232,58 @@ class ProbeServer:
         return None
 
     def _service(self, client: _Client, mask: int) -> None:
-        if mask & selectors.EVENT_WRITE:
-            self._flush(client)
-        if client.sock.fileno() < 0 or not (mask & selectors.EVENT_READ) or client.outbox:
-            return
-        try:
-            data = client.sock.recv(_RECV_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+        if mask & selectors.EVENT_READ:
+            try:
+                data = client.sock.recv(_RECV_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._drop(client)
+                return
+            if not data:  # the client went away, maybe mid-message: forget what it half-sent
+                self._drop(client)
+                return
+            client.inbox += data
+        self._pump(client)
+
+    def _pump(self, client: _Client) -> None:
+        """Answer complete requests and send replies, as far as the client keeps up."""
+        assert self._selector is not None
+        while True:
+            self._answer_lines(client)
+            if client.outbox:
+                try:
+                    sent = client.sock.send(client.outbox)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError:  # it hung up without reading its replies
+                    self._drop(client)
+                    return
+                del client.outbox[:sent]
+            if client.outbox or client.closing or b"\n" not in client.inbox:
+                break
+        if client.outbox:
+            # Read nothing more until the client takes its replies: a client that only writes
+            # cannot make the probe buffer without bound.
+            self._selector.modify(client.sock, selectors.EVENT_WRITE, client)
+        elif client.closing:
             self._drop(client)
-            return
-        if not data:  # the client went away, maybe mid-message: forget what it half-sent
-            self._drop(client)
-            return
-        client.inbox += data
-        while not client.closing:
+        else:
+            self._selector.modify(client.sock, selectors.EVENT_READ, client)
+
+    def _answer_lines(self, client: _Client) -> None:
+        while not client.closing and len(client.outbox) < _OUTBOX_HIGH:
             newline = client.inbox.find(b"\n")
             if newline < 0:
                 if len(client.inbox) > protocol.MAX_REQUEST:
                     client.reply(protocol.error_reply(
                         None, protocol.TOO_LARGE,
                         f"request exceeds the {protocol.MAX_REQUEST}-byte limit"), close=True)
-                break
+                return
             line = bytes(client.inbox[:newline])
             del client.inbox[: newline + 1]
             reply, close = self._answer(line)
             client.reply(reply, close)
-        self._flush(client)
 
     def _answer(self, line: bytes) -> tuple[bytes, bool]:
         """The reply to one request line, and whether to hang up after it."""
@@ -286,26 +311,6 @@ class ProbeServer:
     def _hello(self) -> dict:
         return {"protocol": protocol.VERSION, "pid": os.getpid(),
                 "ops": sorted(set(self._handlers) | {"hello"})}
-
-    def _flush(self, client: _Client) -> None:
-        assert self._selector is not None
-        if client.outbox:
-            try:
-                sent = client.sock.send(client.outbox)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                self._drop(client)
-                return
-            del client.outbox[:sent]
-        if client.outbox:
-            # Stop reading until the client takes its replies: a client that only writes cannot make
-            # the probe buffer without bound.
-            self._selector.modify(client.sock, selectors.EVENT_WRITE, client)
-        elif client.closing:
-            self._drop(client)
-        else:
-            self._selector.modify(client.sock, selectors.EVENT_READ, client)
 
     def _drop(self, client: _Client) -> None:
         fd = client.sock.fileno()
