@@ -240,7 +240,7 @@ def test_width_below_the_minimum_is_raised_to_it():
 def test_narrow_terminal_drops_columns_but_keeps_pid_gpu_memory_and_command():
     lines = show(workstation(), width=40).splitlines()
     header = next(line for line in lines if line.lstrip().startswith("PID"))
-    assert header.split() == ["PID", "GPU", "TYPE", "GPU-MEM", "COMMAND"]
+    assert header.split() == ["PID", "GPU", "GPU-MEM", "COMMAND"]
 
 
 def test_ascii_output_is_pure_ascii_with_hash_bars():

@@ -10,7 +10,7 @@ import dataclasses
 import getpass
 import socket
 import time
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
@@ -26,13 +26,18 @@ PROBE_TIMEOUT = 1.0
 class Source:
     """Samples for one run of a plain mode: filtered snapshots with probe reports attached."""
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: Any, *, clock: Callable[[], float] | None = None,
+                 pause: Callable[[float], None] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        """``clock``, ``pause`` and ``environ`` replace the real ones (tests: a fake clock)."""
         self.options = options
         self.collector = None
         self.unavailable: NvmlUnavailable | None = None
+        self._pause = pause or time.sleep
         try:
             self.collector = open_collector(options.demo, seed=options.seed,
-                                            processes=options.demo_processes)
+                                            processes=options.demo_processes, clock=clock,
+                                            environ=environ)
         except NvmlUnavailable as exc:
             # No driver: still worth printing if probed processes (CPU-only jobs) can be reached.
             if options.demo is not None or not _real_probes_exist():
@@ -59,7 +64,7 @@ class Source:
         else:
             if not self._sampled:
                 self.collector.sample()
-                time.sleep(CPU_WINDOW)
+                self._pause(CPU_WINDOW)
             raw = self.collector.sample()
         self._sampled = True
         reports, problems = self._probe_reports()

@@ -274,7 +274,7 @@ _COLUMNS = (
     _Column("HOST-MEM", ">", 8),
     _Column("ELAPSED", ">", 7),
 )
-_MIN_COMMAND = 16
+_MIN_COMMAND = 24  # the command is what tells processes apart: keep room for it
 _KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
 
 
