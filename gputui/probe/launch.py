@@ -1,0 +1,117 @@
+"""``gputui run -- python train.py``: run a command with the probe started inside its Python processes.
+
+The command gets GPUTUI_PROBE=1 and a sitecustomize shim first on PYTHONPATH, so any Python in it
+starts the probe once it imports torch; no code change, no installed .pth needed. Signals are passed
+on to the command and its exit status comes back as ours. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from gputui.errors import UserError
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+GPUTUI_HOME = str(Path(__file__).resolve().parents[2])  # the directory that holds the gputui package
+_FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
+
+
+class CommandNotFound(UserError):
+    """The command to run does not exist (exit status 127, as a shell would say)."""
+
+    exit_code = 127
+
+
+class CommandNotRunnable(UserError):
+    """The command exists but cannot be run (exit status 126, as a shell would say)."""
+
+    exit_code = 126
+
+
+def probe_environment(environ=None) -> dict[str, str]:
+    """The environment the command runs in: ours, plus the probe switched on."""
+    env = dict(os.environ if environ is None else environ)
+    env["GPUTUI_PROBE"] = "1"
+    env["GPUTUI_PROBE_VIA"] = "run"
+    env["GPUTUI_HOME"] = GPUTUI_HOME
+    path = [str(BOOTSTRAP)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
+
+
+def run_command(options) -> int:
+    """Run ``options.command`` with the probe; return its exit status (128+N if killed by signal N)."""
+    command = list(options.command)
+    if not command:
+        raise UserError("give the command to run, e.g. gputui run -- python train.py")
+    try:
+        child = subprocess.Popen(command, env=probe_environment())
+    except FileNotFoundError:
+        raise CommandNotFound(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise CommandNotRunnable(f"permission denied: {command[0]}") from None
+    except OSError as exc:
+        raise CommandNotRunnable(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+    sys.stderr.write(
+        f"gputui: probing {Path(command[0]).name} (pid {child.pid}); "
+        f"watch it with `gputui` or `gputui probe {child.pid}` in another pane\n"
+    )
+    previous = _forward_signals(child)
+    try:
+        while True:
+            try:
+                status = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the child got the same Ctrl-C from the terminal; wait for it to finish
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    _remove_socket_of(child.pid)
+    return 128 - status if status < 0 else status
+
+
+def _forward_signals(child: subprocess.Popen) -> dict:
+    """Pass termination signals on to the child; returns the handlers to restore."""
+    previous = {}
+
+    def forward(signum, frame):
+        if signum == signal.SIGINT and _child_shares_terminal():
+            return  # Ctrl-C at the terminal already reached the child's process group
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for name in _FORWARDED:
+        signum = getattr(signal, name, None)
+        if signum is None:
+            continue
+        try:
+            previous[signum] = signal.signal(signum, forward)
+        except (ValueError, OSError):  # not the main thread, or not allowed
+            continue
+    return previous
+
+
+def _child_shares_terminal() -> bool:
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _remove_socket_of(pid: int) -> None:
+    """A command killed by a signal never ran its exit handlers: remove its socket for it."""
+    try:
+        from gputui.link import client
+
+        path = client.find_socket(pid)
+        if path is not None:
+            path.unlink()
+    except Exception:
+        pass

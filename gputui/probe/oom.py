@@ -1,0 +1,162 @@
+"""Notice out-of-memory errors without getting in their way: the allocator's OOM observer and excepthooks.
+
+On CUDA the caching allocator calls an observer at the moment it gives up (even when the program
+catches the error and carries on); for errors that end the program, on CPU too, a chained
+``sys.excepthook``/``threading.excepthook`` sees them on the way out. Either way the error itself
+reaches the user unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import threading
+import time
+import traceback
+
+from gputui.model import OomRecord
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_CUDA_TRIED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_CUDA_FREE = re.compile(r"of which ([\d.]+) (B|KiB|MiB|GiB|TiB) is free")
+_CUDA_ALLOCATED = re.compile(r"([\d.]+) (B|KiB|MiB|GiB|TiB) is allocated by PyTorch")
+_CUDA_RESERVED = re.compile(r"([\d.]+) (B|KiB|MiB|GiB|TiB) is reserved by PyTorch but unallocated")
+_CUDA_DEVICE = re.compile(r"GPU (\d+) has a total capacity")
+_CPU_TRIED = re.compile(r"you tried to allocate (\d+) bytes")
+_OUR_FILES = ("/gputui/probe/",)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for torch's OutOfMemoryError and for the CPU allocator's "can't allocate memory"."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    text = str(exc)
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text
+    )
+
+
+def _size(match) -> int | None:
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def record_from_exception(exc: BaseException, tb=None, *, at: float | None = None) -> OomRecord:
+    """An OomRecord from an OOM exception: figures parsed from torch's message, where from the traceback."""
+    text = str(exc)
+    requested = _size(_CUDA_TRIED.search(text))
+    if requested is None:
+        cpu = _CPU_TRIED.search(text)
+        requested = int(cpu.group(1)) if cpu else None
+    device_match = _CUDA_DEVICE.search(text)
+    if device_match:
+        device = f"cuda:{device_match.group(1)}"
+    else:
+        device = "cpu" if "CPU" in text or "alloc_cpu" in text else None
+    frames = traceback.extract_tb(tb if tb is not None else exc.__traceback__)
+    return OomRecord(
+        at=time.time() if at is None else at,
+        device=device,
+        requested=requested,
+        free=_size(_CUDA_FREE.search(text)),
+        allocated=_size(_CUDA_ALLOCATED.search(text)),
+        reserved=_size(_CUDA_RESERVED.search(text)),
+        message=text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__,
+        where=format_frames(frames),
+    )
+
+
+def format_frames(frames, limit: int = 8) -> tuple[str, ...]:
+    """"file.py:123 in function" lines, innermost last, without the probe's own frames."""
+    lines = [
+        f"{frame.filename}:{frame.lineno} in {frame.name}"
+        for frame in frames
+        if not any(part in frame.filename.replace("\\", "/") for part in _OUR_FILES)
+    ]
+    return tuple(lines[-limit:])
+
+
+class OomWatch:
+    """Keeps the last OOM; installs the excepthooks at once and the CUDA observer once CUDA is up."""
+
+    def __init__(self, problems):
+        self.last: OomRecord | None = None
+        self.problems = problems
+        self._observer_attached = False
+        self._previous_excepthook = None
+        self._previous_thread_hook = None
+
+    def install(self) -> None:
+        self._previous_excepthook = sys.excepthook
+        self._previous_thread_hook = threading.excepthook
+        sys.excepthook = self._excepthook
+        threading.excepthook = self._thread_excepthook
+
+    def uninstall(self) -> None:
+        # Put the previous hooks back only if nobody chained onto ours since.
+        if sys.excepthook == self._excepthook and self._previous_excepthook is not None:
+            sys.excepthook = self._previous_excepthook
+        if threading.excepthook == self._thread_excepthook and self._previous_thread_hook is not None:
+            threading.excepthook = self._previous_thread_hook
+
+    def attach_cuda_observer(self) -> None:
+        """Attach the allocator's OOM observer, once, after the process has initialised CUDA.
+
+        Before initialisation the allocator has no per-device state to attach to, and attaching must
+        never be what initialises CUDA.
+        """
+        if self._observer_attached:
+            return
+        torch = sys.modules.get("torch")
+        attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+        if attach is None or not torch.cuda.is_initialized():
+            return
+        attach(self._cuda_observer)
+        self._observer_attached = True
+
+    def _cuda_observer(self, device, requested, total, free) -> None:
+        # Called by the allocator when it is about to raise OutOfMemoryError, outside its lock, on
+        # the thread that asked for memory: the Python stack here is the user's allocation site.
+        try:
+            import torch
+
+            stats = torch.cuda.memory_stats(device)
+            frames = traceback.extract_stack()[:-1]
+            self.last = OomRecord(
+                at=time.time(),
+                device=f"cuda:{device}",
+                requested=int(requested),
+                free=int(free),
+                allocated=int(stats.get("allocated_bytes.all.current", 0)),
+                reserved=int(stats.get("reserved_bytes.all.current", 0)),
+                message=f"CUDA out of memory: tried to allocate {int(requested)} bytes on cuda:{device}",
+                where=format_frames(frames),
+            )
+        except Exception as exc:
+            self.problems.record("OOM observer", exc)
+
+    def _note(self, exc: BaseException, tb) -> None:
+        try:
+            if exc is not None and is_oom(exc):
+                known = self.last
+                # The observer already saw this one, with better figures: keep those, add the message.
+                if known is not None and time.time() - known.at < 5.0 and known.device != "cpu":
+                    self.last = dataclasses.replace(known, message=str(exc).splitlines()[0][:400])
+                else:
+                    self.last = record_from_exception(exc, tb)
+        except Exception as problem:
+            self.problems.record("excepthook", problem)
+
+    def _excepthook(self, exc_type, exc, tb):
+        self._note(exc, tb)
+        previous = self._previous_excepthook or sys.__excepthook__
+        previous(exc_type, exc, tb)
+
+    def _thread_excepthook(self, args):
+        self._note(args.exc_value, args.exc_traceback)
+        previous = self._previous_thread_hook or threading.__excepthook__
+        previous(args)

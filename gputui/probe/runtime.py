@@ -1,0 +1,256 @@
+"""The running probe: the hooks, the OOM watch, site recording and the socket, put together.
+
+One Probe per process. Reports are built on demand, on the server's thread, when the monitor asks;
+nothing polls in the background. A forked child (a DataLoader worker) goes quiet and serves only if it
+starts training itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+
+import torch
+
+from gputui.link.server import ProbeServer
+from gputui.model import ProbeDevice, ProbeReport, to_jsonable
+from gputui.probe import allocator
+from gputui.probe.oom import OomWatch
+from gputui.probe.sites import SiteRecorder
+from gputui.probe.tracking import Tracker, categories_of
+
+SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
+PROBE_VERSION = 1
+
+
+class Probe:
+    """Everything the probe does inside one process."""
+
+    def __init__(
+        self,
+        *,
+        activations: bool = True,
+        budget: float = 0.005,
+        serve: bool = True,
+        socket_path=None,
+        via: str = "api",
+        max_steps: int = 600,
+    ):
+        self.pid = os.getpid()
+        self.via = via  # how it was started: api, run, env, attach, demo
+        self.started_at = time.time()
+        self.tracker = Tracker(activations=activations, budget=budget, max_steps=max_steps)
+        self.problems = self.tracker.problems
+        self.oom = OomWatch(self.problems)
+        self.sites = SiteRecorder(self.problems)
+        self.sites.exclude = self.tracker.model_storages
+        self.serve = serve  # False: serve only once this process steps an optimizer (helpers)
+        self.socket_path = socket_path
+        self.server: ProbeServer | None = None
+        self.running = False
+        self._lock = threading.Lock()
+        self._snapshot_at = 0.0
+        self._free_blocks: dict[int, int | None] = {}
+        self._server_cpu = 0.0
+
+    # -- life cycle ---------------------------------------------------------------------------------
+
+    def start(self) -> "Probe":
+        if self.running:
+            return self
+        self.tracker.on_step_end = self._step_end
+        self.tracker.saw_tensor = None
+        self.tracker.install()
+        self.oom.install()
+        self.running = True
+        if self.serve:
+            self._start_server()
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """Remove every hook and the socket; safe to call twice and from atexit."""
+        try:
+            atexit.unregister(self.stop)
+            self.running = False
+            self.tracker.uninstall()
+            self.oom.uninstall()
+            self.sites.request(0, on=False)
+            if self.sites.on and self.sites._mode is None:
+                self.sites._finish()  # CUDA history can be switched off from any thread
+            if self.server is not None and os.getpid() == self.pid:
+                self.server.stop()
+            self.server = None
+        except Exception as exc:
+            self.problems.record("stopping", exc)
+
+    def _start_server(self) -> None:
+        server = ProbeServer(
+            {"hello": self._hello, "report": self._report, "record_sites": self._record_sites},
+            path=self.socket_path,
+        )
+        if server.start():
+            self.server = server
+        else:
+            self.problems.record("socket", RuntimeError(server.error or "could not start"))
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's socket is not ours; serve again only if we train here."""
+        self.pid = os.getpid()
+        self.server = None
+        self.serve = False
+        self.socket_path = None
+        self._lock = threading.Lock()  # a parent thread may have held the old one at fork time
+        self.tracker.steps.clear()
+        self.tracker.step_count = 0
+
+    def _step_end(self, step: int) -> None:
+        # On the training thread, right after optimizer.step().
+        if not self.serve and self.server is None and self.running:
+            self.serve = True  # a helper process that trains after all: a real training process
+            self._start_server()
+        if self.sites.on or self.sites.pending:
+            durations = [s.duration for s in list(self.tracker.steps)[-21:]]
+            self.sites.step_end(step, durations, self.tracker.device)
+            self.tracker.saw_tensor = self.sites.saw if self.sites.on else None
+        try:
+            self.oom.attach_cuda_observer()
+        except Exception as exc:
+            self.problems.record("OOM observer", exc)
+
+    # -- the report ----------------------------------------------------------------------------------
+
+    def report(self) -> ProbeReport:
+        """What the probe knows right now (safe from any thread)."""
+        started = time.thread_time()
+        try:
+            return self._build_report()
+        finally:
+            self._server_cpu += time.thread_time() - started
+
+    def _build_report(self) -> ProbeReport:
+        with self._lock:
+            devices = self._devices()
+        sites = self.sites
+        if sites.on and time.perf_counter() - sites.started_at > sites.max_seconds:
+            sites.request(0, on=False)  # the next step end switches it off; steps may have stopped
+        return ProbeReport(
+            pid=self.pid,
+            taken_at=time.time(),
+            torch_version=torch.__version__,
+            command=tuple(sys.argv) if sys.argv and sys.argv != [""] else (),
+            devices=devices,
+            steps=tuple(self.tracker.steps),
+            last_oom=self.oom.last,
+            recording=sites.on or sites.pending,
+            recorded_steps=tuple(sites.recorded_steps),
+            sites=sites.sites(),
+            recording_cost=sites.cost,
+            probe_cpu_seconds=self.tracker.hook_seconds + self._server_cpu,
+            problems=self.problems.lines() + tuple(self.server.problems if self.server else ()),
+        )
+
+    def _devices(self) -> tuple[ProbeDevice, ...]:
+        counts = self.tracker.tally()
+        cuda = allocator.devices_in_use()
+        snapshot_due = cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY
+        if snapshot_due:
+            self._snapshot_at = time.monotonic()
+            segments = _memory_snapshot()
+            self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
+        devices = []
+        for index in cuda:
+            name = f"cuda:{index}"
+            stats = allocator.stats_from_memory_stats(
+                torch.cuda.memory_stats(index),
+                largest_free_block=self._free_blocks.get(index),
+                settings=allocator.allocator_settings(),
+            )
+            try:
+                uuid = allocator.device_uuid(index)
+            except Exception:
+                uuid = None
+            devices.append(ProbeDevice(
+                device=name, cuda_index=index, uuid=uuid, allocator=stats,
+                categories=categories_of(counts.get(name), stats.allocated if stats else None),
+            ))
+        for name in sorted(counts):
+            if not name.startswith("cuda"):
+                devices.append(ProbeDevice(device=name, categories=categories_of(counts[name])))
+        if not devices:
+            devices.append(ProbeDevice(device="cpu", categories=categories_of([0, 0, 0, 0])))
+        return tuple(devices)
+
+    # -- handlers (the server's thread) --------------------------------------------------------------
+
+    def _hello(self, params: dict) -> dict:
+        return {
+            "probe_version": PROBE_VERSION,
+            "torch_version": torch.__version__,
+            "started_at": self.started_at,
+            "via": self.via,
+            "steps": self.tracker.step_count,
+        }
+
+    def _report(self, params: dict) -> dict:
+        return to_jsonable(self.report())
+
+    def _record_sites(self, params: dict) -> dict:
+        on = params.get("on", True)
+        steps = params.get("steps", 10)
+        if not isinstance(on, bool) or not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise ValueError("record_sites takes {'steps': a positive integer, 'on': true or false}")
+        self.sites.request(steps, on=on)
+        return {"recording": on, "steps": min(steps, 50) if on else 0,
+                "starts_at_step": self.tracker.step_count + 1 if on else None}
+
+
+def _memory_snapshot() -> list:
+    try:
+        return torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:  # torch before 2.6 has no include_traces
+        return torch.cuda.memory_snapshot()
+
+
+# -- the one probe of this process ----------------------------------------------------------------
+
+_current: Probe | None = None
+_current_lock = threading.Lock()
+
+
+def start(**options) -> Probe:
+    """Start (or return) this process's probe."""
+    global _current
+    with _current_lock:
+        if _current is not None and _current.running and _current.pid == os.getpid():
+            return _current
+        _current = Probe(**options).start()
+        return _current
+
+
+def stop() -> None:
+    global _current
+    with _current_lock:
+        probe, _current = _current, None
+    if probe is not None:
+        probe.stop()
+
+
+def current() -> Probe | None:
+    return _current
+
+
+def _after_fork_in_child() -> None:
+    probe = _current
+    if probe is not None:
+        try:
+            probe._after_fork()
+        except Exception:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

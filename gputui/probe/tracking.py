@@ -1,0 +1,395 @@
+"""Watch a training loop from inside: optimizer steps, forward/backward/optimizer phases, tensor categories.
+
+Global optimizer step hooks find the optimizers (and through them the parameters, gradients and
+optimizer state); module forward hooks mark the forward pass and, only while a model's forward runs,
+autograd's saved-tensor hooks see the activations kept for backward. Every hook catches everything:
+the probe never raises into the user's code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from gputui.model import MemoryCategories, StepRecord
+from gputui.probe import allocator
+
+IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+_autograd = torch._C._autograd
+
+
+class Problems:
+    """Exceptions the probe contained, counted by message (bounded, for the report)."""
+
+    def __init__(self, limit: int = 20):
+        self._counts: dict[str, int] = {}
+        self._limit = limit
+
+    def record(self, where: str, exc: BaseException) -> None:
+        key = f"{where}: {type(exc).__name__}: {exc}"[:300]
+        if key in self._counts or len(self._counts) < self._limit:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def lines(self) -> tuple[str, ...]:
+        return tuple(k if n == 1 else f"{k} (x{n})" for k, n in list(self._counts.items()))
+
+
+class _Saved:
+    """What the graph holds instead of a saved tensor, so the probe knows when the graph lets go."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+
+# Category slots in a tally: each storage is counted once, in the first category that claims it.
+PARAMS, GRADS, STATE, ACTS = range(4)
+
+
+def tally(optimizers, saved_tensors=(), seen: set | None = None) -> dict[str, list[int]]:
+    """Bytes per device ("cpu", "cuda:0") and category, deduplicated by storage.
+
+    ``seen``, when given, collects the (data_ptr, device) keys of the storages counted.
+    """
+    seen = set() if seen is None else seen
+    totals: dict = {}
+
+    def add(tensor, slot):
+        if not isinstance(tensor, torch.Tensor):
+            return
+        try:
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+        except Exception:  # sparse, meta or exotic subclasses have no plain storage
+            return
+        if not ptr:
+            return
+        device = tensor.device
+        key = (ptr, device)
+        if key in seen:
+            return
+        seen.add(key)
+        row = totals.get(device)
+        if row is None:
+            row = totals[device] = [0, 0, 0, 0]
+        row[slot] += storage.nbytes()
+
+    params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+    for p in params:
+        add(p, PARAMS)
+    for p in params:
+        if p.grad is not None:
+            add(p.grad, GRADS)
+    for opt in optimizers:
+        for state in list(opt.state.values()):
+            for value in list(state.values()) if isinstance(state, dict) else ():
+                if isinstance(value, (list, tuple)):
+                    for item in value:
+                        add(item, STATE)
+                else:
+                    add(value, STATE)
+    for tensor in saved_tensors:
+        add(tensor, ACTS)
+    return {str(device): row for device, row in totals.items()}
+
+
+def categories_of(row: list[int] | None, allocated: int | None = None) -> MemoryCategories | None:
+    """MemoryCategories from a tally row; ``other`` only where the allocator's total is known."""
+    if row is None:
+        return None
+    other = None if allocated is None else max(0, allocated - sum(row))
+    return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], row[ACTS], other)
+
+
+@dataclass
+class _Reading:
+    """Memory on the step's device at one phase boundary."""
+
+    allocated: int
+    peak: int | None = None  # the allocator's all-time peak (CUDA), None on CPU
+    stats: dict | None = None  # the full memory_stats (CUDA)
+    tally: dict | None = None  # the category tally (CPU)
+
+
+def _phase_peak(start: _Reading | None, end: _Reading | None) -> int | None:
+    """Highest allocation between two readings, without resetting the allocator's peak counter.
+
+    If the all-time peak rose between the readings, it rose inside this phase, so it is the phase's
+    exact peak; otherwise the best lower bound is the larger of the two readings.
+    """
+    if start is None or end is None:
+        return None
+    if start.peak is not None and end.peak is not None and end.peak > start.peak:
+        return end.peak
+    return max(start.allocated, end.allocated)
+
+
+class Tracker:
+    """The hooks and the per-step bookkeeping; one per probe, shared by all threads."""
+
+    def __init__(
+        self,
+        *,
+        activations: bool = True,
+        budget: float = 0.005,
+        max_steps: int = 600,
+        clock=time.perf_counter,
+        wallclock=time.time,
+    ):
+        self.activations = activations
+        self.budget = budget  # fraction of step time the per-step readings may cost
+        self.clock = clock
+        self.wallclock = wallclock
+        self.problems = Problems()
+        self.optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.steps: deque[StepRecord] = deque(maxlen=max_steps)
+        self.step_count = 0
+        self.active = False
+        self.hook_seconds = 0.0  # time spent in readings on the training thread
+        self.on_step_end = None  # callable(step_number), set by the probe (site recording, re-arming)
+        self.saw_tensor = None  # callable(tensor), set while allocation sites are recorded
+        self._primary = None  # weakref to the optimizer whose step() ends a training step
+        self._device: str | None = None  # the device that holds most parameter bytes
+        self._saved: weakref.WeakSet = weakref.WeakSet()
+        self._local = threading.local()
+        self._handles: list = []
+        self._phase = IDLE
+        self._step_started: float | None = None
+        self._measuring = True
+        self._marks: dict[str, _Reading] = {}
+        self._peaks: dict[str, int] = {}
+        self._phase_start: _Reading | None = None
+        self._elapsed = 0.0  # total step time seen, for the budget
+
+    # -- installing -------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        self._handles = [
+            register_optimizer_step_pre_hook(self._optimizer_pre),
+            register_optimizer_step_post_hook(self._optimizer_post),
+            torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
+            torch.nn.modules.module.register_module_forward_hook(self._module_post, always_call=True),
+        ]
+        self.active = True
+
+    def uninstall(self) -> None:
+        self.active = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    # -- reading memory ---------------------------------------------------------------------------
+
+    def saved_tensors(self) -> list:
+        """Tensors autograd currently keeps for backward, as far as the probe saw them saved."""
+        return [s.tensor for s in list(self._saved)]
+
+    def tally(self) -> dict[str, list[int]]:
+        return tally(list(self.optimizers), self.saved_tensors())
+
+    def model_storages(self) -> set:
+        """(data_ptr, device) of every parameter, gradient and optimizer-state storage."""
+        keys: set = set()
+        tally(list(self.optimizers), (), keys)
+        return keys
+
+    def _read(self, with_tally: bool) -> _Reading | None:
+        """Memory on the step's device now: the allocator's counters on CUDA, tracked bytes on CPU."""
+        device = self._device
+        if device is not None and device.startswith("cuda") and allocator.cuda_ready():
+            stats = torch.cuda.memory_stats(torch.device(device))
+            return _Reading(
+                allocated=int(stats.get("allocated_bytes.all.current", 0)),
+                peak=int(stats.get("allocated_bytes.all.peak", 0)),
+                stats=stats,
+                tally=self.tally() if with_tally else None,
+            )
+        counts = self.tally()
+        if device is None:
+            device = self._choose_device(counts)
+        row = counts.get(device) if device else None
+        return _Reading(allocated=sum(row) if row else 0, tally=counts)
+
+    def _choose_device(self, counts: dict[str, list[int]]) -> str | None:
+        if counts:
+            self._device = max(counts, key=lambda d: counts[d][PARAMS])
+        return self._device
+
+    def _mark(self, phase: str) -> None:
+        """Close the running phase at a boundary and open ``phase``."""
+        previous = self._phase
+        self._phase = phase
+        if not self._measuring:
+            return
+        started = self.clock()
+        try:
+            reading = self._read(with_tally=phase == IDLE)
+            if previous != IDLE and self._phase_start is not None:
+                peak = _phase_peak(self._phase_start, reading)
+                if peak is not None:
+                    self._peaks[previous] = max(self._peaks.get(previous, 0), peak)
+            self._phase_start = reading
+            self._marks[phase] = reading
+        finally:
+            self.hook_seconds += self.clock() - started
+
+    # -- hooks (never raise) ----------------------------------------------------------------------
+
+    def _module_pre(self, module, args):
+        if _is_compiling():
+            return None
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        if depth or not self.active:
+            return None
+        try:
+            if self._phase != FORWARD:
+                self._enter_forward()
+            # Saved-tensor hooks only while a model's forward runs: outside it they would get in the
+            # way of torch.func transforms, and a user's own hooks (save_on_cpu, checkpointing) win.
+            if (
+                self.activations
+                and torch.is_grad_enabled()
+                and _autograd._top_saved_tensors_default_hooks(False) is None
+            ):
+                _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+                local.pushed = True
+        except Exception as exc:
+            self.problems.record("forward pre-hook", exc)
+        return None
+
+    def _module_post(self, module, args, output):
+        if _is_compiling():
+            return None
+        local = self._local
+        depth = getattr(local, "depth", 1) - 1
+        local.depth = max(depth, 0)
+        if depth <= 0 and getattr(local, "pushed", False):
+            local.pushed = False
+            try:
+                if _autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
+                    _autograd._pop_saved_tensors_default_hooks()
+            except Exception as exc:
+                self.problems.record("forward hook", exc)
+        return None
+
+    def _pack(self, tensor):
+        try:
+            saved = _Saved()
+            saved.tensor = tensor
+            self._saved.add(saved)
+            if self.saw_tensor is not None:
+                self.saw_tensor(tensor)
+            return saved
+        except Exception as exc:
+            self.problems.record("saved-tensor hook", exc)
+            return tensor
+
+    def _unpack(self, saved):
+        if type(saved) is not _Saved:
+            return saved
+        if self._phase != BACKWARD and self.active:
+            try:
+                self._mark(BACKWARD)
+            except Exception as exc:
+                self.problems.record("backward hook", exc)
+        return saved.tensor
+
+    def _enter_forward(self) -> None:
+        if self._step_started is None:
+            self._start_step()
+        self._mark(FORWARD)
+
+    def _start_step(self) -> None:
+        self._step_started = self.clock()
+        self._peaks = {}
+        self._marks = {}
+        # Readings cost time on the training thread: take them only while the probe's share of
+        # step time stays inside its budget (every step when steps are long or readings cheap).
+        self._measuring = self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self.steps
+
+    def _optimizer_pre(self, optimizer, args, kwargs):
+        if _is_compiling() or not self.active:
+            return None
+        try:
+            self.optimizers.add(optimizer)
+            primary = self._primary() if self._primary is not None else None
+            if primary is None:
+                self._primary = weakref.ref(optimizer)
+                primary = optimizer
+            if primary is optimizer:
+                if self._step_started is None:
+                    self._start_step()
+                self._mark(OPTIMIZER)
+        except Exception as exc:
+            self.problems.record("optimizer pre-hook", exc)
+        return None
+
+    def _optimizer_post(self, optimizer, args, kwargs):
+        if _is_compiling() or not self.active:
+            return None
+        try:
+            if self._primary is not None and self._primary() is optimizer:
+                self._end_step()
+        except Exception as exc:
+            self.problems.record("optimizer post-hook", exc)
+        return None
+
+    def _end_step(self) -> None:
+        now = self.clock()
+        started = self._step_started
+        self._mark(IDLE)
+        self.step_count += 1
+        duration = None if started is None else now - started
+        if duration is not None:
+            self._elapsed += duration
+        end = self._marks.get(IDLE) if self._measuring else None
+        self.steps.append(self._record(duration, end))
+        self._step_started = None
+        self._start_step()  # the next step starts where this one ends (data loading included)
+        if self.on_step_end is not None:
+            self.on_step_end(self.step_count)
+
+    def _record(self, duration: float | None, end: _Reading | None) -> StepRecord:
+        device = self._device
+        if end is None:
+            return StepRecord(self.step_count, self.wallclock(), duration, device)
+        row = (end.tally or {}).get(device) if device else None
+        stats = end.stats or {}
+        cuda = end.stats is not None
+        return StepRecord(
+            step=self.step_count,
+            ended_at=self.wallclock(),
+            duration=duration,
+            device=device,
+            allocated=end.allocated,
+            reserved=_get(stats, "reserved_bytes.all.current") if cuda else None,
+            inactive_split=_get(stats, "inactive_split_bytes.all.current") if cuda else None,
+            alloc_retries=_get(stats, "num_alloc_retries") if cuda else None,
+            peak_forward=self._peaks.get(FORWARD),
+            peak_backward=self._peaks.get(BACKWARD),
+            peak_optimizer=self._peaks.get(OPTIMIZER),
+            categories=categories_of(row, end.allocated if cuda else None),
+        )
+
+    @property
+    def device(self) -> str | None:
+        return self._device
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+
+def _get(stats: dict, key: str) -> int | None:
+    value = stats.get(key)
+    return None if value is None else int(value)
