@@ -362,9 +362,14 @@ def _resize(scenario: Scenario, count: int) -> Scenario:
         return replace(scenario, programs=tuple(p for p in scenario.programs if p.pid not in drop))
     targets = [g for g in scenario.gpus if not g.lost]
     extra = count - len(on_gpu)
-    per_gpu = {g.index: 0 for g in targets}
-    for i in range(extra):
-        per_gpu[targets[i % len(targets)].index] += 1
+    # Each filler goes to the GPU with the fewest processes so far, so the load spreads evenly.
+    load = {g.index: sum(1 for p in on_gpu for u in p.uses if u.device == g.index) for g in targets}
+    placed = []
+    for _ in range(extra):
+        index = min(load, key=lambda i: (load[i], i))
+        load[index] += 1
+        placed.append(scenario.gpus[index])
+    per_gpu = {g.index: sum(1 for x in placed if x.index == g.index) for g in targets}
     sizes = {}
     for g in targets:
         usable = g.model.memory_total - g.model.memory_reserved - g.base_memory
@@ -375,10 +380,9 @@ def _resize(scenario: Scenario, count: int) -> Scenario:
         Program(FILLER_PARENT, 1, "python", ("python", "sweep.py", "--workers", str(extra)), "svc-sweep", -600.0,
                 cpu=0.05, rss=200 * MiB)
     ]
-    for i in range(extra):
-        g = targets[i % len(targets)]
-        slot = g.mig[i // len(targets) % len(g.mig)] if g.mig else None
-        use = Use(g.index, memory=sizes[g.index], sm=1.0, jitter=1.0,
+    for i, g in enumerate(placed):
+        slot = g.mig[i % len(g.mig)] if g.mig else None
+        use = Use(g.index, memory=sizes[g.index], sm=1.0,  # no noise: benchmarks time the collector
                   gpu_instance_id=slot.gpu_instance_id if slot else None,
                   compute_instance_id=slot.compute_instance_id if slot else None)
         fillers.append(Program(FILLER_BASE_PID + i, FILLER_PARENT, "python",
