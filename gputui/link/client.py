@@ -191,6 +191,8 @@ class ProbeLink:
             except ConnectionResetError:
                 closed = True  # a probe that hangs up after an error reply may reset: read what came
                 break
+            except OSError as exc:
+                raise ProbeUnavailable(self.pid, NO_PROBE, f"the connection failed: {exc}") from None
             if not data:
                 closed = True
                 break
