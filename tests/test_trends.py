@@ -8,7 +8,7 @@ import pytest
 from gputui.analysis.history import History, Series
 from gputui.analysis.robust import releases, theil_sen, thin_indices
 from gputui.analysis.trends import TrendCache, process_trend, trends
-from gputui.model import Device, GpuProcess, Snapshot
+from gputui.model import Device, GpuProcess, MigInstance, Snapshot
 from gputui.model.verdicts import ProcessTrend
 
 MIB = 1 << 20
@@ -243,3 +243,19 @@ def test_cache_forgets_processes_that_left():
     history.add(only_one)
     assert set(trends(history, only_one, cache=cache)) == {(10, 0)}
     assert set(cache.trends) == {(10, 0)}
+
+
+def test_a_process_in_a_mig_slice_runs_out_when_its_slice_does():
+    slices = (MigInstance(index=0, gpu_instance_id=7, memory_total=10 * GIB, memory_used=6 * GIB),
+              MigInstance(index=1, gpu_instance_id=8, memory_total=20 * GIB, memory_used=GIB))
+    history = History()
+    for t in range(300):
+        device = Device(index=0, memory_total=80 * GIB, memory_used=7 * GIB, memory_free=73 * GIB,
+                        mig_enabled=True, mig_instances=slices)
+        procs = (GpuProcess(pid=5, device_index=0, gpu_instance_id=7, gpu_memory=GIB + t * MIB),
+                 GpuProcess(pid=6, device_index=0, gpu_instance_id=99, gpu_memory=GIB + t * MIB))
+        snap = Snapshot(taken_at=float(t), devices=(device,), processes=procs)
+        history.add(snap)
+    result = trends(history, snap)
+    assert result[(5, 0)].time_to_oom == 4 * GIB / MIB
+    assert result[(6, 0)].time_to_oom == 73 * GIB / MIB  # unknown slice: the whole device

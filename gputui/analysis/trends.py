@@ -131,7 +131,7 @@ def _sawtooth(times, values, drops, threshold, base, device_free, device_total) 
 def _time_to_oom(rate: float, level: int, device_free: int | None, device_total: int | None) -> float | None:
     if rate <= 0:
         return None
-    free = device_free if device_free is not None else None
+    free = device_free
     if free is None and device_total is not None:
         free = max(0, device_total - level)
     return None if free is None else free / rate
@@ -193,20 +193,27 @@ def trends(
 ) -> dict[ProcessKey, ProcessTrend]:
     """The trend of every GPU process in ``snapshot``, from ``history`` (which already holds it)."""
     now = snapshot.taken_at
-    free: dict[int, int | None] = {}
-    total: dict[int, int | None] = {}
+    # Room per device, and per MIG instance: a process in a MIG slice runs out when its slice does.
+    free: dict[tuple[int, int | None], int | None] = {}
+    total: dict[tuple[int, int | None], int | None] = {}
     for d in snapshot.devices:
-        total[d.index] = d.memory_total
-        free[d.index] = d.memory_free
-        if d.memory_free is None and d.memory_total is not None and d.memory_used is not None:
-            free[d.index] = max(0, d.memory_total - d.memory_used)
+        total[d.index, None] = d.memory_total
+        free[d.index, None] = _free(d.memory_free, d.memory_total, d.memory_used)
+        for mig in d.mig_instances:
+            if mig.gpu_instance_id is not None:
+                total[d.index, mig.gpu_instance_id] = mig.memory_total
+                free[d.index, mig.gpu_instance_id] = _free(None, mig.memory_total, mig.memory_used)
+
+    def room(proc) -> tuple[int, int | None]:
+        where = (proc.device_index, proc.gpu_instance_id)
+        return where if where in total else (proc.device_index, None)
 
     def judge(proc) -> ProcessTrend:
         key = (proc.pid, proc.device_index)
         return process_trend(
             history.process(key, "gpu_memory"),
-            device_free=free.get(proc.device_index),
-            device_total=total.get(proc.device_index),
+            device_free=free.get(room(proc)),
+            device_total=total.get(room(proc)),
             now=now,
             started_at=proc.started_at,
         )
@@ -235,10 +242,16 @@ def trends(
             result[key] = judge(procs[key])
     for key, proc in procs.items():
         if key not in result:
-            result[key] = _refreshed(old[key], free.get(proc.device_index), total.get(proc.device_index))
+            result[key] = _refreshed(old[key], free.get(room(proc)), total.get(room(proc)))
     cache.trends = result
     cache.last_call = now
     return result
+
+
+def _free(free: int | None, total: int | None, used: int | None) -> int | None:
+    if free is None and total is not None and used is not None:
+        return max(0, total - used)
+    return free
 
 
 def _refreshed(trend: ProcessTrend, device_free: int | None, device_total: int | None) -> ProcessTrend:
