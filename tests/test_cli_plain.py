@@ -4,6 +4,7 @@ driver of this machine, a real probe socket, pipes and a pseudo-terminal."""
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -149,7 +150,7 @@ def test_pid_and_user_filters(env):
     others = [p for p in everything["processes"] if p["user"] != first["user"]]
     assert others, "the workstation scenario has several users"
     out = gputui(env, "--demo", "workstation", "--once", "--pid", str(first["pid"])).stdout
-    rows = [line.split()[0] for line in out.splitlines() if line[:8].strip().isdigit()]
+    rows = [line.split()[0] for line in out.splitlines() if re.match(r"^ *\d+ ", line)]
     assert set(rows) == {str(first["pid"])}
 
 
