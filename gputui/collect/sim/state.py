@@ -155,8 +155,11 @@ def _sensors(gpu: Gpu, uses: list[UseNow], seed: int, t: float) -> GpuNow:
     temperature = int(round(m.temp_idle + m.temp_rise * (power / m.power_limit) ** 0.9
                             + 1.2 * noise(seed, key + 2, t, 6.0)))
     if temperature >= m.temp_slowdown:
+        # the slowdown holds the board just above its threshold, at lower clocks and power
         reasons |= pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown
+        temperature = min(temperature, m.temp_slowdown + 1)
         sm_clock = int(sm_clock * 0.82)
+        power *= 0.85
     elif temperature >= m.temp_slowdown - 3:
         reasons |= pynvml.nvmlClocksEventReasonSwThermalSlowdown
         sm_clock = int(sm_clock * 0.93)
