@@ -70,3 +70,54 @@ def test_this_machine_is_read_without_error():
         assert located.note
     else:
         assert located == Located(os.getpid(), os.getpid())
+
+
+# -- through the collector, on simulated GPUs -----------------------------------------------------
+
+def open_in_container(proc_root):
+    import pynvml
+
+    from gputui.collect import sim
+    from gputui.collect.collector import Collector
+
+    machine = sim.install("workstation", clock=lambda: 0.0)
+    return Collector(pynvml, machine.psutil, clock=machine.clock, wallclock=machine.wallclock,
+                     hostname=machine.hostname, environ={}, proc_root=proc_root,
+                     source="sim:workstation", machine=machine)
+
+
+def test_collector_in_a_container_lists_host_processes_as_unmapped(tmp_path):
+    make_process(tmp_path, "self", [17], CONTAINER_NS)
+    make_process(tmp_path, 3120, [3120], CONTAINER_NS)  # same number, different process
+    collector = open_in_container(tmp_path)
+    try:
+        snapshot = collector.sample()
+    finally:
+        collector.close()
+    train = next(p for p in snapshot.processes if p.pid == 3120)
+    assert train.state == "unmapped" and train.local_pid is None
+    assert train.name == "python"  # the driver still knows its name
+    assert train.user is None and train.command == ()  # nothing borrowed from local PID 3120
+    assert train.gpu_memory is not None
+    assert train.note == ("runs outside this container: its host PID 3120 has no PID in this "
+                          "PID namespace")
+    assert {p.state for p in snapshot.processes} == {"unmapped"}
+    assert snapshot.parents == ()
+
+
+def test_collector_with_the_host_procfs_maps_local_pids(tmp_path):
+    make_process(tmp_path, "self", [9000, 17], CONTAINER_NS)
+    make_process(tmp_path, 3120, [3120, 42], CONTAINER_NS)
+    make_process(tmp_path, 1455, [1455])  # Xorg, a host process
+    collector = open_in_container(tmp_path)
+    try:
+        processes = {p.pid: p for p in collector.sample().processes}
+    finally:
+        collector.close()
+    train = processes[3120]
+    assert (train.state, train.local_pid, train.user, train.note) == ("ok", 42, "alice", None)
+    # visible through the host's /proc but not in our namespace: details, no local PID
+    xorg = processes[1455]
+    assert (xorg.state, xorg.local_pid, xorg.name) == ("ok", None, "Xorg")
+    assert xorg.note == "runs outside this container's PID namespace"
+    assert processes[2210].state == "unmapped"  # no /proc entry at all

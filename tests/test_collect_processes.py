@@ -166,3 +166,41 @@ def test_parents_walk_up_to_init_and_skip_gpu_processes(world):
     )
     assert inspector.parents({20}, exclude={20}) == ()
     assert inspector.parents({None, 1}, exclude=set()) == ()
+
+
+# -- the real psutil, on this machine --------------------------------------------------------------
+
+def test_real_psutil_on_this_process_and_an_exited_child():
+    import getpass
+    import os
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its PID no longer exists
+    inspector = ProcessInspector(psutil, time.monotonic)
+    found = inspector.inspect([os.getpid(), child.pid])
+    me = found[os.getpid()]
+    assert me.state == "ok" and me.note is None
+    assert me.user == getpass.getuser()
+    assert me.command == tuple(psutil.Process().cmdline())
+    assert me.ppid == os.getppid()
+    assert me.started_at == psutil.Process().create_time()
+    assert me.host_memory > 0 and me.cpu_percent is None
+    assert found[child.pid] == ProcessDetails(state="gone", note=NOTE_GONE)
+    sum(range(200_000))  # some CPU time for the next reading
+    assert inspector.inspect([os.getpid()])[os.getpid()].cpu_percent >= 0.0
+
+
+def test_real_host_figures():
+    from gputui.collect.host import HostReader
+
+    reader = HostReader(psutil, "here")
+    first, second = reader.read(), reader.read()
+    assert first.hostname == "here" and first.cpu_percent is None
+    assert 0.0 <= second.cpu_percent <= 100.0
+    assert first.cpu_count == psutil.cpu_count()
+    assert first.memory_total == psutil.virtual_memory().total
+    assert 0 < first.memory_used <= first.memory_total
+    assert len(first.load_average) == 3

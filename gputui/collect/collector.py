@@ -78,7 +78,8 @@ class Collector:
         for raw in raw_processes:
             loc = where[raw.pid]
             if loc.procfs_pid is None:
-                info = ProcessDetails(state=PROCESS_UNMAPPED, note=loc.note)
+                info = ProcessDetails(state=PROCESS_UNMAPPED, name=self._driver_name(raw.pid),
+                                      note=loc.note)
             else:
                 info = details[loc.procfs_pid]
                 if loc.note and not info.note:
@@ -115,6 +116,14 @@ class Collector:
             source=self.source,
             problems=tuple(problems),
         )
+
+    def _driver_name(self, pid: int) -> str | None:
+        """The process name the driver knows for a host PID we cannot see (containers)."""
+        try:
+            path = self.nvml.nvmlSystemGetProcessName(pid)
+        except self.nvml.NVMLError:
+            return None
+        return os.path.basename(path) or None
 
     def probe_reports(self) -> tuple[ProbeReport, ...]:
         """Simulated probe reports in demo mode; real probes come through gputui.link."""
