@@ -385,6 +385,51 @@ def test_watcher_keeps_the_last_report_of_a_slow_probe(probe_dir):
         srv.stop()
 
 
+def test_watcher_gives_up_on_a_stuck_probe_and_tries_again_later(probe_dir):
+    gate = threading.Event()
+    calls = []
+
+    def report(params):
+        calls.append(1)
+        if len(calls) == 2:
+            gate.wait(5)  # stuck, as a probe whose handler deadlocked
+        return to_jsonable(sample_report(os.getpid()))
+
+    clock = [0.0]
+    srv = ProbeServer({"report": report})
+    assert srv.start()
+    watcher = client.ProbeWatcher(timeout=0.05, give_up_after=0.1, rediscover_every=2.0,
+                                  clock=lambda: clock[0])
+    try:
+        assert list(watcher.poll()) == [os.getpid()]
+        watcher.poll()
+        time.sleep(0.15)
+        assert list(watcher.poll()) == [os.getpid()]  # the last report stays on show ...
+        assert watcher.unavailable == {os.getpid(): "the probe stopped answering"}
+        gate.set()
+        assert srv.clients_accepted == 1
+        clock[0] += 2.0  # ... and the watcher connects afresh at the next retry
+        assert list(watcher.poll()) == [os.getpid()]
+        assert srv.clients_accepted == 2 and watcher.unavailable == {}
+    finally:
+        gate.set()
+        watcher.close()
+        srv.stop()
+
+
+def test_watcher_survives_a_reply_with_a_strange_id(probe_dir):
+    fake = FakeProbe(probe_dir / f"{os.getpid()}.sock",
+                     b'{"v": 1, "id": [1], "ok": true, "result": {"pid": 5, "taken_at": 1.0}}\n',
+                     hang_up=False)
+    watcher = client.ProbeWatcher(timeout=0.2)  # the reply matches no request: waits it out
+    try:
+        assert watcher.poll() == {os.getpid(): ProbeReport(pid=5, taken_at=1.0)}
+        assert watcher.error is None
+    finally:
+        watcher.close()
+        fake.close()
+
+
 def test_watcher_reports_why_a_probe_cannot_answer_and_never_raises(probe_dir):
     srv = ProbeServer({"report": lambda params: {"pid": "not a number"}})
     assert srv.start()

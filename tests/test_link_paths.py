@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_socket_path_is_named_after_the_pid(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["abc.sock", "12.sock.tmp", ".12.sock.ab12.tmp", "0.sock",
-                                  "-3.sock", "12", "١٢.sock"])
+                                  "-3.sock", "12", "١٢.sock", ".0123abcd.tmp"])
 def test_pid_of_ignores_other_files(tmp_path, name):
     assert paths.pid_of(tmp_path / name) is None
 
@@ -131,6 +132,14 @@ def test_too_long_socket_path_is_refused(tmp_path):
     deep = tmp_path / ("d" * 120)
     with pytest.raises(paths.ProbeDirUnsafe, match="too long for a Unix socket"):
         paths.socket_path(1, deep)
+
+
+def test_longest_accepted_path_leaves_room_for_the_temporary_bind_name():
+    directory = Path("/" + "d" * (paths.MAX_SOCKET_PATH - 1 - paths.TEMP_NAME_LENGTH - 1))
+    assert len(str(directory / paths.temp_socket_name("0123abcd"))) == paths.MAX_SOCKET_PATH
+    assert paths.socket_path(7, directory) == directory / "7.sock"
+    with pytest.raises(paths.ProbeDirUnsafe):
+        paths.socket_path(7, Path(str(directory) + "d"))
 
 
 @AS_ROOT

@@ -127,7 +127,7 @@ class ProbeLink:
         self.pid = pid
         self.path = path
         self.pending: set[int] = set()  # request ids not yet answered
-        self.sent_at = 0.0  # when the oldest unanswered request went out
+        self.sent_at = 0.0  # time.monotonic() since when we have been waiting for a reply
         self._inbox = bytearray()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -208,7 +208,8 @@ class ProbeLink:
                 reply = protocol.parse_object(line, protocol.MAX_REPLY)
             except protocol.ProtocolError as exc:
                 raise ProbeUnavailable(self.pid, BAD_REPLY, f"unreadable reply: {exc}") from None
-            self.pending.discard(reply.get("id"))  # type: ignore[arg-type]
+            if isinstance(reply.get("id"), int):
+                self.pending.discard(reply["id"])
             if self.pending:
                 self.sent_at = time.monotonic()
             replies.append(reply)
@@ -307,7 +308,7 @@ class ProbeWatcher:
                         selector.unregister(key.fileobj)
                         waiting.discard(pid)
         for pid, link in list(self._links.items()):
-            if link.pending and self._clock() - link.sent_at > self.give_up_after:
+            if link.pending and time.monotonic() - link.sent_at > self.give_up_after:
                 self._fail(pid, ProbeUnavailable(pid, TIMED_OUT, "the probe stopped answering"))
 
     def _rediscover(self, now: float) -> None:

@@ -25,6 +25,12 @@ SOCKET_MODE = 0o600
 DIR_MODE = 0o700
 # sockaddr_un.sun_path holds 108 bytes on Linux, including the final NUL.
 MAX_SOCKET_PATH = 107
+TEMP_NAME_LENGTH = len(".0123abcd.tmp")  # the server binds under such a name, then renames
+
+
+def temp_socket_name(token: str) -> str:
+    """The hidden name a server binds before renaming to ``<pid>.sock`` (token: 8 hex digits)."""
+    return f".{token}.tmp"
 
 
 class ProbeDirUnsafe(UserError):
@@ -130,7 +136,7 @@ def check_dir(path: Path, owner: int | None = None) -> None:
 def socket_path(pid: int, directory: Path | None = None) -> Path:
     """The socket a probe in process ``pid`` listens on (the directory is created if needed)."""
     path = (directory if directory is not None else probe_dir()) / f"{pid}{SOCKET_SUFFIX}"
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+    if len(os.fsencode(path.parent)) + 1 + max(len(path.name), TEMP_NAME_LENGTH) > MAX_SOCKET_PATH:
         raise ProbeDirUnsafe(f"the probe socket path {path} is too long for a Unix socket")
     return path
 

@@ -136,7 +136,7 @@ class ProbeServer:
         _refuse_live_socket(path)
         # Bind under a temporary name, then rename into place: the socket appears already listening
         # and already 0600, so a client never sees (and never removes as stale) a half-made one.
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temp = path.with_name(paths.temp_socket_name(secrets.token_hex(4)))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(os.fspath(temp))
@@ -301,7 +301,7 @@ class ProbeServer:
             if request.op == "hello":
                 result = {**self._hello(), **(result if isinstance(result, dict) else {})}
             reply = protocol.ok_reply(request.id, result)
-        except Exception as exc:  # noqa: BLE001 - a probe bug becomes an error reply, not a crash
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a probe bug becomes an error reply
             self._note(f"op {request.op!r} failed: {_describe(exc)}")
             return protocol.error_reply(request.id, protocol.HANDLER_FAILED,
                                         f"{request.op} failed: {_describe(exc)}"), False
