@@ -11,12 +11,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from gputui.cli import SCENARIOS
 from gputui.plain.schema import SCHEMA
 from test_plain_json import errors
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -25,7 +28,7 @@ def env(tmp_path):
     probe_dir = tmp_path / "probes"
     probe_dir.mkdir(mode=0o700)
     clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
-    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), COLUMNS="120", PYTHONPATH=os.getcwd())
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), COLUMNS="120", PYTHONPATH=str(ROOT))
     return clean
 
 
@@ -213,12 +216,15 @@ def test_watch_json_is_ndjson_and_a_closed_pipe_ends_it(env, tmp_path):
 def test_watch_text_into_a_log_until_ctrl_c(env):
     proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "workstation", "--watch", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(3)
-    proc.send_signal(signal.SIGINT)
+    seen = []
+    deadline = time.monotonic() + 60
+    while sum(line.startswith("-- 2") for line in seen) < 2 and time.monotonic() < deadline:
+        seen.append(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert "Traceback" not in err and "\x1b[" not in out
-    assert sum(line.startswith("-- 2") for line in out.splitlines()) >= 2
+    assert "Traceback" not in err and "\x1b[" not in "".join(seen) + out
+    assert sum(line.startswith("-- 2") for line in seen) == 2
 
 
 # ------------------------------------------------------------------------------------ probes
