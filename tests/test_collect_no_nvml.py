@@ -43,3 +43,9 @@ def test_driver_present_but_not_loaded():
     fake = SimpleNamespace(nvmlInit=refuse, NVMLError=pynvml.NVMLError)
     with pytest.raises(NvmlUnavailable, match=r"\(NVML said: Driver Not Loaded\)"):
         Collector(fake, psutil=None, proc_root=None)
+
+
+def test_unknown_demo_scenario_is_a_user_error():
+    with pytest.raises(UserError, match="unknown demo scenario 'moon'; choose one of workstation, "):
+        open_collector("moon")
+    assert pynvml.nvmlLib is None

@@ -17,6 +17,7 @@ from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.processes import ProcessDetails, ProcessInspector
 from gputui.collect.visible import with_cuda_indices
+from gputui.errors import UserError
 from gputui.model import PROCESS_UNMAPPED, GpuProcess, ProbeReport, Snapshot
 
 
@@ -181,6 +182,8 @@ def open_collector(
         )
     from gputui.collect import sim
 
+    if demo not in sim.SCENARIOS:
+        raise UserError(f"unknown demo scenario {demo!r}; choose one of {', '.join(sim.SCENARIOS)}")
     machine = sim.install(demo, seed=seed, clock=clock, processes=processes)
     try:
         return Collector(

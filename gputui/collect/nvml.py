@@ -186,9 +186,10 @@ class DeviceReader:
         static = self._static or {}
         try:
             if self._handle is None:
-                self._handle = self._ask("handle", self.nvml.nvmlDeviceGetHandleByIndex, self.index)
-                if self._handle is None:
-                    raise DeviceLost("no handle")
+                try:
+                    self._handle = self.nvml.nvmlDeviceGetHandleByIndex(self.index)
+                except self.nvml.NVMLError as exc:  # lost, or hidden from us (NO_PERMISSION)
+                    raise DeviceLost(str(exc)) from None
             if self._static is None:
                 static = self._static = self._read_static()
             device, processes = self._read_dynamic(static)

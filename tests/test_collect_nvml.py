@@ -1,0 +1,85 @@
+"""The device reader's guards: each field alone, unsupported calls asked once, GPUs lost mid-run.
+
+The simulated driver answers; a thin proxy over pynvml injects the failures a scenario does not
+script (a GPU lost after it was first read, a permission error, a GPU hidden from this container).
+"""
+
+import pynvml
+import pytest
+
+from gputui.collect import sim
+from gputui.collect.nvml import DeviceReader
+
+
+class Proxy:
+    """pynvml with some functions replaced and every call counted."""
+
+    def __init__(self, **overrides):
+        self.overrides = overrides
+        self.calls = {}
+
+    def __getattr__(self, name):
+        target = self.overrides.get(name, getattr(pynvml, name))
+        if not (name.startswith("nvmlDevice") and callable(target)):
+            return target
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return target(*args, **kwargs)
+        return counted
+
+
+def fail(code):
+    def call(*args, **kwargs):
+        raise pynvml.NVMLError(code)
+    return call
+
+
+@pytest.fixture
+def driver():
+    sim.install("workstation", clock=lambda: 0.0)
+    pynvml.nvmlInit()
+    yield
+    sim.uninstall()
+
+
+def test_unsupported_field_is_none_and_not_asked_again(driver):
+    nv = Proxy(nvmlDeviceGetFanSpeed=fail(pynvml.NVML_ERROR_NOT_SUPPORTED))
+    reader = DeviceReader(nv, 0)
+    first, second = reader.read(), reader.read()
+    assert first.device.fan_speed is None and second.device.fan_speed is None
+    assert nv.calls["nvmlDeviceGetFanSpeed"] == 1
+    assert nv.calls["nvmlDeviceGetTemperatureV"] == 1  # missing on driver 535: tried once ...
+    assert nv.calls["nvmlDeviceGetTemperature"] == 2  # ... then the old call serves every sample
+    assert first.device.temperature is not None and first.problems == []
+
+
+def test_other_errors_become_none_with_a_problem_each_sample(driver):
+    nv = Proxy(nvmlDeviceGetPowerUsage=fail(pynvml.NVML_ERROR_NO_PERMISSION))
+    reader = DeviceReader(nv, 0)
+    for _ in range(2):
+        reading = reader.read()
+        assert reading.device.power_draw is None and reading.device.power_limit == 450.0
+        assert reading.problems == ["GPU 0: power draw: Insufficient Permissions"]
+
+
+def test_gpu_lost_after_its_first_reading_keeps_its_identity(driver):
+    nv = Proxy()
+    reader = DeviceReader(nv, 1)
+    healthy = reader.read().device
+    nv.overrides["nvmlDeviceGetMemoryInfo"] = fail(pynvml.NVML_ERROR_UNKNOWN)
+    lost = reader.read()
+    assert lost.device.lost == "Unknown Error"
+    assert (lost.device.name, lost.device.uuid, lost.device.pci_bus_id) == (
+        healthy.name, healthy.uuid, healthy.pci_bus_id)
+    assert lost.device.memory_total is None and lost.processes == []
+    assert lost.problems == ["GPU 1 is not answering: Unknown Error"]
+    del nv.overrides["nvmlDeviceGetMemoryInfo"]
+    assert reader.read().device == healthy  # back after a reset: nothing stuck
+
+
+def test_gpu_hidden_from_this_container(driver):
+    nv = Proxy(nvmlDeviceGetHandleByIndex=fail(pynvml.NVML_ERROR_NO_PERMISSION))
+    reading = DeviceReader(nv, 0).read()
+    assert reading.device.lost == "Insufficient Permissions"
+    assert reading.device.index == 0 and reading.device.name is None
