@@ -7,7 +7,7 @@ started before the scenario's clock began have negative start times.
 from __future__ import annotations
 
 import uuid as _uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from gputui.collect.sim import devices as hw
 from gputui.collect.sim.devices import GiB, MiB, GpuModel, MigProfile
@@ -106,7 +106,6 @@ class Scenario:
     memory_total: int
     swap_total: int
     host_memory_base: int  # used by everything that is not listed
-    extras: dict = field(default_factory=dict)
 
 
 def gpu_uuid(scenario: str, *where: object) -> str:
