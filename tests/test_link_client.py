@@ -355,30 +355,37 @@ def test_watcher_forgets_a_probe_that_stops_and_finds_it_again(probe_dir):
         srv.stop()
 
 
-def test_watcher_keeps_the_last_report_of_a_slow_probe(probe_dir):
+def gated_probe(stuck_call: int):
+    """A probe server whose ``stuck_call``-th report waits for the returned gate to open; each
+    report's taken_at is its call number."""
     gate = threading.Event()
     calls = []
 
     def report(params):
         calls.append(1)
-        if len(calls) == 2:
-            gate.wait(5)  # the second report takes a while
-        return to_jsonable(sample_report(os.getpid()))
+        if len(calls) == stuck_call:
+            gate.wait(5)
+        return to_jsonable(ProbeReport(pid=os.getpid(), taken_at=float(len(calls))))
 
     srv = ProbeServer({"report": report})
     assert srv.start()
-    watcher = client.ProbeWatcher(timeout=0.05)
+    return srv, gate
+
+
+def test_watcher_keeps_the_last_report_of_a_slow_probe(probe_dir):
+    srv, gate = gated_probe(stuck_call=2)
+    watcher = client.ProbeWatcher(timeout=5.0)
     try:
-        assert list(watcher.poll()) == [os.getpid()]
+        assert watcher.poll()[os.getpid()].taken_at == 1.0
+        watcher.timeout = 0.05
         started = time.monotonic()
-        assert list(watcher.poll()) == [os.getpid()]  # still the first report
+        assert watcher.poll()[os.getpid()].taken_at == 1.0  # the second is slow: keep the first
         assert time.monotonic() - started < 1.0  # bounded by the timeout, not by the probe
         gate.set()
-        deadline = time.monotonic() + 5
-        while srv.requests_answered < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert list(watcher.poll()) == [os.getpid()]
-        assert srv.clients_accepted == 1 and len(calls) >= 2
+        watcher.timeout = 5.0
+        assert watcher.poll()[os.getpid()].taken_at == 2.0  # the late reply, on the same connection
+        assert watcher.poll()[os.getpid()].taken_at == 3.0
+        assert srv.clients_accepted == 1
     finally:
         gate.set()
         watcher.close()
@@ -386,30 +393,22 @@ def test_watcher_keeps_the_last_report_of_a_slow_probe(probe_dir):
 
 
 def test_watcher_gives_up_on_a_stuck_probe_and_tries_again_later(probe_dir):
-    gate = threading.Event()
-    calls = []
-
-    def report(params):
-        calls.append(1)
-        if len(calls) == 2:
-            gate.wait(5)  # stuck, as a probe whose handler deadlocked
-        return to_jsonable(sample_report(os.getpid()))
-
+    srv, gate = gated_probe(stuck_call=2)
     clock = [0.0]
-    srv = ProbeServer({"report": report})
-    assert srv.start()
-    watcher = client.ProbeWatcher(timeout=0.05, give_up_after=0.1, rediscover_every=2.0,
+    watcher = client.ProbeWatcher(timeout=5.0, give_up_after=0.1, rediscover_every=2.0,
                                   clock=lambda: clock[0])
     try:
-        assert list(watcher.poll()) == [os.getpid()]
+        assert watcher.poll()[os.getpid()].taken_at == 1.0
+        watcher.timeout = 0.05
         watcher.poll()
         time.sleep(0.15)
-        assert list(watcher.poll()) == [os.getpid()]  # the last report stays on show ...
+        assert watcher.poll()[os.getpid()].taken_at == 1.0  # the last report stays on show ...
         assert watcher.unavailable == {os.getpid(): "the probe stopped answering"}
         gate.set()
         assert srv.clients_accepted == 1
         clock[0] += 2.0  # ... and the watcher connects afresh at the next retry
-        assert list(watcher.poll()) == [os.getpid()]
+        watcher.timeout = 5.0
+        assert watcher.poll()[os.getpid()].taken_at == 3.0
         assert srv.clients_accepted == 2 and watcher.unavailable == {}
     finally:
         gate.set()
