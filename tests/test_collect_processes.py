@@ -13,6 +13,7 @@ import pytest
 from gputui.collect.processes import (
     NOTE_DENIED,
     NOTE_GONE,
+    NOTE_HIDDEN,
     NOTE_ZOMBIE,
     ProcessDetails,
     ProcessInspector,
@@ -204,3 +205,24 @@ def test_real_host_figures():
     assert first.memory_total == psutil.virtual_memory().total
     assert 0 < first.memory_used <= first.memory_total
     assert len(first.load_average) == 3
+
+
+def test_a_process_proc_hides_is_not_called_gone(world):
+    # hidepid=2: another user's process has no /proc entry, yet signal 0 says it exists
+    inspector = ProcessInspector(world, lambda: 0.0, exists=lambda pid: pid == 777)
+    found = inspector.inspect([777, 999])
+    assert found[777] == ProcessDetails(state="denied", note=NOTE_HIDDEN)
+    assert found[999] == ProcessDetails(state="gone", note=NOTE_GONE)
+
+
+def test_signal_zero_exists():
+    import os
+    import subprocess
+    import sys
+
+    from gputui.collect.processes import signal_zero_exists
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert signal_zero_exists(os.getpid()) is True
+    assert signal_zero_exists(child.pid) is False

@@ -15,7 +15,7 @@ from gputui.collect import nvml as nvml_reading
 from gputui.collect.host import HostReader
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
-from gputui.collect.processes import ProcessDetails, ProcessInspector
+from gputui.collect.processes import ProcessDetails, ProcessInspector, signal_zero_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
 from gputui.model import PROCESS_UNMAPPED, GpuProcess, ProbeReport, Snapshot
@@ -50,10 +50,13 @@ class Collector:
             nvml.nvmlShutdown()
             raise NvmlUnavailable(str(exc)) from None
         self.readers = [DeviceReader(nvml, i) for i in range(count)]
-        self.processes = ProcessInspector(psutil, clock)
-        self.host = HostReader(psutil, hostname)
         # No procfs to consult (the simulator): NVML's PIDs are taken as they are.
         self.namespace = PidNamespace(proc_root) if proc_root is not None else None
+        # Signal 0 reaches the real machine's processes, and only by /proc's PIDs when /proc is ours.
+        signals_work = self.namespace is not None and not self.namespace.procfs_is_outer
+        self.processes = ProcessInspector(
+            psutil, clock, exists=signal_zero_exists if signals_work else None)
+        self.host = HostReader(psutil, hostname)
         self._closed = False
 
     def sample(self) -> Snapshot:

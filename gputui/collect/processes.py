@@ -21,6 +21,7 @@ from gputui.model import (
 NOTE_GONE = "exited before its details could be read"
 NOTE_DENIED = "details hidden: access denied (another user's process)"
 NOTE_ZOMBIE = "zombie: exited, but its parent has not reaped it yet"
+NOTE_HIDDEN = "details hidden: /proc hides other users' processes here (hidepid)"
 
 # How far up the tree to look for the launchers of GPU processes (shell, torchrun, slurm step ...).
 MAX_PARENT_DEPTH = 8
@@ -68,9 +69,12 @@ class _Tracked:
 class ProcessInspector:
     """Looks GPU processes up in psutil, keeping per-process state between samples."""
 
-    def __init__(self, psutil: Any, clock: Callable[[], float]) -> None:
+    def __init__(self, psutil: Any, clock: Callable[[], float],
+                 exists: Callable[[int], bool] | None = None) -> None:
+        """``exists(pid)`` tells a hidden process (hidepid=2) from an exited one, where /proc cannot."""
         self.psutil = psutil
         self.clock = clock
+        self.exists = exists
         self._tracked: dict[int, _Tracked] = {}
         self._parents: dict[int, tuple[float, HostProcess]] = {}
 
@@ -93,6 +97,8 @@ class ProcessInspector:
             except ps.ZombieProcess:
                 return ProcessDetails(state=PROCESS_ZOMBIE, note=NOTE_ZOMBIE)
             except ps.NoSuchProcess:
+                if self.exists is not None and self.exists(pid):
+                    return ProcessDetails(state=PROCESS_DENIED, note=NOTE_HIDDEN)
                 return ProcessDetails(state=PROCESS_GONE, note=NOTE_GONE)
             except ps.AccessDenied:
                 return ProcessDetails(state=PROCESS_DENIED, note=NOTE_DENIED)
@@ -195,3 +201,18 @@ class ProcessInspector:
                             user=static.user)
         self._parents[pid] = (started, known)
         return known
+
+
+def signal_zero_exists(pid: int) -> bool:
+    """Whether a PID exists, even one /proc hides: signal 0 is refused (EPERM) rather than unknown."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
