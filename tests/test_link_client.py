@@ -127,6 +127,19 @@ def test_discover_lists_live_probes_and_removes_stale_sockets(spawn_probe, probe
     assert (probe_dir / "notes.txt").exists() and (probe_dir / "abc.sock").exists()
 
 
+def test_live_socket_under_a_dead_pid_is_neither_listed_nor_removed(probe_dir):
+    # A probe in another pid namespace (a container sharing the directory) has a pid that means
+    # nothing here: discovery must not take it for a stale socket.
+    path = probe_dir / f"{dead_pid()}.sock"
+    srv = ProbeServer({}, path=path)
+    assert srv.start(), srv.error
+    try:
+        assert client.discover() == {}
+        assert path.exists()
+    finally:
+        srv.stop()
+
+
 def test_killed_probe_leaves_a_socket_that_discovery_cleans(spawn_probe, probe_dir):
     proc = spawn_probe()
     path = probe_dir / f"{proc.pid}.sock"

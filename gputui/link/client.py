@@ -65,7 +65,9 @@ def discover(environ: dict[str, str] | None = None, *,
                 continue
             if _alive(pid):
                 found[pid] = path
-            elif directory in own:
+            elif directory in own and not _listening(path):
+                # Someone listening under a dead pid is a probe in another pid namespace (a
+                # container sharing this directory): not ours to list by that pid, nor to remove.
                 _remove_stale(path)
     return dict(sorted(found.items()))
 
@@ -386,6 +388,21 @@ def _alive(pid: int) -> bool:
         return True  # someone else's process: alive
     except OSError:
         return False
+    return True
+
+
+def _listening(path: Path) -> bool:
+    """True if a server accepts connections on the socket at ``path``."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(0.2)
+    try:
+        sock.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # busy or not ours to reach: leave it be
+    finally:
+        sock.close()
     return True
 
 
