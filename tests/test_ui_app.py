@@ -82,13 +82,14 @@ async def test_selection_follows_the_process_across_refreshes():
                                               gpu_memory=1 << 20) for p in first.processes]
     second = training_snapshot(T0 + 1, extra=())
     second = type(second)(**{**second.__dict__, "processes": tuple(shrunk)})
-    app = make_app([first, second], interval=0.25)
+    app = make_app([first, second], interval=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         table = app.screen.query_one(ProcessTable)
         await pilot.press("down")  # select rank 3 (second row)
         await pilot.pause()
         assert table.selected_key == "2003/3"
+        app.sample_now()
         await settle(pilot, 2)
         assert table_keys(app)[0] == "2003/3"  # order changed ...
         assert table.selected_key == "2003/3"  # ... and the selection moved with the process

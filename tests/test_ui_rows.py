@@ -98,6 +98,8 @@ def test_growing_memory_gets_a_marker_with_its_rate():
 def test_columns_per_layout():
     assert columns_for("tiny") == ("pid", "gpu", "gpu_memory", "sm", "command")
     assert "elapsed" not in columns_for("compact")
+    assert columns_for("compact", width=80) == ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "command")
+    assert "type" not in columns_for("normal", width=100) and "type" in columns_for("normal", width=120)
     wide = columns_for("wide")
     assert wide[-1] == "command" and "started" in wide and "memory_util" in wide
     assert columns_for("normal", ("pid", "command")) == ("pid", "command")

@@ -39,14 +39,14 @@ class GpuTuiApp(App[int]):
     TITLE = "gputui"
 
     BINDINGS = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("question_mark,f1", "help", "Help", id="help"),
-        Binding("p,space", "toggle_pause", "Pause", id="pause"),
-        Binding("plus,equals_sign", "interval(1)", "Slower", show=False, id="interval.longer"),
-        Binding("minus", "interval(-1)", "Faster", show=False, id="interval.shorter"),
-        Binding("I", "signal('SIGINT')", "Interrupt", show=False, id="signal.interrupt"),
-        Binding("T", "signal('SIGTERM')", "Terminate", show=False, id="signal.terminate"),
-        Binding("K", "signal('SIGKILL')", "Kill", show=False, id="signal.kill"),
+        Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
+        Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
+        Binding("p,space", "toggle_pause", "Pause", tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
+        Binding("plus,equals_sign", "interval(1)", "Slower", show=False, tooltip="Sample less often (+)", id="interval.longer"),
+        Binding("minus", "interval(-1)", "Faster", show=False, tooltip="Sample more often (-)", id="interval.shorter"),
+        Binding("I", "signal('SIGINT')", "Interrupt", show=False, tooltip="Send SIGINT to the selected process, after confirmation", id="signal.interrupt"),
+        Binding("T", "signal('SIGTERM')", "Terminate", show=False, tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
+        Binding("K", "signal('SIGKILL')", "Kill", show=False, tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
     ]
 
     def __init__(self, sampler: Sampler, *, interval: float = 1.0, readonly: bool = False,
@@ -136,11 +136,13 @@ class GpuTuiApp(App[int]):
 
     def accept(self, snapshot: Snapshot) -> None:
         """Take a new snapshot in: history, trends, then whichever screen is showing."""
+        repeat = self.snapshot is not None and snapshot.taken_at <= self.snapshot.taken_at
         self.snapshot = snapshot
         self.samples += 1
         self.problem = None
-        self.history.add(snapshot)
-        self._judge_trends(snapshot)
+        if not repeat:  # the same instant twice (or a clock stepping back) must not skew history
+            self.history.add(snapshot)
+            self._judge_trends(snapshot)
         for problem in snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)

@@ -39,15 +39,15 @@ class MainScreen(Screen):
     """Devices and processes at a glance."""
 
     BINDINGS = [
-        Binding("slash", "filter", "Filter", id="filter"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="filter.clear"),
-        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False, id="sort.previous"),
-        Binding("greater_than_sign,s", "sort_step(1)", "Sort", id="sort.next"),
-        Binding("r", "sort_reverse", "Reverse sort", show=False, id="sort.reverse"),
-        Binding("t", "toggle_tree", "Tree", id="tree"),
-        Binding("u", "toggle_mine", "Mine", id="mine"),
-        Binding("g", "next_gpu", "Chart GPU", show=False, id="charts.gpu"),
-        Binding("c", "toggle_charts", "Charts", show=False, id="charts.toggle"),
+        Binding("slash", "filter", "Filter", tooltip="Filter processes as you type: command, user or pid", id="filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the filter", id="filter.clear"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False, tooltip="Sort by the column to the left", id="sort.previous"),
+        Binding("greater_than_sign,s", "sort_step(1)", "Sort", tooltip="Sort by the column to the right", id="sort.next"),
+        Binding("r", "sort_reverse", "Reverse sort", show=False, tooltip="Reverse the sort order", id="sort.reverse"),
+        Binding("t", "toggle_tree", "Tree", tooltip="Show GPU processes under their parent processes", id="tree"),
+        Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
+        Binding("g", "next_gpu", "Chart GPU", show=False, tooltip="Chart the next GPU's history", id="charts.gpu"),
+        Binding("c", "toggle_charts", "Charts", show=False, tooltip="Show or hide the history charts", id="charts.toggle"),
     ]
 
     def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
@@ -74,7 +74,7 @@ class MainScreen(Screen):
             yield DeviceCharts(ascii=self.ascii, id="charts")
         yield Static(id="table-status")
         yield Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
-                    id="filter")
+                    tooltip="Filter processes as you type: command, user or pid", id="filter")
         yield ProcessTable(id="processes")
         yield Footer()
 
@@ -103,7 +103,7 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns)
+        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns, self.pane_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse, self.pane_width)
 
     @property

@@ -69,17 +69,39 @@ COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "c
 TINY = ("pid", "gpu", "gpu_memory", "sm", "command")
 
 
-def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT) -> tuple[str, ...]:
-    """The column ids shown in a layout ("tiny", "compact", "normal", "wide")."""
+# Cells wide each column is (the command takes what is left), and which columns give way first
+# when the pane is too narrow to leave the command a readable width.
+WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 8,
+          "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
+GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "probe", "user", "trend")
+COMMAND_MIN = 24
+PADDING = 2  # DataTable's cell padding, both sides together
+
+
+def fixed_width(column_ids) -> int:
+    return sum(WIDTHS.get(c, 0) + PADDING for c in column_ids if c != "command")
+
+
+def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | None = None) -> tuple[str, ...]:
+    """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width."""
     if layout == "tiny":
-        return tuple(c for c in chosen if c in TINY) or TINY
-    if layout == "compact":
-        return tuple(c for c in chosen if c in COMPACT) or COMPACT
-    if layout == "wide":
+        picked = tuple(c for c in chosen if c in TINY) or TINY
+    elif layout == "compact":
+        picked = tuple(c for c in chosen if c in COMPACT) or COMPACT
+    elif layout == "wide":
         extra = tuple(c for c in WIDE_EXTRA if c not in chosen)
         before_command = [c for c in chosen if c != "command"]
-        return tuple(before_command) + extra + (("command",) if "command" in chosen else ())
-    return tuple(chosen)
+        picked = tuple(before_command) + extra + (("command",) if "command" in chosen else ())
+    else:
+        picked = tuple(chosen)
+    if width is None or "command" not in picked:
+        return picked
+    for victim in GIVE_WAY:
+        if width - fixed_width(picked) >= COMMAND_MIN + PADDING + 1:
+            break
+        if victim in picked and len(picked) > 2:
+            picked = tuple(c for c in picked if c != victim)
+    return picked
 
 
 @dataclass(frozen=True)

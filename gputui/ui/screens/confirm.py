@@ -15,8 +15,8 @@ class ConfirmSignal(ModalScreen[bool]):
     """Dismissed with True to send the signal, False to leave the process alone."""
 
     BINDINGS = [
-        Binding("y", "answer(True)", "Send", id="confirm.yes"),
-        Binding("n,escape", "answer(False)", "Cancel", id="confirm.no"),
+        Binding("y", "answer(True)", "Send", tooltip="Send the signal", id="confirm.yes"),
+        Binding("n,escape", "answer(False)", "Cancel", tooltip="Leave the process alone", id="confirm.no"),
     ]
 
     def __init__(self, signal_name: str, pid: int, what: str) -> None:

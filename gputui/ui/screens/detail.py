@@ -30,7 +30,7 @@ PROCESS_CHARTS = (
 class ProcessDetail(Screen):
     """Everything known about one GPU process (one pid on one device)."""
 
-    BINDINGS = [Binding("escape,backspace", "close", "Back", id="detail.back")]
+    BINDINGS = [Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="detail.back")]
 
     def __init__(self, pid: int, device_index: int, *, ascii: bool = False) -> None:
         super().__init__()

@@ -4,6 +4,7 @@ key remaps), so it can never disagree with what the keys do.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import VerticalScroll
@@ -23,7 +24,7 @@ def describe_bindings(bindings: list[Binding], keymap: dict[str, str], app) -> l
             if not binding.id:
                 continue
             keys_by_id.setdefault(binding.id, []).append(app.get_key_display(binding.with_key(key)))
-            described[binding.id] = binding.description or binding.action
+            described[binding.id] = binding.tooltip or binding.description or binding.action
     order = [b.id for b in bindings if b.id]
     return [(", ".join(dict.fromkeys(keys_by_id[i])), described[i], i)
             for i in dict.fromkeys(order) if i in keys_by_id]
@@ -32,7 +33,7 @@ def describe_bindings(bindings: list[Binding], keymap: dict[str, str], app) -> l
 class HelpScreen(ModalScreen[None]):
     """A table per section: keys, what they do, and the id to remap them in config.toml."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", id="help.close")]
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", tooltip="Close this help", id="help.close")]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str) -> None:
         super().__init__()
@@ -45,9 +46,9 @@ class HelpScreen(ModalScreen[None]):
             for title, rows in self.sections:
                 yield Static(title, classes="help-section")
                 table = DataTable(show_cursor=False, classes="help-table")
-                table.add_columns("key", "does", "id (for [keys] in config)")
-                for row in rows:
-                    table.add_row(*row)
+                table.add_columns("key", "does", "id (to remap in config.toml)")
+                for keys, does, binding_id in rows:
+                    table.add_row(Text(keys), Text(does), Text(binding_id))
                 yield table
             yield Static(self.config_hint, classes="help-hint", markup=False)
 

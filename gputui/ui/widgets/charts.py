@@ -63,8 +63,12 @@ class Chart(Vertical):
         if self.ascii:
             self.query_one(".chart-ascii", Static).update(fmt.ascii_spark(points, width))
         else:
+            # A Sparkline stretches its data over its width: while there are fewer points than
+            # cells, make it only as wide as the points, so time runs at one cell per sample.
             # One point would draw as a full block: wait for a second one.
-            self.query_one(Sparkline).data = points if len(points) > 1 else []
+            spark = self.query_one(Sparkline)
+            spark.styles.width = len(points) if 1 < len(points) < width else "1fr"
+            spark.data = points if len(points) > 1 else []
 
 
 class DeviceCharts(Container):

@@ -17,7 +17,7 @@ from gputui.ui.widgets.bars import join, label, meter, value
 class DeviceRow(Widget):
     """One device; re-renders only when its Device (a frozen value) or the layout changes."""
 
-    DEFAULT_CSS = "DeviceRow { height: auto; }"
+    DEFAULT_CSS = "DeviceRow { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
 
     class Chosen(Message):
         """The user clicked a device: the charts follow it."""

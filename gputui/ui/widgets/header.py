@@ -15,7 +15,7 @@ from gputui.ui.widgets.bars import join, label, meter
 class HostHeader(Widget):
     """Renders from the last Snapshot plus the monitor's own state (interval, paused)."""
 
-    DEFAULT_CSS = "HostHeader { height: auto; }"
+    DEFAULT_CSS = "HostHeader { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
 
     def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -11,17 +11,15 @@ from textual.color import Color, ColorParseError
 from textual.message import Message
 from textual.widgets import DataTable
 
-from gputui.ui.rows import COLUMNS, Row
+from gputui.ui.rows import COLUMNS, WIDTHS, Row, fixed_width
 
-WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 8,
-          "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
 
 
 class ProcessTable(DataTable):
     """A DataTable of Rows from gputui.ui.rows; clicking a header asks the app to sort by it."""
 
     BINDINGS = [
-        Binding("enter", "open_detail", "Details", id="details"),
+        Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
     ]
 
     class SortRequested(Message):
@@ -54,8 +52,7 @@ class ProcessTable(DataTable):
         The command column takes whatever width the others leave, so the table never needs a
         horizontal scrollbar; long commands end in an ellipsis (the detail screen has them whole).
         """
-        fixed = sum(WIDTHS.get(c, 0) + 2 for c in column_ids if c != "command")
-        command_width = max(10, width - fixed - 3)
+        command_width = max(10, width - fixed_width(column_ids) - 3)
         state = (column_ids, sort_column, reverse, command_width)
         if state == (self.column_ids, self.sort_column, self.sort_reverse, self.command_width):
             return

@@ -1,0 +1,57 @@
+"""Snapshot tests (pytest-textual-snapshot) of the monitor on fixed simulated data and a fixed clock.
+
+Regenerate after an intended change of the picture: pytest tests/test_ui_snapshots.py --snapshot-update
+"""
+
+import time
+
+import pytest
+
+from gputui.ui.still import still_app
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    # The header shows the snapshot's time of day in the local zone: pin the zone.
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def drawn(pilot):
+    for _ in range(100):
+        if pilot.app.samples:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24), (50, 15)], ids=["120x40", "80x24", "50x15"])
+def test_training_node_main_screen(snap_compare, size):
+    assert snap_compare(still_app("training-node", seconds=120), terminal_size=size, run_before=drawn)
+
+
+def test_faults_scenario_shows_lost_gpu_and_slowdown(snap_compare):
+    assert snap_compare(still_app("faults", seconds=60), terminal_size=(120, 40), run_before=drawn)
+
+
+def test_ascii_tree_view(snap_compare):
+    async def tree(pilot):
+        await drawn(pilot)
+        await pilot.press("t")
+        await pilot.pause()
+
+    assert snap_compare(still_app("workstation", seconds=60, ascii=True), terminal_size=(100, 32),
+                        run_before=tree)
+
+
+def test_detail_screen(snap_compare):
+    async def detail(pilot):
+        await drawn(pilot)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+
+    assert snap_compare(still_app("training-node", seconds=120), terminal_size=(120, 40),
+                        run_before=detail)
