@@ -46,7 +46,7 @@ def candidate_dirs(environ: dict[str, str] | None = None) -> list[Path]:
     uid = os.getuid()
     dirs = []
     runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime and _owned_private_dir(Path(runtime), uid):
+    if runtime and _owned_dir(Path(runtime), uid):
         dirs.append(Path(runtime) / "gputui")
     dirs.append(FALLBACK_ROOT / f"gputui-{uid}")
     return dirs
@@ -153,7 +153,7 @@ def pid_of(path: Path) -> int | None:
     return pid if pid > 0 else None
 
 
-def _owned_private_dir(path: Path, uid: int) -> bool:
+def _owned_dir(path: Path, uid: int) -> bool:
     try:
         info = os.lstat(path)
     except OSError:
