@@ -11,7 +11,7 @@ import dataclasses
 import types
 import typing
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -32,61 +32,114 @@ def from_jsonable(cls: type[T], data: Any) -> T:
 
     Raises ValueError when the data does not have the shape the type asks for.
     """
-    return _decode(cls, data, cls.__name__)
+    return _decoder(cls)(data, cls.__name__)
+
+
+# Decoders are built once per type and cached: the monitor decodes every probe's report every
+# refresh, so walking type hints on each call would cost more than the JSON parsing itself.
+Decoder = Callable[[Any, str], Any]
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _decode(tp: Any, data: Any, path: str) -> Any:
+def _decoder(tp: Any) -> Decoder:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if data is None and type(None) in args:
+        return _union_decoder(typing.get_args(tp))
+    if origin is tuple:
+        return _tuple_decoder(typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return _dataclass_decoder(tp)
+    if tp is float:
+        return _decode_float
+    if tp is int:
+        return _decode_int
+    if tp in (str, bool):
+        return _exact_decoder(tp)
+    if tp is Any:
+        return lambda data, path: data
+    raise TypeError(f"cannot decode type {tp!r}")
+
+
+def _union_decoder(args: tuple) -> Decoder:
+    optional = type(None) in args
+    options = [_decoder(a) for a in args if a is not type(None)]
+
+    def decode(data: Any, path: str) -> Any:
+        if data is None and optional:
             return None
         errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        for option in options:
             try:
-                return _decode(arg, data, path)
+                return option(data, path)
             except ValueError as exc:
                 errors.append(str(exc))
         raise ValueError(errors[0] if errors else f"{path}: unexpected null")
-    if origin is tuple:
-        args = typing.get_args(tp)
+
+    return decode
+
+
+def _tuple_decoder(args: tuple) -> Decoder:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = _decoder(args[0])
+
+        def decode_any_length(data: Any, path: str) -> tuple:
+            if not isinstance(data, list):
+                raise ValueError(f"{path}: expected a list, got {type(data).__name__}")
+            return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(data))
+
+        return decode_any_length
+    items = [_decoder(a) for a in args]
+
+    def decode_fixed(data: Any, path: str) -> tuple:
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a list, got {type(data).__name__}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v, f"{path}[{i}]") for i, v in enumerate(data))
-        if len(args) != len(data):
-            raise ValueError(f"{path}: expected {len(args)} items, got {len(data)}")
-        return tuple(_decode(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, data)))
-    if dataclasses.is_dataclass(tp):
+        if len(items) != len(data):
+            raise ValueError(f"{path}: expected {len(items)} items, got {len(data)}")
+        return tuple(d(v, f"{path}[{i}]") for i, (d, v) in enumerate(zip(items, data)))
+
+    return decode_fixed
+
+
+def _dataclass_decoder(cls: type) -> Decoder:
+    hints = typing.get_type_hints(cls)
+    fields = []
+    required = []
+    for f in dataclasses.fields(cls):
+        fields.append((f.name, hints[f.name]))
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    decoders: list[tuple[str, Decoder]] = []
+
+    def decode(data: Any, path: str) -> Any:
+        if not decoders:  # built on first use: a dataclass may refer to itself
+            decoders.extend((name, _decoder(tp)) for name, tp in fields)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected an object, got {type(data).__name__}")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{path}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{path}: missing field {f.name!r}")
-        return tp(**kwargs)
-    if tp is float:
-        if isinstance(data, (int, float)) and not isinstance(data, bool):
-            return float(data)
-        raise ValueError(f"{path}: expected a number, got {type(data).__name__}")
-    if tp is int:
-        if isinstance(data, int) and not isinstance(data, bool):
-            return data
-        raise ValueError(f"{path}: expected an integer, got {type(data).__name__}")
-    if tp in (str, bool):
+        for name in required:
+            if name not in data:
+                raise ValueError(f"{path}: missing field {name!r}")
+        kwargs = {name: d(data[name], f"{path}.{name}") for name, d in decoders if name in data}
+        return cls(**kwargs)
+
+    return decode
+
+
+def _decode_float(data: Any, path: str) -> float:
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return float(data)
+    raise ValueError(f"{path}: expected a number, got {type(data).__name__}")
+
+
+def _decode_int(data: Any, path: str) -> int:
+    if isinstance(data, int) and not isinstance(data, bool):
+        return data
+    raise ValueError(f"{path}: expected an integer, got {type(data).__name__}")
+
+
+def _exact_decoder(tp: type) -> Decoder:
+    def decode(data: Any, path: str) -> Any:
         if isinstance(data, tp):
             return data
         raise ValueError(f"{path}: expected {tp.__name__}, got {type(data).__name__}")
-    if tp is Any:
-        return data
-    raise ValueError(f"{path}: cannot decode type {tp!r}")
+
+    return decode
