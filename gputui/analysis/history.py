@@ -37,25 +37,33 @@ class Series:
 class _Track:
     """One entity's samples: shared timestamps and one column per metric."""
 
-    __slots__ = ("times", "columns")
+    __slots__ = ("times", "columns", "_series")
 
     def __init__(self, metrics: tuple[str, ...], max_points: int) -> None:
         self.times: deque[float] = deque(maxlen=max_points)
         self.columns = {m: deque(maxlen=max_points) for m in metrics}
+        # Series handed out since the last change: charts and trends ask for the same ones many
+        # times per refresh, and copying 600-point tuples for 1000 processes adds up.
+        self._series: dict[str, Series] = {}
 
     def add(self, t: float, row: object) -> None:
+        self._series.clear()
         self.times.append(t)
         for metric, column in self.columns.items():
             column.append(getattr(row, metric))
 
     def trim(self, oldest: float) -> None:
         while self.times and self.times[0] < oldest:
+            self._series.clear()
             self.times.popleft()
             for column in self.columns.values():
                 column.popleft()
 
     def series(self, metric: str) -> Series:
-        return Series(tuple(self.times), tuple(self.columns[metric]))
+        series = self._series.get(metric)
+        if series is None:
+            series = self._series[metric] = Series(tuple(self.times), tuple(self.columns[metric]))
+        return series
 
 
 class History:
