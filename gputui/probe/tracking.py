@@ -47,7 +47,16 @@ class Problems:
 class _Saved:
     """What the graph holds instead of a saved tensor, so the probe knows when the graph lets go."""
 
-    __slots__ = ("tensor", "__weakref__")
+    __slots__ = ("tensor", "key", "owner")
+
+    def __del__(self):
+        # The graph let go of this saved tensor (after backward, or when the graph was dropped).
+        key = self.key
+        if key is not None:
+            try:
+                self.owner._release(key)
+            except Exception:
+                pass
 
 
 # Category slots in a tally: each storage is counted once, in the first category that claims it.
@@ -158,7 +167,10 @@ class Tracker:
         self.saw_tensor = None  # callable(tensor), set while allocation sites are recorded
         self._primary = None  # weakref to the optimizer whose step() ends a training step
         self._device: str | None = None  # the device that holds most parameter bytes
-        self._saved: weakref.WeakSet = weakref.WeakSet()
+        # Live saved tensors, counted once per storage: (data_ptr, device) -> [wrappers, bytes].
+        self._live: dict[tuple, list] = {}
+        self._activation_bytes: dict = {}  # torch.device -> bytes saved for backward, live
+        self._model_keys: frozenset = frozenset()  # storages of parameters, grads, state
         self._local = threading.local()
         self._handles: list = []
         self._phase = IDLE
@@ -188,12 +200,28 @@ class Tracker:
 
     # -- reading memory ---------------------------------------------------------------------------
 
-    def saved_tensors(self) -> list:
-        """Tensors autograd currently keeps for backward, as far as the probe saw them saved."""
-        return [s.tensor for s in list(self._saved)]
-
     def tally(self) -> dict[str, list[int]]:
-        return tally(list(self.optimizers), self.saved_tensors())
+        """Bytes per device and category right now: parameters, gradients, state, activations."""
+        keys: set = set()
+        counts = tally(list(self.optimizers), (), keys)
+        self._model_keys = frozenset(keys)
+        for device, nbytes in list(self._activation_bytes.items()):
+            if nbytes:
+                counts.setdefault(str(device), [0, 0, 0, 0])[ACTS] += nbytes
+        return counts
+
+    def activation_bytes(self) -> int:
+        return sum(self._activation_bytes.values())
+
+    def _release(self, key) -> None:
+        entry = self._live.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] <= 0:
+            del self._live[key]
+            device = key[1]
+            self._activation_bytes[device] = self._activation_bytes.get(device, 0) - entry[1]
 
     def model_storages(self) -> set:
         """(data_ptr, device) of every parameter, gradient and optimizer-state storage."""
@@ -285,8 +313,28 @@ class Tracker:
     def _pack(self, tensor):
         try:
             saved = _Saved()
-            saved.tensor = tensor
-            self._saved.add(saved)
+            # An op's own output arrives still attached to the op's graph node: keeping it as is
+            # would make node -> saved -> tensor -> node a cycle no collector can see.
+            saved.tensor = tensor.detach() if tensor.requires_grad else tensor
+            saved.key = None
+            saved.owner = self
+            storage = tensor.untyped_storage()
+            device = tensor.device
+            key = (storage.data_ptr(), device)
+            if key not in self._model_keys and key[0]:
+                entry = self._live.get(key)
+                if entry is None:
+                    nbytes = storage.nbytes()
+                    # A batch sliced out of a dataset tensor keeps the dataset alive, but the
+                    # dataset is not an activation: count the slice the graph actually uses.
+                    used = tensor.numel() * tensor.element_size()
+                    if used < nbytes // 2:
+                        nbytes = used
+                    self._live[key] = [1, nbytes]
+                    self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
+                else:
+                    entry[0] += 1
+                saved.key = key
             if self.saw_tensor is not None:
                 self.saw_tensor(tensor)
             return saved
