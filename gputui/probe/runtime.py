@@ -154,7 +154,11 @@ class Probe:
         )
 
     def _devices(self) -> tuple[ProbeDevice, ...]:
-        counts = self.tracker.tally()
+        try:
+            counts = self.tracker.tally()
+        except Exception as exc:  # report what can still be read
+            self.problems.record("counting tensors", exc)
+            counts = {}
         cuda = allocator.devices_in_use()
         snapshot_due = cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY
         if snapshot_due:

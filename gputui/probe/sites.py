@@ -9,6 +9,7 @@ saved for backward, and sums the live bytes of each site through weak references
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import sysconfig
@@ -39,12 +40,20 @@ _SKIPPED = _skipped_roots()
 _user_file_cache: dict[str, bool] = {}
 
 
+# The same, for stacks recorded on another machine (CUDA snapshots name the job's own paths).
+_SKIPPED_PATTERN = re.compile(
+    r"/(site|dist)-packages/(torch|gputui)/|/lib/python3\.\d+/(?!(site|dist)-packages/)"
+)
+
+
 def is_user_file(filename: str) -> bool:
     """Frames outside torch, gputui and the standard library are the user's code."""
     known = _user_file_cache.get(filename)
     if known is None:
         path = filename if filename.startswith("<") else os.path.realpath(filename)
-        known = _user_file_cache[filename] = not path.startswith(_SKIPPED)
+        known = not path.startswith(_SKIPPED) and not _SKIPPED_PATTERN.search(filename)
+        if len(_user_file_cache) < 10_000:
+            _user_file_cache[filename] = known
     return known
 
 

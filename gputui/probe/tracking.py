@@ -279,9 +279,12 @@ class Tracker:
         local.depth = depth + 1
         if depth or not self.active:
             return None
-        try:
-            if self._phase != FORWARD:
+        if self._phase != FORWARD:
+            try:
                 self._enter_forward()
+            except Exception as exc:
+                self.problems.record("forward pre-hook", exc)
+        try:
             # Saved-tensor hooks only while a model's forward runs: outside it they would get in the
             # way of torch.func transforms, and a user's own hooks (save_on_cpu, checkpointing) win.
             if (
@@ -292,7 +295,7 @@ class Tracker:
                 _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
                 local.pushed = True
         except Exception as exc:
-            self.problems.record("forward pre-hook", exc)
+            self.problems.record("forward pre-hook (saved tensors)", exc)
         return None
 
     def _module_post(self, module, args, output):

@@ -1,0 +1,247 @@
+"""The probe on a real CPU training loop (an MLP with Adam): categories, activations, steps, peaks, sites."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from gputui.probe import runtime, tracking  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import loops  # noqa: E402
+
+# What autograd keeps for backward in loops.make_job()'s MLP (batch 64): the input batch (64x256
+# floats), and the outputs of the two ReLUs (64x512 each), which the next Linear also saves (same
+# storage, counted once). Weights saved by the Linears are parameters, not activations.
+ACTIVATIONS = 64 * 256 * 4 + 2 * 64 * 512 * 4
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CPU is shared: keep steps short and steady
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def probe():
+    p = runtime.start(budget=1.0, serve=False)  # budget 1.0: measure every step
+    yield p
+    runtime.stop()
+
+
+def param_bytes(model: nn.Module) -> int:
+    return sum(p.nbytes for p in model.parameters())
+
+
+def step(job, x, y):
+    job.optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(job.model(x), y)
+    loss.backward()
+    job.optimizer.step()
+
+
+def fresh_batch(job):
+    # A batch of its own (not a slice of the dataset tensor), so its storage is exactly the batch.
+    x, y = job.batch_at(0)
+    return x.clone(), y.clone()
+
+
+def test_categories_match_what_the_model_and_adam_hold(probe):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+    for _ in range(3):
+        step(job, x, y)
+    params = param_bytes(job.model)
+    n_params = len(list(job.model.parameters()))
+    (device,) = probe.report().devices
+    assert device.device == "cpu" and device.allocator is None
+    cats = device.categories
+    assert cats.parameters == params == 1_597_480
+    assert cats.gradients == params
+    # Adam keeps exp_avg and exp_avg_sq per parameter (2x), plus a 0-dim float32 "step" tensor each.
+    assert cats.optimizer_state == 2 * params + 4 * n_params
+    assert cats.activations == 0  # backward freed them
+    assert cats.other is None  # no allocator on CPU: not known, not zero
+
+
+def test_activations_are_seen_during_forward_and_gone_after_backward(probe):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+    step(job, x, y)  # the probe learns the parameters at the first optimizer step
+    job.optimizer.zero_grad()
+    out = job.model(x)
+    assert probe.tracker.phase == tracking.FORWARD
+    assert probe.tracker.activation_bytes() == ACTIVATIONS
+    loss = nn.functional.cross_entropy(out, y)
+    loss.backward()
+    assert probe.tracker.phase == tracking.BACKWARD
+    assert probe.tracker.activation_bytes() == 0
+    job.optimizer.step()
+    assert probe.tracker.phase == tracking.IDLE
+
+
+def test_a_graph_kept_without_backward_counts_until_dropped(probe):
+    job = loops.make_job()
+    x, _ = fresh_batch(job)
+    step(job, x, job.batch_at(0)[1])
+    kept = [job.model(x) for _ in range(3)]  # evaluation with grad enabled: graphs stay
+    assert probe.tracker.activation_bytes() == 3 * ACTIVATIONS - 2 * 64 * 256 * 4  # x shared
+    del kept
+    assert probe.tracker.activation_bytes() == 0  # the probe's own bookkeeping holds no cycle
+
+
+def test_steps_are_detected_with_phase_peaks(probe):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+    for _ in range(5):
+        step(job, x, y)
+    report = probe.report()
+    assert [s.step for s in report.steps] == [1, 2, 3, 4, 5]
+    params = param_bytes(job.model)
+    state = 2 * params + 4 * len(list(job.model.parameters()))
+    for record in report.steps[1:]:
+        assert record.duration > 0 and record.device == "cpu"
+        assert record.allocated == params + params + state  # parameters, gradients, state
+        # zero_grad(set_to_none) freed the gradients: forward peaks at parameters + state + activations.
+        assert record.peak_forward == params + state + ACTIVATIONS
+        assert record.peak_backward == 2 * params + state
+        assert record.peak_optimizer == 2 * params + state
+        assert record.categories.activations == 0
+
+
+def test_every_top_level_forward_and_accumulated_backward_stay_in_one_step(probe):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+    for _ in range(2):
+        job.optimizer.zero_grad()
+        for _ in range(4):  # gradient accumulation: four micro-batches per optimizer step
+            nn.functional.cross_entropy(job.model(x), y).backward()
+        job.optimizer.step()
+    assert probe.tracker.step_count == 2
+
+
+def test_a_second_optimizer_does_not_split_steps(probe):
+    job = loops.make_job()
+    head = nn.Linear(10, 2)
+    other = torch.optim.SGD(head.parameters(), lr=0.1)
+    x, y = fresh_batch(job)
+    for _ in range(3):
+        job.optimizer.zero_grad()
+        other.zero_grad()
+        head(job.model(x)).sum().backward()
+        job.optimizer.step()
+        other.step()
+    assert probe.tracker.step_count == 3
+    # Both optimizers' parameters are counted.
+    (device,) = probe.report().devices
+    assert device.categories.parameters == param_bytes(job.model) + param_bytes(head)
+
+
+def test_budget_limits_readings_but_not_step_records():
+    p = runtime.start(budget=0.0, serve=False)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 4)
+        steps = p.report().steps
+    finally:
+        runtime.stop()
+    assert [s.step for s in steps] == [1, 2, 3, 4]
+    assert steps[0].allocated is not None  # the first step is always measured
+    assert all(s.allocated is None and s.duration > 0 for s in steps[1:])
+
+
+def test_failures_inside_hooks_are_contained_and_reported(probe, monkeypatch):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    class ExplodingKeys(frozenset):
+        def __contains__(self, key):
+            raise ValueError("injected in pack")
+
+    monkeypatch.setattr(tracking, "tally", broken)
+    step(job, x, y)  # readings fail in the optimizer hooks: the step goes on
+    probe.tracker._model_keys = ExplodingKeys()
+    job.optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(job.model(x), y)
+    loss.backward()  # the pack hook failed and handed autograd the tensor itself
+    assert all(p.grad is not None for p in job.model.parameters())
+    report = probe.report()  # the report still comes, with the problems listed
+    text = "\n".join(report.problems)
+    assert "RuntimeError: injected failure" in text
+    assert "saved-tensor hook: ValueError: injected in pack" in text
+
+
+def test_stop_removes_every_hook():
+    p = runtime.start(serve=False)
+    runtime.stop()
+    job = loops.make_job()
+    loops.clean(job, 2)
+    assert p.tracker.step_count == 0
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    assert not torch.nn.modules.module._global_forward_hooks
+
+
+def test_probing_context_manager_starts_and_stops():
+    import gputui.probe
+
+    with gputui.probe.probing(serve=False) as p:
+        loops.clean(loops.make_job(), 2)
+        assert p.tracker.step_count == 2
+    assert runtime.current() is None
+
+
+def _line_of(marker: str) -> int:
+    for number, text in enumerate((EXAMPLES / "loops.py").read_text().splitlines(), 1):
+        if marker in text:
+            return number
+    raise AssertionError(marker)
+
+
+def test_site_recording_finds_the_growing_line_and_switches_off(probe):
+    job = loops.make_job()
+    loops.clean(job, 2)
+    answer = probe._record_sites({"steps": 5})
+    assert answer["recording"] is True
+    loops.leak_cache(job, 8)
+    report = probe.report()
+    assert report.recording is False and len(report.recorded_steps) == 5
+    where = f"{EXAMPLES / 'loops.py'}:{_line_of('the leak: a new tensor per step')} in leak_cache"
+    site = next(s for s in report.sites if s.where == where)
+    growth = [b - a for a, b in zip(site.live_bytes, site.live_bytes[1:])]
+    assert growth == [64 * 256 * 4] * 4  # one 64x256 float batch kept per step
+    assert site.stack[-1] == where
+    assert report.recording_cost is not None and report.recording_cost >= 0
+    # Off again: no torch function mode left behind, no tensor watching.
+    assert not torch.overrides._get_current_function_mode_stack()
+    assert probe.tracker.saw_tensor is None
+
+
+def test_site_recording_of_a_clean_loop_shows_nothing_growing(probe):
+    job = loops.make_job()
+    loops.clean(job, 2)
+    probe._record_sites({"steps": 4})
+    loops.clean(job, 6)
+    report = probe.report()
+    assert len(report.recorded_steps) == 4
+    for site in report.sites:
+        assert len(set(site.live_bytes[1:])) == 1, site  # flat after the first recorded step
+
+
+def test_record_sites_rejects_bad_parameters(probe):
+    with pytest.raises(ValueError):
+        probe._record_sites({"steps": "many"})
+    with pytest.raises(ValueError):
+        probe._record_sites({"steps": 0})
+    assert probe._record_sites({"on": False}) == {"recording": False, "steps": 0,
+                                                  "starts_at_step": None}
