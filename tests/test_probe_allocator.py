@@ -1,0 +1,150 @@
+"""torch.cuda readings parsed from recorded memory_stats()/memory_snapshot() outputs, and OOM records.
+
+The recordings in tests/fixtures/torch are synthetic (see the README there) until a GPU session
+records real ones; the values asserted here are the ones written into them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gputui.probe import allocator, oom
+
+FIXTURES = Path(__file__).parent / "fixtures" / "torch"
+GiB, MiB = 1 << 30, 1 << 20
+
+
+def load(name):
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_memory_stats_become_allocator_stats():
+    stats = allocator.stats_from_memory_stats(
+        load("memory_stats_cuda0.json"), largest_free_block=20 * MiB,
+        settings="expandable_segments:True,max_split_size_mb:512",
+    )
+    assert stats.allocated == 3_976_200_192
+    assert stats.allocated_peak == 9_663_676_416
+    assert stats.reserved == stats.reserved_peak == 10 * GiB
+    assert stats.active == 3_980_394_496 and stats.active_peak == 9_667_870_720
+    assert stats.inactive_split == 512 * MiB and stats.inactive_split_peak == GiB
+    assert stats.requested == 3_970_000_000 and stats.requested_peak == 9_650_000_000
+    assert (stats.alloc_retries, stats.ooms, stats.segments) == (3, 1, 42)
+    assert stats.largest_free_block == 20 * MiB
+    assert stats.expandable_segments is True
+    assert stats.settings == "expandable_segments:True,max_split_size_mb:512"
+
+
+def test_an_unused_device_has_no_allocator_stats():
+    assert allocator.stats_from_memory_stats(load("memory_stats_unused.json")) is None
+
+
+def test_largest_free_block_counts_only_inactive_blocks_of_the_device():
+    segments = load("memory_snapshot.json")
+    assert allocator.largest_free_block(segments, 0) == 20 * MiB  # not the block awaiting free
+    assert allocator.largest_free_block(segments, 1) == 56 * MiB
+    assert allocator.largest_free_block(segments, 2) is None
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (None, False),  # the allocator's defaults
+    ("expandable_segments:True", True),
+    ("max_split_size_mb:128, expandable_segments:true", True),
+    ("expandable_segments:False", False),
+    ("garbage_collection_threshold:0.6", False),
+])
+def test_expandable_segments_from_settings(settings, expected):
+    assert allocator.expandable_from_settings(settings) is expected
+
+
+def test_settings_come_from_either_variable_name():
+    assert allocator.allocator_settings({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}) \
+        == "expandable_segments:True"
+    assert allocator.allocator_settings({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"}) \
+        == "max_split_size_mb:64"
+    assert allocator.allocator_settings({}) is None
+
+
+def test_live_bytes_by_site_from_a_recorded_history_snapshot():
+    pytest.importorskip("torch")
+    from gputui.probe.sites import live_bytes_by_site
+
+    totals, stacks = live_bytes_by_site(load("snapshot_with_history.json"), device=0)
+    # Inactive blocks and blocks from before recording (no frames) do not count; cuda:1 neither.
+    assert totals == {
+        "/home/ana/proj/model.py:31 in forward": 8 * MiB,
+        "/home/ana/proj/model.py:44 in head": 2 * MiB,
+    }
+    assert stacks["/home/ana/proj/model.py:31 in forward"] == (
+        "/home/ana/proj/train.py:57 in train_step", "/home/ana/proj/model.py:31 in forward",
+    )
+
+
+def test_no_cuda_reading_without_an_initialised_device():
+    pytest.importorskip("torch")
+    assert allocator.cuda_ready() is False  # CPU torch: never initialised, never initialise it
+    assert allocator.devices_in_use() == []
+
+
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
+    "which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.60 GiB memory in use. "
+    "Of the allocated memory 70.00 GiB is allocated by PyTorch, and 6.00 GiB is reserved by PyTorch "
+    "but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+
+
+def test_cuda_oom_message_is_parsed():
+    torch = pytest.importorskip("torch")
+    try:
+        raise torch.OutOfMemoryError(CUDA_OOM)
+    except torch.OutOfMemoryError as exc:
+        record = oom.record_from_exception(exc, at=12.0)
+    assert record.device == "cuda:0"
+    assert record.requested == 2 * GiB
+    assert record.free == int(1.5 * GiB)
+    assert record.allocated == 70 * GiB
+    assert record.reserved == 6 * GiB
+    assert record.message.startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert record.where[-1].endswith(f"in {test_cuda_oom_message_is_parsed.__name__}")
+
+
+def test_a_real_cpu_oom_is_recognised_with_its_size_and_line():
+    torch = pytest.importorskip("torch")
+    try:
+        torch.empty(1 << 62, dtype=torch.uint8)
+    except RuntimeError as exc:
+        assert oom.is_oom(exc)
+        record = oom.record_from_exception(exc)
+    assert record.device == "cpu"
+    assert record.requested == 1 << 62
+    assert "test_probe_allocator.py" in record.where[-1]
+
+
+def test_excepthooks_note_the_oom_and_pass_it_on(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(("main", a[1])))
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(("thread", args.exc_value)))
+    problems = type("P", (), {"record": lambda self, *a: seen.append(("problem", a))})()
+    watch = oom.OomWatch(problems)
+    watch.install()
+    try:
+        error = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                             "4096 bytes. Error code 12 (Cannot allocate memory)")
+        sys.excepthook(RuntimeError, error, None)
+        assert watch.last.requested == 4096 and watch.last.device == "cpu"
+        other = ValueError("not memory")
+        thread = threading.Thread(target=lambda: (_ for _ in ()).throw(other))
+        thread.start()
+        thread.join()
+    finally:
+        watch.uninstall()
+    assert seen == [("main", error), ("thread", other)]  # both passed on unchanged, in order
+    assert watch.last.requested == 4096  # the ValueError was not an OOM
+    assert sys.excepthook is not watch._excepthook
