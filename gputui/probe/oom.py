@@ -86,7 +86,7 @@ class OomWatch:
     def __init__(self, problems):
         self.last: OomRecord | None = None
         self.problems = problems
-        self._observer_attached = False
+        self.observer_attached = False
         self._previous_excepthook = None
         self._previous_thread_hook = None
 
@@ -109,14 +109,14 @@ class OomWatch:
         Before initialisation the allocator has no per-device state to attach to, and attaching must
         never be what initialises CUDA.
         """
-        if self._observer_attached:
+        if self.observer_attached:
             return
         torch = sys.modules.get("torch")
         attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
         if attach is None or not torch.cuda.is_initialized():
             return
         attach(self._cuda_observer)
-        self._observer_attached = True
+        self.observer_attached = True
 
     def _cuda_observer(self, device, requested, total, free) -> None:
         # Called by the allocator when it is about to raise OutOfMemoryError, outside its lock, on

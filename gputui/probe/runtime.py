@@ -8,6 +8,7 @@ starts training itself.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import sys
 import threading
@@ -55,6 +56,7 @@ class Probe:
         self._snapshot_at = 0.0
         self._free_blocks: dict[int, int | None] = {}
         self._server_cpu = 0.0
+        self._steps_json: dict[int, dict] = {}
 
     # -- life cycle ---------------------------------------------------------------------------------
 
@@ -104,8 +106,9 @@ class Probe:
         self.serve = False
         self.socket_path = None
         self._lock = threading.Lock()  # a parent thread may have held the old one at fork time
-        self.tracker.steps.clear()
+        self.tracker._steps.clear()
         self.tracker.step_count = 0
+        self._steps_json = {}
 
     def _step_end(self, step: int) -> None:
         # On the training thread, right after optimizer.step().
@@ -113,13 +116,15 @@ class Probe:
             self.serve = True  # a helper process that trains after all: a real training process
             self._start_server()
         if self.sites.on or self.sites.pending:
-            durations = [s.duration for s in list(self.tracker.steps)[-21:]]
+            durations = [s[2] if isinstance(s, tuple) else s.duration
+                         for s in list(self.tracker._steps)[-21:]]
             self.sites.step_end(step, durations, self.tracker.device)
             self.tracker.saw_tensor = self.sites.saw if self.sites.on else None
-        try:
-            self.oom.attach_cuda_observer()
-        except Exception as exc:
-            self.problems.record("OOM observer", exc)
+        if step % 32 == 1 and not self.oom.observer_attached:  # CUDA may come up any time
+            try:
+                self.oom.attach_cuda_observer()
+            except Exception as exc:
+                self.problems.record("OOM observer", exc)
 
     # -- the report ----------------------------------------------------------------------------------
 
@@ -200,7 +205,18 @@ class Probe:
         }
 
     def _report(self, params: dict) -> dict:
-        return to_jsonable(self.report())
+        started = time.thread_time()
+        report = self.report()
+        data = to_jsonable(dataclasses.replace(report, steps=()))
+        # Step records never change once written: convert each once, not at every request.
+        cache = self._steps_json
+        data["steps"] = [cache.get(s.step) or cache.setdefault(s.step, to_jsonable(s))
+                         for s in report.steps]
+        if len(cache) > 2 * len(report.steps) + 10:
+            keep = {s.step for s in report.steps}
+            self._steps_json = {k: v for k, v in cache.items() if k in keep}
+        self._server_cpu += time.thread_time() - started
+        return data
 
     def _record_sites(self, params: dict) -> dict:
         on = params.get("on", True)

@@ -24,6 +24,10 @@ from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
+# What one saved tensor costs the training thread with the hooks on (pack, unpack and release, each a
+# call from C++ into Python), measured on CPU torch 2.13; counted against the readings budget.
+PACK_COST = 4e-6
+LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
 
@@ -159,7 +163,9 @@ class Tracker:
         self.wallclock = wallclock
         self.problems = Problems()
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
-        self.steps: deque[StepRecord] = deque(maxlen=max_steps)
+        # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others:
+        # a frozen dataclass per step costs the training thread more than the tuple.
+        self._steps: deque = deque(maxlen=max_steps)
         self.step_count = 0
         self.active = False
         self.hook_seconds = 0.0  # time spent in readings on the training thread
@@ -173,6 +179,9 @@ class Tracker:
         self._model_keys: frozenset = frozenset()  # storages of parameters, grads, state
         self._local = threading.local()
         self._handles: list = []
+        self._module_handles: list = []
+        self._roots: weakref.WeakSet = weakref.WeakSet()  # modules called at the top level
+        self._roots_learned = False
         self._phase = IDLE
         self._step_started: float | None = None
         self._measuring = True
@@ -180,23 +189,47 @@ class Tracker:
         self._peaks: dict[str, int] = {}
         self._phase_start: _Reading | None = None
         self._elapsed = 0.0  # total step time seen, for the budget
+        self._packs = 0  # saved tensors seen since the last step started
 
     # -- installing -------------------------------------------------------------------------------
 
     def install(self) -> None:
+        self._step_started = None  # time without the hooks is no step of ours
+        self._phase = IDLE
         self._handles = [
             register_optimizer_step_pre_hook(self._optimizer_pre),
             register_optimizer_step_post_hook(self._optimizer_post),
-            torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
-            torch.nn.modules.module.register_module_forward_hook(self._module_post, always_call=True),
         ]
+        if self._roots_learned:
+            self._hook_roots()
+        else:
+            self._module_handles = [
+                torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
+                torch.nn.modules.module.register_module_forward_hook(
+                    self._module_post, always_call=True),
+            ]
         self.active = True
 
     def uninstall(self) -> None:
         self.active = False
-        for handle in self._handles:
+        for handle in self._handles + self._module_handles:
             handle.remove()
-        self._handles = []
+        self._handles, self._module_handles = [], []
+
+    def _hook_roots(self) -> None:
+        """Swap the global module hooks for hooks on the top-level modules seen so far.
+
+        Global hooks send every module call through nn.Module's slow path; after a few steps the
+        probe knows which modules start a forward pass and watches only those.
+        """
+        for handle in self._module_handles:
+            handle.remove()
+        self._module_handles = []
+        for module in list(self._roots):
+            self._module_handles.append(module.register_forward_pre_hook(self._module_pre))
+            self._module_handles.append(
+                module.register_forward_hook(self._module_post, always_call=True))
+        self._roots_learned = True
 
     # -- reading memory ---------------------------------------------------------------------------
 
@@ -279,6 +312,8 @@ class Tracker:
         local.depth = depth + 1
         if depth or not self.active:
             return None
+        if not self._roots_learned:
+            self._roots.add(module)
         if self._phase != FORWARD:
             try:
                 self._enter_forward()
@@ -289,6 +324,7 @@ class Tracker:
             # way of torch.func transforms, and a user's own hooks (save_on_cpu, checkpointing) win.
             if (
                 self.activations
+                and self._measuring
                 and torch.is_grad_enabled()
                 and _autograd._top_saved_tensors_default_hooks(False) is None
             ):
@@ -321,6 +357,7 @@ class Tracker:
             saved.tensor = tensor.detach() if tensor.requires_grad else tensor
             saved.key = None
             saved.owner = self
+            self._packs += 1
             storage = tensor.untyped_storage()
             device = tensor.device
             key = (storage.data_ptr(), device)
@@ -361,22 +398,25 @@ class Tracker:
         self._mark(FORWARD)
 
     def _start_step(self) -> None:
+        self.hook_seconds += self._packs * PACK_COST
+        self._packs = 0
         self._step_started = self.clock()
         self._peaks = {}
         self._marks = {}
         # Readings cost time on the training thread: take them only while the probe's share of
         # step time stays inside its budget (every step when steps are long or readings cheap).
-        self._measuring = self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self.steps
+        self._measuring = self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self._steps
 
     def _optimizer_pre(self, optimizer, args, kwargs):
         if _is_compiling() or not self.active:
             return None
         try:
-            self.optimizers.add(optimizer)
             primary = self._primary() if self._primary is not None else None
-            if primary is None:
-                self._primary = weakref.ref(optimizer)
-                primary = optimizer
+            if primary is not optimizer:
+                self.optimizers.add(optimizer)  # (the primary one is in there already)
+                if primary is None:
+                    self._primary = weakref.ref(optimizer)
+                    primary = optimizer
             if primary is optimizer:
                 if self._step_started is None:
                     self._start_step()
@@ -404,16 +444,18 @@ class Tracker:
         if duration is not None:
             self._elapsed += duration
         end = self._marks.get(IDLE) if self._measuring else None
-        self.steps.append(self._record(duration, end))
+        self._steps.append(self._record(duration, end))
         self._step_started = None
         self._start_step()  # the next step starts where this one ends (data loading included)
+        if not self._roots_learned and self.step_count >= LEARN_STEPS and self._roots:
+            self._hook_roots()
         if self.on_step_end is not None:
             self.on_step_end(self.step_count)
 
     def _record(self, duration: float | None, end: _Reading | None) -> StepRecord:
         device = self._device
         if end is None:
-            return StepRecord(self.step_count, self.wallclock(), duration, device)
+            return (self.step_count, self.wallclock(), duration, device)
         row = (end.tally or {}).get(device) if device else None
         stats = end.stats or {}
         cuda = end.stats is not None
@@ -431,6 +473,11 @@ class Tracker:
             peak_optimizer=self._peaks.get(OPTIMIZER),
             categories=categories_of(row, end.allocated if cuda else None),
         )
+
+    @property
+    def steps(self) -> tuple[StepRecord, ...]:
+        """The recent steps, oldest first (safe from any thread)."""
+        return tuple(s if isinstance(s, StepRecord) else StepRecord(*s) for s in tuple(self._steps))
 
     @property
     def device(self) -> str | None:
