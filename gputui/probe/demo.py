@@ -47,8 +47,8 @@ def demo_train(options) -> int:
                 kept = kept + nn.functional.cross_entropy(model(x), y)  # evaluated with grad: kept
             step += 1
             if step % EVERY == 0 or step == steps:
-                last = probe.tracker.steps[-1] if probe.tracker.steps else None
-                allocated = f"{last.allocated / 2**20:.1f} MiB" if last and last.allocated else "?"
+                measured = [s for s in probe.tracker.steps[-50:] if s.allocated is not None]
+                allocated = f"{measured[-1].allocated / 2**20:.1f} MiB" if measured else "?"
                 per_step = (time.perf_counter() - started) / step * 1e3
                 print(f"step {step:6d}  loss {loss.item():.4f}  {per_step:.1f} ms/step  "
                       f"allocated {allocated}", flush=True)
