@@ -13,7 +13,7 @@ from textual.containers import Container
 from textual.content import Content
 from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
@@ -21,6 +21,7 @@ from gputui.ui.rows import COLUMNS
 from gputui.ui.widgets.charts import DeviceCharts
 from gputui.ui.widgets.devices import DeviceList, DeviceRow
 from gputui.ui.widgets.header import HostHeader
+from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
 
 
@@ -72,7 +73,7 @@ class MainScreen(Screen):
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceCharts(ascii=self.ascii, id="charts")
-        yield Static(id="table-status")
+        yield Line(id="table-status")
         yield Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
                     tooltip="Filter processes as you type: command, user or pid", id="filter")
         yield ProcessTable(id="processes")
@@ -126,7 +127,8 @@ class MainScreen(Screen):
         self.query_one(DeviceList).show(snap, device_mode,
                                         self.chart_device if self.charts_visible else None)
         charts = self.query_one(DeviceCharts)
-        charts.display = self.charts_visible
+        if charts.display != self.charts_visible:
+            charts.display = self.charts_visible
         if self.charts_visible:
             charts.show(app.history, self.chart_device)
         self.render_table()
@@ -153,7 +155,7 @@ class MainScreen(Screen):
             parts.append(Content.styled(f"only {self.me}", "$accent"))
         if self.filter_text:
             parts.append(Content.styled(f"filter “{self.filter_text}”", "$accent"))
-        self.query_one("#table-status", Static).update(Content("  ").join(parts))
+        self.query_one("#table-status", Line).show(Content("  ").join(parts))
 
     # -- what the selected row is ------------------------------------------------------------
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.content import Content
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
 
 from gputui.analysis.history import History, Series
 from gputui.ui import format as fmt
+from gputui.ui.widgets.line import Line
 
 # (metric, title, how to word a value)
 DEVICE_CHARTS = (
@@ -37,11 +38,12 @@ class Chart(Vertical):
         self.words = words
         self.ascii = ascii
         self._last: tuple | None = None
+        self._spark_width: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(Content.styled(self.chart_title, "bold $text-muted"), classes="chart-title")
+        yield Line(Content.styled(self.chart_title, "bold $text-muted"), classes="chart-title")
         if self.ascii:
-            yield Static("", classes="chart-ascii")
+            yield Line("", classes="chart-ascii")
         else:
             yield Sparkline([], summary_function=max)
 
@@ -59,15 +61,18 @@ class Chart(Vertical):
             # Sparklines scale to their data: say what the bottom and top are.
             title = Content.assemble(title, (f" {self.words(min(points))}..{self.words(max(points))}"
                                              f" {fmt.span_words(covered)}", "$text-muted"))
-        self.query_one(".chart-title", Static).update(title)
+        self.query_one(".chart-title", Line).show(title)
         if self.ascii:
-            self.query_one(".chart-ascii", Static).update(fmt.ascii_spark(points, width))
+            self.query_one(".chart-ascii", Line).show(fmt.ascii_spark(points, width))
         else:
             # A Sparkline stretches its data over its width: while there are fewer points than
             # cells, make it only as wide as the points, so time runs at one cell per sample.
             # One point would draw as a full block: wait for a second one.
             spark = self.query_one(Sparkline)
-            spark.styles.width = len(points) if 1 < len(points) < width else "1fr"
+            wanted = len(points) if 1 < len(points) < width else None
+            if wanted != self._spark_width:  # a width change needs a layout: only when it changes
+                self._spark_width = wanted
+                spark.styles.width = wanted if wanted is not None else "1fr"
             spark.data = points if len(points) > 1 else []
 
 

@@ -30,8 +30,11 @@ class HostHeader(Widget):
              problem: str | None = None) -> None:
         state = (snapshot, interval, paused, compact, problem)
         if state != (self.snapshot, self.interval, self.paused, self.compact, self.problem):
+            # Only a change in the number of lines needs a new layout; new readings just repaint.
+            resized = ((compact, problem is None, snapshot is None)
+                       != (self.compact, self.problem is None, self.snapshot is None))
             self.snapshot, self.interval, self.paused, self.compact, self.problem = state
-            self.refresh(layout=True)
+            self.refresh(layout=resized)
 
     def render(self) -> Content:
         snap = self.snapshot

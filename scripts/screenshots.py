@@ -1,0 +1,67 @@
+"""Render the README's pictures of the live monitor into screenshots/ (SVG, and PNG via rsvg-convert).
+
+Deterministic: simulated scenarios on a fixed clock (gputui.ui.still), times shown in UTC. Run after
+a change to the monitor's look:  python scripts/screenshots.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+from gputui.ui.still import still_app  # noqa: E402
+
+OUT = ROOT / "screenshots"
+
+# name, scenario, seconds into it, terminal size, keys to press first
+PICTURES = (
+    ("training-node", "training-node", 120, (120, 40), ()),
+    ("workstation", "workstation", 90, (120, 34), ()),
+    ("detail", "training-node", 120, (120, 40), ("enter",)),
+    ("narrow", "training-node", 120, (50, 15), ()),
+    ("compact", "training-node", 120, (80, 24), ()),
+    ("tree", "workstation", 90, (120, 34), ("t",)),
+    ("faults", "faults", 60, (120, 34), ()),
+)
+
+
+async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int], keys) -> Path:
+    app = still_app(scenario, seconds=seconds)
+    async with app.run_test(size=size) as pilot:
+        while not app.samples:
+            await pilot.pause(0.05)
+        await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+        await pilot.pause(0.3)
+        path = OUT / f"{name}.svg"
+        path.write_text(app.export_screenshot(title=f"gputui --demo {scenario}"))
+    return path
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    converter = shutil.which("rsvg-convert")
+    if converter is None:
+        print("rsvg-convert not found (apt-get install librsvg2-bin): writing SVG only", file=sys.stderr)
+    for picture in PICTURES:
+        svg = asyncio.run(shoot(*picture))
+        if converter:
+            subprocess.run([converter, str(svg), "-o", str(svg.with_suffix(".png"))], check=True)
+        print(svg.relative_to(ROOT), "and .png" if converter else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
