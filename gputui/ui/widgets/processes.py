@@ -4,6 +4,7 @@ added, and the rows re-ordered only when the order changed; the selected process
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
@@ -42,6 +43,7 @@ class ProcessTable(DataTable):
         self._order: list[str] = []
         self.rows_by_key: dict[str, Row] = {}
         self.selected_key: str | None = None
+        self._fast_cells: dict = {}
 
     # -- columns -----------------------------------------------------------------------------
 
@@ -145,6 +147,40 @@ class ProcessTable(DataTable):
         except Exception:  # cursor outside the rows while the table is being rebuilt
             return None
 
+    # -- drawing -----------------------------------------------------------------------------
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False):
+        # DataTable redraws every visible cell through Rich's Padding/Styled pipeline whenever any
+        # cell changes (its caches are keyed by a global update count), which made the table most
+        # of the monitor's CPU. Our body cells are one-line Texts: draw their segments directly and
+        # cache them by what they show, so a refresh costs only the cells that changed. Anything
+        # else (header, labels, other cell types) takes DataTable's own path.
+        if row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        try:
+            row_key = self._row_locations.get_key(row_index)
+            cell = self._data[row_key][self._column_locations.get_key(column_index)]
+        except (AttributeError, KeyError):
+            cell = None
+        if not isinstance(cell, Text):
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (row_index, column_index, cell.plain, cell.style, cell.justify, base_style, width,
+               cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
+        lines = self._fast_cells.get(key)
+        if lines is None:
+            if len(self._fast_cells) > 20000:
+                self._fast_cells.clear()
+            component_style, post_style = self._get_styles_to_render_cell(
+                False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+                self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+            # The row/column meta is how a click finds its cell, as in DataTable's own path.
+            pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index})
+            lines = [_one_line(cell, width, self.cell_padding, pre_style + component_style,
+                               post_style, self.app.console)]
+            self._fast_cells[key] = lines
+        return lines
+
     # -- events ------------------------------------------------------------------------------
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -162,3 +198,22 @@ class ProcessTable(DataTable):
     def action_open_detail(self) -> None:
         if self.selected_key is not None:
             self.post_message(self.DetailRequested(self.selected_key))
+
+
+def _one_line(cell: Text, width: int, padding: int, pre_style: Style, post_style: Style, console):
+    """A one-line cell as segments: padded, justified, cut with an ellipsis, styled like Styled()."""
+    inner = max(0, width - 2 * padding)
+    text = cell.copy()
+    length = text.cell_len
+    if length > inner:
+        text.truncate(inner, overflow="ellipsis")
+    elif length < inner:
+        if cell.justify == "right":
+            text.pad_left(inner - length)
+        else:
+            text.pad_right(inner - length)
+    # Text.render applies the spans but not the Text's own style: apply it under them.
+    own = console.get_style(cell.style) if cell.style else Style.null()
+    body = Segment.apply_style(text.render(console, end=""), own)
+    segments = [Segment(" " * padding), *body, Segment(" " * padding)]
+    return list(Segment.apply_style(segments, pre_style, post_style))
