@@ -46,7 +46,10 @@ async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int],
             await pilot.press(key)
         await pilot.pause(0.3)
         path = OUT / f"{name}.svg"
-        path.write_text(app.export_screenshot(title=f"gputui --demo {scenario}"))
+        svg = app.export_screenshot(title=f"gputui --demo {scenario}")
+        # Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the
+        # leading ones and labels run into their values ("driver560.35.03") in the PNG.
+        path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1))
     return path
 
 
