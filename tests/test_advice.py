@@ -185,3 +185,24 @@ def test_ranking_puts_warnings_before_info_and_bigger_savings_first():
         (3, "optimizer-state", "info", 6 * GIB * 3 // 4),
         (4, "activations", "info", 3 * GIB),
     ]
+
+
+def test_a_cpu_job_growing_untracked_tensors_gets_the_rate_from_host_memory_and_the_line():
+    steps = [StepRecord(step=s, ended_at=1000.0 + s * 0.005, duration=0.005, device="cpu", allocated=6 * MIB,
+                        categories=MemoryCategories(MIB, MIB, 4 * MIB, 0, None),
+                        host_allocated=300 * MIB + s * 64 * 1024) for s in range(1, 81)]
+    site = AllocationSite(where="loops.py:83 in leak_cache", live_bytes=tuple(k * 64 * 1024 for k in range(12)))
+    report = ProbeReport(pid=42, taken_at=1000.4, devices=(ProbeDevice("cpu"),), steps=tuple(steps),
+                         sites=(site,), recorded_steps=tuple(range(69, 81)))
+    verdict = leak_verdict(report)
+    (advice,) = advise(snapshot=snap(), process=None, report=report, verdict=verdict,
+                       sites=growing_sites(report))
+    assert advice.kind == "growing-tensors" and advice.severity == "critical"
+    assert advice.detail == (
+        "Host memory beyond parameters, gradients, optimizer state and activations grows 64.0 KiB per "
+        "step over 64 steps: a list, dict or cache of tensors that is never emptied. Fastest-growing "
+        "allocation site: loops.py:83 in leak_cache (+64.0 KiB/step).")
+    recording = ProbeReport(pid=42, taken_at=1000.4, devices=(ProbeDevice("cpu"),), steps=tuple(steps),
+                            recording=True)
+    (advice,) = advise(snapshot=snap(), process=None, report=recording, verdict=verdict)
+    assert advice.detail.endswith("The probe is recording allocation sites now, to find the line.")

@@ -1,7 +1,8 @@
 """Leak verdicts on real CPU PyTorch loops (examples/loops.py) run under the in-process probe.
 
-The classic leaks must be called leaks in the right category; the loops that only look like leaks
-(warm-up, a cache that fills then stays, the garbage collector's sawtooth) must stay clean.
+The classic leaks must be called leaks in the right category, and once confirmed the probe records
+allocation sites by itself and names the line; the loops that only look like leaks (warm-up, a cache
+that fills then stays, the garbage collector's sawtooth) must stay clean and record nothing.
 """
 
 import sys
@@ -19,20 +20,34 @@ import loops  # noqa: E402
 
 import gputui.probe  # noqa: E402
 from gputui.analysis.leaks import leak_verdict  # noqa: E402
+from gputui.analysis.sites import growing_sites  # noqa: E402
+from gputui.probe import runtime  # noqa: E402
+from gputui.probe.host import MallocInUse  # noqa: E402
 
 STEPS = 80
+KIB = 1024
 
 
-def verdict_of(kind: str):
+def report_of(kind: str, steps: int = STEPS):
     # A reading every step (budget 1.0) keeps the test deterministic; the default budget samples.
     probe = gputui.probe.start(serve=False, budget=1.0)
     try:
-        kept = loops.run(kind, STEPS)
+        kept = loops.run(kind, steps)
         report = probe.report()
     finally:
         gputui.probe.stop()
     del kept
-    return leak_verdict(report)
+    return report
+
+
+def verdict_of(kind: str):
+    return leak_verdict(report_of(kind))
+
+
+def line_of(text: str) -> int:
+    lines = Path(loops.__file__).read_text().splitlines()
+    (number,) = [n for n, line in enumerate(lines, 1) if text in line]
+    return number
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -45,19 +60,39 @@ def test_kept_graphs_are_an_activation_leak(kind):
     assert activations.bytes_per_step == v.allocated_per_step
 
 
-@pytest.mark.xfail(strict=True, reason="the probe does not count other live tensors on CPU yet "
-                   "(MemoryCategories.other is None), so a growing dict of tensors is invisible")
 def test_growing_dict_of_tensors_is_a_leak_of_other_tensors():
     v = verdict_of("cache")
+    assert v.state == "leak" and v.category == "other", v.reason
+    assert v.allocated_per_step == 0.0  # parameters, gradients, state, activations: flat
+    assert v.growth[0].name == "other" and v.growth[0].bytes_per_step == v.host_other_per_step
+    if MallocInUse().available:
+        # No allocator on CPU: the C allocator's bytes in use beyond the tracked tensors grow by the
+        # 64x256 float32 tensor the loop keeps per step (64 KiB, plus malloc's few bytes of overhead).
+        assert 64 * KIB <= v.host_other_per_step < 66 * KIB
+    assert v.reason.startswith("host memory outside the tracked tensors grows ")
+    assert "per step over the last 64 steps while parameters" in v.reason
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_confirmed_leak_records_its_sites_by_itself():
+    report = report_of("cache", 160)
+    v = leak_verdict(report)
     assert v.state == "leak" and v.category == "other"
+    # The probe confirmed the leak on its own, recorded a bounded window, and switched it off again.
+    assert len(report.recorded_steps) == runtime.AUTO_SITES_STEPS and not report.recording
+    top = growing_sites(report)[0]
+    assert top.where == f"{loops.__file__}:{line_of('cache[step] = x * 1.0')} in leak_cache"
+    assert top.bytes_per_step == 64 * KIB and top.growth == (runtime.AUTO_SITES_STEPS - 1) * 64 * KIB
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("kind", ["clean", "warmup", "bounded_cache", "sawtooth"])
 def test_clean_loops_raise_no_alarm(kind):
-    v = verdict_of(kind)
+    report = report_of(kind, 160)
+    v = leak_verdict(report)
     assert v.state == "clean", v.reason
     assert v.oom_step is None
+    assert report.recorded_steps == () and not report.recording  # no sites recorded for nothing
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

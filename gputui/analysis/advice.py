@@ -104,7 +104,7 @@ def _oom_soon(seen: _Seen) -> Advice | None:
     forecasts = []
     v, t = seen.verdict, seen.trend
     if v is not None and v.oom_in is not None:
-        forecasts.append((v.oom_in, f"at {size(v.allocated_per_step or v.reserved_per_step or 0)} per step "
+        forecasts.append((v.oom_in, f"at {size(_rate(v) or v.reserved_per_step or 0)} per step "
                           f"({v.state.replace('_', ' ')}), the device is full by step {v.oom_step}"))
     # The probe's per-step forecast knows the cache and the step's peak: prefer it to NVML's.
     if not forecasts and t is not None and t.verdict == TREND_GROWING and t.time_to_oom is not None:
@@ -130,8 +130,17 @@ def _free_text(seen: _Seen) -> str:
     return "the rest of the device"
 
 
+def _rate(v: LeakVerdict) -> float | None:
+    """Bytes per step the leak grows by: host memory's for a CPU job's untracked tensors."""
+    if v.category == "other" and v.host_other_per_step is not None:
+        return max(v.host_other_per_step, v.allocated_per_step or 0.0)
+    return v.allocated_per_step
+
+
 def _site_text(seen: _Seen) -> str:
     if not seen.sites:
+        if seen.report is not None and seen.report.recording:
+            return " The probe is recording allocation sites now, to find the line."
         return " Record allocation sites from the detail screen to find the line."
     top = seen.sites[0]
     return f" Fastest-growing allocation site: {top.where} (+{size(top.bytes_per_step)}/step)."
@@ -141,9 +150,11 @@ def _leak(seen: _Seen) -> Advice | None:
     v = seen.verdict
     if v is None or v.state != LEAK_LEAK:
         return None
-    per_step = size(v.allocated_per_step or 0)
-    head = f"Allocated memory grows {per_step} per step over {min(v.steps_seen, WINDOW_STEPS)} steps"
+    per_step = size(_rate(v) or 0)
+    over = min(v.steps_seen, WINDOW_STEPS)
+    head = f"Allocated memory grows {per_step} per step over {over} steps"
     level = next((g.level for g in v.growth if g.name == v.category), None)
+    on_host = v.category == "other" and v.host_other_per_step is not None
     if v.category == "activations":
         return Advice(
             kind="keep-graph", severity="critical",
@@ -155,6 +166,17 @@ def _leak(seen: _Seen) -> Advice | None:
             "    total_loss += loss.item()          # not: total_loss += loss\n"
             "    outputs.append(out.detach())       # not: outputs.append(out)",
             estimated_saving=level,
+        )
+    if on_host:
+        return Advice(
+            kind="growing-tensors", severity="critical",
+            title="A collection of tensors keeps growing",
+            detail=f"Host memory beyond parameters, gradients, optimizer state and activations grows "
+            f"{per_step} per step over {over} steps: a list, dict or cache of tensors that is never "
+            f"emptied." + _site_text(seen),
+            action="Bound it, or keep numbers instead of tensors:\n"
+            "    cache[key] = value.detach()          # no graph; or value.item() for a number\n"
+            "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
         )
     if v.category == "other":
         return Advice(

@@ -2,7 +2,10 @@
 
 Allocated memory that grows step after step is a leak; reserved memory that grows over flat allocated
 memory is the allocator's cache; growing free bytes stuck in split blocks with retries is
-fragmentation. Forecasts the step, and the time, at which the job runs out of device memory.
+fragmentation. A CPU-only job has no allocator: there, what the process's resident memory holds
+beyond the tracked tensors is the "other" category, judged with a coarser noise floor (the C library
+keeps freed memory, and the interpreter grows in arena-sized jumps). Forecasts the step, and the time,
+at which the job runs out of device memory.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ NOISE_FACTOR = 3.0  # growth must also stand this many noise spreads above the s
 DECELERATION = 0.5  # the latest half growing slower than this fraction of the window: flattening
 MIN_RETRIES = 2  # alloc retries within the window that make fragmentation worth a verdict
 CACHE_WARMUP_STEPS = 100  # the cache may grow until this step before growing cache is a verdict
+# Host memory beyond the tracked tensors (CPU-only jobs) must grow at least this much over the window:
+# the C allocator's bytes in use are exact but also hold the interpreter's and libraries' buffers.
+HOST_MIN_GROWTH = 1 << 20
+# Resident memory moves in page, arena and huge-page jumps that malloc may or may not give back: where
+# it is all there is, growth must pass a higher floor, over more steps.
+RSS_MIN_GROWTH = 2 << 20
+RSS_CONFIRM_STEPS = 48
 
 TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
@@ -77,6 +87,13 @@ def leak_verdict(
     retries = _column(window, "alloc_retries")
     retries_added = int(retries[-1] - retries[0]) if retries else None
     growth = _category_growth(window, xs)
+    host, exact = _host_other(window)
+    host_slope, host_grows = (
+        _fit(xs, host, min_growth=HOST_MIN_GROWTH if exact else RSS_MIN_GROWTH) if host else (None, False))
+    tracked = growth
+    if host:
+        growth = tuple(sorted(growth + (CategoryGrowth("other", host_slope),), key=lambda g: -g.bytes_per_step))
+        base.update(host_memory=last.host_memory, host_other_per_step=host_slope)
     base.update(
         allocated_per_step=alloc_slope, reserved_per_step=reserved_slope,
         inactive_split_per_step=inactive_slope, retries_added=retries_added, growth=growth,
@@ -95,12 +112,31 @@ def leak_verdict(
             return LeakVerdict(
                 LEAK_WARMING_UP, reason=f"allocated grows {size(alloc_slope)} per step over "
                 f"{len(window)} steps; watching for {CONFIRM_STEPS} before calling it a leak", **base)
-        category = _leading(growth, TENSOR_CATEGORIES, alloc_slope)
+        # The tracked figures are exact: when they grow, what resident memory adds on top is the
+        # C library's and autograd's overhead of that growth, not a category of its own.
+        category = _leading(tracked, TENSOR_CATEGORIES, alloc_slope)
         oom = _forecast(steps, alloc_slope, _headroom(last, device_total, device_free, True), peaks=True)
         what = f" ({category} +{size(_slope_of(growth, category))}/step)" if category else ""
         return LeakVerdict(
             LEAK_LEAK, category=category, reason=f"allocated grows {size(alloc_slope)} per step over the "
             f"last {len(window)} steps{what}; now {size(last.allocated)}", **oom, **base)
+
+    if host_grows and not sawtooth:
+        confirm = CONFIRM_STEPS if exact else RSS_CONFIRM_STEPS
+        if len(window) < confirm:
+            return LeakVerdict(
+                LEAK_WARMING_UP, reason=f"host memory outside the tracked tensors grows "
+                f"{size(host_slope)} per step over {len(window)} steps; watching for {confirm} "
+                f"before calling it a leak", **base)
+        held = last.allocated + host[-1]
+        headroom = device_free if device_free is not None else (
+            device_total - held if device_total is not None else None)
+        oom = _forecast(steps, host_slope, headroom, peaks=True)
+        return LeakVerdict(
+            LEAK_LEAK, category="other", reason=f"host memory outside the tracked tensors grows "
+            f"{size(host_slope)} per step over the last {len(window)} steps while parameters, gradients, "
+            f"optimizer state and activations stay at {size(last.allocated)}: tensors kept in a list, "
+            f"dict or cache", **oom, **base)
 
     # Split blocks growing with the cache are only fragmentation once the allocator has to retry.
     fragmented = (inactive_grows and (retries_added is None or retries_added > 0)) or (
@@ -167,18 +203,37 @@ def _column(steps: list[StepRecord], name: str) -> list[float]:
     return [] if None in values else [float(v) for v in values]
 
 
-def _floor(level: float) -> float:
-    return max(MIN_GROWTH, REL_GROWTH * level)
+def _host_other(steps: list[StepRecord]) -> tuple[list[float], bool]:
+    """Host memory beyond the tracked tensors, for jobs without allocator figures ([] otherwise).
+
+    Only where the probe could not count "other" tensors itself: no reserved figure (no allocator)
+    and no ``other`` category. The C allocator's bytes in use where every step has them (exact:
+    True), else resident memory where every step has that (False).
+    """
+    if any(s.reserved is not None or (s.categories is not None and s.categories.other is not None)
+           for s in steps):
+        return [], False
+    for name in ("host_allocated", "host_memory"):
+        values = [getattr(s, name) for s in steps]
+        if None not in values:
+            return [float(v - s.allocated) for v, s in zip(values, steps)], name == "host_allocated"
+    return [], False
 
 
-def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None) -> tuple[float, bool]:
+def _floor(level: float, min_growth: float = MIN_GROWTH) -> float:
+    return max(min_growth, REL_GROWTH * level)
+
+
+def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
+         min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
     """Robust slope per step, and whether it is a real, continuing growth (not noise, not flattening).
 
     ``floor_of`` sets the noise floor from another figure's level (inactive split is judged against
-    reserved memory, not against its own small size).
+    reserved memory, not against its own small size); ``min_growth`` is the least growth over the
+    window that counts.
     """
     slope = theil_sen(xs, ys) or 0.0
-    floor = _floor((floor_of or ys)[-1])
+    floor = _floor((floor_of or ys)[-1], min_growth)
     noise = spread([y - slope * x for x, y in zip(xs, ys)])
     tolerance = max(floor, NOISE_FACTOR * noise)
     if len(xs) < 4 or slope * (xs[-1] - xs[0]) < tolerance:

@@ -69,6 +69,12 @@ class StepRecord:
     peak_backward: int | None = None
     peak_optimizer: int | None = None
     categories: MemoryCategories | None = None
+    # The process's resident memory at the end of the step (CPU-only jobs: what tensors outside the
+    # tracked categories hold shows here and nowhere else).
+    host_memory: int | None = None
+    # Bytes the C allocator had handed out at the end of the step (glibc); exact where resident memory
+    # is blurred by freed memory the C library keeps. None elsewhere, and on CUDA jobs.
+    host_allocated: int | None = None
 
 
 @dataclass(frozen=True)

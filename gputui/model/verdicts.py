@@ -89,6 +89,11 @@ class LeakVerdict:
     oom_step: int | None = None  # the step during which the device runs out at this rate
     oom_in: float | None = None  # seconds from the latest step's end to that step
     oom_at: float | None = None  # the same as seconds since the epoch
+    # CPU-only jobs, which have no allocator figures: the process's resident memory at the end of the
+    # latest step, and the robust slope per step of what it holds beyond the tracked tensors (the
+    # "other" category's growth, with category "other" when that is the leak).
+    host_memory: int | None = None
+    host_other_per_step: float | None = None
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ import time
 
 import torch
 
+from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict
 from gputui.link.server import ProbeServer
-from gputui.model import ProbeDevice, ProbeReport, to_jsonable
+from gputui.model import ProbeDevice, ProbeReport, StepRecord, to_jsonable
+from gputui.model.verdicts import LEAK_LEAK
 from gputui.probe import allocator
 from gputui.probe.oom import OomWatch
 from gputui.probe.sites import SiteRecorder
@@ -25,6 +27,17 @@ from gputui.probe.tracking import Tracker, categories_of
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 PROBE_VERSION = 1
+# Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
+# where the steps happen: it works with no monitor attached (a later `gputui probe PID` finds the
+# sites already recorded), recording must start on the training thread anyway, and the verdict is a
+# pure function of the step records (gputui.analysis imports nothing heavy). The monitor asking over
+# the socket would need a monitor running and a round trip per decision. The check is cheap but not
+# free (a Theil-Sen fit, ~0.4 ms), so it runs every AUTO_CHECK_STEPS measured steps at most, and only
+# as often as keeps its cost under LEAK_CHECK_SHARE of step time.
+AUTO_CHECK_STEPS = 16
+LEAK_CHECK_SHARE = 0.001
+AUTO_SITES_STEPS = 12  # steps recorded once a leak is confirmed
+AUTO_COOLDOWN = 600.0  # seconds before a leak may switch recording on by itself again
 
 
 class Probe:
@@ -39,6 +52,7 @@ class Probe:
         socket_path=None,
         via: str = "api",
         max_steps: int = 600,
+        auto_sites: bool = True,
     ):
         self.pid = os.getpid()
         self.via = via  # how it was started: api, run, env, attach, demo
@@ -57,6 +71,12 @@ class Probe:
         self._free_blocks: dict[int, int | None] = {}
         self._server_cpu = 0.0
         self._steps_json: dict[int, dict] = {}
+        self.auto_sites = auto_sites  # record allocation sites by itself once a leak is confirmed
+        self.leak_state: str | None = None  # the probe's own latest leak verdict
+        self._checked_step = 0
+        self._checked_elapsed = 0.0
+        self._check_cost = 0.0
+        self._auto_at: float | None = None
 
     # -- life cycle ---------------------------------------------------------------------------------
 
@@ -109,6 +129,7 @@ class Probe:
         self.tracker._steps.clear()
         self.tracker.step_count = 0
         self._steps_json = {}
+        self._checked_step, self._checked_elapsed, self.leak_state = 0, self.tracker._elapsed, None
 
     def _step_end(self, step: int) -> None:
         # On the training thread, right after optimizer.step().
@@ -120,11 +141,43 @@ class Probe:
                          for s in list(self.tracker._steps)[-21:]]
             self.sites.step_end(step, durations, self.tracker.device)
             self.tracker.saw_tensor = self.sites.saw if self.sites.on else None
+        elif self.auto_sites and self._leak_check_due(step):
+            self._check_for_leak(step)
         if step % 32 == 1 and not self.oom.observer_attached:  # CUDA may come up any time
             try:
                 self.oom.attach_cuda_observer()
             except Exception as exc:
                 self.problems.record("OOM observer", exc)
+
+    # -- automatic site recording (training thread) --------------------------------------------------
+
+    def _leak_check_due(self, step: int) -> bool:
+        tracker = self.tracker
+        if step - self._checked_step < AUTO_CHECK_STEPS or not tracker._steps:
+            return False
+        if not isinstance(tracker._steps[-1], StepRecord):
+            return False  # judge right after a measured step, with its reading in
+        if (tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost:
+            return False
+        return self._auto_at is None or time.monotonic() - self._auto_at >= AUTO_COOLDOWN
+
+    def _check_for_leak(self, step: int) -> None:
+        tracker = self.tracker
+        started = time.perf_counter()
+        try:
+            recent = [s for s in list(tracker._steps)[-2 * WINDOW_STEPS:] if isinstance(s, StepRecord)]
+            verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=tuple(recent)))
+            self.leak_state = verdict.state
+            if verdict.state == LEAK_LEAK:
+                self._auto_at = time.monotonic()
+                self.sites.request(AUTO_SITES_STEPS)
+        except Exception as exc:
+            self.problems.record("leak check", exc)
+        finally:
+            self._checked_step = step
+            self._checked_elapsed = tracker._elapsed
+            self._check_cost = time.perf_counter() - started
+            tracker.hook_seconds += self._check_cost
 
     # -- the report ----------------------------------------------------------------------------------
 

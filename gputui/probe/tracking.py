@@ -22,6 +22,7 @@ from torch.optim.optimizer import (
 
 from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
+from gputui.probe.host import MallocInUse, ResidentMemory, plausible
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # What one saved tensor costs the training thread with the hooks on (pack, unpack and release, each a
@@ -130,6 +131,8 @@ class _Reading:
     peak: int | None = None  # the allocator's all-time peak (CUDA), None on CPU
     stats: dict | None = None  # the full memory_stats (CUDA)
     tally: dict | None = None  # the category tally (CPU)
+    host: int | None = None  # the process's resident memory (at step ends)
+    heap: int | None = None  # bytes the C allocator has handed out (at step ends)
 
 
 def _phase_peak(start: _Reading | None, end: _Reading | None) -> int | None:
@@ -190,6 +193,8 @@ class Tracker:
         self._phase_start: _Reading | None = None
         self._elapsed = 0.0  # total step time seen, for the budget
         self._packs = 0  # saved tensors seen since the last step started
+        self.resident = ResidentMemory()
+        self.malloc = MallocInUse()
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -293,6 +298,9 @@ class Tracker:
         started = self.clock()
         try:
             reading = self._read(with_tally=phase == IDLE)
+            if phase == IDLE:
+                reading.host = self.resident.read()
+                reading.heap = self.malloc.read()
             if previous != IDLE and self._phase_start is not None:
                 peak = _phase_peak(self._phase_start, reading)
                 if peak is not None:
@@ -472,6 +480,8 @@ class Tracker:
             peak_backward=self._peaks.get(BACKWARD),
             peak_optimizer=self._peaks.get(OPTIMIZER),
             categories=categories_of(row, end.allocated if cuda else None),
+            host_memory=end.host,
+            host_allocated=None if cuda else plausible(end.heap, end.allocated),
         )
 
     @property
