@@ -132,7 +132,7 @@ async def test_detail_screen_shows_command_history_and_probe_hint():
         info = str(screen.query_one("#detail-info").render())
         assert "python train.py --rank=3" in info and "alice" in info
         assert "GPU 3 (H100 80GB HBM3, cuda:3 here) 7.0G" in info
-        probe = str(screen.query_one("#detail-probe").render())
+        probe = str(screen.query_one("#probe-summary").render())
         assert "No PyTorch probe is attached" in probe and "gputui run -- python train.py" in probe
         assert "GPUTUI_PROBE=1" in probe and "gputui.probe.start()" in probe
         await pilot.press("escape")

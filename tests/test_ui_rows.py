@@ -89,7 +89,7 @@ def test_growing_memory_gets_a_marker_with_its_rate():
     growing = ProcessTrend("growing", rate=2 * MIB / 60, level=5 * GIB, time_to_oom=600.0)
     rows = build_rows(training_snapshot(), trends={(2001, 1): growing}, sort="trend")
     assert rows[0].key == "2001/1"
-    assert rows[0].cells["trend"] == "▲ 2.0M/m"
+    assert rows[0].cells["trend"] == "▲2.0M/m 10m"  # rate per minute, then time to OOM
     assert rows[0].styles["trend"] == "$error"
     assert trend_text(ProcessTrend("growing", rate=None), ascii=True) == ("^", "$warning")
     assert trend_text(ProcessTrend("steady", rate=0.0)) == ("", "")

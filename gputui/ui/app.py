@@ -1,12 +1,15 @@
 """The live monitor's Textual app: sampling in a worker, history, actions, and ``run_tui``.
 
 A chained timer starts one sampling worker at a time (the next sample is scheduled only when the last
-one is in), so slow samples never pile up. Widgets only ever see the immutable Snapshot it delivers.
+one is in), so slow samples never pile up. Widgets only ever see the immutable Snapshot it delivers,
+with the analysis's verdicts. Requests to a probe (allocation-site recording) go out from a thread
+worker too, never from the UI thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import getpass
 import os
 import signal
@@ -15,12 +18,13 @@ import time
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.timer import Timer
 
 from gputui.analysis.history import History
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
-from gputui.ui.sampler import SampleFailed, Sampler, SnapshotReady
+from gputui.ui.sampler import NoDriverSource, SampleFailed, Sampler, SnapshotReady
 from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.screens.help import HelpScreen, describe_bindings
@@ -30,6 +34,20 @@ from gputui.ui.widgets.processes import ProcessTable
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
+
+class ProbeAnswered(Message):
+    """A probe answered a request (``result``), or could not (``error``)."""
+
+    def __init__(self, pid: int, op: str, params: dict, result=None, error: str | None = None) -> None:
+        super().__init__()
+        self.pid, self.op, self.params, self.result, self.error = pid, op, params, result, error
+
+
+def _link_request(pid: int, op: str, params: dict):
+    from gputui.link.client import request
+
+    return request(pid, op, params)
 
 
 class GpuTuiApp(App[int]):
@@ -53,7 +71,10 @@ class GpuTuiApp(App[int]):
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
                  columns: tuple[str, ...] | None = None, keymap: dict | None = None,
                  me: str | None = None, handle_signals: bool = False,
-                 history: History | None = None, autostart: bool = True) -> None:
+                 history: History | None = None, autostart: bool = True,
+                 requester=None, banner: str | None = None) -> None:
+        """``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
+        ``banner`` is a standing problem shown above everything (no NVIDIA driver)."""
         super().__init__()
         self.sampler = sampler
         self.interval = interval
@@ -67,8 +88,11 @@ class GpuTuiApp(App[int]):
         self.autostart = autostart
         self.history = history or History()
         self.snapshot: Snapshot | None = None
-        self.trends: dict = {}
-        self.problem: str | None = None
+        self.trends: table_rows.Verdicts = table_rows.Verdicts()
+        self.leaks: dict = {}
+        self.requester = requester or _link_request
+        self.banner = banner
+        self.problem: str | None = banner
         self.paused = False
         self.samples = 0  # snapshots received, for tests and the benchmark
         self.first_frame_at: float | None = None
@@ -119,10 +143,16 @@ class GpuTuiApp(App[int]):
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(f"sampling failed: {type(exc).__name__}: {exc}"))
             return
-        self.post_message(SnapshotReady(snapshot, time.monotonic() - started))
+        try:
+            leaks = self.sampler.judge(snapshot)
+        except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
+            leaks = {}
+            snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + (
+                f"leak analysis failed: {type(exc).__name__}: {exc}",))
+        self.post_message(SnapshotReady(snapshot, time.monotonic() - started, leaks))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.accept(message.snapshot)
+        self.accept(message.snapshot, message.leaks)
         self._schedule(message.took)
 
     def on_sample_failed(self, message: SampleFailed) -> None:
@@ -134,15 +164,17 @@ class GpuTuiApp(App[int]):
         if not self.paused:
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
-    def accept(self, snapshot: Snapshot) -> None:
+    def accept(self, snapshot: Snapshot, leaks: dict | None = None) -> None:
         """Take a new snapshot in: history, trends, then whichever screen is showing."""
         repeat = self.snapshot is not None and snapshot.taken_at <= self.snapshot.taken_at
         self.snapshot = snapshot
         self.samples += 1
-        self.problem = None
+        self.problem = self.banner
+        self.leaks = dict(leaks or {})
         if not repeat:  # the same instant twice (or a clock stepping back) must not skew history
             self.history.add(snapshot)
             self._judge_trends(snapshot)
+        self.trends = table_rows.Verdicts(self.trends.trends, self.leaks)
         for problem in snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
@@ -153,7 +185,7 @@ class GpuTuiApp(App[int]):
         else:
             self.main.stale = True
             if isinstance(screen, ProcessDetail):
-                screen.show(snapshot, self.history, self.trends.get(screen.key))
+                screen.show(snapshot, self.history, self.trends)
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -165,16 +197,60 @@ class GpuTuiApp(App[int]):
 
         if self._trend_cache is None:
             self._trend_cache = TrendCache()
-        self.trends = trends(self.history, snapshot, cache=self._trend_cache)
+        self.trends = table_rows.Verdicts(trends(self.history, snapshot, cache=self._trend_cache))
 
     # -- screens -----------------------------------------------------------------------------
 
-    def open_detail(self, proc: GpuProcess) -> None:
-        screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
+    def open_detail(self, proc: GpuProcess | None, *, pid: int | None = None) -> None:
+        """The detail screen of a GPU process, or (``pid``) of a probed process NVML does not list."""
+        if proc is not None:
+            screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
+        else:
+            screen = ProcessDetail(pid, None, ascii=self.ascii)
         self.push_screen(screen)
         if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot, self.history,
-                                    self.trends.get(screen.key))
+            self.call_after_refresh(screen.show, self.snapshot, self.history, self.trends)
+
+    def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
+        self.open_detail(None, pid=message.pid)
+
+    # -- requests to probes ------------------------------------------------------------------
+
+    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
+        """Ask ``pid``'s probe to start (or stop) recording allocation sites, off the UI thread."""
+        if self.simulated:
+            self.notify("Demo mode: this probe is simulated, so no request was sent. Its allocation "
+                        "sites are simulated too (the leaking job records them already).",
+                        title="Allocation sites", timeout=8)
+            return
+        self._request(pid, "record_sites", {"on": on, "steps": steps})
+
+    @work(thread=True, group="probe-requests", exit_on_error=False)
+    def _request(self, pid: int, op: str, params: dict) -> None:
+        try:
+            result = self.requester(pid, op, params)
+        except Exception as exc:  # noqa: BLE001 - a refusal is news for the user, never a crash
+            detail = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+            self.post_message(ProbeAnswered(pid, op, params, error=detail))
+            return
+        self.post_message(ProbeAnswered(pid, op, params, result=result))
+
+    def on_probe_answered(self, message: ProbeAnswered) -> None:
+        title = "Allocation sites"
+        if message.error is not None:
+            self.notify(f"Process {message.pid}: {message.error}", title=f"{title}: request refused",
+                        severity="error", timeout=8)
+            return
+        result = message.result if isinstance(message.result, dict) else {}
+        if result.get("recording"):
+            start = result.get("starts_at_step")
+            self.notify(f"Process {message.pid} records where it allocates for the next "
+                        f"{result.get('steps', message.params.get('steps'))} steps"
+                        + (f" (from step {start})" if start is not None else "")
+                        + "; growing sites appear here as the steps come in.", title=title, timeout=6)
+        else:
+            self.notify(f"Process {message.pid} stopped recording allocation sites.", title=title,
+                        timeout=4)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -285,15 +361,26 @@ def binding_ids() -> set[str]:
 
 
 def run_tui(options) -> int:
-    """Open the live monitor (gputui with no mode). Bad config or no driver: UserError before drawing."""
-    from gputui.collect import open_collector
+    """Open the live monitor (gputui with no mode). Bad config, or no driver and no probe to show:
+    UserError before drawing."""
+    from gputui.collect import NvmlUnavailable, open_collector
     from gputui.ui.config import check_binding_ids, load_config
 
     config = load_config(options.config)
     check_binding_ids(config, binding_ids())
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
-    collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
+    banner = None
+    try:
+        collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
+    except NvmlUnavailable as exc:
+        # No driver: the monitor is still worth opening when probed processes (CPU-only jobs) can
+        # be reached; otherwise the clear message is all there is to say.
+        if options.demo is not None or not _probes_reachable():
+            raise
+        banner = ("NVML is not available, so no GPU is shown; probed processes are shown from "
+                  f"their probes. ({exc})")
+        collector = NoDriverSource(str(exc))
     sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
                       users=options.users, pids=options.pids, watch_probes=options.demo is None)
     app = GpuTuiApp(
@@ -306,9 +393,19 @@ def run_tui(options) -> int:
         columns=config.columns,
         keymap=config.keys,
         handle_signals=True,
+        banner=banner,
     )
     try:
         app.run()
     finally:
         sampler.close()
     return app.return_code or 0
+
+
+def _probes_reachable() -> bool:
+    from gputui.link.client import discover
+
+    try:
+        return bool(discover())
+    except OSError:
+        return False

@@ -6,12 +6,41 @@ ProcessTable widget only turns these rows into cells and updates the ones that c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
 from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
-from gputui.model.verdicts import ProcessTrend
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH,
+    LEAK_FRAGMENTATION,
+    LEAK_LEAK,
+    TREND_GROWING,
+    LeakVerdict,
+    ProcessTrend,
+)
 from gputui.ui import format as fmt
+
+
+class Verdicts(Mapping):
+    """What the analysis concluded about one snapshot's processes.
+
+    The mapping itself is the NVML memory trends by (pid, device), so code that looks trends up by
+    key keeps working; ``leaks`` holds the leak verdicts of probed processes by pid.
+    """
+
+    def __init__(self, trends: Mapping | None = None, leaks: Mapping | None = None) -> None:
+        self.trends = dict(trends or {})
+        self.leaks: dict[int, LeakVerdict] = dict(leaks or {})
+
+    def __getitem__(self, key):
+        return self.trends[key]
+
+    def __iter__(self):
+        return iter(self.trends)
+
+    def __len__(self) -> int:
+        return len(self.trends)
 
 
 @dataclass(frozen=True)
@@ -29,9 +58,15 @@ class Context:
     """Everything besides the process that a cell needs."""
 
     taken_at: float
-    trends: dict = field(default_factory=dict)  # (pid, device) -> ProcessTrend
-    probes: dict = field(default_factory=dict)  # pid -> ProbeReport
+    trends: Mapping = field(default_factory=dict)  # (pid, device) -> ProcessTrend
+    probes: dict = field(default_factory=dict)  # own pid -> ProbeReport
     ascii: bool = False
+    leaks: Mapping = field(default_factory=dict)  # own pid -> LeakVerdict
+
+
+def own_pid(p: GpuProcess) -> int:
+    """The pid a probe inside this process reports: the one in the monitor's PID namespace."""
+    return p.local_pid if p.local_pid is not None else p.pid
 
 
 def _elapsed(p: GpuProcess, ctx: Context) -> float | None:
@@ -39,13 +74,12 @@ def _elapsed(p: GpuProcess, ctx: Context) -> float | None:
 
 
 def _trend_rank(p: GpuProcess, ctx: Context) -> float | None:
-    mark = ctx.trends.get((p.pid, p.device_index))
-    return None if mark is None or mark.rate is None else mark.rate
+    return growth_of(ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(own_pid(p)))[0]
 
 
 COLUMNS: dict[str, Column] = {c.id: c for c in (
     Column("pid", "PID", lambda p, c: p.pid, numeric=True),
-    Column("probe", "P", lambda p, c: p.pid in c.probes),
+    Column("probe", "P", lambda p, c: own_pid(p) in c.probes),
     Column("user", "USER", lambda p, c: p.user or ""),
     Column("gpu", "GPU", lambda p, c: p.device_index, numeric=True),
     Column("type", "TYPE", lambda p, c: p.kind),
@@ -71,10 +105,10 @@ TINY = ("pid", "gpu", "gpu_memory", "sm", "command")
 
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
-WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 8,
+WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 11,
           "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
 GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "probe", "user", "trend")
-COMMAND_MIN = 24
+COMMAND_MIN = 22
 PADDING = 2  # DataTable's cell padding, both sides together
 
 
@@ -115,20 +149,28 @@ class Row:
     styles: dict  # column id -> style (theme variables, e.g. "$warning")
     process: GpuProcess | None = None
     parent: HostProcess | None = None
+    report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
 
 
 def row_key(pid: int, device_index: int | None) -> str:
     return f"{pid}/{'-' if device_index is None else device_index}"
 
 
-def trend_text(mark: ProcessTrend | None, *, ascii: bool = False) -> tuple[str, str]:
-    """The trend cell and its style: rising memory gets an arrow and its rate."""
+def trend_text(mark: ProcessTrend | None, *, ascii: bool = False,
+               leak: LeakVerdict | None = None, now: float | None = None) -> tuple[str, str]:
+    """The trend cell and its style: rising memory gets an arrow, its rate per minute and, when a
+    forecast exists, the time until the device runs out ("▲7.5G/m 85s")."""
+    rate, oom_in = growth_of(mark, leak, now)
+    if rate is not None:
+        arrow = "^" if ascii else "▲"
+        text = arrow + fmt.size(rate * 60, short=True) + "/m"
+        if oom_in is not None:
+            text += " " + short_duration(oom_in)
+        return (text, "$error" if oom_in is not None else "$warning")
     if mark is None or mark.verdict in ("unknown", "steady"):
         return ("", "")
-    if mark.verdict == "growing":
-        arrow = "^" if ascii else "▲"
-        per_minute = "" if mark.rate is None else " " + fmt.size(mark.rate * 60, short=True) + "/m"
-        return (arrow + per_minute, "$error" if mark.time_to_oom is not None else "$warning")
+    if mark.verdict == TREND_GROWING:  # growing, rate not known yet
+        return ("^" if ascii else "▲", "$warning")
     if mark.verdict == "warming_up":
         return ("/" if ascii else "↗", "$text-muted")
     if mark.verdict == "sawtooth":
@@ -136,13 +178,72 @@ def trend_text(mark: ProcessTrend | None, *, ascii: bool = False) -> tuple[str, 
     return ("", "")
 
 
+GROWTH_STATES = (LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION)
+
+
+def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
+              now: float | None = None) -> tuple[float | None, float | None]:
+    """(bytes per second, seconds to OOM) of a growing process, or (None, None).
+
+    The rate is NVML's where its trend says growing, else the probe's per-step growth over its step
+    time; the forecast prefers the probe's (it knows the cache and the step's peak) to NVML's.
+    """
+    rate = None
+    if mark is not None and mark.verdict == TREND_GROWING and mark.rate is not None and mark.rate > 0:
+        rate = mark.rate
+    oom_in = None
+    if leak is not None and leak.state in GROWTH_STATES:
+        if rate is None:
+            per_step = {LEAK_LEAK: leak.allocated_per_step, LEAK_CACHE_GROWTH: leak.reserved_per_step,
+                        LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
+            if per_step and per_step > 0 and leak.step_time:
+                rate = per_step / leak.step_time
+        if leak.oom_at is not None and now is not None:
+            oom_in = max(0.0, leak.oom_at - now)  # counted from now, not from the step's end
+        elif leak.oom_in is not None:
+            oom_in = leak.oom_in
+    if rate is None:
+        return (None, None)
+    if oom_in is None and mark is not None and mark.verdict == TREND_GROWING:
+        oom_in = mark.time_to_oom
+    return (rate, oom_in)
+
+
+def short_duration(seconds: float) -> str:
+    """A forecast in a few cells: "85s", "14m", "5h", "3d"."""
+    if seconds < 100:
+        return f"{seconds:.0f}s"
+    if seconds < 100 * 60:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+# The probe column: a dot for a probed process, the growing category's letter when its leak verdict
+# finds growth (the detail screen spells it out).
+CATEGORY_LETTERS = {"parameters": "P", "gradients": "G", "optimizer_state": "O", "activations": "A",
+                    "other": "T", "cache": "C", "fragmentation": "F"}
+
+
+def probe_mark(leak: LeakVerdict | None, *, ascii: bool = False) -> tuple[str, str]:
+    """The probe cell of a probed process and its style."""
+    if leak is None or leak.state not in GROWTH_STATES:
+        return ("*" if ascii else "●", "$accent")
+    letter = CATEGORY_LETTERS.get(leak.category or "", "!")
+    return (letter, "bold $error" if leak.state == LEAK_LEAK else "bold $warning")
+
+
 def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     """Texts and styles of every column for one GPU process."""
-    trend, trend_style = trend_text(ctx.trends.get((p.pid, p.device_index)), ascii=ctx.ascii)
-    probed = p.pid in ctx.probes
+    leak = ctx.leaks.get(own_pid(p))
+    trend, trend_style = trend_text(ctx.trends.get((p.pid, p.device_index)), ascii=ctx.ascii,
+                                    leak=leak, now=ctx.taken_at)
+    probed = own_pid(p) in ctx.probes
+    mark, mark_style = probe_mark(leak, ascii=ctx.ascii) if probed else ("", "")
     cells = {
         "pid": str(p.pid),
-        "probe": ("*" if ctx.ascii else "●") if probed else "",
+        "probe": mark,
         "user": p.user or fmt.NA,
         "gpu": str(p.device_index),
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
@@ -159,7 +260,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     }
     styles = {"trend": trend_style} if trend_style else {}
     if probed:
-        styles["probe"] = "$accent"
+        styles["probe"] = mark_style
     if p.state != PROCESS_OK:
         styles["command"] = "$text-muted"
     return cells, styles
@@ -198,23 +299,70 @@ def sort_processes(procs, column: str, reverse: bool, ctx: Context) -> list[GpuP
 
 def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = True,
                filter_text: str = "", only_user: str | None = None, tree: bool = False,
-               trends: dict | None = None, ascii: bool = False) -> list[Row]:
-    """The rows to show, in order."""
+               trends: Mapping | None = None, ascii: bool = False,
+               leaks: Mapping | None = None) -> list[Row]:
+    """The rows to show, in order: GPU processes, then probed processes NVML does not list.
+
+    Leak verdicts come from ``leaks``, or from ``trends`` when it is a :class:`Verdicts`.
+    """
+    if leaks is None:
+        leaks = getattr(trends, "leaks", None) or {}
     probes: dict[int, ProbeReport] = {r.pid: r for r in snapshot.probes}
-    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii)
+    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii, leaks)
     procs = [p for p in snapshot.processes
              if matches(p, filter_text) and (only_user is None or p.user == only_user)]
     procs = sort_processes(procs, sort, reverse, ctx)
-    if not tree:
-        return [_process_row(p, ctx) for p in procs]
-    return _tree_rows(procs, snapshot.parents, ctx)
+    rows = [_process_row(p, ctx) for p in procs] if not tree else _tree_rows(procs, snapshot.parents, ctx)
+    listed = {own_pid(p) for p in snapshot.processes}
+    # A probe the driver does not know of (a CPU-only job, no driver) is still a process worth
+    # seeing. Probes are found in this user's own socket directory, so "only mine" keeps them.
+    for report in sorted(snapshot.probes, key=lambda r: r.pid):
+        if report.pid not in listed and _report_matches(report, filter_text):
+            rows.append(probe_only_row(report, ctx))
+    return rows
+
+
+def probe_only_row(report: ProbeReport, ctx: Context) -> Row:
+    """A row for a probed process that NVML does not list, from its probe's own report."""
+    leak = ctx.leaks.get(report.pid)
+    mark, mark_style = probe_mark(leak, ascii=ctx.ascii)
+    trend, trend_style = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
+    gpu_memory = [d.allocator.reserved for d in report.devices if d.allocator is not None]
+    last = report.steps[-1] if report.steps else None
+    cells = {c: "" for c in COLUMNS}
+    cells.update(
+        pid=str(report.pid), probe=mark, user=fmt.NA, gpu=probe_device_text(report),
+        gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
+        trend=trend, host_memory=fmt.size(getattr(last, "host_memory", None), short=True),
+        command=fmt.command_line(report.command) or f"[probed process {report.pid}]",
+    )
+    styles = {"probe": mark_style, "gpu": "$text-muted"}
+    if trend_style:
+        styles["trend"] = trend_style
+    return Row(f"{report.pid}/probe", report.pid, None, cells, styles, report=report)
+
+
+def probe_device_text(report: ProbeReport) -> str:
+    """Where an unlisted probed process computes: "cpu", or "-" when the driver cannot say."""
+    if all(d.device == "cpu" for d in report.devices):
+        return "cpu"
+    return "-"
+
+
+def _report_matches(report: ProbeReport, text: str) -> bool:
+    if not text:
+        return True
+    needle = text.lower()
+    return needle in " ".join(report.command).lower() or needle in str(report.pid)
 
 
 def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
     cells, styles = process_cells(p, ctx)
     if prefix:
         cells["command"] = prefix + cells["command"]
-    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, cells, styles, process=p)
+    report = ctx.probes.get(own_pid(p))
+    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, cells, styles, process=p,
+               report=report)
 
 
 def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:

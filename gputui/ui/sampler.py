@@ -1,23 +1,29 @@
 """What the monitor's worker thread runs: one collector sample, the probe reports, the CLI filters,
-and the messages that carry the finished, immutable Snapshot to the app.
+the probed processes' leak verdicts, and the messages that carry the finished, immutable results to
+the app.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
+import time
 
 from textual.message import Message
 
-from gputui.model import ProbeReport, Snapshot
+from gputui.model import Host, ProbeReport, Snapshot
+from gputui.model.verdicts import LeakVerdict
 
 
 class SnapshotReady(Message):
-    """A new Snapshot, and how long it took to take (seconds)."""
+    """A new Snapshot, how long it took to take (seconds), and its probed processes' leak verdicts."""
 
-    def __init__(self, snapshot: Snapshot, took: float) -> None:
+    def __init__(self, snapshot: Snapshot, took: float,
+                 leaks: dict[int, LeakVerdict] | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
+        self.leaks = leaks or {}
 
 
 class SampleFailed(Message):
@@ -41,6 +47,7 @@ class Sampler:
         self.filters = dict(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
         self._watcher = _open_probe_watcher() if watch_probes else None
+        self._verdicts: dict[int, tuple] = {}
 
     def sample(self) -> Snapshot:
         snapshot = self.collector.sample()
@@ -52,6 +59,20 @@ class Sampler:
 
             snapshot = select(snapshot, **self.filters)
         return snapshot
+
+    def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
+        """The leak verdict of every probed process in ``snapshot``, by pid (reports that did not
+        change since the last call keep their verdict)."""
+        verdicts = {}
+        for report in snapshot.probes:
+            key = (report.pid, report.taken_at, len(report.steps),
+                   report.steps[-1].step if report.steps else None)
+            remembered = self._verdicts.get(report.pid)
+            if remembered is None or remembered[0] != key:
+                remembered = (key, leak_verdict_for(report, snapshot))
+            verdicts[report.pid] = remembered
+        self._verdicts = verdicts
+        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
 
     def _probe_reports(self) -> tuple[ProbeReport, ...]:
         found: dict[int, ProbeReport] = {}
@@ -85,3 +106,49 @@ def _watched_reports(watcher) -> tuple[ProbeReport, ...]:
         return tuple(watcher.poll().values())
     except Exception:  # a misbehaving probe must never stop the monitor's sampling
         return ()
+
+
+def leak_verdict_for(report: ProbeReport, snapshot: Snapshot) -> LeakVerdict:
+    """The leak verdict of one probed process, with its device's room from NVML where it is known."""
+    from gputui.analysis.leaks import leak_verdict
+
+    device = probed_device(report, snapshot)
+    if device is None:
+        return leak_verdict(report)
+    return leak_verdict(report, device_total=device.memory_total, device_free=device.memory_free,
+                        device=device_name(report, device))
+
+
+def probed_device(report: ProbeReport, snapshot: Snapshot):
+    """The NVML device the probe's busiest CUDA device is (joined by UUID), or None."""
+    by_uuid = {d.uuid: d for d in snapshot.devices if d.uuid}
+    known = [pd for pd in report.devices if pd.uuid in by_uuid]
+    if not known:
+        return None
+    busiest = max(known, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
+    return by_uuid[busiest.uuid]
+
+
+def device_name(report: ProbeReport, device) -> str | None:
+    return next((pd.device for pd in report.devices if pd.uuid == device.uuid), None)
+
+
+class NoDriverSource:
+    """A collector stand-in for a machine without a working NVIDIA driver: no devices, no GPU
+    processes, the reason as a standing problem; probed processes still come in through the probe
+    watcher (CPU-only jobs)."""
+
+    def __init__(self, reason: str, *, clock=time.time, hostname: str | None = None) -> None:
+        self.reason = reason
+        self._clock = clock
+        self.hostname = hostname or socket.gethostname()
+
+    def sample(self) -> Snapshot:
+        # The reason is the app's standing banner, not a problem to pop up every time.
+        return Snapshot(taken_at=self._clock(), host=Host(hostname=self.hostname), source="none")
+
+    def probe_reports(self) -> tuple[ProbeReport, ...]:
+        return ()
+
+    def close(self) -> None:
+        pass

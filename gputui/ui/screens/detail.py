@@ -1,8 +1,12 @@
 """The process detail screen (Enter on a process): its history of GPU memory, SM %, CPU % and host
-memory, its command line, user, start time and devices, its memory trend, and the probe's view.
+memory, its command line, user, start time and devices, its memory trend, the PyTorch probe's view
+(memory breakdown, per-step chart, allocator figures, last OOM) and the analysis (leak verdict,
+growing allocation sites, advice). A probed process that NVML does not list shows its probe's view only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,10 +16,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputui.analysis.history import History
-from gputui.model import GpuProcess, Snapshot
+from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.ui import format as fmt
-from gputui.model.verdicts import ProcessTrend
-from gputui.ui.rows import trend_text
+from gputui.ui.rows import own_pid, probe_device_text, trend_text
+from gputui.ui.widgets.analysis_panel import AnalysisPanel, ProcessAnalysis, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
 
@@ -26,56 +30,132 @@ PROCESS_CHARTS = (
     ("host_memory", "HOST MEM", lambda v: fmt.size(v, short=True)),
 )
 
+RECORD_STEPS = 16  # steps of allocation-site recording one press of the key asks for
+
 
 class ProcessDetail(Screen):
-    """Everything known about one GPU process (one pid on one device)."""
+    """Everything known about one process: one pid on one device, or (device None) a probed
+    process NVML does not list."""
 
-    BINDINGS = [Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="detail.back")]
+    DEFAULT_CSS = """
+    ProcessDetail #detail-charts.-narrow { grid-size: 1; }
+    ProcessDetail #detail-headline { height: auto; }
+    ProcessDetail .detail-section { text-style: bold; border-top: solid $primary 40%; margin: 1 0 0 0; }
+    """
 
-    def __init__(self, pid: int, device_index: int, *, ascii: bool = False) -> None:
+    BINDINGS = [
+        Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="detail.back"),
+        Binding("s", "record_sites", "Record sites",
+                tooltip="Start or stop recording where a probed process allocates (growing sites, "
+                        f"{RECORD_STEPS} steps)", id="detail.sites"),
+    ]
+
+    def __init__(self, pid: int, device_index: int | None, *, ascii: bool = False) -> None:
         super().__init__()
         self.pid, self.device_index, self.ascii = pid, device_index, ascii
+        self.report: ProbeReport | None = None
+        self.analysis: ProcessAnalysis | None = None
 
     @property
-    def key(self) -> tuple[int, int]:
+    def key(self) -> tuple[int, int | None]:
         return (self.pid, self.device_index)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail-body"):
             yield Static(id="detail-title")
+            yield Static(id="detail-headline")
             yield Static(id="detail-info")
             with Grid(id="detail-charts"):
                 for metric, title, words in PROCESS_CHARTS:
                     yield Chart(title, words, ascii=self.ascii, id=f"pchart-{metric}")
-            yield Static(id="detail-trend")  # the analysis verdict goes here
-            yield Static(Content.styled("PyTorch probe", "bold"), classes="section-title")
-            yield ProbePanel(id="detail-probe")
+            yield Static(id="detail-trend")
+            yield Static("PyTorch probe", classes="detail-section")
+            yield ProbePanel(ascii=self.ascii, id="detail-probe")
+            yield Static("Analysis", classes="detail-section")
+            yield AnalysisPanel(id="detail-analysis")
         yield Footer()
 
-    def show(self, snapshot: Snapshot, history: History, trend: ProcessTrend | None = None) -> None:
-        """Render from the latest snapshot; a process that exited keeps its last known details."""
+    def on_resize(self) -> None:
+        self.query_one("#detail-charts").set_class(self.size.width < 80, "-narrow")
+
+    def show(self, snapshot: Snapshot, history: History, verdicts: Mapping | None = None) -> None:
+        """Render from the latest snapshot; a process that exited keeps its last known details.
+
+        ``verdicts`` holds the trends by (pid, device) and, as ``.leaks``, the leak verdicts by pid
+        (gputui.ui.rows.Verdicts).
+        """
+        verdicts = verdicts if verdicts is not None else {}
         mine = [p for p in snapshot.processes if p.pid == self.pid]
         proc = next((p for p in mine if p.device_index == self.device_index), None)
-        title = self.query_one("#detail-title", Static)
-        if proc is None:
-            title.update(Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer "
-                                        "on the GPU (showing its last history)", "bold $warning"))
-        else:
-            title.update(Content.assemble((f"Process {proc.pid}", "bold"),
-                                          f"  on GPU {proc.device_index}  ",
-                                          (fmt.command_line(proc.command, proc.name)[:60], "$text-muted")))
+        local = own_pid(proc) if proc is not None else self.pid
+        report = next((r for r in snapshot.probes if r.pid == local), None)
+        if report is None and self.device_index is None:
+            report = self.report  # the probe went away: its last report is all there is
+        self.report = report
+        device = None
+        if proc is not None:
+            device = next((d for d in snapshot.devices if d.index == proc.device_index), None)
+        trend = verdicts.get(self.key) if self.device_index is not None else None
+        leak = getattr(verdicts, "leaks", {}).get(local)
+
+        self.query_one("#detail-title", Static).update(self._title(proc, report))
+        if proc is not None:
             self.query_one("#detail-info", Static).update(info_text(proc, mine, snapshot))
-        for metric, _, _ in PROCESS_CHARTS:
-            self.query_one(f"#pchart-{metric}", Chart).show(history.process(self.key, metric))
-        text, style = trend_text(trend, ascii=self.ascii)
-        trend_line = Content.assemble(("GPU memory trend: ", "bold"),
-                                      (describe_trend(trend), style or "$text-muted"))
-        self.query_one("#detail-trend", Static).update(trend_line)
-        report = next((r for r in snapshot.probes if r.pid == self.pid), None)
-        self.query_one(ProbePanel).show(report)
+        elif self.device_index is None and report is not None:
+            self.query_one("#detail-info", Static).update(probe_only_info(report))
+        charts = self.query_one("#detail-charts")
+        charts.display = self.device_index is not None
+        if self.device_index is not None:
+            for metric, _, _ in PROCESS_CHARTS:
+                self.query_one(f"#pchart-{metric}", Chart).show(history.process(self.key, metric))
+        trend_line = self.query_one("#detail-trend", Static)
+        trend_line.display = self.device_index is not None
+        if self.device_index is not None:
+            _, style = trend_text(trend, ascii=self.ascii)
+            trend_line.update(Content.assemble(("GPU memory trend (NVML): ", "bold"),
+                                               (trend_words(trend), style or "$text-muted")))
+        self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device)
+        self.analysis = analyse(snapshot, proc, report, trend, leak)
+        self.query_one(AnalysisPanel).show(self.analysis)
+        top = headline(self.analysis)
+        self.query_one("#detail-headline", Static).display = bool(top)
+        self.query_one("#detail-headline", Static).update(top)
+
+    def _title(self, proc: GpuProcess | None, report: ProbeReport | None) -> Content:
+        if self.device_index is None:
+            where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
+            command = fmt.command_line(report.command) if report else ""
+            return Content.assemble((f"Process {self.pid}", "bold"), f"  {where}  ",
+                                    (command[:60], "$text-muted"))
+        if proc is None:
+            return Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer on the "
+                                  "GPU (showing its last history)", "bold $warning")
+        return Content.assemble((f"Process {proc.pid}", "bold"), f"  on GPU {proc.device_index}  ",
+                                (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
 
     def action_close(self) -> None:
         self.app.pop_screen()
+
+    def action_record_sites(self) -> None:
+        if self.report is None:
+            self.notify("No PyTorch probe in this process: nothing can record its allocation sites.",
+                        severity="warning")
+            return
+        on = not self.report.recording
+        self.app.record_sites(self.report.pid, on=on, steps=RECORD_STEPS)
+
+
+def analyse(snapshot: Snapshot, proc: GpuProcess | None, report: ProbeReport | None, trend,
+            leak) -> ProcessAnalysis:
+    """Growing sites and advice for one process, from verdicts already made."""
+    from gputui.analysis.advice import advise
+    from gputui.analysis.sites import growing_sites
+
+    sites = growing_sites(report) if report is not None else ()
+    advice = advise(snapshot=snapshot, process=proc, report=report, trend=trend, verdict=leak,
+                    sites=sites)
+    return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
+                           now=snapshot.taken_at)
 
 
 def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) -> Content:
@@ -100,19 +180,20 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
     ]
     if proc.state != "ok":
         rows.append(("state", f"{proc.state}" + (f": {proc.note}" if proc.note else "")))
+    return _rows(rows)
+
+
+def probe_only_info(report: ProbeReport) -> Content:
+    """What the probe says of a process the driver does not list."""
+    devices = ", ".join(d.device for d in report.devices) or "none in use yet"
+    return _rows([
+        ("command", " ".join(report.command) or fmt.NA),
+        ("devices", devices),
+        ("NVML", "does not list this process (a CPU-only job, or no NVIDIA driver here): "
+                 "these figures come from its probe"),
+    ])
+
+
+def _rows(rows: list[tuple[str, str]]) -> Content:
     return Content("\n").join(
-        Content.assemble((f"{name:>8}  ", "bold $text-muted"), value) for name, value in rows
-    )
-
-
-def describe_trend(trend: ProcessTrend | None) -> str:
-    if trend is None:
-        return "not enough history yet"
-    words = {"steady": "steady", "warming_up": "warming up (allocator cache filling, then flat)",
-             "sawtooth": "sawtooth (grows and is released)", "growing": "growing",
-             "unknown": "not enough history yet"}.get(trend.verdict, trend.verdict)
-    if trend.verdict == "growing" and trend.rate is not None:
-        words += f" at {fmt.size(trend.rate * 60)}/min"
-        if trend.time_to_oom is not None:
-            words += f"; the GPU runs out of memory in about {fmt.elapsed(trend.time_to_oom)}"
-    return words
+        Content.assemble((f"{name:>8}  ", "bold $text-muted"), value) for name, value in rows)

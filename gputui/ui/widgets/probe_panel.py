@@ -1,16 +1,18 @@
-"""The detail screen's place for the PyTorch probe's view of a process.
-
-Until the probe work fills it with the memory breakdown and per-step chart, it says whether a probe is
-attached and, when none is, how to attach one.
+"""The detail screen's PyTorch probe view: where the process's GPU memory goes (stacked bar), the
+per-step chart, the caching allocator's figures and the last OOM; or, with no probe, how to attach one.
 """
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from gputui.model import ProbeReport
+from gputui.model import AllocatorStats, Device, OomRecord, ProbeDevice, ProbeReport
 from gputui.ui import format as fmt
+from gputui.ui.widgets.memory_bar import MemoryBreakdown, explain
+from gputui.ui.widgets.step_chart import StepChart, step_series
 
 HOW_TO_ATTACH = (
     "No PyTorch probe is attached to this process, so gputui sees only what the driver reports.\n"
@@ -18,48 +20,127 @@ HOW_TO_ATTACH = (
     "start the job with one of:\n"
     "  gputui run -- python train.py          (no code change)\n"
     "  GPUTUI_PROBE=1 python train.py         (no code change)\n"
-    "  import gputui.probe; gputui.probe.start()   (in the training script)"
+    "  import gputui.probe; gputui.probe.start()   (in the training script)\n"
+    "On Python 3.14+, `gputui attach PID` starts one in a running process."
 )
 
 
-class ProbePanel(Static):
-    """Shows the probe report for one process, or how to attach a probe."""
+def probe_device(report: ProbeReport, device: Device | None) -> ProbeDevice | None:
+    """The probe's view of the NVML device (joined by UUID), else its busiest device."""
+    if not report.devices:
+        return None
+    if device is not None and device.uuid:
+        for pd in report.devices:
+            if pd.uuid == device.uuid:
+                return pd
+    return max(report.devices, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
 
-    DEFAULT_CSS = "ProbePanel { height: auto; }"
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(Content(HOW_TO_ATTACH), id=id)
-        self.report: ProbeReport | None = None
-        self._shown = False
+class ProbePanel(Vertical):
+    """Shows one process's probe report, or how to attach a probe."""
 
-    def show(self, report: ProbeReport | None) -> None:
-        if self._shown and report == self.report:
+    DEFAULT_CSS = """
+    ProbePanel { height: auto; }
+    ProbePanel > Static { height: auto; }
+    ProbePanel > MemoryBreakdown, ProbePanel > StepChart, ProbePanel > #probe-allocator { margin: 1 0 0 0; }
+    """
+
+    def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.ascii = ascii
+        self._state: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Content.styled(HOW_TO_ATTACH, "$text-muted"), id="probe-summary")
+        yield MemoryBreakdown(ascii=self.ascii, id="probe-breakdown")
+        yield StepChart(ascii=self.ascii, id="probe-steps")
+        yield Static(id="probe-allocator")
+        yield Static(id="probe-oom")
+
+    def show(self, report: ProbeReport | None, *, nvml: int | None = None,
+             device: Device | None = None) -> None:
+        """``nvml`` is the driver's figure for this process on ``device`` (None when unlisted)."""
+        state = (report, nvml, device.uuid if device else None)
+        if state == self._state:
             return
-        self.report, self._shown = report, True
-        self.update(describe(report))
+        self._state = state
+        attached = report is not None
+        for part in ("#probe-breakdown", "#probe-steps", "#probe-allocator", "#probe-oom"):
+            self.query_one(part).display = attached
+        summary = self.query_one("#probe-summary", Static)
+        if report is None:
+            summary.update(Content.styled(HOW_TO_ATTACH, "$text-muted"))
+            return
+        pd = probe_device(report, device)
+        summary.update(headline(report, pd))
+        self.query_one(MemoryBreakdown).show(explain(pd, nvml))
+        self.query_one(StepChart).show(step_series(report.steps, pd.device if pd else None))
+        alloc = pd.allocator if pd else None
+        self.query_one("#probe-allocator", Static).update(allocator_text(alloc))
+        oom = self.query_one("#probe-oom", Static)
+        oom.display = report.last_oom is not None
+        if report.last_oom is not None:
+            oom.update(oom_text(report.last_oom))
 
 
-def describe(report: ProbeReport | None) -> Content:
-    """The panel's text: a summary of the report's allocator figures, or how to attach."""
-    if report is None:
-        return Content.styled(HOW_TO_ATTACH, "$text-muted")
-    lines = [Content.styled(f"Probe attached (torch {report.torch_version or fmt.NA}), report at "
-                            f"{fmt.clock(report.taken_at)}", "bold $accent")]
-    for dev in report.devices:
-        alloc = dev.allocator
-        if alloc is None:
-            lines.append(Content(f"  {dev.device}: no allocator figures"))
-            continue
-        lines.append(Content(
-            f"  {dev.device}: allocated {fmt.size(alloc.allocated)}  reserved {fmt.size(alloc.reserved)}"
-            f"  cache {fmt.size(alloc.reserved - alloc.allocated)}"
-            f"  peak {fmt.size(alloc.allocated_peak)}"
-        ))
-    if report.steps:
-        last = report.steps[-1]
-        lines.append(Content(f"  step {last.step}: allocated {fmt.size(last.allocated)}"
-                             f"  took {'n/a' if last.duration is None else f'{last.duration:.3f}s'}"))
-    if report.last_oom is not None:
-        lines.append(Content.styled(f"  last OOM at {fmt.clock(report.last_oom.at)}: "
-                                    f"{report.last_oom.message}", "$error"))
+def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
+    where = pd.device if pd else "no device in use yet"
+    cpu = "" if report.probe_cpu_seconds is None else f", the probe used {report.probe_cpu_seconds:.2f} s CPU"
+    lines = [Content.assemble(("Probe attached", "bold $accent"),
+                              f" (torch {report.torch_version or fmt.NA}) on {where}, report at "
+                              f"{fmt.clock(report.taken_at)}{cpu}")]
+    for problem in report.problems:
+        lines.append(Content.styled(f"probe trouble: {problem}", "$warning"))
+    return Content("\n").join(lines)
+
+
+def _with_peak(now: int | None, peak: int | None) -> str:
+    text = fmt.size(now)
+    return text if peak is None else f"{text} (peak {fmt.size(peak)})"
+
+
+def allocator_text(alloc: AllocatorStats | None) -> Content:
+    """The caching allocator's figures, as torch.cuda.memory_stats() names them."""
+    if alloc is None:
+        return Content.styled("No CUDA allocator figures (a CPU-only job, or CUDA not used yet).",
+                              "$text-muted")
+    rows = [
+        ("allocated", _with_peak(alloc.allocated, alloc.allocated_peak)),
+        ("reserved", _with_peak(alloc.reserved, alloc.reserved_peak)),
+        ("active", _with_peak(alloc.active, alloc.active_peak)),
+        ("inactive split", _with_peak(alloc.inactive_split, alloc.inactive_split_peak)),
+        ("requested", _with_peak(alloc.requested, alloc.requested_peak)),
+        ("segments", fmt.NA if alloc.segments is None else str(alloc.segments)),
+        ("largest free block", fmt.size(alloc.largest_free_block)),
+        ("alloc retries", fmt.NA if alloc.alloc_retries is None else str(alloc.alloc_retries)),
+        ("OOMs", fmt.NA if alloc.ooms is None else str(alloc.ooms)),
+        ("settings", _settings(alloc)),
+    ]
+    lines = [Content.styled("Caching allocator", "bold")]
+    for name, value in rows:
+        style = "$error" if name in ("alloc retries", "OOMs") and value not in ("0", fmt.NA) else ""
+        lines.append(Content.assemble((f"{name:>18}  ", "$text-muted"), (value, style)))
+    return Content("\n").join(lines)
+
+
+def _settings(alloc: AllocatorStats) -> str:
+    words = []
+    if alloc.settings:
+        words.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc.settings}")
+    if alloc.expandable_segments is not None:
+        words.append(f"expandable_segments={'on' if alloc.expandable_segments else 'off'}")
+    return ", ".join(words) or "defaults"
+
+
+def oom_text(oom: OomRecord) -> Content:
+    """The last out-of-memory error: what was asked, what was free, where in the code."""
+    lines = [Content.styled(f"Last OOM at {fmt.date_time(oom.at)}" + (f" on {oom.device}" if oom.device else ""),
+                            "bold $error")]
+    figures = [f"asked for {fmt.size(oom.requested)}", f"free {fmt.size(oom.free)}",
+               f"allocated {fmt.size(oom.allocated)}", f"reserved {fmt.size(oom.reserved)}"]
+    lines.append(Content("  " + ", ".join(figures)))
+    for frame in reversed(oom.where):  # innermost first: the line that asked
+        lines.append(Content.styled(f"  at {frame}", "$text-muted"))
+    if oom.message:
+        lines.append(Content.styled("  " + oom.message, "$text-muted"))
     return Content("\n").join(lines)

@@ -33,6 +33,13 @@ class ProcessTable(DataTable):
             super().__init__()
             self.key = key
 
+    class ProbeDetailRequested(Message):
+        """Details of a probed process NVML does not list (its row has a report, no GPU process)."""
+
+        def __init__(self, pid: int) -> None:
+            super().__init__()
+            self.pid = pid
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable")
         self.column_ids: tuple[str, ...] = ()
@@ -193,11 +200,18 @@ class ProcessTable(DataTable):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.post_message(self.DetailRequested(event.row_key.value))
+        self._ask_detail(event.row_key.value)
 
     def action_open_detail(self) -> None:
         if self.selected_key is not None:
-            self.post_message(self.DetailRequested(self.selected_key))
+            self._ask_detail(self.selected_key)
+
+    def _ask_detail(self, key: str) -> None:
+        row = self.rows_by_key.get(key)
+        if row is not None and row.process is None and row.report is not None:
+            self.post_message(self.ProbeDetailRequested(row.pid))
+        else:
+            self.post_message(self.DetailRequested(key))
 
 
 def _one_line(cell: Text, width: int, padding: int, pre_style: Style, post_style: Style, console):

@@ -1,0 +1,192 @@
+"""The detail screen's analysis: the NVML memory trend, a probed job's leak verdict, the allocation
+sites that grow (and whether site recording is on), and the ranked advice. Renders verdicts the
+analysis already made; it judges nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from gputui.model import ProbeReport
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH,
+    LEAK_CLEAN,
+    LEAK_COLLECTING,
+    LEAK_FRAGMENTATION,
+    LEAK_LEAK,
+    LEAK_WARMING_UP,
+    Advice,
+    GrowingSite,
+    LeakVerdict,
+    ProcessTrend,
+)
+from gputui.ui import format as fmt
+from gputui.ui.rows import short_duration
+
+
+CATEGORY_WORDS = {"parameters": "parameters", "gradients": "gradients",
+                  "optimizer_state": "optimizer state", "activations": "activations (tensors saved for backward)",
+                  "other": "other tensors", "cache": "the allocator's cache",
+                  "fragmentation": "fragmentation (free bytes stuck in split blocks)"}
+
+STATE_WORDS = {
+    LEAK_COLLECTING: ("collecting steps", "$text-muted"),
+    LEAK_CLEAN: ("no leak", "$success"),
+    LEAK_WARMING_UP: ("warming up", "$text-muted"),
+    LEAK_LEAK: ("LEAK", "bold $error"),
+    LEAK_CACHE_GROWTH: ("cache growth", "bold $warning"),
+    LEAK_FRAGMENTATION: ("fragmentation", "bold $warning"),
+}
+
+SEVERITY_STYLES = {"critical": "bold $error", "warning": "bold $warning", "info": "bold $accent"}
+
+
+@dataclass(frozen=True)
+class ProcessAnalysis:
+    """Everything the analysis said about one process, for the detail screen."""
+
+    trend: ProcessTrend | None = None
+    leak: LeakVerdict | None = None
+    sites: tuple[GrowingSite, ...] = ()
+    advice: tuple[Advice, ...] = ()
+    report: ProbeReport | None = None
+    now: float | None = None  # the snapshot's time, to count forecasts from
+
+
+class AnalysisPanel(Vertical):
+    """Leak verdict, growing allocation sites and advice, one Static each."""
+
+    DEFAULT_CSS = """
+    AnalysisPanel { height: auto; }
+    AnalysisPanel > Static { height: auto; margin: 0 0 1 0; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.analysis: ProcessAnalysis | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="analysis-leak")
+        yield Static(id="analysis-sites")
+        yield Static(id="analysis-advice")
+
+    def show(self, analysis: ProcessAnalysis) -> None:
+        if analysis == self.analysis:
+            return
+        self.analysis = analysis
+        probed = analysis.report is not None
+        self.query_one("#analysis-leak", Static).display = probed
+        self.query_one("#analysis-sites", Static).display = probed
+        if probed:
+            self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
+            self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))
+        self.query_one("#analysis-advice", Static).update(advice_text(analysis.advice))
+
+
+def headline(analysis: ProcessAnalysis) -> Content:
+    """One line for the top of the detail screen: the verdict that matters most, and the first advice."""
+    parts = []
+    leak = analysis.leak
+    if leak is not None and leak.state in STATE_WORDS:
+        word, style = STATE_WORDS[leak.state]
+        what = "" if not leak.category else f" in {leak.category.replace('_', ' ')}"
+        parts.append(Content.assemble(("probe: ", "$text-muted"), (word + what, style)))
+    trend = analysis.trend
+    if trend is not None and trend.verdict == "growing" and trend.mib_per_min is not None:
+        parts.append(Content.assemble(("NVML: ", "$text-muted"),
+                                      (f"growing {trend.mib_per_min:.0f} MiB/min", "$warning")))
+    if analysis.advice:
+        first = analysis.advice[0]
+        parts.append(Content.assemble(("advice 1: ", "$text-muted"),
+                                      (first.title, SEVERITY_STYLES.get(first.severity, "bold"))))
+    return Content("  ·  ").join(parts)
+
+
+def trend_words(trend: ProcessTrend | None) -> str:
+    """The NVML memory trend in words, with the rate and forecast of a growing process."""
+    if trend is None:
+        return "not enough history yet"
+    words = {"steady": "steady", "warming_up": "warming up (allocator cache filling, then flat)",
+             "sawtooth": "sawtooth (grows and is released)", "growing": "growing",
+             "unknown": "not enough history yet"}.get(trend.verdict, trend.verdict)
+    if trend.verdict == "growing" and trend.rate is not None:
+        words += f" at {trend.mib_per_min:.0f} MiB/min"
+        if trend.time_to_oom is not None:
+            words += f"; the GPU runs out of memory in about {fmt.elapsed(trend.time_to_oom)} at this rate"
+    return words
+
+
+def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
+    """The probe's per-step verdict: state, what grows, how fast, when it runs out."""
+    title = Content.styled("Leak verdict (per training step)", "bold")
+    if leak is None:
+        return Content("\n").join([title, Content.styled("no verdict yet", "$text-muted")])
+    word, style = STATE_WORDS.get(leak.state, (leak.state, ""))
+    lines = [title, Content.assemble((word, style), "  ", leak.reason)]
+    if leak.state in (LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION):
+        per_step = {LEAK_LEAK: leak.allocated_per_step, LEAK_CACHE_GROWTH: leak.reserved_per_step,
+                    LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
+        what = CATEGORY_WORDS.get(leak.category or "", leak.category or "allocated memory")
+        growth = f"grows {fmt.size(per_step)} per step" if per_step is not None else "grows"
+        if per_step and leak.step_time:
+            growth += f" ({fmt.size(per_step / leak.step_time * 60)}/min at {leak.step_time:.2f} s per step)"
+        lines.append(Content.assemble(("  growing: ", "$text-muted"), (what, "bold"), f" {growth}"))
+        if leak.oom_step is not None:
+            left = leak.oom_in
+            if leak.oom_at is not None and now is not None:
+                left = max(0.0, leak.oom_at - now)
+            when = "" if left is None else f", in about {fmt.elapsed(left)} ({short_duration(left)})"
+            at = "" if leak.oom_at is None else f" at {fmt.clock(leak.oom_at)}"
+            lines.append(Content.assemble(("  out of memory: ", "$text-muted"),
+                                          (f"at step {leak.oom_step}{when}{at}", "bold $error")))
+    growing = [g for g in leak.growth if g.bytes_per_step > 0]
+    if growing:
+        parts = ", ".join(f"{g.name.replace('_', ' ')} {'+' if g.bytes_per_step >= 0 else ''}"
+                          f"{fmt.size(g.bytes_per_step)}/step" for g in growing[:4])
+        lines.append(Content.assemble(("  per category: ", "$text-muted"), parts))
+    return Content("\n").join(lines)
+
+
+def sites_text(report: ProbeReport | None, sites: tuple[GrowingSite, ...]) -> Content:
+    """Growing allocation sites, and the state and cost of site recording."""
+    lines = [Content.styled("Allocation sites", "bold")]
+    if report is not None and report.recording:
+        steps = report.recorded_steps
+        span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+        cost = ("" if report.recording_cost is None
+                else f", costs {report.recording_cost * 1000:.1f} ms per step")
+        lines.append(Content.assemble(("recording", "bold $warning"),
+                                      f" ({len(steps)} steps recorded{span}{cost}); s stops it"))
+    else:
+        lines.append(Content.styled("not recording; s records the allocation sites of the next steps "
+                                    "(with Python stacks, bounded in steps and entries)", "$text-muted"))
+    if sites:
+        for site in sites[:6]:
+            lines.append(Content.assemble(
+                ("  " + site.where, "bold"),
+                f"  +{fmt.size(site.bytes_per_step)}/step over {site.steps} steps, "
+                f"{fmt.size(site.live_bytes)} live"))
+    elif report is not None and report.recorded_steps:
+        lines.append(Content.styled("  no site grows over the recorded steps", "$text-muted"))
+    return Content("\n").join(lines)
+
+
+def advice_text(advice: tuple[Advice, ...]) -> Content:
+    """The ranked suggestions: title, what was seen, what to change, the expected saving."""
+    lines = [Content.styled("Advice", "bold")]
+    if not advice:
+        lines.append(Content.styled("nothing to suggest: this process looks healthy", "$text-muted"))
+    for a in advice:
+        lines.append(Content.assemble((f"{a.rank}. ", "bold"), (a.title, SEVERITY_STYLES.get(a.severity, "bold")),
+                                      (f"  [{a.severity}]", "$text-muted")))
+        lines.append(Content.assemble(("   saw: ", "$text-muted"), a.detail))
+        action = a.action.replace("\n", "\n      ")
+        lines.append(Content.assemble(("   do: ", "$text-muted"), action))
+        if a.estimated_saving is not None:
+            lines.append(Content.assemble(("   saves about ", "$text-muted"), (fmt.size(a.estimated_saving), "bold")))
+    return Content("\n").join(lines)

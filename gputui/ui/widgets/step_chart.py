@@ -1,0 +1,126 @@
+"""The per-step chart of a probed training job: allocated memory at each step's end, and the peaks
+during forward, backward and the optimizer step (textual-plotext), with the step time above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual_plotext import PlotextPlot
+
+from gputui.model import StepRecord
+from gputui.ui import format as fmt
+from gputui.ui.widgets.line import Line
+
+GIB = float(1 << 30)
+MAX_STEPS = 120  # the chart's width in steps: the most recent ones
+
+# (StepRecord field, legend, plotext colour, ascii marker)
+SERIES = (
+    ("allocated", "at step end", "cyan", "*"),
+    ("peak_forward", "forward peak", "orange", "f"),
+    ("peak_backward", "backward peak", "red", "b"),
+    ("peak_optimizer", "optimizer peak", "green", "o"),
+)
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """What the chart draws: step numbers and, per series, GiB at each of them (None: not known)."""
+
+    steps: tuple[int, ...]
+    values: tuple[tuple[str, tuple[float | None, ...]], ...]  # (field, values)
+    step_time: float | None  # median seconds per step
+    last_time: float | None
+
+
+def step_series(steps: tuple[StepRecord, ...], device: str | None = None) -> StepSeries:
+    """The latest steps of one device (records without a device count for every device)."""
+    chosen = [s for s in steps if device is None or s.device in (device, None)][-MAX_STEPS:]
+    values = tuple(
+        (name, tuple(None if getattr(s, name) is None else getattr(s, name) / GIB for s in chosen))
+        for name, *_ in SERIES)
+    times = [s.duration for s in chosen if s.duration is not None]
+    return StepSeries(tuple(s.step for s in chosen), values,
+                      median(times) if times else None, times[-1] if times else None)
+
+
+def summary(series: StepSeries) -> Content:
+    """The line above the chart: how many steps, step time, the latest figures."""
+    if not series.steps:
+        return Content.styled("No training step seen yet (steps end at optimizer.step()).", "$text-muted")
+    latest = {name: next((v for v in reversed(vals) if v is not None), None) for name, vals in series.values}
+    parts = [Content.styled("Per step", "bold"),
+             Content(f"steps {series.steps[0]}-{series.steps[-1]}")]
+    if series.step_time is not None:
+        parts.append(Content(f"step time {series.step_time * 1000:.0f} ms"))
+    for name, legend, *_ in SERIES:
+        if latest[name] is not None:
+            parts.append(Content.assemble((f"{legend} ", "$text-muted"), fmt.size(latest[name] * GIB)))
+    return Content("  ").join(parts)
+
+
+class StepChart(Vertical):
+    """The summary line over a plot of the steps (an ASCII sparkline per series with --ascii)."""
+
+    DEFAULT_CSS = """
+    StepChart { height: auto; }
+    StepChart > PlotextPlot { height: 12; }
+    StepChart > .step-ascii { height: 1; }
+    """
+
+    def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.ascii = ascii
+        self.series: StepSeries | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Line(id="step-summary")
+        if self.ascii:
+            for name, *_ in SERIES:
+                yield Line(classes="step-ascii", id=f"step-ascii-{name}")
+        else:
+            yield PlotextPlot(id="step-plot")
+
+    def show(self, series: StepSeries) -> None:
+        if series == self.series:
+            return
+        self.series = series
+        self.query_one("#step-summary", Line).show(summary(series))
+        if self.ascii:
+            self._show_ascii(series)
+        else:
+            self._plot(series)
+
+    def _plot(self, series: StepSeries) -> None:
+        plot = self.query_one(PlotextPlot)
+        plot.display = len(series.steps) > 1
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title("GiB per training step")
+        for name, legend, colour, _ in SERIES:
+            values = dict(series.values)[name]
+            points = [(x, y) for x, y in zip(series.steps, values) if y is not None]
+            if points:
+                xs, ys = zip(*points)
+                plt.plot(xs, ys, label=legend, color=colour, marker="braille")
+        if series.steps:
+            # Steps are whole numbers: five evenly spread integer ticks, not plotext's decimals.
+            first, last = series.steps[0], series.steps[-1]
+            ticks = sorted({round(first + (last - first) * k / 4) for k in range(5)})
+            plt.xticks(ticks, [str(t) for t in ticks])
+        plt.xlabel("step")
+        plot.refresh()
+
+    def _show_ascii(self, series: StepSeries) -> None:
+        width = max(10, (self.size.width or 60) - 16)
+        for name, legend, _, _ in SERIES:
+            values = [v for v in dict(series.values)[name] if v is not None]
+            text = fmt.ascii_spark(fmt.resample(values, width), width) if len(values) > 1 else ""
+            self.query_one(f"#step-ascii-{name}", Line).show(
+                Content.assemble((f"{legend:>15} ", "$text-muted"), text))
