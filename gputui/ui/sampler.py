@@ -42,11 +42,13 @@ class Sampler:
     """
 
     def __init__(self, collector, *, only=(), only_visible=False, users=(), pids=(),
-                 watch_probes: bool = True) -> None:
+                 watch_probes: bool = True, watcher=None) -> None:
+        """``watcher`` (anything with ``poll() -> {pid: ProbeReport}``) replaces the link client's
+        ProbeWatcher that ``watch_probes`` opens."""
         self.collector = collector
         self.filters = dict(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
-        self._watcher = _open_probe_watcher() if watch_probes else None
+        self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
         self._verdicts: dict[int, tuple] = {}
 
     def sample(self) -> Snapshot:

@@ -34,6 +34,7 @@ class Breakdown:
     items: tuple[Item, ...]
     total: int
     nvml: int | None  # NVML's per-process memory on this device, when the driver lists the process
+    basis: str = ""  # what the total is, in words
     note: str = ""  # why the items do not quite add up, when they do not
 
 
@@ -91,8 +92,12 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
                   for key, *_ in SLICES if key in sizes)
     total = sum(i.size for i in items)
     if alloc is not None and nvml is not None and nvml >= alloc.reserved and not note:
-        total = nvml
-    return Breakdown(items, total, nvml, note)
+        total, basis = nvml, "NVML per-process memory"
+    elif alloc is not None:
+        basis = "what the allocator reserved" if nvml is None else "allocator and NVML figures"
+    else:
+        basis = "tracked tensors; no CUDA allocator"
+    return Breakdown(items, total, nvml, basis, note)
 
 
 def cells(items: tuple[Item, ...], total: int, width: int) -> list[int]:
@@ -139,9 +144,8 @@ class MemoryBreakdown(Widget):
         bar = Content.assemble(*[
             ((item.letter if self.ascii else "█") * n, item.style)
             for item, n in zip(b.items, cells(b.items, b.total, width))])
-        whole = "NVML per-process memory" if b.nvml is not None else "allocator and tensors"
         lines = [Content.assemble(("Where its memory goes: ", "bold"), (fmt.size(b.total), "bold"),
-                                  (f" ({whole})", "$text-muted")), bar]
+                                  (f" ({b.basis})", "$text-muted")), bar]
         for item in b.items:
             key = f"[{item.letter}]" if self.ascii else "██"
             share = f"{100 * item.size / b.total:5.1f}%" if b.total else ""

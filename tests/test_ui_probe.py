@@ -1,0 +1,345 @@
+"""Pilot tests of the probe's view and the analysis in the monitor: the leaky demo's verdict in the
+table and the detail screen, the training-node rank's memory breakdown, probed processes NVML does not
+list, the allocation-site recording key, and the monitor without a driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from gputui.errors import UserError
+from gputui.model import (
+    AllocatorStats,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    StepRecord,
+)
+from gputui.ui import app as app_module
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.sampler import NoDriverSource, Sampler
+from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.still import still_app
+from gputui.ui.widgets.memory_bar import MemoryBreakdown
+from gputui.ui.widgets.processes import ProcessTable
+
+from test_ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
+
+CONTEXT = 500 * MIB  # the simulator's CUDA context per process: NVML = reserved + context
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def settle(pilot, samples: int = 1) -> None:
+    for _ in range(200):
+        if pilot.app.samples >= samples:
+            break
+        await pilot.pause(0.05)
+    assert pilot.app.samples >= samples
+    await pilot.pause()
+
+
+def row(app, key: str):
+    return app.screen.query_one(ProcessTable).rows_by_key[key]
+
+
+def text(screen, selector: str) -> str:
+    return str(screen.query_one(selector).render())
+
+
+async def open_detail_of(pilot, pid: int) -> ProcessDetail:
+    app = pilot.app
+    table = app.screen.query_one(ProcessTable)
+    index = next(i for i, r in enumerate(table.ordered_rows) if r.key.value.startswith(f"{pid}/"))
+    table.move_cursor(row=index)
+    await pilot.pause()
+    await pilot.press("enter")
+    for _ in range(50):
+        await pilot.pause(0.05)
+        screen = app.screen
+        if isinstance(screen, ProcessDetail) and screen.analysis is not None:
+            return screen
+    raise AssertionError("the detail screen did not show")
+
+
+# -- the leaky demo ---------------------------------------------------------------------------
+
+async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
+    app = still_app("leaky", seconds=120)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        leak = app.leaks[51200]
+        assert (leak.state, leak.category, leak.allocated_per_step, leak.oom_step) == (
+            "leak", "activations", 48 * MIB, 538)
+        job = row(app, "51200/0")
+        # Probe column: the growing category's letter in the error colour; trend: NVML's rate per
+        # minute (127.25 MiB/s) and the probe's forecast, counted from the snapshot (84.8 s).
+        assert job.cells["probe"] == "A" and job.styles["probe"] == "bold $error"
+        assert job.cells["trend"] == "▲7.5G/m 85s" and job.styles["trend"] == "$error"
+        others = [r for k, r in app.screen.query_one(ProcessTable).rows_by_key.items() if k != "51200/0"]
+        assert all(r.cells["probe"] == "" for r in others)
+
+        screen = await open_detail_of(pilot, 51200)
+        assert "probe: LEAK in activations" in text(screen, "#detail-headline")
+        assert "advice 1: Out of memory in about 85 s" in text(screen, "#detail-headline")
+        verdict = text(screen, "#analysis-leak")
+        assert "allocated grows 48.0 MiB per step" in verdict
+        assert "growing: activations (tensors saved for backward) grows 48.0 MiB per step" in verdict
+        assert "(7.0 GiB/min at 0.40 s per step)" in verdict
+        assert "out of memory: at step 538, in about 1:24 (85s) at 09:03:24" in verdict
+        sites = text(screen, "#analysis-sites")
+        assert "recording (16 steps recorded, steps 310-325, costs 3.1 ms per step)" in sites
+        assert "train.py:97 in train_step  +48.0 MiB/step over 16 steps, 15.2 GiB live" in sites
+        advice = text(screen, "#analysis-advice")
+        assert advice.splitlines()[1].startswith("1. Out of memory in about 85 s  [critical]")
+        assert "saw: At 48.0 MiB per step (leak), the device is full by step 538." in advice
+        assert "2. Each step's autograd graph is kept alive  [critical]" in advice
+        assert "total_loss += loss.item()" in advice
+        trend = text(screen, "#detail-trend")
+        assert "growing at 7635 MiB/min; the GPU runs out of memory in about 1:08 at this rate" in trend
+
+
+async def test_the_demo_record_key_says_its_sites_are_simulated():
+    asked = []
+    app = still_app("leaky", seconds=120, requester=lambda *a: asked.append(a) or {})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await open_detail_of(pilot, 51200)
+        await pilot.press("s")
+        await pilot.pause()
+        assert asked == []
+        assert any("simulated" in n.message and "no request was sent" in n.message
+                   for n in app._notifications)
+
+
+# -- training-node's probed rank --------------------------------------------------------------
+
+async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():
+    app = still_app("training-node", seconds=120)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        (report,) = app.snapshot.probes
+        proc = next(p for p in app.snapshot.processes if p.pid == report.pid)
+        alloc, cats = report.devices[0].allocator, report.devices[0].categories
+        screen = await open_detail_of(pilot, report.pid)
+        breakdown = screen.query_one(MemoryBreakdown).breakdown
+        sizes = {item.key: item.size for item in breakdown.items}
+        assert breakdown.nvml == breakdown.total == proc.gpu_memory == 62_782_439_424
+        assert sum(sizes.values()) == proc.gpu_memory
+        assert sizes == {
+            "parameters": cats.parameters,
+            "gradients": cats.gradients,
+            "optimizer_state": cats.optimizer_state,
+            "activations": cats.activations,  # mid-step: the forward pass's saved tensors
+            "other": cats.other,
+            "cache": alloc.reserved - alloc.allocated - alloc.inactive_split,
+            "fragmentation": alloc.inactive_split,
+            "context": CONTEXT,
+        }
+        assert (cats.parameters, cats.gradients, cats.optimizer_state, cats.activations, cats.other) == (
+            3_543_348_019, 3_543_348_019, 14_173_392_076, 26_109_542_400, 1_503_238_553)
+        assert sum((cats.parameters, cats.gradients, cats.optimizer_state, cats.activations,
+                    cats.other)) == alloc.allocated == 48_872_869_067
+        assert (alloc.reserved, alloc.inactive_split) == (62_258_151_424, 2_677_056_471)
+        legend = text(screen, "#probe-breakdown")
+        assert "Where its memory goes: 58.5 GiB (NVML per-process memory)" in legend
+        assert "500 MiB   0.8%  CUDA context and libraries (NVML - reserved)" in legend
+        allocator = text(screen, "#probe-allocator")
+        assert "allocated  45.5 GiB (peak 54.7 GiB)" in allocator and "segments  2968" in allocator
+
+
+async def test_training_node_after_warm_up_has_no_leak_marker():
+    app = still_app("training-node", seconds=300)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        (report,) = app.snapshot.probes
+        assert app.leaks[report.pid].state == "clean"
+        rank = row(app, f"{report.pid}/0")
+        assert rank.cells["probe"] == "●" and rank.styles["probe"] == "$accent"
+        assert rank.cells["trend"] == ""  # steady
+        screen = await open_detail_of(pilot, report.pid)
+        assert "probe: no leak" in text(screen, "#detail-headline")
+        assert "LEAK" not in text(screen, "#analysis-leak")
+
+
+# -- probed processes NVML does not list ------------------------------------------------------
+
+def cpu_job(pid: int = 7777, steps: int = 0) -> ProbeReport:
+    cats = MemoryCategories(parameters=40 * MIB, gradients=40 * MIB, optimizer_state=80 * MIB,
+                            activations=0, other=8 * MIB)
+    return ProbeReport(
+        pid=pid, taken_at=T0, torch_version="2.13.0+cpu",
+        command=("python", "examples/train.py", "--cpu"),
+        devices=(ProbeDevice("cpu", categories=cats),),
+        steps=tuple(StepRecord(step=k, ended_at=T0 - (steps - k) * 0.01, duration=0.01, device="cpu",
+                               categories=cats) for k in range(1, steps + 1)),
+    )
+
+
+async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
+    snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(steps=12),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        job = row(app, "7777/probe")
+        assert job.process is None and job.report.pid == 7777
+        assert (job.cells["pid"], job.cells["gpu"], job.cells["gpu_memory"], job.cells["probe"]) == (
+            "7777", "cpu", "-", "●")
+        assert job.cells["command"] == "python examples/train.py --cpu"
+        table = app.screen.query_one(ProcessTable)
+        assert [r.key.value for r in table.ordered_rows][-1] == "7777/probe"  # after the GPU processes
+        screen = await open_detail_of(pilot, 7777)
+        assert screen.key == (7777, None)
+        assert "Process 7777  on cpu, not listed by NVML" in text(screen, "#detail-title")
+        assert "does not list this process" in text(screen, "#detail-info")
+        assert not screen.query_one("#detail-charts").display
+        legend = text(screen, "#probe-breakdown")
+        assert "Where its memory goes: 168 MiB (tracked tensors; no CUDA allocator)" in legend
+        assert "80.0 MiB  47.6%  optimizer state" in legend
+        assert "No CUDA allocator figures" in text(screen, "#probe-allocator")
+        assert "steps 1-12  step time 10 ms" in text(screen, "#step-summary")
+
+
+class FakeWatcher:
+    def __init__(self, reports) -> None:
+        self.reports = reports
+
+    def poll(self):
+        return {r.pid: r for r in self.reports}
+
+
+async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
+    source = NoDriverSource("NVML Shared Library Not Found", clock=lambda: T0, hostname="laptop")
+    sampler = Sampler(source, watcher=FakeWatcher([cpu_job()]))
+    app = GpuTuiApp(sampler, me="bob", banner="NVML is not available, so no GPU is shown")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        header = text(app.screen, "#header")
+        assert "laptop" in header and "NVML is not available, so no GPU is shown" in header
+        assert [r.key.value for r in app.screen.query_one(ProcessTable).ordered_rows] == ["7777/probe"]
+        app.sample_now()
+        await settle(pilot, 2)
+        assert "NVML is not available" in text(app.screen, "#header")  # it stays
+
+
+def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkeypatch):
+    from gputui.collect import NvmlUnavailable
+    import gputui.collect
+
+    def no_driver(*args, **kwargs):
+        raise NvmlUnavailable("NVML Shared Library Not Found: is the NVIDIA driver installed?")
+
+    monkeypatch.setattr(gputui.collect, "open_collector", no_driver)
+    options = _options()
+    monkeypatch.setattr(app_module, "_probes_reachable", lambda: False)
+    with pytest.raises(UserError, match="NVIDIA driver"):
+        app_module.run_tui(options)
+
+    started = []
+
+    def run(self):
+        started.append(self)
+
+    monkeypatch.setattr(app_module, "_probes_reachable", lambda: True)
+    monkeypatch.setattr(GpuTuiApp, "run", run)
+    monkeypatch.setattr(app_module, "Sampler", lambda collector, **kw: _Closing(collector))
+    assert app_module.run_tui(options) == 0
+    (app,) = started
+    assert isinstance(app.sampler.collector, NoDriverSource)
+    assert app.banner.startswith("NVML is not available, so no GPU is shown; probed processes are shown")
+    assert "is the NVIDIA driver installed?" in app.banner
+
+
+class _Closing:
+    def __init__(self, collector) -> None:
+        self.collector = collector
+
+    def close(self) -> None:
+        pass
+
+
+def _options():
+    import argparse
+
+    return argparse.Namespace(
+        config=None, color=None, demo=None, seed=0, demo_processes=None, only=(), only_visible=False,
+        users=(), pids=(), interval=None, readonly=False, ascii=False, theme=None)
+
+
+# -- the record-sites key ---------------------------------------------------------------------
+
+def cuda_job(pid: int, *, recording: bool = False) -> ProbeReport:
+    alloc = AllocatorStats(allocated=3 * GIB, reserved=4 * GIB, inactive_split=256 * MIB)
+    return ProbeReport(pid=pid, taken_at=T0, torch_version="2.5.1+cu124",
+                       command=("python", "train.py", "--rank=0"),
+                       devices=(ProbeDevice("cuda:0", 0, "GPU-00000000", alloc,
+                                            MemoryCategories(GIB, GIB, GIB, 0, 0)),),
+                       recording=recording)
+
+
+async def test_record_key_asks_the_probe_from_a_worker_and_shows_the_answer():
+    asked = []
+
+    def requester(pid, op, params):
+        asked.append((pid, op, params))
+        return {"recording": params["on"], "steps": params["steps"], "starts_at_step": 43}
+
+    snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", requester=requester)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 2000)
+        assert "not recording; s records" in text(screen, "#analysis-sites")
+        await pilot.press("s")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asked == [(2000, "record_sites", {"on": True, "steps": 16})]
+        assert any("Process 2000 records where it allocates for the next 16 steps (from step 43)"
+                   in n.message for n in app._notifications)
+        # Breakdown of the whole NVML figure (4 GiB rank 0 = 4 GiB reserved, no context left).
+        sizes = {i.key: i.size for i in screen.query_one(MemoryBreakdown).breakdown.items}
+        assert sizes == {"parameters": GIB, "gradients": GIB, "optimizer_state": GIB,
+                         "cache": 768 * MIB, "fragmentation": 256 * MIB}
+
+
+async def test_record_key_stops_a_recording_and_shows_refusals():
+    from gputui.link.client import ProbeUnavailable
+
+    def refuse(pid, op, params):
+        raise ProbeUnavailable(pid, "failed", "the probe could not answer: recording needs torch 2.1")
+
+    snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000, recording=True),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", requester=refuse)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 2000)
+        assert "recording (0 steps recorded" in text(screen, "#analysis-sites")
+        await pilot.press("s")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        refusal = [n for n in app._notifications if n.severity == "error"]
+        assert refusal and refusal[-1].message == (
+            "Process 2000: the probe could not answer: recording needs torch 2.1")
+        assert "request refused" in refusal[-1].title
+        assert isinstance(app.screen, ProcessDetail)
+
+
+async def test_record_key_without_a_probe_says_so():
+    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False), me="bob",
+                    requester=lambda *a: pytest.fail("no probe: nothing to ask"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await open_detail_of(pilot, 2000)
+        await pilot.press("s")
+        await pilot.pause()
+        assert any("No PyTorch probe in this process" in n.message for n in app._notifications)
