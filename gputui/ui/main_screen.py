@@ -18,7 +18,7 @@ from textual.widgets import Footer, Input
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.rows import COLUMNS
-from gputui.ui.widgets.charts import DeviceCharts
+from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList, DeviceRow
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.line import Line
@@ -72,7 +72,7 @@ class MainScreen(Screen):
         yield HostHeader(ascii=self.ascii, id="header")
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
-            yield DeviceCharts(ascii=self.ascii, id="charts")
+            yield DeviceHistory(ascii=self.ascii, id="charts")
         yield Line(id="table-status")
         yield Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
                     tooltip="Filter processes as you type: command, user or pid", id="filter")
@@ -126,11 +126,11 @@ class MainScreen(Screen):
         device_mode = "normal" if self.layout_mode in ("normal", "wide") else self.layout_mode
         self.query_one(DeviceList).show(snap, device_mode,
                                         self.chart_device if self.charts_visible else None)
-        charts = self.query_one(DeviceCharts)
+        charts = self.query_one(DeviceHistory)
         if charts.display != self.charts_visible:
             charts.display = self.charts_visible
         if self.charts_visible:
-            charts.show(app.history, self.chart_device)
+            charts.show(app.history, next(d for d in snap.devices if d.index == self.chart_device))
         self.render_table()
 
     def render_table(self) -> None:

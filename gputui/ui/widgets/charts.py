@@ -1,16 +1,19 @@
-"""History charts (Textual's Sparkline): utilisation, memory, power and temperature of one GPU, and
-the same kind of chart for one process in the detail screen. Redrawn only while visible.
+"""History charts: the main screen's one-line charts of the charted GPU's utilisation, memory, power
+and temperature (one widget, fixed scales), and the detail screen's per-process charts (Sparkline).
 """
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Container, Vertical
+from textual.containers import Vertical
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Sparkline
 
 from gputui.analysis.history import History, Series
+from gputui.model import Device
 from gputui.ui import format as fmt
+from gputui.ui.widgets.bars import LEVEL_STYLES
 from gputui.ui.widgets.line import Line
 
 # (metric, title, how to word a value)
@@ -76,20 +79,97 @@ class Chart(Vertical):
             spark.data = points if len(points) > 1 else []
 
 
-class DeviceCharts(Container):
-    """The four charts of the selected GPU (side by side or stacked, by the app's layout class)."""
+class DeviceHistory(Widget):
+    """The charted GPU's recent history: one line per metric, newest sample at the right edge.
+
+    Each chart has a fixed scale (utilisation 0-100 %, memory 0-total, power 0-limit, temperature
+    up to the slowdown threshold), so a full column means "at the limit" whatever the data; a cell
+    is coloured by the same levels as the device bars. Two charts per line when there is room, one
+    per line in narrow places. It repaints only when what it would draw changed, and never asks for
+    a new layout unless its number of lines changes.
+    """
+
+    DEFAULT_CSS = "DeviceHistory { height: auto; text-wrap: nowrap; text-overflow: clip; }"
 
     def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ascii = ascii
+        self._state: tuple | None = None
+        self._content = Content("")
 
-    def compose(self) -> ComposeResult:
-        for metric, title, words in DEVICE_CHARTS:
-            yield Chart(title, words, ascii=self.ascii, id=f"chart-{metric}")
-
-    def show(self, history: History, device_index: int | None) -> None:
-        if device_index is None:
+    def show(self, history: History, device: Device | None) -> None:
+        if device is None:
             return
-        self.border_title = f"GPU {device_index} history (g: next GPU)"
-        for metric, _, _ in DEVICE_CHARTS:
-            self.query_one(f"#chart-{metric}", Chart).show(history.device(device_index, metric))
+        width = self.content_size.width or (self.size.width or 80)
+        columns = 2 if width >= 2 * MIN_CHART_WIDTH + CHART_GAP else 1
+        chart_width = (width - CHART_GAP * (columns - 1)) // columns
+        cells = max(1, chart_width - TITLE_WIDTH)
+        charts = []
+        for metric, title, words in DEVICE_CHARTS:
+            series = history.device(device.index, metric)
+            points = tuple(fmt.resample(series.values, cells))
+            latest = next((v for v in reversed(series.values) if v is not None), None)
+            charts.append((title, words(latest), points, chart_scale(metric, device)))
+        times = history.device(device.index, "gpu_util").times
+        covered = round(times[-1] - times[0]) if len(times) > 1 else 0
+        state = (device.index, tuple(charts), columns, chart_width, covered)
+        if state == self._state:
+            return
+        resized = self._state is None or self._state[2] != columns
+        self._state = state
+        self.border_title = f"GPU {device.index} history, last {fmt.span_words(covered)} (g: next GPU)"
+        lines = []
+        for row in range(0, len(charts), columns):
+            parts = [chart_line(*chart, chart_width, ascii=self.ascii)
+                     for chart in charts[row:row + columns]]
+            lines.append(Content(" " * CHART_GAP).join(parts))
+        self._content = Content("\n").join(lines)
+        self.refresh(layout=resized)
+
+    def render(self) -> Content:
+        return self._content
+
+
+MIN_CHART_WIDTH = 36
+CHART_GAP = 3
+TITLE_WIDTH = 12  # "POWER  595W "
+
+# How full a chart cell is: seven heights of block (never the full one, so stacked charts keep a
+# gap between them), or nine ASCII marks.
+BLOCKS = "▁▂▃▄▅▆▇"
+CHART_STYLE = "$primary"
+
+
+def chart_scale(metric: str, device: Device) -> tuple[float, float, float, float]:
+    """(bottom, top, warn, high) for a metric: the values a chart spans and where its colours change."""
+    if metric == "gpu_util":
+        return 0.0, 100.0, 0.7, 0.9
+    if metric == "memory_used":
+        return 0.0, float(device.memory_total or 0), 0.7, 0.95
+    if metric == "power_draw":
+        return 0.0, float(device.power_limit or 0), 0.7, 0.9
+    top = float(device.temperature_slowdown or 90)  # temperature: 20 C is a cool board's floor
+    return 20.0, top, 0.85, 0.95
+
+
+def chart_line(title: str, value: str, points: tuple[float, ...], scale, width: int, *,
+               ascii: bool = False) -> Content:
+    """One chart: "UTIL   92% ▁▂▅▇███…", the newest point at the right edge.
+
+    The blocks are drawn in one calm colour so the shape reads at a glance; the latest value
+    carries the level colour (as the device bars do).
+    """
+    bottom, top, warn, high = scale
+    cells = max(1, width - TITLE_WIDTH)
+    span = top - bottom
+    latest = None if span <= 0 or not points else min(1.0, max(0.0, (points[-1] - bottom) / span))
+    value_style = "$text-muted" if value == fmt.NA else (
+        "bold " + LEVEL_STYLES[fmt.level(latest, warn=warn, high=high)] if latest is not None else "bold")
+    marks = fmt.ASCII_LEVELS[1:] if ascii else BLOCKS
+    if span > 0:
+        drawn = "".join(marks[min(len(marks) - 1, int(min(1.0, max(0.0, (p - bottom) / span)) * len(marks)))]
+                        for p in points)
+    else:  # no scale known (the driver reports no limit): a flat line says "data, no scale"
+        drawn = marks[0] * len(points)
+    return Content.assemble((f"{title:<6}", "bold $text-muted"), (f"{value:>5}", value_style), " ",
+                            " " * (cells - len(drawn)), (drawn, CHART_STYLE))
