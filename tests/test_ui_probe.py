@@ -57,6 +57,12 @@ def text(screen, selector: str) -> str:
     return str(screen.query_one(selector).render())
 
 
+def advice_shown(screen) -> list[str]:
+    """The advice as drawn: each shown title and body, in order."""
+    box = screen.query_one("#analysis-advice")
+    return [str(w.render()) for w in box.query("Static") if w.display]
+
+
 async def open_detail_of(pilot, pid: int) -> ProcessDetail:
     app = pilot.app
     table = app.screen.query_one(ProcessTable)
@@ -100,13 +106,17 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         sites = text(screen, "#analysis-sites")
         assert "recording (16 steps recorded, steps 310-325, costs 3.1 ms per step)" in sites
         assert "train.py:97 in train_step  +48.0 MiB/step over 16 steps, 15.2 GiB live" in sites
-        advice = text(screen, "#analysis-advice")
-        assert advice.splitlines()[1].startswith("1. Out of memory in about 85 s  [critical]")
-        assert "saw: At 48.0 MiB per step (leak), the device is full by step 538." in advice
-        assert "2. Each step's autograd graph is kept alive  [critical]" in advice
-        assert "total_loss += loss.item()" in advice
+        advice = advice_shown(screen)
+        assert advice[0] == "Advice"
+        assert advice[1] == "1. Out of memory in about 85 s  [critical]"
+        assert advice[2].startswith("saw: At 48.0 MiB per step (leak), the device is full by step 538.\n"
+                                    "do: Apply the fix below before then")
+        assert advice[3] == "2. Each step's autograd graph is kept alive  [critical]"
+        assert "    total_loss += loss.item()" in advice[4] and advice[4].endswith("saves about 15.2 GiB")
+        assert advice[5] == "3. Other processes hold 4.99 GiB on GPU 0  [info]"
+        assert len(advice) == 7
         trend = text(screen, "#detail-trend")
-        assert "growing at 7635 MiB/min; the GPU runs out of memory in about 1:08 at this rate" in trend
+        assert "growing at 7.5 GiB/min; the GPU runs out of memory in about 1:08 at this rate" in trend
 
 
 async def test_the_demo_record_key_says_its_sites_are_simulated():
@@ -170,6 +180,8 @@ async def test_training_node_after_warm_up_has_no_leak_marker():
         screen = await open_detail_of(pilot, report.pid)
         assert "probe: no leak" in text(screen, "#detail-headline")
         assert "LEAK" not in text(screen, "#analysis-leak")
+        advice = advice_shown(screen)
+        assert advice[1] == "1. Activations dominate the step's peak memory  [info]"
 
 
 # -- probed processes NVML does not list ------------------------------------------------------

@@ -43,7 +43,7 @@ STATE_WORDS = {
     LEAK_FRAGMENTATION: ("fragmentation", "bold $warning"),
 }
 
-SEVERITY_STYLES = {"critical": "bold $error", "warning": "bold $warning", "info": "bold $accent"}
+SEVERITY_STYLES = {"critical": "bold $error", "warning": "bold $warning", "info": "bold"}
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,14 @@ class ProcessAnalysis:
 
 
 class AnalysisPanel(Vertical):
-    """Leak verdict, growing allocation sites and advice, one Static each."""
+    """Leak verdict, growing allocation sites, and one title and body per piece of advice."""
 
     DEFAULT_CSS = """
     AnalysisPanel { height: auto; }
     AnalysisPanel > Static { height: auto; margin: 0 0 1 0; }
+    AnalysisPanel > #analysis-advice { height: auto; }
+    AnalysisPanel .advice-title { height: auto; }
+    AnalysisPanel .advice-body { height: auto; padding: 0 0 0 3; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -73,7 +76,8 @@ class AnalysisPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="analysis-leak")
         yield Static(id="analysis-sites")
-        yield Static(id="analysis-advice")
+        with Vertical(id="analysis-advice"):
+            yield Static(Content.styled("Advice", "bold"), classes="advice-heading")
 
     def show(self, analysis: ProcessAnalysis) -> None:
         if analysis == self.analysis:
@@ -85,7 +89,34 @@ class AnalysisPanel(Vertical):
         if probed:
             self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
             self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))
-        self.query_one("#analysis-advice", Static).update(advice_text(analysis.advice))
+        self._show_advice(analysis.advice)
+
+    def _show_advice(self, advice: tuple[Advice, ...]) -> None:
+        # A title and an indented body per item (wrapped lines keep the indent); the widgets are
+        # kept and reused, since the advice's words change with every refresh but rarely its length.
+        box = self.query_one("#analysis-advice", Vertical)
+        titles = list(box.query(".advice-title").results(Static))
+        bodies = list(box.query(".advice-body").results(Static))
+        wanted = max(1, len(advice))
+        if len(titles) < wanted:
+            new = []
+            for _ in range(wanted - len(titles)):
+                new += [Static(classes="advice-title"), Static(classes="advice-body")]
+            box.mount_all(new)
+            titles += new[0::2]
+            bodies += new[1::2]
+        for k, (title, body) in enumerate(zip(titles, bodies)):
+            shown = k < wanted
+            title.display = shown
+            body.display = shown and bool(advice)
+            if not shown:
+                continue
+            if not advice:
+                title.update(Content.styled("nothing to suggest: this process looks healthy", "$text-muted"))
+                continue
+            head, text = advice_item(advice[k])
+            title.update(head)
+            body.update(text)
 
 
 def headline(analysis: ProcessAnalysis) -> Content:
@@ -99,7 +130,7 @@ def headline(analysis: ProcessAnalysis) -> Content:
     trend = analysis.trend
     if trend is not None and trend.verdict == "growing" and trend.mib_per_min is not None:
         parts.append(Content.assemble(("NVML: ", "$text-muted"),
-                                      (f"growing {trend.mib_per_min:.0f} MiB/min", "$warning")))
+                                      (f"growing {fmt.size(trend.rate * 60)}/min", "$warning")))
     if analysis.advice:
         first = analysis.advice[0]
         parts.append(Content.assemble(("advice 1: ", "$text-muted"),
@@ -115,7 +146,7 @@ def trend_words(trend: ProcessTrend | None) -> str:
              "sawtooth": "sawtooth (grows and is released)", "growing": "growing",
              "unknown": "not enough history yet"}.get(trend.verdict, trend.verdict)
     if trend.verdict == "growing" and trend.rate is not None:
-        words += f" at {trend.mib_per_min:.0f} MiB/min"
+        words += f" at {fmt.size(trend.rate * 60)}/min"
         if trend.time_to_oom is not None:
             words += f"; the GPU runs out of memory in about {fmt.elapsed(trend.time_to_oom)} at this rate"
     return words
@@ -176,17 +207,13 @@ def sites_text(report: ProbeReport | None, sites: tuple[GrowingSite, ...]) -> Co
     return Content("\n").join(lines)
 
 
-def advice_text(advice: tuple[Advice, ...]) -> Content:
-    """The ranked suggestions: title, what was seen, what to change, the expected saving."""
-    lines = [Content.styled("Advice", "bold")]
-    if not advice:
-        lines.append(Content.styled("nothing to suggest: this process looks healthy", "$text-muted"))
-    for a in advice:
-        lines.append(Content.assemble((f"{a.rank}. ", "bold"), (a.title, SEVERITY_STYLES.get(a.severity, "bold")),
-                                      (f"  [{a.severity}]", "$text-muted")))
-        lines.append(Content.assemble(("   saw: ", "$text-muted"), a.detail))
-        action = a.action.replace("\n", "\n      ")
-        lines.append(Content.assemble(("   do: ", "$text-muted"), action))
-        if a.estimated_saving is not None:
-            lines.append(Content.assemble(("   saves about ", "$text-muted"), (fmt.size(a.estimated_saving), "bold")))
-    return Content("\n").join(lines)
+def advice_item(a: Advice) -> tuple[Content, Content]:
+    """One suggestion: its ranked title, then what was seen, what to change, the expected saving."""
+    head = Content.assemble((f"{a.rank}. ", "bold"), (a.title, SEVERITY_STYLES.get(a.severity, "bold")),
+                            (f"  [{a.severity}]", "$text-muted"))
+    lines = [Content.assemble(("saw: ", "$text-muted"), a.detail),
+             Content.assemble(("do: ", "$text-muted"), a.action.replace("\n", "\n    "))]
+    if a.estimated_saving is not None:
+        lines.append(Content.assemble(("saves about ", "$text-muted"), (fmt.size(a.estimated_saving), "bold")))
+    return head, Content("\n").join(lines)
+

@@ -44,11 +44,11 @@ SLICES = (
     ("gradients", "gradients", "$secondary", "G"),
     ("optimizer_state", "optimizer state", "$success", "O"),
     ("activations", "activations", "$error", "A"),
-    ("other", "other tensors", "$warning", "T"),
-    ("untracked", "allocated, not categorised", "$foreground-darken-2", "U"),
-    ("cache", "allocator cache (reserved - allocated)", "$accent", "C"),
+    ("other", "other tensors", "$primary-lighten-3", "T"),
+    ("untracked", "allocated, not categorised", "$foreground-darken-3", "U"),
+    ("cache", "allocator cache (reserved - allocated)", "$warning", "C"),
     ("fragmentation", "fragmentation (inactive split blocks)", "$error-darken-2", "F"),
-    ("context", "CUDA context and libraries (NVML - reserved)", "$panel-lighten-3", "X"),
+    ("context", "CUDA context and libraries (NVML - reserved)", "$foreground-darken-1", "X"),
 )
 _SLICE = {key: (label, style, letter) for key, label, style, letter in SLICES}
 
