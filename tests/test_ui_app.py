@@ -243,7 +243,8 @@ async def test_pause_stops_sampling_and_interval_keys_step():
         taken = app.samples
         await pilot.pause(0.8)
         assert app.samples == taken
-        assert "PAUSED" in str(app.screen.query_one("#header").render())
+        header = app.screen.query_one("#header")
+        assert "PAUSED" in "".join(strip.text for strip in header.render_lines(header.size.region))
         await pilot.press("p")
         await settle(pilot, taken + 1)
         await pilot.press("plus", "plus")

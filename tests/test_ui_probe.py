@@ -57,6 +57,11 @@ def text(screen, selector: str) -> str:
     return str(screen.query_one(selector).render())
 
 
+def drawn_text(widget) -> str:
+    """The widget's lines as they are drawn, whatever way it renders them."""
+    return "\n".join(strip.text for strip in widget.render_lines(widget.size.region))
+
+
 def advice_shown(screen) -> list[str]:
     """The advice as drawn: each shown title and body, in order."""
     box = screen.query_one("#analysis-advice")
@@ -70,7 +75,7 @@ async def open_detail_of(pilot, pid: int) -> ProcessDetail:
     table.move_cursor(row=index)
     await pilot.pause()
     await pilot.press("enter")
-    for _ in range(50):
+    for _ in range(200):  # generous: the machine's two cores are shared
         await pilot.pause(0.05)
         screen = app.screen
         if isinstance(screen, ProcessDetail) and screen.analysis is not None:
@@ -234,14 +239,16 @@ async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
     source = NoDriverSource("NVML Shared Library Not Found", clock=lambda: T0, hostname="laptop")
     sampler = Sampler(source, watcher=FakeWatcher([cpu_job()]))
     app = GpuTuiApp(sampler, me="bob", banner="NVML is not available, so no GPU is shown")
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        header = text(app.screen, "#header")
+        header = drawn_text(app.screen.query_one("#header"))
         assert "laptop" in header and "NVML is not available, so no GPU is shown" in header
         assert [r.key.value for r in app.screen.query_one(ProcessTable).ordered_rows] == ["7777/probe"]
         app.sample_now()
         await settle(pilot, 2)
-        assert "NVML is not available" in text(app.screen, "#header")  # it stays
+        assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))  # it stays
+        told = [n.message for n in app._notifications]
+        assert told.count("NVML Shared Library Not Found") == 1  # the full reason, said once
 
 
 def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkeypatch):
@@ -268,8 +275,9 @@ def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkey
     assert app_module.run_tui(options) == 0
     (app,) = started
     assert isinstance(app.sampler.collector, NoDriverSource)
-    assert app.banner.startswith("NVML is not available, so no GPU is shown; probed processes are shown")
-    assert "is the NVIDIA driver installed?" in app.banner
+    assert app.banner == ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes "
+                          "are shown from their probes.")
+    assert "NVML Shared Library Not Found: is the NVIDIA driver installed?" in app.sampler.collector.reason
 
 
 class _Closing:

@@ -111,6 +111,8 @@ class GpuTuiApp(App[int]):
         if self.ascii:
             self.add_class("-ascii")
         self.main = MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        if self.banner is not None:
+            self.main.charts_on = False  # no driver: there is no GPU history to chart
         self.push_screen(self.main)
         if self.handle_signals:
             loop = asyncio.get_running_loop()
@@ -378,8 +380,8 @@ def run_tui(options) -> int:
         # be reached; otherwise the clear message is all there is to say.
         if options.demo is not None or not _probes_reachable():
             raise
-        banner = ("NVML is not available, so no GPU is shown; probed processes are shown from "
-                  f"their probes. ({exc})")
+        banner = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
+                  "from their probes.")
         collector = NoDriverSource(str(exc))
     sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
                       users=options.users, pids=options.pids, watch_probes=options.demo is None)

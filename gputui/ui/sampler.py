@@ -146,8 +146,9 @@ class NoDriverSource:
         self.hostname = hostname or socket.gethostname()
 
     def sample(self) -> Snapshot:
-        # The reason is the app's standing banner, not a problem to pop up every time.
-        return Snapshot(taken_at=self._clock(), host=Host(hostname=self.hostname), source="none")
+        # The app says each problem once, so the full reason pops up once under the short banner.
+        return Snapshot(taken_at=self._clock(), host=Host(hostname=self.hostname), source="none",
+                        problems=(self.reason,))
 
     def probe_reports(self) -> tuple[ProbeReport, ...]:
         return ()

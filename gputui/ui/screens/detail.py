@@ -38,7 +38,6 @@ class ProcessDetail(Screen):
     process NVML does not list."""
 
     DEFAULT_CSS = """
-    ProcessDetail #detail-charts.-narrow { grid-size: 1; }
     ProcessDetail #detail-headline { height: auto; }
     ProcessDetail .detail-section { text-style: bold; border-top: solid $primary 40%; margin: 1 0 0 0; }
     """
@@ -76,7 +75,8 @@ class ProcessDetail(Screen):
         yield Footer()
 
     def on_resize(self) -> None:
-        self.query_one("#detail-charts").set_class(self.size.width < 80, "-narrow")
+        # One chart per row in a narrow pane (an inline style: it must win over the app's sheet).
+        self.query_one("#detail-charts").styles.grid_size_columns = 1 if self.size.width < 70 else 2
 
     def show(self, snapshot: Snapshot, history: History, verdicts: Mapping | None = None) -> None:
         """Render from the latest snapshot; a process that exited keeps its last known details.

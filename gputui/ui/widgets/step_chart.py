@@ -10,13 +10,14 @@ from statistics import median
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gputui.model import StepRecord
 from gputui.ui import format as fmt
 from gputui.ui.widgets.line import Line
 
-GIB = float(1 << 30)
+UNITS = (("GiB", float(1 << 30)), ("MiB", float(1 << 20)), ("KiB", 1024.0), ("bytes", 1.0))
 MAX_STEPS = 120  # the chart's width in steps: the most recent ones
 
 # (StepRecord field, legend, plotext colour, ascii marker)
@@ -30,7 +31,7 @@ SERIES = (
 
 @dataclass(frozen=True)
 class StepSeries:
-    """What the chart draws: step numbers and, per series, GiB at each of them (None: not known)."""
+    """What the chart draws: step numbers and, per series, bytes at each of them (None: not known)."""
 
     steps: tuple[int, ...]
     values: tuple[tuple[str, tuple[float | None, ...]], ...]  # (field, values)
@@ -42,11 +43,17 @@ def step_series(steps: tuple[StepRecord, ...], device: str | None = None) -> Ste
     """The latest steps of one device (records without a device count for every device)."""
     chosen = [s for s in steps if device is None or s.device in (device, None)][-MAX_STEPS:]
     values = tuple(
-        (name, tuple(None if getattr(s, name) is None else getattr(s, name) / GIB for s in chosen))
+        (name, tuple(getattr(s, name) for s in chosen))
         for name, *_ in SERIES)
     times = [s.duration for s in chosen if s.duration is not None]
     return StepSeries(tuple(s.step for s in chosen), values,
                       median(times) if times else None, times[-1] if times else None)
+
+
+def chart_unit(series: StepSeries) -> tuple[str, float]:
+    """The biggest unit the largest value is at least one of, so the axis reads 1.5 GiB, not 0.0015."""
+    top = max((v for _, vals in series.values for v in vals if v is not None), default=0)
+    return next(((name, scale) for name, scale in UNITS if top >= scale), UNITS[-1])
 
 
 def summary(series: StepSeries) -> Content:
@@ -60,7 +67,7 @@ def summary(series: StepSeries) -> Content:
         parts.append(Content(f"step time {series.step_time * 1000:.0f} ms"))
     for name, legend, *_ in SERIES:
         if latest[name] is not None:
-            parts.append(Content.assemble((f"{legend} ", "$text-muted"), fmt.size(latest[name] * GIB)))
+            parts.append(Content.assemble((f"{legend} ", "$text-muted"), fmt.size(latest[name])))
     return Content("  ").join(parts)
 
 
@@ -71,6 +78,7 @@ class StepChart(Vertical):
     StepChart { height: auto; }
     StepChart > PlotextPlot { height: 12; }
     StepChart > .step-ascii { height: 1; }
+    StepChart > #step-summary { height: auto; }
     """
 
     def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
@@ -79,7 +87,7 @@ class StepChart(Vertical):
         self.series: StepSeries | None = None
 
     def compose(self) -> ComposeResult:
-        yield Line(id="step-summary")
+        yield Static(id="step-summary")  # wraps in narrow panes
         if self.ascii:
             for name, *_ in SERIES:
                 yield Line(classes="step-ascii", id=f"step-ascii-{name}")
@@ -90,7 +98,7 @@ class StepChart(Vertical):
         if series == self.series:
             return
         self.series = series
-        self.query_one("#step-summary", Line).show(summary(series))
+        self.query_one("#step-summary", Static).update(summary(series))
         if self.ascii:
             self._show_ascii(series)
         else:
@@ -102,10 +110,11 @@ class StepChart(Vertical):
         plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("GiB per training step")
+        unit, scale = chart_unit(series)
+        plt.title(f"{unit} per training step")
         for name, legend, colour, _ in SERIES:
             values = dict(series.values)[name]
-            points = [(x, y) for x, y in zip(series.steps, values) if y is not None]
+            points = [(x, y / scale) for x, y in zip(series.steps, values) if y is not None]
             if points:
                 xs, ys = zip(*points)
                 plt.plot(xs, ys, label=legend, color=colour, marker="braille")
