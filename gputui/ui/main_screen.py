@@ -19,7 +19,7 @@ from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.rows import COLUMNS
 from gputui.ui.widgets.charts import DeviceHistory
-from gputui.ui.widgets.devices import DeviceList, DeviceRow
+from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
@@ -246,6 +246,9 @@ class MainScreen(Screen):
         self.chart_device = indices[(here + 1) % len(indices)]
         self.render_snapshot()
 
-    def on_device_row_chosen(self, message: DeviceRow.Chosen) -> None:
+    def on_device_list_chosen(self, message: DeviceList.Chosen) -> None:
         self.chart_device = message.index
+        self.render_snapshot()
+
+    def on_device_list_redraw(self, message: DeviceList.Redraw) -> None:
         self.render_snapshot()

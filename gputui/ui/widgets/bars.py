@@ -1,4 +1,5 @@
-"""Coloured bars and labelled values as Textual Content, coloured by level from the theme's variables.
+"""Coloured bars and labelled values as styled words: tuples of (text, style) pieces that
+``StyledLines`` draws from cached segments, coloured by level from the theme's variables.
 
 The colour names are theme variables ($success, $warning, $error), so light/dark themes and NO_COLOR
 apply without a hex literal in the code.
@@ -6,35 +7,76 @@ apply without a hex literal in the code.
 
 from __future__ import annotations
 
-from textual.content import Content
-
 from gputui.ui import format as fmt
 
 LEVEL_STYLES = {"low": "$success", "mid": "$warning", "high": "$error", "none": "$text-muted"}
 
+Piece = tuple[str, str]  # text and its style in Textual's words ("" for plain)
+Words = tuple[Piece, ...]
+
+
+def styled(text: str, style: str = "") -> Words:
+    return ((text, style),) if text else ()
+
+
+def assemble(*parts) -> Words:
+    """Words from strings, (text, style) pairs and other Words, in order."""
+    pieces: list[Piece] = []
+    for part in parts:
+        if isinstance(part, str):
+            pieces.extend(styled(part))
+        elif part and isinstance(part[0], str):
+            pieces.extend(styled(*part))
+        else:
+            pieces.extend(part)
+    return merged(pieces)
+
+
+def merged(pieces) -> Words:
+    """Neighbouring pieces of one style as one: drawn as one segment, as Textual's Content does."""
+    out: list[Piece] = []
+    for text, style in pieces:
+        if not text:
+            continue
+        if out and out[-1][1] == style:
+            out[-1] = (out[-1][0] + text, style)
+        else:
+            out.append((text, style))
+    return tuple(out)
+
+
+def plain(words: Words) -> str:
+    return "".join(text for text, _ in words)
+
 
 def meter(value: float | None, width: int, *, ascii: bool = False, warn: float = 0.7,
-          high: float = 0.9) -> Content:
+          high: float = 0.9) -> Words:
     """A bar for a 0..1 fraction between two edge marks, its fill coloured by level."""
     filled, empty = fmt.bar(value, width, ascii=ascii)
     left, right = ("[", "]") if ascii else ("▕", "▏")
     style = LEVEL_STYLES[fmt.level(value, warn=warn, high=high)]
-    return Content.assemble((left, "$text-muted"), (filled, style), (empty, "$text-muted 50%"),
-                            (right, "$text-muted"))
+    return merged(((left, "$text-muted"), (filled, style), (empty, "$text-muted 50%"),
+                   (right, "$text-muted")))
 
 
-def label(text: str) -> Content:
-    return Content.styled(text, "bold $text-muted")
+def label(text: str) -> Words:
+    return styled(text, "bold $text-muted")
 
 
-def value(text: str, level: str | None = None) -> Content:
+def value(text: str, level: str | None = None) -> Words:
     """A reading; unknown ("n/a") is dimmed, a level colours it."""
     if text == fmt.NA:
-        return Content.styled(text, "$text-muted")
-    return Content.styled(text, LEVEL_STYLES[level]) if level else Content(text)
+        return styled(text, "$text-muted")
+    return styled(text, LEVEL_STYLES[level] if level else "")
 
 
-def join(parts, separator: str = " ") -> Content:
-    """Join non-empty Content/str parts with a separator."""
-    pieces = [p if isinstance(p, Content) else Content(p) for p in parts if p]
-    return Content(separator).join(pieces)
+def join(parts, separator: str = " ") -> Words:
+    """Join non-empty words or strings with a separator."""
+    pieces: list[Piece] = []
+    for part in parts:
+        if not part:
+            continue
+        if pieces:
+            pieces.append((separator, ""))
+        pieces.extend(styled(part) if isinstance(part, str) else part)
+    return merged(pieces)

@@ -7,14 +7,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widget import Widget
 from textual.widgets import Sparkline
 
 from gputui.analysis.history import History, Series
 from gputui.model import Device
 from gputui.ui import format as fmt
-from gputui.ui.widgets.bars import LEVEL_STYLES
-from gputui.ui.widgets.line import Line
+from gputui.ui.widgets.bars import LEVEL_STYLES, Words, assemble, join
+from gputui.ui.widgets.line import Line, StyledLines
 
 # (metric, title, how to word a value)
 DEVICE_CHARTS = (
@@ -79,7 +78,7 @@ class Chart(Vertical):
             spark.data = points if len(points) > 1 else []
 
 
-class DeviceHistory(Widget):
+class DeviceHistory(StyledLines):
     """The charted GPU's recent history: one line per metric, newest sample at the right edge.
 
     Each chart has a fixed scale (utilisation 0-100 %, memory 0-total, power 0-limit, temperature
@@ -89,13 +88,12 @@ class DeviceHistory(Widget):
     a new layout unless its number of lines changes.
     """
 
-    DEFAULT_CSS = "DeviceHistory { height: auto; text-wrap: nowrap; text-overflow: clip; }"
+    DEFAULT_CSS = "DeviceHistory { height: auto; }"
 
     def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ascii = ascii
         self._state: tuple | None = None
-        self._content = Content("")
 
     def show(self, history: History, device: Device | None) -> None:
         if device is None:
@@ -115,19 +113,14 @@ class DeviceHistory(Widget):
         state = (device.index, tuple(charts), columns, chart_width, covered)
         if state == self._state:
             return
-        resized = self._state is None or self._state[2] != columns
         self._state = state
         self.border_title = f"GPU {device.index} history, last {fmt.span_words(covered)} (g: next GPU)"
         lines = []
         for row in range(0, len(charts), columns):
             parts = [chart_line(*chart, chart_width, ascii=self.ascii)
                      for chart in charts[row:row + columns]]
-            lines.append(Content(" " * CHART_GAP).join(parts))
-        self._content = Content("\n").join(lines)
-        self.refresh(layout=resized)
-
-    def render(self) -> Content:
-        return self._content
+            lines.append(("", join(parts, " " * CHART_GAP)))
+        self.show_lines(lines)
 
 
 MIN_CHART_WIDTH = 36
@@ -153,7 +146,7 @@ def chart_scale(metric: str, device: Device) -> tuple[float, float, float, float
 
 
 def chart_line(title: str, value: str, points: tuple[float, ...], scale, width: int, *,
-               ascii: bool = False) -> Content:
+               ascii: bool = False) -> Words:
     """One chart: "UTIL   92% ▁▂▅▇███…", the newest point at the right edge.
 
     The blocks are drawn in one calm colour so the shape reads at a glance; the latest value
@@ -171,5 +164,5 @@ def chart_line(title: str, value: str, points: tuple[float, ...], scale, width: 
                         for p in points)
     else:  # no scale known (the driver reports no limit): a flat line says "data, no scale"
         drawn = marks[0] * len(points)
-    return Content.assemble((f"{title:<6}", "bold $text-muted"), (f"{value:>5}", value_style), " ",
-                            " " * (cells - len(drawn)), (drawn, CHART_STYLE))
+    return assemble((f"{title:<6}", "bold $text-muted"), (f"{value:>5}", value_style), " ",
+                    " " * (cells - len(drawn)), (drawn, CHART_STYLE))

@@ -4,18 +4,18 @@ and the host's CPU, memory and swap as bars.
 
 from __future__ import annotations
 
-from textual.content import Content
-from textual.widget import Widget
+from textual.events import Resize
 
 from gputui.model import Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.bars import join, label, meter
+from gputui.ui.widgets.bars import Words, join, label, meter, styled
+from gputui.ui.widgets.line import StyledLines
 
 
-class HostHeader(Widget):
+class HostHeader(StyledLines):
     """Renders from the last Snapshot plus the monitor's own state (interval, paused)."""
 
-    DEFAULT_CSS = "HostHeader { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
+    DEFAULT_CSS = "HostHeader { height: auto; }"
 
     def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -25,40 +25,47 @@ class HostHeader(Widget):
         self.paused = False
         self.compact = False
         self.problem: str | None = None
+        self.width_used = 0
 
     def show(self, snapshot: Snapshot | None, *, interval: float, paused: bool, compact: bool,
              problem: str | None = None) -> None:
         state = (snapshot, interval, paused, compact, problem)
         if state != (self.snapshot, self.interval, self.paused, self.compact, self.problem):
-            # Only a change in the number of lines needs a new layout; new readings just repaint.
-            resized = ((compact, problem is None, snapshot is None)
-                       != (self.compact, self.problem is None, self.snapshot is None))
             self.snapshot, self.interval, self.paused, self.compact, self.problem = state
-            self.refresh(layout=resized)
+            self._draw()
 
-    def render(self) -> Content:
+    def on_resize(self, event: Resize) -> None:
+        if self.size.width != self.width_used:  # the bars stretch with the width
+            self._draw()
+
+    def _draw(self) -> None:
+        # show_lines repaints only what changed and lays out only when the line count changes.
+        width = self.width_used = self.size.width or self.app.size.width
+        self.show_lines(("", words) for words in self.words(width))
+
+    def words(self, width: int) -> tuple[Words, ...]:
+        """The header's lines for a widget this wide."""
         snap = self.snapshot
-        width = self.size.width or 80
         if snap is None:
-            return Content.styled("gputui · waiting for the first sample…", "$text-muted")
+            return (styled("gputui · waiting for the first sample…", "$text-muted"),)
         host, driver = snap.host, snap.driver
         every = f"{self.interval:g}s"
-        state = Content.styled(" PAUSED ", "reverse $warning") if self.paused else Content.styled(
+        state = styled(" PAUSED ", "reverse $warning") if self.paused else styled(
             f"every {every}", "$text-muted")
-        demo = Content.styled(f"demo:{snap.source[4:]}", "$accent") if snap.source.startswith("sim:") else ""
+        demo = styled(f"demo:{snap.source[4:]}", "$accent") if snap.source.startswith("sim:") else ""
         cpu_f = None if host.cpu_percent is None else host.cpu_percent / 100
         mem_f = fmt.fraction(host.memory_used, host.memory_total)
         swap_f = fmt.fraction(host.swap_used, host.swap_total)
         if self.compact:
-            first = join([Content.styled(host.hostname or "?", "bold"), fmt.clock(snap.taken_at),
+            first = join([styled(host.hostname or "?", "bold"), fmt.clock(snap.taken_at),
                           label("CPU"), fmt.percent(host.cpu_percent), label("MEM"),
                           fmt.percent(None if mem_f is None else mem_f * 100), state])
-            return self._with_problem(first)
+            return self._with_problem((first,))
         first = join([
-            Content.styled(host.hostname or "?", "bold"),
+            styled(host.hostname or "?", "bold"),
             join([label("driver"), driver.driver_version or fmt.NA]),
             join([label("CUDA"), driver.cuda_driver_version or fmt.NA]),
-            Content.styled(fmt.clock(snap.taken_at), "bold"), state, demo,
+            styled(fmt.clock(snap.taken_at), "bold"), state, demo,
         ], "  ")
         bar_width = max(4, min(20, (width - 70) // 3))
         second = join([
@@ -71,9 +78,9 @@ class HostHeader(Widget):
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")
-        return self._with_problem(Content("\n").join([first, second]))
+        return self._with_problem((first, second))
 
-    def _with_problem(self, content: Content) -> Content:
+    def _with_problem(self, lines: tuple[Words, ...]) -> tuple[Words, ...]:
         if not self.problem:
-            return content
-        return Content("\n").join([content, Content.styled(self.problem, "$error")])
+            return lines
+        return (*lines, styled(self.problem, "$error"))

@@ -1,12 +1,15 @@
-"""A one-line text widget that repaints without asking for a new layout.
-
-Static.update() re-lays out the screen (its size may change); titles and status lines that change
-every second but never change size use this instead, which keeps a refresh cheap.
+"""Text widgets that repaint cheaply: ``Line`` (one line that never asks for a new layout) and
+``StyledLines`` (lines of styled pieces drawn from cached segments, for readings that change every
+sample). Static.update() re-lays out the screen (its size may change); these do not.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from textual.content import Content
+from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
 
@@ -28,3 +31,106 @@ class Line(Widget):
 
     def render(self) -> Content:
         return self.content
+
+
+# A piece of a line: its text and a style in Textual's words ("bold $text-muted", "" for plain).
+Piece = tuple[str, str]
+
+
+def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
+    """Content as lines of (text, style) pieces; where spans overlap, their styles are joined in
+    order, so a later style wins as it does when Content renders."""
+    lines = []
+    for line in content.split("\n", allow_blank=True):
+        text = line.plain
+        spans = [s for s in line.spans if s.end > s.start]
+        if not spans:
+            lines.append(((text, ""),) if text else ())
+            continue
+        cuts = sorted({0, len(text), *(s.start for s in spans), *(s.end for s in spans)})
+        pieces = []
+        for start, end in zip(cuts, cuts[1:]):
+            style = " ".join(str(s.style) for s in spans if s.start <= start and s.end >= end)
+            if pieces and pieces[-1][1] == style:
+                pieces[-1] = (pieces[-1][0] + text[start:end], style)
+            else:
+                pieces.append((text[start:end], style))
+        lines.append(tuple(pieces))
+    return tuple(lines)
+
+
+class StyledLines(Widget):
+    """Lines of styled pieces drawn straight into strips, for text that changes every sample.
+
+    Textual's Content path builds a fresh Rich style (with an offset for mouse selection) for every
+    span of every line on each repaint, which made ten lines of readings cost as much as the whole
+    process table. Here each (style, piece) becomes a Segment once per theme and is reused; a repaint
+    only joins cached segments. Lines may have a background style of their own (a selected row).
+    Text cannot be selected with the mouse in these widgets; clicks work as usual.
+    """
+
+    DEFAULT_CSS = "StyledLines { height: auto; }"
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.lines: tuple[tuple[str, tuple[Piece, ...]], ...] = ()  # (line background, pieces)
+        self._segments: dict[tuple[str, str, str], Segment] = {}
+        self._segments_for: tuple | None = None
+
+    def show_lines(self, lines) -> None:
+        """Draw these lines: ``(background style, pieces)`` each. Repaints only on a change, and asks
+        for a new layout only when the number of lines changes."""
+        lines = tuple(lines)
+        if lines == self.lines:
+            return
+        resized = len(lines) != len(self.lines)
+        self.lines = lines
+        self.refresh(layout=resized)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.lines)
+
+    def render(self) -> Content:
+        """The lines as Content (what they say; drawing goes through ``render_line``)."""
+        return Content("\n").join(Content.assemble(*pieces) for _, pieces in self.lines)
+
+    def get_content_width(self, container, viewport) -> int:
+        return max((sum(cell_len(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        if y >= len(self.lines):
+            return Strip.blank(width, self.rich_style)
+        background, pieces = self.lines[y]
+        key = (self.app.theme, self.visual_style)
+        if key != self._segments_for:  # theme or CSS changed: resolve the colours again
+            self._segments.clear()
+            self._segments_for = key
+        segment = self._segment
+        segments = [segment(background, text, style) for text, style in pieces]
+        strip = Strip(segments)
+        length = strip.cell_length
+        if length > width:
+            # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does.
+            kept = strip.crop(0, max(0, width - 1))
+            last = strip.crop(width - 1, width)
+            style = next((s.style for s in last), None)
+            return Strip([*kept, Segment("…", style)], width).simplify() if width else Strip([], 0)
+        if length < width:
+            return Strip([*segments, segment(background, " " * (width - length), "")], width)
+        return strip
+
+    def _segment(self, background: str, text: str, style: str) -> Segment:
+        key = (background, text, style)
+        found = self._segments.get(key)
+        if found is None:
+            if len(self._segments) > 4096:  # readings change: forget old ones now and then
+                self._segments.clear()
+            base = self.visual_style
+            layers = [base]
+            if background:
+                layers.append(self._get_style(background))
+            if style:
+                layers.append(self._get_style(style))
+            found = self._segments[key] = Segment(text, (base + VisualStyle.combine(layers)).rich_style)
+        return found
