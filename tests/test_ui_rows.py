@@ -119,3 +119,78 @@ def test_formatting_words():
     assert fmt.resample([1, None, 5, 2, 8, 3], 2) == [5.0, 8.0]
     assert fmt.ascii_spark([0.0, 9.0], 4) == "  .@"
     assert fmt.level(0.95) == "high" and fmt.level(0.75) == "mid" and fmt.level(0.1) == "low"
+
+
+# -- probed processes: markers, forecasts, rows for processes NVML does not list --------------
+
+def _leak(**changes):
+    from gputui.model.verdicts import LeakVerdict
+
+    base = LeakVerdict("leak", category="activations", allocated_per_step=48 * MIB, step_time=0.4,
+                       oom_step=538, oom_in=84.8, oom_at=T0 + 90.0)
+    return dataclasses.replace(base, **changes)
+
+
+def _probed(snap, pid=2001):
+    from gputui.model import ProbeReport
+
+    return dataclasses.replace(snap, probes=(ProbeReport(pid=pid, taken_at=T0, command=("python", "x.py")),))
+
+
+def test_probe_column_marks_probed_processes_and_names_what_leaks():
+    from gputui.ui.rows import probe_mark
+
+    snap = _probed(training_snapshot())
+    rows = {r.key: r for r in build_rows(snap, leaks={2001: _leak(state="clean")})}
+    assert rows["2001/1"].cells["probe"] == "●" and rows["2001/1"].styles["probe"] == "$accent"
+    assert rows["2000/0"].cells["probe"] == ""
+    assert probe_mark(_leak()) == ("A", "bold $error")
+    assert probe_mark(_leak(state="cache_growth", category="cache")) == ("C", "bold $warning")
+    assert probe_mark(_leak(state="warming_up"), ascii=True) == ("*", "$accent")
+
+
+def test_probe_matches_the_pid_in_this_namespace():
+    # A container's process: NVML's pid is the host's, the probe reports the local one.
+    snap = training_snapshot(extra=[process(90001, 2, local_pid=41, gpu_memory=GIB)])
+    row = next(r for r in build_rows(_probed(snap, pid=41)) if r.pid == 90001)
+    assert row.cells["probe"] == "●" and row.report.pid == 41
+
+
+def test_trend_prefers_the_probes_forecast_and_counts_it_from_now():
+    from gputui.ui.rows import growth_of
+
+    nvml = ProcessTrend("growing", rate=2 * MIB, level=5 * GIB, time_to_oom=600.0)
+    # NVML's rate, the probe's forecast (oom_at - now = 90 s rather than oom_in 84.8 s).
+    assert growth_of(nvml, _leak(), now=T0) == (2 * MIB, 90.0)
+    assert growth_of(nvml, _leak(oom_at=None), now=T0) == (2 * MIB, 84.8)
+    # NVML has not seen it grow yet: the probe's per-step growth over its step time.
+    assert growth_of(ProcessTrend("warming_up"), _leak(), now=T0) == (120 * MIB, 90.0)
+    assert growth_of(nvml, _leak(state="clean"), now=T0) == (2 * MIB, 600.0)
+    assert growth_of(None, _leak(state="clean")) == (None, None)
+    assert trend_text(ProcessTrend("warming_up"), leak=_leak(), now=T0) == ("▲7.0G/m 90s", "$error")
+
+
+def test_short_durations():
+    from gputui.ui.rows import short_duration
+
+    assert [short_duration(s) for s in (0.4, 85, 99.6, 840, 5 * 3600, 3 * 86400)] == [
+        "0s", "85s", "100s", "14m", "5h", "3d"]
+
+
+def test_probed_process_nvml_does_not_list_is_a_row_at_the_end():
+    from gputui.model import AllocatorStats, ProbeDevice, ProbeReport
+
+    cpu = ProbeReport(pid=7777, taken_at=T0, command=("python", "cpu_job.py"),
+                      devices=(ProbeDevice("cpu"),))
+    gpu = ProbeReport(pid=7778, taken_at=T0, command=(),
+                      devices=(ProbeDevice("cuda:0", allocator=AllocatorStats(allocated=GIB, reserved=2 * GIB)),))
+    snap = dataclasses.replace(training_snapshot(), probes=(gpu, cpu))
+    rows = build_rows(snap, leaks={7777: _leak()})
+    assert keys(rows)[-2:] == ["7777/probe", "7778/probe"]
+    cpu_row, gpu_row = rows[-2:]
+    assert (cpu_row.cells["gpu"], cpu_row.cells["gpu_memory"], cpu_row.cells["probe"]) == ("cpu", "-", "A")
+    assert cpu_row.cells["trend"] == "▲7.0G/m 90s" and cpu_row.cells["user"] == "n/a"
+    assert (gpu_row.cells["gpu"], gpu_row.cells["gpu_memory"]) == ("-", "2.0G")
+    assert gpu_row.cells["command"] == "[probed process 7778]"
+    assert keys(build_rows(snap, filter_text="cpu_job")) == ["7777/probe"]
+    assert keys(build_rows(snap, tree=True))[-2:] == ["7777/probe", "7778/probe"]

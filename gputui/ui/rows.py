@@ -334,7 +334,7 @@ def probe_only_row(report: ProbeReport, ctx: Context) -> Row:
         pid=str(report.pid), probe=mark, user=fmt.NA, gpu=probe_device_text(report),
         gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
         trend=trend, host_memory=fmt.size(getattr(last, "host_memory", None), short=True),
-        command=fmt.command_line(report.command) or f"[probed process {report.pid}]",
+        command=fmt.command_line(report.command) if report.command else f"[probed process {report.pid}]",
     )
     styles = {"probe": mark_style, "gpu": "$text-muted"}
     if trend_style:

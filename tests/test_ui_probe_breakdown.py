@@ -1,0 +1,51 @@
+"""The memory breakdown of a probed device: every item from the probe's figures and NVML's, adding up
+to NVML's per-process memory; and how the bar shares its cells out."""
+
+from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice
+from gputui.ui.widgets.memory_bar import Item, cells, explain
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def device(allocator=None, categories=None) -> ProbeDevice:
+    return ProbeDevice("cuda:0", 0, "GPU-0", allocator, categories)
+
+
+def test_items_explain_the_whole_nvml_figure():
+    alloc = AllocatorStats(allocated=10 * GIB, reserved=14 * GIB, inactive_split=1 * GIB)
+    cats = MemoryCategories(parameters=2 * GIB, gradients=2 * GIB, optimizer_state=4 * GIB,
+                            activations=1 * GIB, other=512 * MIB)
+    b = explain(device(alloc, cats), nvml=14 * GIB + 500 * MIB)
+    assert [(i.key, i.size) for i in b.items] == [
+        ("parameters", 2 * GIB), ("gradients", 2 * GIB), ("optimizer_state", 4 * GIB),
+        ("activations", GIB), ("other", 512 * MIB),
+        ("untracked", 512 * MIB),  # allocated beyond the categories
+        ("cache", 3 * GIB), ("fragmentation", GIB), ("context", 500 * MIB)]
+    assert b.total == b.nvml == sum(i.size for i in b.items) == 14 * GIB + 500 * MIB
+    assert b.basis == "NVML per-process memory" and b.note == ""
+
+
+def test_odd_figures_are_shown_with_a_note_not_hidden():
+    alloc = AllocatorStats(allocated=GIB, reserved=2 * GIB)
+    cats = MemoryCategories(parameters=GIB + 4 * MIB)  # counted more than the allocator has
+    b = explain(device(alloc, cats), nvml=GIB)  # NVML read before the cache grew
+    assert [(i.key, i.size) for i in b.items] == [("parameters", GIB + 4 * MIB), ("cache", GIB)]
+    assert "NVML counts 1.0 GiB less than the allocator reserves" in b.note
+    assert b.total == GIB + 4 * MIB + GIB and b.basis == "allocator and NVML figures"
+
+
+def test_cpu_job_and_no_figures():
+    b = explain(ProbeDevice("cpu", categories=MemoryCategories(parameters=3 * MIB, gradients=0)), None)
+    assert [(i.key, i.size) for i in b.items] == [("parameters", 3 * MIB)]
+    assert b.basis == "tracked tensors; no CUDA allocator"
+    assert explain(None, 5 * GIB) is None
+    assert explain(ProbeDevice("cuda:0"), 5 * GIB) is None
+
+
+def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
+    items = tuple(Item(k, k, size, "", "x") for k, size in
+                  (("a", 1000), ("b", 1), ("c", 499)))
+    assert cells(items, 1500, 10) == [6, 1, 3]
+    assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
+    assert sum(cells(items, 1500, 77)) == 77
