@@ -228,8 +228,10 @@ async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
 
 
 class FakeWatcher:
-    def __init__(self, reports) -> None:
+    def __init__(self, reports, unavailable=None) -> None:
         self.reports = reports
+        self.unavailable = unavailable or {}
+        self.error = None
 
     def poll(self):
         return {r.pid: r for r in self.reports}
@@ -363,3 +365,13 @@ async def test_record_key_without_a_probe_says_so():
         await pilot.press("s")
         await pilot.pause()
         assert any("No PyTorch probe in this process" in n.message for n in app._notifications)
+
+
+def test_probes_that_do_not_answer_become_problems():
+    watcher = FakeWatcher([cpu_job()], unavailable={4242: "the probe did not answer within 0.25 s"})
+    sampler = Sampler(ReplaySource([training_snapshot()]), watcher=watcher)
+    snap = sampler.sample()
+    assert [r.pid for r in snap.probes] == [7777]
+    assert snap.problems == ("probe of process 4242 did not answer: the probe did not answer within 0.25 s",)
+    watcher.error = "probe watcher: OSError: too many open files"
+    assert sampler.sample().problems[-1] == "probe watcher: OSError: too many open files"

@@ -56,6 +56,9 @@ class Sampler:
         reports = self._probe_reports()
         if reports:
             snapshot = dataclasses.replace(snapshot, probes=reports)
+        trouble = self._probe_trouble()
+        if trouble:
+            snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + trouble)
         if any(self.filters.values()):
             from gputui.collect.filters import select
 
@@ -86,6 +89,14 @@ class Sampler:
             for report in _watched_reports(self._watcher):
                 found.setdefault(report.pid, report)
         return tuple(found[pid] for pid in sorted(found))
+
+    def _probe_trouble(self) -> tuple[str, ...]:
+        """Why probes could not be reached, in the words ``gputui --once`` uses (said once each)."""
+        unavailable = dict(getattr(self._watcher, "unavailable", None) or {})
+        found = tuple(f"probe of process {pid} did not answer: {reason}"
+                      for pid, reason in sorted(unavailable.items()))
+        error = getattr(self._watcher, "error", None)
+        return found + ((error,) if error else ())
 
     def close(self) -> None:
         close = getattr(self._watcher, "close", None)
