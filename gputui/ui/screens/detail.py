@@ -40,6 +40,7 @@ class ProcessDetail(Screen):
     DEFAULT_CSS = """
     ProcessDetail #detail-headline { height: auto; }
     ProcessDetail .detail-section { text-style: bold; border-top: solid $primary 40%; margin: 1 0 0 0; }
+    ProcessDetail.-ascii .detail-section { border-top: ascii $primary 40%; }
     """
 
     BINDINGS = [
@@ -52,6 +53,8 @@ class ProcessDetail(Screen):
     def __init__(self, pid: int, device_index: int | None, *, ascii: bool = False) -> None:
         super().__init__()
         self.pid, self.device_index, self.ascii = pid, device_index, ascii
+        if ascii:
+            self.add_class("-ascii")
         self.report: ProbeReport | None = None
         self.analysis: ProcessAnalysis | None = None
 
