@@ -1,10 +1,13 @@
 """Probe overhead on a CPU training loop of ~5 ms steps, and the CPU its socket thread uses.
 
-Same process, interleaved rounds with and without the probe after a warm-up, median step time of
-each; then the server thread's own CPU clock while a monitor-like client fetches a report every
-second. Targets (issue 4): under 1 % of step time, under 0.5 % of a core.
+Same process, interleaved blocks with and without the probe after a warm-up, median step time of
+each block (wall clock and the training thread's own CPU clock, which other processes on a shared
+machine disturb less); the whole comparison is repeated and every repeat printed, so the spread is
+visible. Then the socket thread's CPU clock while a monitor polls once a second, with the live
+monitor's incremental reports and with whole reports. Targets (issue 4): under 1 % of step time,
+under 0.5 % of a core.
 
-    python bench/bench_probe.py [--rounds 12] [--steps 100] [--seconds 10]
+    python bench/bench_probe.py [--repeats 3] [--rounds 30] [--steps 20] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -26,54 +29,80 @@ import torch  # noqa: E402
 import loops  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
+BATCH = 96  # loops.make_job()'s MLP at this batch: about 5 ms a step on one core of a laptop CPU
 
-def timed_steps(job, steps: int, offset: int) -> list[float]:
-    times = []
+
+def timed_steps(job, steps: int, offset: int) -> tuple[list[float], list[float]]:
+    """Wall and thread-CPU seconds of each step."""
+    wall, cpu = [], []
     for i in range(steps):
         x, y = job.batch_at(offset + i)
-        started = time.perf_counter()
+        w, c = time.perf_counter(), time.thread_time()
         loops.train_step(job, x, y)
-        times.append(time.perf_counter() - started)
-    return times
+        cpu.append(time.thread_time() - c)
+        wall.append(time.perf_counter() - w)
+    return wall, cpu
 
 
-def overhead(rounds: int, steps: int, activations: bool = True) -> None:
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], statistics.median(values), q[2]
+
+
+def overhead(rounds: int, steps: int, activations: bool = True) -> dict:
     """Blocks of ``steps`` steps alternate between probe off and on, ``rounds`` times each.
 
     The probe is created once and its hooks installed and removed between blocks, so both sides
     see the same process, the same allocator state and the same drift of a shared machine.
     """
-    job = loops.make_job()
+    job = loops.make_job(batch=BATCH)
     timed_steps(job, 100, 0)  # warm-up: Adam state, allocator, caches
     probe = runtime.start(serve=False, activations=activations)
     timed_steps(job, 5, 0)  # the probe learns the optimizer at its first step
-    off, on = [], []
-    before = probe.tracker.hook_seconds
+    blocks = {"off": ([], []), "on": ([], [])}
+    before, measured_before = probe.tracker.hook_seconds, len(probe.tracker.steps)
     for r in range(rounds):
         # Alternate which side goes first, so neither always runs right after the other.
         for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
             if side == "on":
                 probe.tracker.install()
-                on.append(statistics.median(timed_steps(job, steps, r * steps)))
             else:
                 probe.tracker.uninstall()
-                off.append(statistics.median(timed_steps(job, steps, r * steps)))
+            wall, cpu = timed_steps(job, steps, r * steps)
+            blocks[side][0].append(statistics.median(wall))
+            blocks[side][1].append(statistics.median(cpu))
+    steps_on = probe.tracker.steps[measured_before:]
+    measured = sum(1 for s in steps_on if s.allocated is not None)
     readings = probe.tracker.hook_seconds - before
     runtime.stop()
-    base, probed = statistics.median(off), statistics.median(on)
-    paired = statistics.median(b - a for a, b in zip(off, on))
-    label = "probe" if activations else "probe without activations"
-    print(f"{label}: {rounds} alternating blocks of {steps} steps each way")
-    print(f"  median step without: {base * 1e3:.3f} ms, with: {probed * 1e3:.3f} ms")
-    print(f"  overhead (median of paired blocks): {paired * 1e6:+.1f} us/step = "
-          f"{paired / base * 100:+.2f} % (target < 1 %)")
-    print(f"  of which per-step readings: {readings / (rounds * steps) * 1e6:.1f} us/step "
-          f"(budgeted to 0.5 % of step time)")
+    out = {"readings_us": readings / (rounds * steps) * 1e6, "measured": measured,
+           "stepped": len(steps_on)}
+    for i, clock in enumerate(("wall", "cpu")):
+        off, on = blocks["off"][i], blocks["on"][i]
+        base = statistics.median(off)
+        paired = [b - a for a, b in zip(off, on)]
+        low, mid, high = quartiles(paired)
+        out[clock] = (base, mid / base, low / base, high / base)
+    return out
+
+
+def print_overhead(label: str, results: list[dict], rounds: int, steps: int) -> None:
+    print(f"{label}: {len(results)} repeats of {rounds} alternating blocks of {steps} steps each way")
+    for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):
+        for r in results:
+            base, mid, low, high = r[clock]
+            print(f"  {name:10s}: step {base * 1e3:.2f} ms, overhead {mid * 100:+.2f} % "
+                  f"(paired blocks, middle half {low * 100:+.2f} .. {high * 100:+.2f} %)")
+        mids = [r[clock][1] * 100 for r in results]
+        print(f"  {name:10s}: repeats from {min(mids):+.2f} % to {max(mids):+.2f} % (target < 1 %)")
+    for r in results:
+        print(f"  readings and leak checks: {r['readings_us']:.1f} us/step "
+              f"({r['measured']} of {r['stepped']} steps measured; budgeted to 0.5 % of step time)")
 
 
 def time_in_hooks(steps: int) -> None:
     """The time spent inside the probe's hooks themselves: steadier than a difference of step times
-    on a shared machine. (The timing wrapper adds about 1 us per call of its own.)"""
+    on a shared machine. (The timing wrapper adds a few microseconds per call of its own.)"""
     from gputui.probe import tracking
 
     spent = [0.0]
@@ -91,42 +120,50 @@ def time_in_hooks(steps: int) -> None:
 
         setattr(tracking.Tracker, name, timed)
     try:
-        job = loops.make_job()
+        job = loops.make_job(batch=BATCH)
         probe = runtime.start(serve=False)
         timed_steps(job, 50, 0)
         spent[0] = 0.0
-        times = timed_steps(job, steps, 0)
+        wall, _ = timed_steps(job, steps, 0)
         measured = sum(1 for s in probe.tracker.steps[-steps:] if s.allocated is not None)
         runtime.stop()
     finally:
         for name, original in originals.items():
             setattr(tracking.Tracker, name, original)
-    per_step, step_time = spent[0] / steps, statistics.mean(times)
+    per_step, step_time = spent[0] / steps, statistics.median(wall)
     print(f"time inside the probe's hooks: {per_step * 1e6:.1f} us/step = "
           f"{per_step / step_time * 100:.2f} % of a {step_time * 1e3:.2f} ms step "
-          f"({measured} of {steps} steps fully measured within the budget)")
+          f"({measured} of {steps} steps measured within the budget)")
 
 
-def sampler_cpu(seconds: float) -> None:
+def sampler_cpu(seconds: float, incremental: bool) -> None:
     from gputui.link import client
 
     directory = tempfile.mkdtemp(prefix="gputui-bench-")
     os.chmod(directory, 0o700)
     os.environ["GPUTUI_PROBE_DIR"] = directory
-    job = loops.make_job()
+    job = loops.make_job(batch=BATCH)
     probe = runtime.start()
+    step = 0
+    while len(probe.tracker._steps) < probe.tracker._steps.maxlen:  # a full history, as in a long run
+        loops.train_step(job, *job.batch_at(step))
+        step += 1
     stop = threading.Event()
+    watcher = client.ProbeWatcher(timeout=5.0)
 
-    def monitor():  # polls like the live monitor: one report a second
+    def monitor():  # polls like the live monitor: once a second
         while not stop.wait(1.0):
-            client.fetch_report(os.getpid(), timeout=5)
+            if incremental:
+                watcher.poll()
+            else:
+                client.fetch_report(os.getpid(), timeout=5)
 
     server = probe.server._thread
     clock = time.pthread_getcpuclockid(server.ident)
+    served_before = probe.server.requests_answered
     cpu_before, wall_before = time.clock_gettime(clock), time.monotonic()
     poller = threading.Thread(target=monitor, daemon=True)
     poller.start()
-    step = 0
     while time.monotonic() - wall_before < seconds:
         loops.train_step(job, *job.batch_at(step))
         step += 1
@@ -134,26 +171,31 @@ def sampler_cpu(seconds: float) -> None:
     poller.join()
     cpu = time.clock_gettime(clock) - cpu_before
     wall = time.monotonic() - wall_before
-    report = probe.report()
+    served = probe.server.requests_answered - served_before
     runtime.stop()
-    print(f"socket thread: {cpu * 1e3:.1f} ms CPU over {wall:.1f} s with 1 report/s "
+    watcher.close()
+    how = "incremental reports (ProbeWatcher)" if incremental else "whole reports (fetch_report)"
+    print(f"socket thread, {how}: {cpu * 1e3:.1f} ms CPU over {wall:.1f} s, {served} requests "
           f"= {cpu / wall * 100:.3f} % of a core (target < 0.5 %)")
-    print(f"  report size: {len(report.steps)} steps kept; probe's own count of its CPU: "
-          f"{report.probe_cpu_seconds * 1e3:.1f} ms")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, CPU")
-    overhead(args.rounds, args.steps)
-    overhead(args.rounds, args.steps, activations=False)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, CPU, batch {BATCH}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    for activations in (True, False):
+        results = [overhead(args.rounds, args.steps, activations) for _ in range(args.repeats)]
+        print_overhead("probe" if activations else "probe without activations", results,
+                       args.rounds, args.steps)
     time_in_hooks(400)
-    sampler_cpu(args.seconds)
+    sampler_cpu(args.seconds, incremental=True)
+    sampler_cpu(args.seconds, incremental=False)
     return 0
 
 

@@ -23,6 +23,13 @@ def test_replies_shape():
         "v": 1, "id": None, "ok": False, "code": "unknown_op", "error": "no such op"}
 
 
+def test_a_raw_json_result_is_spliced_in_as_it_is():
+    raw = protocol.RawJSON(protocol.dumps({"steps": [{"step": 1}, {"step": 2}], "x": float("nan")}))
+    line = protocol.ok_reply("q", raw)
+    assert line == b'{"v":1,"id":"q","ok":true,"result":{"steps":[{"step":1},{"step":2}],"x":null}}\n'
+    assert json.loads(line)["result"] == {"steps": [{"step": 1}, {"step": 2}], "x": None}
+
+
 def test_non_finite_numbers_become_null():
     line = protocol.ok_reply(1, {"x": float("inf"), "y": [float("nan"), 2.5], "z": -float("inf")})
     assert b"Infinity" not in line and b"NaN" not in line

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from gputui.model import ProbeReport, StepRecord  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
-from gputui.probe.host import MallocInUse, ResidentMemory, plausible  # noqa: E402
+from gputui.probe.host import MallocInUse, ResidentMemory  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -74,10 +74,9 @@ def test_malloc_in_use_counts_a_cpu_tensor_exactly():
     assert MIB <= grown < MIB + 16384  # the tensor, its storage and TensorImpl objects
     del tensor
     assert malloc.read() - before < 16384
-    assert plausible(5, 4) == 5 and plausible(3, 4) is None and plausible(None, 0) is None
 
 
-def test_cpu_step_records_carry_host_memory():
+def test_cpu_step_records_carry_host_memory(monkeypatch):
     probe = runtime.start(serve=False, budget=1.0)
     try:
         loops.run("clean", 5)
@@ -85,9 +84,23 @@ def test_cpu_step_records_carry_host_memory():
     finally:
         runtime.stop()
     for record in steps:
-        assert record.host_memory > record.allocated > 0
+        # One figure, the one the verdict uses: the C allocator's bytes where glibc tells them.
         if MallocInUse().available:
-            assert record.host_allocated >= record.allocated
+            assert record.host_allocated >= record.allocated > 0 and record.host_memory is None
+        else:
+            assert record.host_memory > record.allocated > 0 and record.host_allocated is None
+
+
+def test_resident_memory_where_the_c_allocator_cannot_tell(monkeypatch):
+    # jemalloc or tcmalloc preloaded: glibc's own figure is tiny, below the tensors it should hold.
+    monkeypatch.setattr(MallocInUse, "read", lambda self: 4096)
+    probe = runtime.start(serve=False, budget=1.0)
+    try:
+        loops.run("clean", 3)
+        steps = probe.report().steps
+    finally:
+        runtime.stop()
+    assert all(s.host_allocated is None and s.host_memory > s.allocated for s in steps)
 
 
 def test_the_leak_check_is_budgeted_and_off_when_asked(monkeypatch):

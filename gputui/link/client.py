@@ -6,6 +6,7 @@ and polls every probe at once for the live monitor, and never raises.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import selectors
@@ -253,14 +254,20 @@ class ProbeWatcher:
     Call ``poll()`` from one worker thread each refresh; it waits at most ``timeout`` seconds and
     never raises. A probe slow to answer keeps its last report; reasons for probes that cannot be
     reached are in ``unavailable``. ``all_users`` is as for :func:`discover`.
+
+    After the first whole report, each poll asks only for the steps since the last one it has and
+    merges them in, keeping at most ``keep_steps`` per process: the probe encodes, sends and this
+    side decodes a second's worth of steps, not the whole history, at every refresh.
     """
 
     def __init__(self, *, timeout: float = 0.25, rediscover_every: float = 2.0,
                  give_up_after: float = 10.0, environ: dict[str, str] | None = None,
-                 all_users: bool | None = None, clock: Callable[[], float] = time.monotonic):
+                 all_users: bool | None = None, clock: Callable[[], float] = time.monotonic,
+                 keep_steps: int = 600):
         self.timeout = timeout
         self.rediscover_every = rediscover_every
         self.give_up_after = give_up_after
+        self.keep_steps = keep_steps
         self.unavailable: dict[int, str] = {}
         self.error: str | None = None  # a fault of the watcher itself, contained
         self._environ = environ
@@ -270,6 +277,7 @@ class ProbeWatcher:
         self._links: dict[int, ProbeLink] = {}
         self._reports: dict[int, ProbeReport] = {}
         self._retry_at: dict[int, float] = {}
+        self._since: dict[int, dict] = {}  # pid -> params asking for the steps after the last one held
         self._discovered_at: float | None = None
         self._lock = threading.Lock()
 
@@ -335,7 +343,7 @@ class ProbeWatcher:
                     continue
             if not link.pending:
                 try:
-                    link.send("report")
+                    link.send("report", self._since.get(pid))
                 except (ProbeUnavailable, OSError) as exc:
                     self._fail(pid, exc)
                     continue
@@ -348,11 +356,27 @@ class ProbeWatcher:
             return
         try:
             for reply in link.receive():
-                report = decode_report(pid, _result(pid, reply))
-                self._reports[pid] = report
+                self._take_report(pid, _result(pid, reply))
                 self.unavailable.pop(pid, None)
         except (ProbeUnavailable, OSError) as exc:
             self._fail(pid, exc)
+
+    def _take_report(self, pid: int, result: Any) -> None:
+        report = decode_report(pid, result)
+        held = self._reports.get(pid)
+        since = result.get("since_step") if isinstance(result, dict) else None
+        if isinstance(since, int) and held is not None:
+            # Only the steps after ``since``: the ones held up to there, then the new ones.
+            kept = tuple(s for s in held.steps if s.step <= since)
+            report = dataclasses.replace(report, steps=kept + report.steps)
+        if len(report.steps) > self.keep_steps:
+            report = dataclasses.replace(report, steps=report.steps[-self.keep_steps:])
+        self._reports[pid] = report
+        started_at = result.get("probe_started_at") if isinstance(result, dict) else None
+        if report.steps and isinstance(started_at, (int, float)):
+            self._since[pid] = {"since_step": report.steps[-1].step, "started_at": started_at}
+        else:
+            self._since.pop(pid, None)  # an older probe, or no steps yet: whole reports
 
     def _fail(self, pid: int, exc: Exception) -> None:
         self._hang_up(pid)
@@ -365,11 +389,13 @@ class ProbeWatcher:
         self._retry_at[pid] = self._clock() + self.rediscover_every
         if not (isinstance(exc, ProbeUnavailable) and exc.reason == TIMED_OUT):
             self._reports.pop(pid, None)  # only a slow probe's last report is worth showing
+            self._since.pop(pid, None)
 
     def _forget(self, pid: int) -> None:
         self._hang_up(pid)
         self._sockets.pop(pid, None)
         self._reports.pop(pid, None)
+        self._since.pop(pid, None)
         self._retry_at.pop(pid, None)
         self.unavailable.pop(pid, None)
 

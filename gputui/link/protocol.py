@@ -45,13 +45,26 @@ class Request:
     params: dict = field(default_factory=dict)
 
 
-def encode(message: dict) -> bytes:
-    """One message as a JSON line; NaN and infinities become null so any JSON reader accepts it."""
+class RawJSON(bytes):
+    """A result already encoded as JSON (by :func:`dumps`), spliced into the reply as it is.
+
+    Lets a handler keep the encoded form of parts that do not change between requests (a probe's
+    step records) instead of encoding them again for every reply.
+    """
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON; NaN and infinities become null so any JSON reader accepts it."""
     try:
-        text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        text = json.dumps(_finite(message), separators=(",", ":"), allow_nan=False)
-    return text.encode() + b"\n"
+        text = json.dumps(_finite(value), separators=(",", ":"), allow_nan=False)
+    return text.encode()
+
+
+def encode(message: dict) -> bytes:
+    """One message as a JSON line."""
+    return dumps(message) + b"\n"
 
 
 def request_line(request_id: int | str, op: str, params: dict | None = None) -> bytes:
@@ -60,6 +73,9 @@ def request_line(request_id: int | str, op: str, params: dict | None = None) -> 
 
 
 def ok_reply(request_id: Any, result: Any) -> bytes:
+    if isinstance(result, RawJSON):
+        head = dumps({"v": VERSION, "id": request_id, "ok": True})
+        return head[:-1] + b',"result":' + result + b"}\n"
     return encode({"v": VERSION, "id": request_id, "ok": True, "result": result})
 
 

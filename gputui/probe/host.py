@@ -2,8 +2,9 @@
 
 On CPU torch there are no allocator statistics, so tensors outside the tracked categories (a dict of
 tensors that grows) show only here: in the bytes the C allocator has handed out (glibc's mallinfo2,
-well under a microsecond, exact, blind to freed memory being reused) and in resident memory (one pread
-of /proc/self/statm on a descriptor kept open; coarser, since freed memory stays resident).
+exact, blind to freed memory being reused) and in resident memory (one pread of /proc/self/statm on a
+descriptor kept open; coarser, since freed memory stays resident). Either costs microseconds in a tight
+loop and tens of them right after a training step's work (cold caches, free lists to walk).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class MallocInUse:
     """Bytes handed out by the C allocator (heap chunks in use plus mmapped chunks), or None.
 
     Only glibc 2.33+ has mallinfo2 (the older mallinfo wraps at 4 GiB). A replacement allocator
-    (jemalloc, tcmalloc preloaded) leaves glibc's figures near zero: ``plausible`` tells.
+    (jemalloc, tcmalloc preloaded) leaves glibc's figures near zero: a figure below the tracked
+    tensors' bytes is not this process's.
     """
 
     def __init__(self):
@@ -80,7 +82,3 @@ class MallocInUse:
         info = self._call()
         return int(info.uordblks + info.hblkhd)
 
-
-def plausible(in_use: int | None, tracked: int) -> int | None:
-    """``in_use`` if it can hold the tracked tensors; None if another allocator serves the process."""
-    return in_use if in_use is not None and in_use >= tracked else None

@@ -17,6 +17,7 @@ import time
 import torch
 
 from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict
+from gputui.link.protocol import RawJSON, dumps
 from gputui.link.server import ProbeServer
 from gputui.model import ProbeDevice, ProbeReport, StepRecord, to_jsonable
 from gputui.model.verdicts import LEAK_LEAK
@@ -70,10 +71,11 @@ class Probe:
         self._snapshot_at = 0.0
         self._free_blocks: dict[int, int | None] = {}
         self._server_cpu = 0.0
-        self._steps_json: dict[int, dict] = {}
+        self._steps_json: dict[int, bytes] = {}
+        self._sites_cache: tuple = (None, b"[]")
         self.auto_sites = auto_sites  # record allocation sites by itself once a leak is confirmed
         self.leak_state: str | None = None  # the probe's own latest leak verdict
-        self._checked_step = 0
+        self._next_check = AUTO_CHECK_STEPS  # step at which the next leak check may run
         self._checked_elapsed = 0.0
         self._check_cost = 0.0
         self._auto_at: float | None = None
@@ -129,21 +131,30 @@ class Probe:
         self.tracker._steps.clear()
         self.tracker.step_count = 0
         self._steps_json = {}
-        self._checked_step, self._checked_elapsed, self.leak_state = 0, self.tracker._elapsed, None
+        self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker._elapsed
+        self.leak_state = None
 
     def _step_end(self, step: int) -> None:
-        # On the training thread, right after optimizer.step().
+        # On the training thread, right after optimizer.step(), at every step: right after the
+        # step's own work, whatever this touches is out of the CPU's caches, so the common path
+        # reads as few objects as it can.
+        sites = self.sites
+        if sites.on or sites._want is not None:
+            durations = [s[2] if isinstance(s, tuple) else s.duration
+                         for s in list(self.tracker._steps)[-21:]]
+            sites.step_end(step, durations, self.tracker.device)
+            self.tracker.saw_tensor = sites.saw if sites.on else None
+        elif step >= self._next_check and self.auto_sites and self.tracker.last_measured:
+            self._maybe_check_for_leak(step)  # right after a measured step, with its reading in
+        if step & 31 == 1:
+            self._now_and_then()
+
+    def _now_and_then(self) -> None:
+        """Every 32 steps: what may change at any time but need not be seen at once."""
         if not self.serve and self.server is None and self.running:
             self.serve = True  # a helper process that trains after all: a real training process
             self._start_server()
-        if self.sites.on or self.sites.pending:
-            durations = [s[2] if isinstance(s, tuple) else s.duration
-                         for s in list(self.tracker._steps)[-21:]]
-            self.sites.step_end(step, durations, self.tracker.device)
-            self.tracker.saw_tensor = self.sites.saw if self.sites.on else None
-        elif self.auto_sites and self._leak_check_due(step):
-            self._check_for_leak(step)
-        if step % 32 == 1 and not self.oom.observer_attached:  # CUDA may come up any time
+        if not self.oom.observer_attached:  # CUDA may come up any time
             try:
                 self.oom.attach_cuda_observer()
             except Exception as exc:
@@ -151,18 +162,12 @@ class Probe:
 
     # -- automatic site recording (training thread) --------------------------------------------------
 
-    def _leak_check_due(self, step: int) -> bool:
+    def _maybe_check_for_leak(self, step: int) -> None:
         tracker = self.tracker
-        if step - self._checked_step < AUTO_CHECK_STEPS or not tracker._steps:
-            return False
-        if not isinstance(tracker._steps[-1], StepRecord):
-            return False  # judge right after a measured step, with its reading in
-        if (tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost:
-            return False
-        return self._auto_at is None or time.monotonic() - self._auto_at >= AUTO_COOLDOWN
-
-    def _check_for_leak(self, step: int) -> None:
-        tracker = self.tracker
+        if ((tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost
+                or self._auto_at is not None and time.monotonic() - self._auto_at < AUTO_COOLDOWN):
+            self._next_check = step + AUTO_CHECK_STEPS
+            return
         started = time.perf_counter()
         try:
             recent = [s for s in list(tracker._steps)[-2 * WINDOW_STEPS:] if isinstance(s, StepRecord)]
@@ -174,7 +179,7 @@ class Probe:
         except Exception as exc:
             self.problems.record("leak check", exc)
         finally:
-            self._checked_step = step
+            self._next_check = step + AUTO_CHECK_STEPS
             self._checked_elapsed = tracker._elapsed
             self._check_cost = time.perf_counter() - started
             tracker.hook_seconds += self._check_cost
@@ -192,6 +197,9 @@ class Probe:
     def _build_report(self) -> ProbeReport:
         with self._lock:
             devices = self._devices()
+        return dataclasses.replace(self._report_without_steps(devices), steps=tuple(self.tracker.steps))
+
+    def _report_without_steps(self, devices: tuple[ProbeDevice, ...]) -> ProbeReport:
         sites = self.sites
         if sites.on and time.perf_counter() - sites.started_at > sites.max_seconds:
             sites.request(0, on=False)  # the next step end switches it off; steps may have stopped
@@ -201,7 +209,6 @@ class Probe:
             torch_version=torch.__version__,
             command=tuple(sys.argv) if sys.argv and sys.argv != [""] else (),
             devices=devices,
-            steps=tuple(self.tracker.steps),
             last_oom=self.oom.last,
             recording=sites.on or sites.pending,
             recorded_steps=tuple(sites.recorded_steps),
@@ -257,19 +264,51 @@ class Probe:
             "steps": self.tracker.step_count,
         }
 
-    def _report(self, params: dict) -> dict:
+    def _report(self, params: dict) -> RawJSON:
+        """The report as JSON: whole, or with ``since_step`` only the steps after that one.
+
+        A poller that already holds the steps up to ``since_step`` (and says which probe it holds
+        them from, ``started_at``) gets only the new ones, marked by a ``since_step`` key; a
+        whole report (no such key) tells it to start over: another probe, or steps counted anew.
+        Step records never change once written, so each is encoded once, not at every request.
+        """
         started = time.thread_time()
-        report = self.report()
-        data = to_jsonable(dataclasses.replace(report, steps=()))
-        # Step records never change once written: convert each once, not at every request.
-        cache = self._steps_json
-        data["steps"] = [cache.get(s.step) or cache.setdefault(s.step, to_jsonable(s))
-                         for s in report.steps]
-        if len(cache) > 2 * len(report.steps) + 10:
-            keep = {s.step for s in report.steps}
-            self._steps_json = {k: v for k, v in cache.items() if k in keep}
-        self._server_cpu += time.thread_time() - started
-        return data
+        try:
+            since = _since_step(params, self.started_at, self.tracker.step_count)
+            with self._lock:
+                devices = self._devices()
+            report = self._report_without_steps(devices)
+            data = to_jsonable(dataclasses.replace(report, sites=()))
+            del data["steps"], data["sites"]
+            data["probe_started_at"] = self.started_at
+            if since is not None:
+                data["since_step"] = since
+            entries = list(self.tracker._steps)
+            numbers = [s[0] if type(s) is tuple else s.step for s in entries]
+            cache = self._steps_json
+            steps = []
+            for number, entry in zip(numbers, entries):
+                if since is not None and number <= since:
+                    continue
+                encoded = cache.get(number)
+                if encoded is None:
+                    record = entry if isinstance(entry, StepRecord) else StepRecord(*entry)
+                    encoded = cache[number] = dumps(to_jsonable(record))
+                steps.append(encoded)
+            if len(cache) > 2 * len(entries) + 10:
+                keep = set(numbers)
+                self._steps_json = {k: v for k, v in cache.items() if k in keep}
+            return RawJSON(dumps(data)[:-1] + b',"sites":' + self._sites_json(report.sites)
+                           + b',"steps":[' + b",".join(steps) + b"]}")
+        finally:
+            self._server_cpu += time.thread_time() - started
+
+    def _sites_json(self, sites: tuple) -> bytes:
+        # Unchanged between step ends: encoded again only when the recording added a column.
+        key = (self.sites.started_at, tuple(self.sites.recorded_steps), len(sites))
+        if self._sites_cache[0] != key:
+            self._sites_cache = (key, dumps(to_jsonable(sites)))
+        return self._sites_cache[1]
 
     def _record_sites(self, params: dict) -> dict:
         on = params.get("on", True)
@@ -279,6 +318,18 @@ class Probe:
         self.sites.request(steps, on=on)
         return {"recording": on, "steps": min(steps, 50) if on else 0,
                 "starts_at_step": self.tracker.step_count + 1 if on else None}
+
+
+def _since_step(params: dict, started_at: float, step_count: int) -> int | None:
+    """The step after which a report's steps are wanted, or None for a whole report."""
+    since = params.get("since_step")
+    if since is None:
+        return None
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError("since_step must be a non-negative integer")
+    if params.get("started_at") != started_at or since > step_count:
+        return None  # the poller's steps are from another probe, or counted before a fork
+    return since
 
 
 def _memory_snapshot() -> list:

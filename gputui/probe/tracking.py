@@ -22,12 +22,14 @@ from torch.optim.optimizer import (
 
 from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
-from gputui.probe.host import MallocInUse, ResidentMemory, plausible
+from gputui.probe.host import MallocInUse, ResidentMemory
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # What one saved tensor costs the training thread with the hooks on (pack, unpack and release, each a
-# call from C++ into Python), measured on CPU torch 2.13; counted against the readings budget.
-PACK_COST = 4e-6
+# call from C++ into Python), measured inside a real CPU training loop (torch 2.13, a shared 2-core
+# machine: cold caches after each op make these calls cost far more than in a tight loop); counted
+# against the readings budget.
+PACK_COST = 12e-6
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
@@ -180,9 +182,15 @@ class Tracker:
         self._live: dict[tuple, list] = {}
         self._activation_bytes: dict = {}  # torch.device -> bytes saved for backward, live
         self._model_keys: frozenset = frozenset()  # storages of parameters, grads, state
+        # (device, parameter bytes, optimizer-state bytes there, torch.device, shape of the model)
+        # at the latest full tally
+        self._static: tuple | None = None
         self._local = threading.local()
         self._handles: list = []
         self._module_handles: list = []
+        self._pre_handles: list = []
+        self._armed = False  # the hooks that readings need are installed
+        self.last_measured = False  # the latest step has a full StepRecord
         self._roots: weakref.WeakSet = weakref.WeakSet()  # modules called at the top level
         self._roots_learned = False
         self._phase = IDLE
@@ -201,25 +209,48 @@ class Tracker:
     def install(self) -> None:
         self._step_started = None  # time without the hooks is no step of ours
         self._phase = IDLE
-        self._handles = [
-            register_optimizer_step_pre_hook(self._optimizer_pre),
-            register_optimizer_step_post_hook(self._optimizer_post),
-        ]
+        # Only the optimizer post-hook stays for good: it counts steps. The hooks that readings need
+        # (optimizer pre-hook, module hooks, saved tensors) are armed only for measured steps, so
+        # the other steps pay for one hook call and nothing else: the model's own calls take
+        # nn.Module's fast path.
+        self._handles = [register_optimizer_step_post_hook(self._optimizer_post)]
+        self._arm()
+        self.active = True
+
+    def uninstall(self) -> None:
+        self.active = False
+        self._disarm()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _arm(self) -> None:
+        if self._armed:
+            return
+        self._pre_handles = [register_optimizer_step_pre_hook(self._optimizer_pre)]
         if self._roots_learned:
-            self._hook_roots()
+            self._hook_module_roots()
         else:
             self._module_handles = [
                 torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
                 torch.nn.modules.module.register_module_forward_hook(
                     self._module_post, always_call=True),
             ]
-        self.active = True
+        self._armed = True
 
-    def uninstall(self) -> None:
-        self.active = False
-        for handle in self._handles + self._module_handles:
+    def _disarm(self) -> None:
+        if not self._armed:
+            return
+        for handle in self._pre_handles + self._module_handles:
             handle.remove()
-        self._handles, self._module_handles = [], []
+        self._pre_handles, self._module_handles = [], []
+        self._armed = False
+        local = self._local
+        local.depth = 0
+        if getattr(local, "pushed", False):  # a step ended inside a forward pass: leave no hooks behind
+            local.pushed = False
+            if _autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
+                _autograd._pop_saved_tensors_default_hooks()
 
     def _hook_roots(self) -> None:
         """Swap the global module hooks for hooks on the top-level modules seen so far.
@@ -227,6 +258,11 @@ class Tracker:
         Global hooks send every module call through nn.Module's slow path; after a few steps the
         probe knows which modules start a forward pass and watches only those.
         """
+        self._roots_learned = True
+        if self._armed:
+            self._hook_module_roots()
+
+    def _hook_module_roots(self) -> None:
         for handle in self._module_handles:
             handle.remove()
         self._module_handles = []
@@ -234,7 +270,6 @@ class Tracker:
             self._module_handles.append(module.register_forward_pre_hook(self._module_pre))
             self._module_handles.append(
                 module.register_forward_hook(self._module_post, always_call=True))
-        self._roots_learned = True
 
     # -- reading memory ---------------------------------------------------------------------------
 
@@ -278,11 +313,40 @@ class Tracker:
                 stats=stats,
                 tally=self.tally() if with_tally else None,
             )
+        static = self._static
+        if static is not None and static[0] == device and (
+                not with_tally or static[4] == self._shape_of_model()):
+            # Parameters and optimizer state keep the size the last full tally counted while the
+            # model and the optimizer's state keep their shape; gradients come and go, activations
+            # are counted as they are saved. A full tally costs a few microseconds per tensor.
+            grads = self._gradient_bytes(device)
+            acts = self._activation_bytes.get(static[3], 0)
+            row = [static[1], grads, static[2], acts]
+            counts = {device: row} if with_tally else None
+            return _Reading(allocated=static[1] + static[2] + grads + acts, tally=counts)
         counts = self.tally()
         if device is None:
             device = self._choose_device(counts)
         row = counts.get(device) if device else None
+        if row is not None:
+            self._static = (device, row[PARAMS], row[STATE], torch.device(device), self._shape_of_model())
         return _Reading(allocated=sum(row) if row else 0, tally=counts)
+
+    def _shape_of_model(self) -> tuple:
+        """Changes when parameters or optimizer state are added or dropped (then a full tally)."""
+        return tuple((id(opt), len(opt.state), sum(len(g["params"]) for g in opt.param_groups))
+                     for opt in list(self.optimizers))
+
+    def _gradient_bytes(self, device: str) -> int:
+        total = 0
+        on_cpu = device == "cpu"
+        for opt in list(self.optimizers):
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    g = p.grad
+                    if g is not None and (g.is_cpu if on_cpu else str(g.device) == device):
+                        total += g.nbytes
+        return total
 
     def _choose_device(self, counts: dict[str, list[int]]) -> str | None:
         if counts:
@@ -298,9 +362,15 @@ class Tracker:
         started = self.clock()
         try:
             reading = self._read(with_tally=phase == IDLE)
-            if phase == IDLE:
-                reading.host = self.resident.read()
-                reading.heap = self.malloc.read()
+            if phase == IDLE and reading.stats is None:
+                # CPU jobs only (a CUDA job's verdict stands on the allocator): the C allocator's
+                # bytes in use, else resident memory. Each read costs tens of microseconds in a
+                # real loop, so only the one the verdict will use.
+                heap = self.malloc.read()
+                if heap is not None and heap >= reading.allocated:
+                    reading.heap = heap
+                else:
+                    reading.host = self.resident.read()
             if previous != IDLE and self._phase_start is not None:
                 peak = _phase_peak(self._phase_start, reading)
                 if peak is not None:
@@ -405,15 +475,18 @@ class Tracker:
             self._start_step()
         self._mark(FORWARD)
 
-    def _start_step(self) -> None:
-        self.hook_seconds += self._packs * PACK_COST
-        self._packs = 0
-        self._step_started = self.clock()
-        self._peaks = {}
-        self._marks = {}
+    def _start_step(self, now: float | None = None) -> None:
+        if self._packs:
+            self.hook_seconds += self._packs * PACK_COST
+            self._packs = 0
+        self._step_started = self.clock() if now is None else now
         # Readings cost time on the training thread: take them only while the probe's share of
         # step time stays inside its budget (every step when steps are long or readings cheap).
-        self._measuring = self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self._steps
+        self._measuring = measuring = (
+            self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self._steps)
+        if measuring or self._peaks:
+            self._peaks = {}
+            self._marks = {}
 
     def _optimizer_pre(self, optimizer, args, kwargs):
         if _is_compiling() or not self.active:
@@ -437,26 +510,44 @@ class Tracker:
         if _is_compiling() or not self.active:
             return None
         try:
-            if self._primary is not None and self._primary() is optimizer:
+            primary = self._primary() if self._primary is not None else None
+            if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
+                self.optimizers.add(optimizer)
+                self._primary = weakref.ref(optimizer)
+                primary = optimizer
+            if primary is optimizer:
                 self._end_step()
         except Exception as exc:
             self.problems.record("optimizer post-hook", exc)
         return None
 
     def _end_step(self) -> None:
+        # At every step, right after the step's own work has pushed the probe's objects out of the
+        # CPU caches: the unmeasured path touches as little as it can.
         now = self.clock()
         started = self._step_started
-        self._mark(IDLE)
-        self.step_count += 1
+        self.step_count = count = self.step_count + 1
         duration = None if started is None else now - started
         if duration is not None:
             self._elapsed += duration
-        end = self._marks.get(IDLE) if self._measuring else None
-        self._steps.append(self._record(duration, end))
-        self._step_started = None
-        self._start_step()  # the next step starts where this one ends (data loading included)
+        if self._measuring:
+            self._mark(IDLE)
+            end = self._marks.get(IDLE)
+            self._steps.append(self._record(duration, end))
+            self.last_measured = end is not None
+        else:
+            self._phase = IDLE
+            self._steps.append((count, self.wallclock(), duration, self._device))
+            self.last_measured = False
+        # The next step starts where this one ends (data loading included).
+        self._start_step(now)
         if not self._roots_learned and self.step_count >= LEARN_STEPS and self._roots:
             self._hook_roots()
+        if self._roots_learned and self._measuring != self._armed and self.active:
+            if self._measuring:
+                self._arm()
+            else:
+                self._disarm()
         if self.on_step_end is not None:
             self.on_step_end(self.step_count)
 
@@ -481,7 +572,7 @@ class Tracker:
             peak_optimizer=self._peaks.get(OPTIMIZER),
             categories=categories_of(row, end.allocated if cuda else None),
             host_memory=end.host,
-            host_allocated=None if cuda else plausible(end.heap, end.allocated),
+            host_allocated=end.heap,
         )
 
     @property

@@ -1,0 +1,106 @@
+"""Incremental reports: a real probe in this process answers ``since_step``; the watcher merges."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gputui.link import client, paths, protocol  # noqa: E402
+from gputui.model import ProbeReport, from_jsonable  # noqa: E402
+from gputui.probe import runtime  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import loops  # noqa: E402
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    directory = tmp_path / "p"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv(paths.DIR_ENV, str(directory))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    p = runtime.start(budget=1.0, max_steps=50)
+    assert p.server is not None
+    yield p
+    runtime.stop()
+    torch.set_num_threads(threads)
+
+
+def ask(probe, params=None) -> dict:
+    return json.loads(protocol.ok_reply(1, probe._report(params or {})))["result"]
+
+
+def test_since_step_sends_only_the_newer_steps(probe):
+    job = loops.make_job()
+    loops.clean(job, 10)
+    whole = ask(probe)
+    assert "since_step" not in whole and [s["step"] for s in whole["steps"]] == list(range(1, 11))
+    assert whole["probe_started_at"] == probe.started_at
+    assert from_jsonable(ProbeReport, whole).steps == probe.report().steps
+    loops.clean(job, 3)
+    newer = ask(probe, {"since_step": 10, "started_at": probe.started_at})
+    assert newer["since_step"] == 10 and [s["step"] for s in newer["steps"]] == [11, 12, 13]
+    # Everything but the steps is there, as in a whole report.
+    assert newer["devices"] == ask(probe)["devices"] and newer["pid"] == os.getpid()
+
+
+def test_a_poller_holding_another_probes_steps_gets_a_whole_report(probe):
+    loops.clean(loops.make_job(), 5)
+    for params in ({"since_step": 3, "started_at": probe.started_at - 1.0},  # another probe
+                   {"since_step": 3},  # no probe named
+                   {"since_step": 9, "started_at": probe.started_at}):  # steps counted anew
+        result = ask(probe, params)
+        assert "since_step" not in result and len(result["steps"]) == 5
+    for bad in (-1, "3", True, 2.5):
+        with pytest.raises(ValueError, match="since_step must be a non-negative integer"):
+            probe._report({"since_step": bad, "started_at": probe.started_at})
+
+
+def test_each_step_is_encoded_once(probe, monkeypatch):
+    loops.clean(loops.make_job(), 8)
+    ask(probe)
+    encoded = []
+    real = runtime.dumps
+    monkeypatch.setattr(runtime, "dumps", lambda value: encoded.append(value) or real(value))
+    ask(probe)
+    assert not any("step" in v and "ended_at" in v for v in encoded if isinstance(v, dict))
+
+
+def test_the_watcher_merges_new_steps_and_keeps_a_bounded_history(probe, monkeypatch):
+    job = loops.make_job()
+    loops.clean(job, 12)
+    watcher = client.ProbeWatcher(timeout=5.0, keep_steps=30)
+    asked = []
+    real_send = client.ProbeLink.send
+
+    def send(link, op, params=None):
+        asked.append(params)
+        return real_send(link, op, params)
+
+    monkeypatch.setattr(client.ProbeLink, "send", send)
+    try:
+        first = watcher.poll()[os.getpid()]
+        assert [s.step for s in first.steps] == list(range(1, 13))
+        loops.clean(job, 25)
+        merged = watcher.poll()[os.getpid()]
+        assert asked == [None, {"since_step": 12, "started_at": probe.started_at}]
+        # 37 steps seen, the latest 30 kept; the probe itself keeps 50.
+        assert [s.step for s in merged.steps] == list(range(8, 38))
+        assert merged.steps == probe.report().steps[-30:]
+        assert merged.devices == probe.report().devices
+        assert watcher.poll()[os.getpid()].steps == merged.steps  # nothing new: nothing lost
+    finally:
+        watcher.close()
+
+
+def test_one_shot_reports_stay_whole(probe):
+    loops.clean(loops.make_job(), 6)
+    report = client.fetch_report(os.getpid(), timeout=5.0)
+    assert [s.step for s in report.steps] == [1, 2, 3, 4, 5, 6]
