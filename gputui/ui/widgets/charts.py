@@ -107,7 +107,7 @@ class DeviceHistory(StyledLines):
             series = history.device(device.index, metric)
             points = tuple(fmt.resample(series.values, cells))
             latest = next((v for v in reversed(series.values) if v is not None), None)
-            charts.append((title, words(latest), points, chart_scale(metric, device)))
+            charts.append((title, words(latest), latest, points, chart_scale(metric, device)))
         times = history.device(device.index, "gpu_util").times
         covered = round(times[-1] - times[0]) if len(times) > 1 else 0
         state = (device.index, tuple(charts), columns, chart_width, covered)
@@ -128,8 +128,9 @@ CHART_GAP = 3
 TITLE_WIDTH = 12  # "POWER  595W "
 
 # How full a chart cell is: seven heights of block (never the full one, so stacked charts keep a
-# gap between them), or nine ASCII marks.
+# gap between them), or seven ASCII marks from the baseline up, light to dense.
 BLOCKS = "▁▂▃▄▅▆▇"
+ASCII_MARKS = "_.-=+*#"
 CHART_STYLE = "$primary"
 
 
@@ -145,8 +146,8 @@ def chart_scale(metric: str, device: Device) -> tuple[float, float, float, float
     return 20.0, top, 0.85, 0.95
 
 
-def chart_line(title: str, value: str, points: tuple[float, ...], scale, width: int, *,
-               ascii: bool = False) -> Words:
+def chart_line(title: str, value: str, latest: float | None, points: tuple[float, ...], scale,
+               width: int, *, ascii: bool = False) -> Words:
     """One chart: "UTIL   92% ▁▂▅▇███…", the newest point at the right edge.
 
     The blocks are drawn in one calm colour so the shape reads at a glance; the latest value
@@ -155,10 +156,14 @@ def chart_line(title: str, value: str, points: tuple[float, ...], scale, width: 
     bottom, top, warn, high = scale
     cells = max(1, width - TITLE_WIDTH)
     span = top - bottom
-    latest = None if span <= 0 or not points else min(1.0, max(0.0, (points[-1] - bottom) / span))
-    value_style = "$text-muted" if value == fmt.NA else (
-        "bold " + LEVEL_STYLES[fmt.level(latest, warn=warn, high=high)] if latest is not None else "bold")
-    marks = fmt.ASCII_LEVELS[1:] if ascii else BLOCKS
+    if value == fmt.NA:
+        value_style = "$text-muted"
+    elif latest is None or span <= 0:
+        value_style = "bold"
+    else:
+        value_style = "bold " + LEVEL_STYLES[fmt.level(min(1.0, max(0.0, (latest - bottom) / span)),
+                                                       warn=warn, high=high)]
+    marks = ASCII_MARKS if ascii else BLOCKS
     if span > 0:
         drawn = "".join(marks[min(len(marks) - 1, int(min(1.0, max(0.0, (p - bottom) / span)) * len(marks)))]
                         for p in points)

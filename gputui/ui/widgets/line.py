@@ -116,9 +116,9 @@ class StyledLines(Widget):
             last = strip.crop(width - 1, width)
             style = next((s.style for s in last), None)
             return Strip([*kept, Segment("…", style)], width).simplify() if width else Strip([], 0)
-        if length < width:
+        if length < width and background:  # a line with a background of its own fills the width
             return Strip([*segments, segment(background, " " * (width - length), "")], width)
-        return strip
+        return strip  # Textual pads a short line with the widget's own background
 
     def _segment(self, background: str, text: str, style: str) -> Segment:
         key = (background, text, style)

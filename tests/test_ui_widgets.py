@@ -1,0 +1,94 @@
+"""The main screen's drawing pieces: styled words, the one-line history charts, and the widgets that
+draw lines from cached segments (repaint only on change, one line per device in small panes, clicks).
+"""
+
+from __future__ import annotations
+
+from textual.content import Content
+
+from gputui.ui.widgets import bars
+from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
+from gputui.ui.widgets.devices import DeviceLines, render_device
+from gputui.ui.widgets.line import pieces_of
+
+from test_ui_app import make_app, settle
+from test_ui_data import device
+
+
+def test_words_join_skip_empty_parts_and_merge_one_style():
+    words = bars.join([bars.label("MEM"), "", "58.5G", (), bars.value("n/a")])
+    assert words == (("MEM", "bold $text-muted"), (" 58.5G ", ""), ("n/a", "$text-muted"))
+    assert bars.plain(words) == "MEM 58.5G n/a"
+    assert bars.assemble(("a", "bold"), ("b", "bold"), " c") == (("ab", "bold"), (" c", ""))
+
+
+def test_meter_colours_its_fill_by_level():
+    assert bars.meter(0.5, 4) == (("▕", "$text-muted"), ("██", "$success"), ("░░", "$text-muted 50%"),
+                                  ("▏", "$text-muted"))
+    assert bars.meter(0.95, 2, ascii=True)[1] == ("##", "$error")
+    assert bars.meter(None, 2, ascii=True) == (("[", "$text-muted"), ("??", "$text-muted 50%"),
+                                               ("]", "$text-muted"))
+
+
+def test_content_becomes_lines_of_pieces_with_overlapping_styles_joined():
+    content = Content.assemble(("ab", "bold"), " c\n", ("d", "$error"))
+    content = content.stylize("red", 1, 3)
+    assert pieces_of(content) == ((("a", "bold"), ("b", "bold red"), (" ", "red"), ("c", "")),
+                                  (("d", "$error"),))
+
+
+def test_chart_line_puts_the_newest_point_at_the_right_on_a_fixed_scale():
+    line = chart_line("UTIL", "50%", 50.0, (0.0, 50.0, 100.0), (0.0, 100.0, 0.7, 0.9), 17)
+    assert line == (("UTIL  ", "bold $text-muted"), ("  50%", "bold $success"), ("   ", ""),
+                    ("▁▄▇", "$primary"))
+    assert bars.plain(line) == "UTIL    50%   ▁▄▇"
+    ascii_line = chart_line("MEM", "79G", 79.0, (10.0, 80.0), (0.0, 80.0, 0.7, 0.95), 14, ascii=True)
+    assert bars.plain(ascii_line) == "MEM     79G _#"
+    assert ascii_line[1] == ("  79G", "bold $error")  # 79 of 80: past the high mark
+
+
+def test_chart_line_without_a_scale_draws_a_flat_line():
+    line = chart_line("POWER", "n/a", None, (5.0, 6.0), (0.0, 0.0, 0.7, 0.9), 14)
+    assert line[-1] == ("▁▁", "$primary")
+    assert line[1] == ("  n/a", "$text-muted")
+
+
+def test_chart_scales_come_from_the_device():
+    d = device(0)
+    assert chart_scale("gpu_util", d) == (0.0, 100.0, 0.7, 0.9)
+    assert chart_scale("memory_used", d) == (0.0, float(d.memory_total), 0.7, 0.95)
+    assert chart_scale("power_draw", d) == (0.0, 700.0, 0.7, 0.9)
+    assert chart_scale("temperature", d) == (20.0, 90.0, 0.85, 0.95)
+
+
+def test_a_lost_device_is_one_line_saying_so():
+    lines = render_device(device(1, lost="GPU is lost"), "normal", 120)
+    assert len(lines) == 1
+    assert bars.plain(lines[0]).endswith("LOST: GPU is lost")
+
+
+async def test_device_rows_repaint_only_on_change_and_collapse_in_small_panes():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        lines = app.screen.query_one(DeviceLines)
+        assert len(lines.lines) == 2 * len(app.snapshot.devices)  # two lines per GPU here
+        drawn = lines.lines
+        lines._repaint_required = False
+        app.screen.render_snapshot()  # the same snapshot again
+        assert lines.lines is drawn and not lines._repaint_required
+        await pilot.resize_terminal(50, 15)
+        await pilot.pause()
+        assert len(lines.lines) == len(app.snapshot.devices)
+
+
+async def test_clicking_a_device_charts_it():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.click(DeviceLines, offset=(3, 4))  # third line pair: GPU 2
+        await pilot.pause()
+        assert app.screen.chart_device == 2
+        charts = app.screen.query_one(DeviceHistory)
+        assert charts.border_title.startswith("GPU 2 history")
+        assert bars.plain(charts.lines[0][1]).startswith("UTIL")
