@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gputui.link import client, paths, protocol  # noqa: E402
-from gputui.model import ProbeReport, from_jsonable  # noqa: E402
+from gputui.model import MemoryCategories, ProbeReport, StepRecord, from_jsonable, to_jsonable  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -104,3 +104,16 @@ def test_one_shot_reports_stay_whole(probe):
     loops.clean(loops.make_job(), 6)
     report = client.fetch_report(os.getpid(), timeout=5.0)
     assert [s.step for s in report.steps] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("entry", [
+    (5, 1767603600.123456, 0.0051234, "cpu"),
+    (6, 1.0, None, None),
+    (7, 2.5, float("inf"), "cuda:0"),  # not JSON: null, as the generic encoder makes it
+    (8, 3.0, float("nan"), "cpu"),
+    (9, 1e-07, 12.5, "cuda:1"),
+])
+def test_unmeasured_steps_are_encoded_as_the_generic_codec_would(entry):
+    assert runtime._step_json(entry) == protocol.dumps(to_jsonable(StepRecord(*entry)))
+    measured = StepRecord(*entry[:2], allocated=5, categories=MemoryCategories(1, 2, 3, 4, None))
+    assert runtime._step_json(measured) == protocol.dumps(to_jsonable(measured))

@@ -14,7 +14,7 @@ def start(**options: Any):
     """Start the probe in this process (idempotent) and return it.
 
     Options: ``activations`` (see tensors saved for backward, default True), ``budget`` (share of
-    step time the per-step readings may take, default 0.005), ``serve`` (open the socket, default
+    step time the per-step readings may take, default 0.004), ``serve`` (open the socket, default
     True), ``socket_path`` (tests). Never raises for the probe's own trouble: problems are reported.
     """
     from gputui.probe import runtime

@@ -1,0 +1,85 @@
+"""The readings budget holds what measured steps really cost, hooks armed only when they measure."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
+
+from gputui.probe import runtime, tracking  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import loops  # noqa: E402
+
+COST = 0.004  # seconds a measured step's untimed hooks cost in the test below
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_unmeasured_steps_run_without_the_readings_hooks():
+    p = runtime.start(budget=0.0, serve=False)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 6)  # the first steps learn the model's top-level module
+        assert not p.tracker._armed
+        assert len(job.model._forward_pre_hooks) == 0 and len(job.model._forward_hooks) == 0
+        assert p.tracker._pre_handles == [] and len(p.tracker._handles) == 1  # the step counter
+        p.tracker.budget = 1.0
+        loops.clean(job, 2)
+        assert p.tracker._armed and len(job.model._forward_pre_hooks) == 1
+        assert len(_global_optimizer_pre_hooks) >= 1
+    finally:
+        runtime.stop()
+    assert len(job.model._forward_pre_hooks) == 0 and not p.tracker._armed
+
+
+def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monkeypatch):
+    # Untimed work in the forward hook (as nn.Module's slow path would be) makes measured steps
+    # longer; the probe charges the excess over a typical step to its budget, so it measures less.
+    real = tracking.Tracker._module_pre
+
+    def slow_module_pre(self, module, args):
+        time.sleep(COST)
+        return real(self, module, args)
+
+    monkeypatch.setattr(tracking.Tracker, "_module_pre", slow_module_pre)
+    p = runtime.start(budget=0.02, serve=False, auto_sites=False)
+    try:
+        loops.clean(loops.make_job(), 150)
+        steps = p.report().steps
+    finally:
+        runtime.stop()
+    measured = [s for s in steps[10:] if s.allocated is not None]
+    assert measured and len(measured) < len(steps[10:])
+    # Each measured step was charged (about) the sleep, not only its readings' few hundred us.
+    assert p.tracker.hook_seconds >= 0.6 * COST * len(measured)
+    assert p.tracker.hook_seconds <= 0.02 * p.tracker._elapsed + 0.5 * max(s.duration for s in steps)
+
+
+def test_installing_twice_counts_each_step_once():
+    p = runtime.start(budget=0.0, serve=False)
+    try:
+        p.tracker.install()  # already installed by start()
+        loops.clean(loops.make_job(), 3)
+        p.tracker.uninstall()
+        p.tracker.uninstall()
+        p.tracker.install()
+        p.tracker.install()
+        loops.clean(loops.make_job(), 2)
+        steps = p.report().steps
+    finally:
+        runtime.stop()
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5]
+    assert all(s.duration is None or s.duration > 1e-4 for s in steps)
