@@ -64,8 +64,8 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
     measured = [s for s in steps[10:] if s.allocated is not None]
     assert measured and len(measured) < len(steps[10:])
     # Each measured step was charged (about) the sleep, not only its readings' few hundred us.
-    assert p.tracker.hook_seconds >= 0.6 * COST * len(measured)
-    assert p.tracker.hook_seconds <= 0.02 * p.tracker._elapsed + 0.5 * max(s.duration for s in steps)
+    assert p.tracker.charged >= 0.6 * COST * len(measured)
+    assert p.tracker.charged <= 0.02 * p.tracker._elapsed + 0.5 * max(s.duration for s in steps)
 
 
 def test_installing_twice_counts_each_step_once():

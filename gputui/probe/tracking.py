@@ -31,6 +31,7 @@ IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # against the readings budget.
 PACK_COST = 12e-6
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
+BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
 
@@ -193,6 +194,8 @@ class Tracker:
         self.last_measured = False  # the latest step has a full StepRecord
         self._typical: float | None = None  # smoothed duration of unmeasured steps
         self._hook_at_start = 0.0  # hook_seconds when the running step started
+        self._excess = 0.0  # measured steps' untimed cost, estimated (see _end_step)
+        self._in_a_row = 0  # measured steps in a row
         self._roots: weakref.WeakSet = weakref.WeakSet()  # modules called at the top level
         self._roots_learned = False
         self._phase = IDLE
@@ -487,8 +490,10 @@ class Tracker:
         self._hook_at_start = self.hook_seconds
         # Readings cost time on the training thread: take them only while the probe's share of
         # step time stays inside its budget (every step when steps are long or readings cheap).
-        self._measuring = measuring = (
-            self.hook_seconds <= self.budget * max(self._elapsed, 1e-9) or not self._steps)
+        measuring = self.charged <= self.budget * max(self._elapsed, 1e-9) or not self._steps
+        if measuring and self._in_a_row >= BASELINE_EVERY and self.budget < 1.0:
+            measuring = False  # now and then a step without readings, to know what one costs
+        self._measuring = measuring
         if measuring or self._peaks:
             self._peaks = {}
             self._marks = {}
@@ -533,7 +538,9 @@ class Tracker:
         started = self._step_started
         self.step_count = count = self.step_count + 1
         duration = None if started is None else now - started
-        if self._measuring:
+        measured, timed = self._measuring, self.hook_seconds
+        self._in_a_row = self._in_a_row + 1 if measured else 0
+        if measured:
             self._mark(IDLE)
             end = self._marks.get(IDLE)
             self._steps.append(self._record(duration, end))
@@ -541,11 +548,12 @@ class Tracker:
             if duration is not None and self._typical is not None:
                 # What the readings cost beyond what they timed themselves: module hooks sending
                 # the model through nn.Module's slow path, calls from C++ into Python, hooks
-                # armed and removed. Charged from the step's own excess over a typical step, so
-                # the budget holds what the probe really costs.
+                # armed and removed. Estimated from the measured steps' excess over a typical
+                # step, summed with its sign so that noise cancels (clamping each step at zero
+                # would charge noise), and never below zero, so a slow spell of the machine
+                # before cannot hide a real cost later.
                 extra = duration - self._typical - (self.hook_seconds - self._hook_at_start)
-                if extra > 0:
-                    self.hook_seconds += min(extra, 0.5 * duration)
+                self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, 0.5 * duration)))
         else:
             self._phase = IDLE
             self._steps.append((count, self.wallclock(), duration, self._device))
@@ -562,11 +570,16 @@ class Tracker:
         self._start_step(now)
         if not self._roots_learned and self.step_count >= LEARN_STEPS and self._roots:
             self._hook_roots()
-        if self._roots_learned and self._measuring != self._armed and self.active:
+        toggle = self._roots_learned and self._measuring != self._armed and self.active
+        if toggle:
             if self._measuring:
                 self._arm()
             else:
                 self._disarm()
+        if measured or toggle:
+            # A measured step's record and arming or removing the hooks happen after its end, on
+            # the next step's clock: charged here, as the next step's own readings.
+            self.hook_seconds += self.clock() - now - (self.hook_seconds - timed)
         if self.on_step_end is not None:
             self.on_step_end(self.step_count)
 
@@ -593,6 +606,11 @@ class Tracker:
             host_memory=end.host,
             host_allocated=end.heap,
         )
+
+    @property
+    def charged(self) -> float:
+        """Seconds charged to the readings budget: timed readings plus their estimated untimed cost."""
+        return self.hook_seconds + self._excess
 
     @property
     def steps(self) -> tuple[StepRecord, ...]:
