@@ -41,6 +41,8 @@ class Chart(Vertical):
         self.ascii = ascii
         self._last: tuple | None = None
         self._spark_width: int | None = None
+        self._series: Series | None = None
+        self._width = 0
 
     def compose(self) -> ComposeResult:
         yield Line(Content.styled(self.chart_title, "bold $text-muted"), classes="chart-title")
@@ -49,7 +51,13 @@ class Chart(Vertical):
         else:
             yield Sparkline([], summary_function=max)
 
+    def on_resize(self) -> None:
+        # Shown before its first layout, it guessed a width: draw again at the real one.
+        if self._series is not None and self.size.width != self._width:
+            self.show(self._series)
+
     def show(self, series: Series) -> None:
+        self._series, self._width = series, self.size.width
         width = max(1, self.size.width or 30)
         points = fmt.resample(series.values, width)
         latest = next((v for v in reversed(series.values) if v is not None), None)
