@@ -17,7 +17,7 @@ from gputui.probe import runtime, tracking  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
 
-COST = 0.004  # seconds a measured step's untimed hooks cost in the test below
+COST = 0.01  # seconds a measured step's untimed hooks cost in the test below
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +64,7 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
     measured = [s for s in steps[10:] if s.allocated is not None]
     assert measured and len(measured) < len(steps[10:])
     # Each measured step was charged (about) the sleep, not only its readings' few hundred us.
-    assert p.tracker.charged >= 0.6 * COST * len(measured)
+    assert p.tracker.charged >= 0.3 * COST * len(measured)
     assert p.tracker.charged <= 0.02 * p.tracker._elapsed + 0.5 * max(s.duration for s in steps)
 
 

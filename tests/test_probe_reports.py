@@ -76,7 +76,7 @@ def test_each_step_is_encoded_once(probe, monkeypatch):
 def test_the_watcher_merges_new_steps_and_keeps_a_bounded_history(probe, monkeypatch):
     job = loops.make_job()
     loops.clean(job, 12)
-    watcher = client.ProbeWatcher(timeout=5.0, keep_steps=30)
+    watcher = client.ProbeWatcher(timeout=5.0, keep_steps=30, keep_measured=0)
     asked = []
     real_send = client.ProbeLink.send
 
@@ -117,3 +117,27 @@ def test_unmeasured_steps_are_encoded_as_the_generic_codec_would(entry):
     assert runtime._step_json(entry) == protocol.dumps(to_jsonable(StepRecord(*entry)))
     measured = StepRecord(*entry[:2], allocated=5, categories=MemoryCategories(1, 2, 3, 4, None))
     assert runtime._step_json(measured) == protocol.dumps(to_jsonable(measured))
+
+
+def test_measured_steps_outlive_the_window_of_recent_steps(tmp_path, monkeypatch):
+    directory = tmp_path / "p"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv(paths.DIR_ENV, str(directory))
+    p = runtime.start(budget=1.0, max_steps=20)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 10)
+        p.tracker.budget = 0.0
+        loops.clean(job, 25)  # step 11 measured still (decided as step 10 ended), 12-35 not
+        steps = p.report().steps  # the window of 20 holds 16-35; 1-11 measured, kept in front
+        assert [s.step for s in steps] == list(range(1, 12)) + list(range(16, 36))
+        assert all(s.allocated is not None for s in steps[:11])
+        assert all(s.allocated is None for s in steps[11:])
+        watcher = client.ProbeWatcher(timeout=5.0, keep_steps=12, keep_measured=4)
+        try:
+            held = watcher.poll()[os.getpid()].steps
+        finally:
+            watcher.close()
+        assert [s.step for s in held] == [8, 9, 10, 11] + list(range(24, 36))
+    finally:
+        runtime.stop()

@@ -256,18 +256,21 @@ class ProbeWatcher:
     reached are in ``unavailable``. ``all_users`` is as for :func:`discover`.
 
     After the first whole report, each poll asks only for the steps since the last one it has and
-    merges them in, keeping at most ``keep_steps`` per process: the probe encodes, sends and this
-    side decodes a second's worth of steps, not the whole history, at every refresh.
+    merges them in, keeping at most ``keep_steps`` per process, and before those up to
+    ``keep_measured`` older steps the probe measured (a probe sampling its readings may measure
+    one step in fifty: leak verdicts need a few dozen): the probe encodes, sends and this side
+    decodes a second's worth of steps, not the whole history, at every refresh.
     """
 
     def __init__(self, *, timeout: float = 0.25, rediscover_every: float = 2.0,
                  give_up_after: float = 10.0, environ: dict[str, str] | None = None,
                  all_users: bool | None = None, clock: Callable[[], float] = time.monotonic,
-                 keep_steps: int = 600):
+                 keep_steps: int = 600, keep_measured: int = 128):
         self.timeout = timeout
         self.rediscover_every = rediscover_every
         self.give_up_after = give_up_after
         self.keep_steps = keep_steps
+        self.keep_measured = keep_measured
         self.unavailable: dict[int, str] = {}
         self.error: str | None = None  # a fault of the watcher itself, contained
         self._environ = environ
@@ -370,7 +373,10 @@ class ProbeWatcher:
             kept = tuple(s for s in held.steps if s.step <= since)
             report = dataclasses.replace(report, steps=kept + report.steps)
         if len(report.steps) > self.keep_steps:
-            report = dataclasses.replace(report, steps=report.steps[-self.keep_steps:])
+            older, recent = report.steps[:-self.keep_steps], report.steps[-self.keep_steps:]
+            measured = [s for s in older if s.allocated is not None]
+            kept = tuple(measured[-self.keep_measured:]) if self.keep_measured > 0 else ()
+            report = dataclasses.replace(report, steps=kept + recent)
         self._reports[pid] = report
         started_at = result.get("probe_started_at") if isinstance(result, dict) else None
         if report.steps and isinstance(started_at, (int, float)):

@@ -129,7 +129,7 @@ class Probe:
         self.serve = False
         self.socket_path = None
         self._lock = threading.Lock()  # a parent thread may have held the old one at fork time
-        self.tracker._steps.clear()
+        self.tracker.clear_steps()
         self.tracker.step_count = 0
         self._steps_json = {}
         self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker._elapsed
@@ -171,7 +171,7 @@ class Probe:
             return
         started = time.perf_counter()
         try:
-            recent = [s for s in list(tracker._steps)[-2 * WINDOW_STEPS:] if isinstance(s, StepRecord)]
+            recent = list(tracker._measured)[-2 * WINDOW_STEPS:]
             verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=tuple(recent)))
             self.leak_state = verdict.state
             if verdict.state == LEAK_LEAK:
@@ -284,7 +284,7 @@ class Probe:
             data["probe_started_at"] = self.started_at
             if since is not None:
                 data["since_step"] = since
-            entries = list(self.tracker._steps)
+            entries = self.tracker.entries()
             numbers = [s[0] if type(s) is tuple else s.step for s in entries]
             cache = self._steps_json
             steps = []

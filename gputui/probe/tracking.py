@@ -31,6 +31,7 @@ IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # against the readings budget.
 PACK_COST = 12e-6
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
+MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
 BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
@@ -71,10 +72,13 @@ class _Saved:
 PARAMS, GRADS, STATE, ACTS = range(4)
 
 
-def tally(optimizers, saved_tensors=(), seen: set | None = None) -> dict[str, list[int]]:
+def tally(optimizers, saved_tensors=(), seen: set | None = None,
+          lasting: set | None = None) -> dict[str, list[int]]:
     """Bytes per device ("cpu", "cuda:0") and category, deduplicated by storage.
 
-    ``seen``, when given, collects the (data_ptr, device) keys of the storages counted.
+    ``seen``, when given, collects the (data_ptr, device) keys of the storages counted;
+    ``lasting`` those of parameters and optimizer state only (gradients are freed and their
+    addresses reused from one step to the next).
     """
     seen = set() if seen is None else seen
     totals: dict = {}
@@ -94,6 +98,8 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None) -> dict[str, li
         if key in seen:
             return
         seen.add(key)
+        if lasting is not None and slot != GRADS:
+            lasting.add(key)
         row = totals.get(device)
         if row is None:
             row = totals[device] = [0, 0, 0, 0]
@@ -172,6 +178,9 @@ class Tracker:
         # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others:
         # a frozen dataclass per step costs the training thread more than the tuple.
         self._steps: deque = deque(maxlen=max_steps)
+        # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may
+        # hold too few of them for a leak verdict.
+        self._measured: deque = deque(maxlen=MEASURED_KEPT)
         self.step_count = 0
         self.active = False
         self.hook_seconds = 0.0  # time spent in readings on the training thread
@@ -283,7 +292,8 @@ class Tracker:
     def tally(self) -> dict[str, list[int]]:
         """Bytes per device and category right now: parameters, gradients, state, activations."""
         keys: set = set()
-        counts = tally(list(self.optimizers), (), keys)
+        counts = tally(list(self.optimizers), (), lasting=keys)
+        # Saved tensors with these storages are parameters or state, not activations.
         self._model_keys = frozenset(keys)
         for device, nbytes in list(self._activation_bytes.items()):
             if nbytes:
@@ -543,7 +553,10 @@ class Tracker:
         if measured:
             self._mark(IDLE)
             end = self._marks.get(IDLE)
-            self._steps.append(self._record(duration, end))
+            record = self._record(duration, end)
+            self._steps.append(record)
+            if end is not None:
+                self._measured.append(record)
             self.last_measured = end is not None
             if duration is not None and self._typical is not None:
                 # What the readings cost beyond what they timed themselves: module hooks sending
@@ -615,7 +628,20 @@ class Tracker:
     @property
     def steps(self) -> tuple[StepRecord, ...]:
         """The recent steps, oldest first (safe from any thread)."""
-        return tuple(s if isinstance(s, StepRecord) else StepRecord(*s) for s in tuple(self._steps))
+        return tuple(s if isinstance(s, StepRecord) else StepRecord(*s) for s in self.entries())
+
+    def entries(self) -> list:
+        """The recent steps as kept (StepRecords and plain tuples), oldest first, with measured
+        steps from before the kept window in front of it (safe from any thread)."""
+        recent = list(self._steps)
+        if not recent:
+            return recent
+        first = recent[0][0] if type(recent[0]) is tuple else recent[0].step
+        return [r for r in list(self._measured) if r.step < first] + recent
+
+    def clear_steps(self) -> None:
+        self._steps.clear()
+        self._measured.clear()
 
     @property
     def device(self) -> str | None:
