@@ -152,6 +152,21 @@ def bench_probed() -> None:
           f"median {statistics.median(costs):.2f} ms per probed process; first advice: {advice[0].kind}")
 
 
+def bench_cpu_check() -> None:
+    """The probe's own leak check on a CPU job: leak_verdict over its 128 kept measured steps,
+    host memory beyond the tracked tensors included (run on the training thread, budgeted)."""
+    records = tuple(
+        StepRecord(step=s * 16, ended_at=1000.0 + s * 0.08, duration=0.005, device="cpu",
+                   allocated=6 * MIB, categories=MemoryCategories(MIB, MIB, 4 * MIB, 0, None),
+                   host_allocated=300 * MIB + s * 16 * 64 * 1024)
+        for s in range(128))
+    report = ProbeReport(pid=4242, taken_at=records[-1].ended_at, steps=records)
+    costs = timed(lambda: leak_verdict(report), 50)
+    verdict = leak_verdict(report)
+    print(f"probe's leak check (CPU job, {len(records)} measured steps): median "
+          f"{statistics.median(costs):.2f} ms; verdict {verdict.state} in {verdict.category}")
+
+
 def last_nvml(report: ProbeReport) -> int:
     return report.steps[-1].reserved + 500 * MIB
 
@@ -163,6 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     bench_trends(args.processes, args.seconds)
     bench_probed()
+    bench_cpu_check()
 
 
 if __name__ == "__main__":
