@@ -199,6 +199,10 @@ DEFS: dict[str, Any] = {
         "peak_optimizer": _nullable("integer", "peak allocated during optimizer.step() (bytes)", **BYTES),
         "categories": {"anyOf": [_ref("MemoryCategories"), {"type": "null"}],
                        "description": "categories at the end of the step"},
+        "host_memory": _nullable("integer", "resident memory of the process at the end of the step "
+                                 "(bytes; CPU-only jobs)", **BYTES),
+        "host_allocated": _nullable("integer", "bytes the C allocator had handed out at the end of "
+                                    "the step (glibc; CPU-only jobs)", **BYTES),
     }, "One training step, bounded by optimizer.step() calls"),
     "OomRecord": _obj({
         "at": _exact("number", "when (seconds since the epoch)"),
