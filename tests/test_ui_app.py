@@ -17,6 +17,7 @@ from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.signals import send
+from gputui.ui.widgets.devices import DeviceLines
 from gputui.ui.widgets.processes import ProcessTable
 
 from test_ui_data import T0, process, training_snapshot
@@ -227,7 +228,9 @@ async def test_resize_to_small_panes_changes_the_layout():
         await pilot.pause()
         assert main.layout_mode == "tiny"
         assert main.query_one(ProcessTable).column_ids == TINY
-        assert all(row.region.height == 1 for row in main.query("DeviceRow"))
+        devices = main.query_one(DeviceLines)
+        assert len(app.snapshot.devices) == 4
+        assert len(devices.lines) == 4 and devices.region.height == 4  # one line per GPU
         await pilot.resize_terminal(180, 50)
         await pilot.pause()
         assert main.layout_mode == "wide"
@@ -280,6 +283,17 @@ async def test_command_palette_offers_the_actions():
     async with readonly.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert not any("SIGKILL" in c.title for c in readonly.get_system_commands(readonly.screen))
+
+
+async def test_ascii_mode_gives_textual_its_scrollbars_back():
+    from textual.scrollbar import ScrollBar, ScrollBarRender
+
+    app = make_app(ascii=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert ScrollBar.renderer is not ScrollBarRender
+        assert ScrollBar.renderer.VERTICAL_BARS == [" "] * 8
+    assert ScrollBar.renderer is ScrollBarRender
 
 
 async def test_q_quits():

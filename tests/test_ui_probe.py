@@ -227,6 +227,58 @@ async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
         assert "steps 1-12  step time 10 ms" in text(screen, "#step-summary")
 
 
+async def test_probed_rows_nvml_does_not_list_are_counted():
+    snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(steps=12),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert "PROCESSES  7  sort" in text(app.screen, "#table-status")  # 6 GPU processes + the job
+        await pilot.press("slash", *"examples")
+        await pilot.pause()
+        assert "PROCESSES  1 of 7  sort" in text(app.screen, "#table-status")
+
+
+async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
+    import signal
+    import subprocess
+    import sys
+
+    from gputui.ui.screens.confirm import ConfirmSignal
+
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(pid=job.pid),))
+        app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            table = app.screen.query_one(ProcessTable)
+            table.move_cursor(row=len(table.ordered_rows) - 1)
+            await pilot.pause()
+            await pilot.press("T")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmSignal) and app.screen.pid == job.pid
+            assert "not listed by NVML" in app.screen.what
+            await pilot.press("y")
+            assert job.wait(timeout=10) == -signal.SIGTERM
+            assert any(n.message == f"Sent SIGTERM to process {job.pid}." for n in app._notifications)
+    finally:
+        job.kill()
+        job.wait()
+
+
+async def test_demo_probed_rows_are_not_signalled():
+    snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", simulated=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ProcessTable)
+        table.move_cursor(row=len(table.ordered_rows) - 1)
+        await pilot.pause()
+        await pilot.press("K")
+        assert not isinstance(app.screen, ProcessDetail)
+        assert any("Demo mode: process 7777 is simulated" in n.message for n in app._notifications)
+
+
 class FakeWatcher:
     def __init__(self, reports, unavailable=None) -> None:
         self.reports = reports
@@ -251,6 +303,11 @@ async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
         assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))  # it stays
         told = [n.message for n in app._notifications]
         assert told.count("NVML Shared Library Not Found") == 1  # the full reason, said once
+        assert "PROCESSES  1  sort" in text(app.screen, "#table-status")
+        await pilot.press("c")  # charts asked for, but there is no GPU to chart
+        await pilot.pause()
+        assert app.screen.charts_on and not app.screen.query_one("#charts").display
+        assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))
 
 
 def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkeypatch):

@@ -19,6 +19,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
+from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
 from gputui.analysis.history import History
@@ -48,6 +49,13 @@ def _link_request(pid: int, op: str, params: dict):
     from gputui.link.client import request
 
     return request(pid, op, params)
+
+
+class AsciiScrollBarRender(ScrollBarRender):
+    """Scrollbar thumbs of whole cells (spaces), no block characters."""
+
+    VERTICAL_BARS = [" "] * len(ScrollBarRender.VERTICAL_BARS)
+    HORIZONTAL_BARS = [" "] * len(ScrollBarRender.HORIZONTAL_BARS)
 
 
 class GpuTuiApp(App[int]):
@@ -88,8 +96,8 @@ class GpuTuiApp(App[int]):
         self.autostart = autostart
         self.history = history or History()
         self.snapshot: Snapshot | None = None
-        self.trends: table_rows.Verdicts = table_rows.Verdicts()
-        self.leaks: dict = {}
+        self.trends: dict = {}  # NVML memory trends by (pid, device index)
+        self.leaks: dict = {}  # probed processes' leak verdicts by pid
         self.requester = requester or _link_request
         self.banner = banner
         self.problem: str | None = banner
@@ -100,16 +108,16 @@ class GpuTuiApp(App[int]):
         self._told: set[str] = set()
         self._trend_cache = None
         self.theme = THEMES.get(theme, theme)
+        self._scrollbar_renderer = None  # Textual's own, while --ascii swaps it out
         if self.keymap:
             self.set_keymap(self.keymap)
-        if ascii:
-            self._use_ascii_scrollbars()
 
     # -- start and stop ----------------------------------------------------------------------
 
     def on_mount(self) -> None:
         if self.ascii:
             self.add_class("-ascii")
+            self._use_ascii_scrollbars()
         self.main = MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
         if self.banner is not None:
             self.main.charts_on = False  # no driver: there is no GPU history to chart
@@ -123,6 +131,7 @@ class GpuTuiApp(App[int]):
             self.sample_now()
 
     def on_unmount(self) -> None:
+        self._restore_scrollbars()
         if self.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -176,7 +185,6 @@ class GpuTuiApp(App[int]):
         if not repeat:  # the same instant twice (or a clock stepping back) must not skew history
             self.history.add(snapshot)
             self._judge_trends(snapshot)
-        self.trends = table_rows.Verdicts(self.trends.trends, self.leaks)
         for problem in snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
@@ -187,7 +195,7 @@ class GpuTuiApp(App[int]):
         else:
             self.main.stale = True
             if isinstance(screen, ProcessDetail):
-                screen.show(snapshot, self.history, self.trends)
+                screen.show(snapshot, self.history, self.trends, self.leaks)
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -199,7 +207,7 @@ class GpuTuiApp(App[int]):
 
         if self._trend_cache is None:
             self._trend_cache = TrendCache()
-        self.trends = table_rows.Verdicts(trends(self.history, snapshot, cache=self._trend_cache))
+        self.trends = trends(self.history, snapshot, cache=self._trend_cache)
 
     # -- screens -----------------------------------------------------------------------------
 
@@ -211,7 +219,7 @@ class GpuTuiApp(App[int]):
             screen = ProcessDetail(pid, None, ascii=self.ascii)
         self.push_screen(screen)
         if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot, self.history, self.trends)
+            self.call_after_refresh(screen.show, self.snapshot, self.history, self.trends, self.leaks)
 
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
         self.open_detail(None, pid=message.pid)
@@ -293,32 +301,29 @@ class GpuTuiApp(App[int]):
         self.main.render_snapshot()
 
     def action_signal(self, name: str) -> None:
-        target = getattr(self.screen, "target_process", None)
-        proc = target() if target else None
-        if proc is None:
+        choose = getattr(self.screen, "signal_target", None)
+        target = choose() if choose else None
+        if target is None:
             self.notify("Select a process first.", severity="warning")
             return
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")
             return
         if self.simulated:
-            self.notify(f"Demo mode: process {proc.pid} is simulated, no signal sent.",
+            self.notify(f"Demo mode: process {target.pid} is simulated, no signal sent.",
                         severity="warning")
             return
-        what = " ".join(proc.command) or proc.name or "?"
-        pid = proc.local_pid if proc.local_pid is not None else None
 
         def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            refusal = send(pid, name)
+            refusal = send(target.local_pid, name)
             if refusal:
                 self.notify(refusal, title=f"{name} not sent", severity="error")
             else:
-                self.notify(f"Sent {name} to process {pid}.", title="Signal sent")
+                self.notify(f"Sent {name} to process {target.local_pid}.", title="Signal sent")
 
-        self.push_screen(ConfirmSignal(name, proc.pid, f"{what}  (user {proc.user or '?'})"),
-                         answered)
+        self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
@@ -346,11 +351,16 @@ class GpuTuiApp(App[int]):
         yield SystemCommand("Keys", "Every key and what it does", self.action_help)
 
     def _use_ascii_scrollbars(self) -> None:
-        # Scrollbars draw eighth-blocks for smooth thumbs; plain spaces keep --ascii honest.
-        from textual.scrollbar import ScrollBarRender
+        # Scrollbars draw eighth-blocks for smooth thumbs; plain spaces keep --ascii honest. The
+        # renderer is a class-wide setting of Textual's, so it is put back when the app ends.
+        if self._scrollbar_renderer is None:
+            self._scrollbar_renderer = ScrollBar.renderer
+            ScrollBar.renderer = AsciiScrollBarRender
 
-        ScrollBarRender.VERTICAL_BARS = [" "] * len(ScrollBarRender.VERTICAL_BARS)
-        ScrollBarRender.HORIZONTAL_BARS = [" "] * len(ScrollBarRender.HORIZONTAL_BARS)
+    def _restore_scrollbars(self) -> None:
+        if self._scrollbar_renderer is not None:
+            ScrollBar.renderer = self._scrollbar_renderer
+            self._scrollbar_renderer = None
 
 
 def binding_ids() -> set[str]:

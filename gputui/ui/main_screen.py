@@ -18,6 +18,7 @@ from textual.widgets import Footer, Input
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.rows import COLUMNS
+from gputui.ui.signals import Target
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
@@ -124,13 +125,15 @@ class MainScreen(Screen):
         if self.chart_device not in indices:
             self.chart_device = indices[0] if indices else None
         device_mode = "normal" if self.layout_mode in ("normal", "wide") else self.layout_mode
-        self.query_one(DeviceList).show(snap, device_mode,
-                                        self.chart_device if self.charts_visible else None)
+        # No GPUs (no driver): nothing to chart, whatever the charts key says.
+        charted = next((d for d in snap.devices if d.index == self.chart_device), None)
+        visible = self.charts_visible and charted is not None
+        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if visible else None)
         charts = self.query_one(DeviceHistory)
-        if charts.display != self.charts_visible:
-            charts.display = self.charts_visible
-        if self.charts_visible:
-            charts.show(app.history, next(d for d in snap.devices if d.index == self.chart_device))
+        if charts.display != visible:
+            charts.display = visible
+        if visible:
+            charts.show(app.history, charted)
         self.render_table()
 
     def render_table(self) -> None:
@@ -140,9 +143,13 @@ class MainScreen(Screen):
         found = table_rows.build_rows(
             snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view,
-            trends=self.app.trends, ascii=self.ascii)
+            trends=self.app.trends, leaks=self.app.leaks, ascii=self.ascii)
         self.query_one(ProcessTable).show(found)
-        self._render_status(len([r for r in found if r.process is not None]), len(snap.processes))
+        # Probed processes NVML does not list are rows of their own, counted like the rest.
+        listed = {table_rows.own_pid(p) for p in snap.processes}
+        unlisted = sum(1 for r in snap.probes if r.pid not in listed)
+        shown = sum(1 for r in found if r.process is not None or r.report is not None)
+        self._render_status(shown, len(snap.processes) + unlisted)
 
     def _render_status(self, shown: int, total: int) -> None:
         arrow = ("v" if self.sort_reverse else "^") if self.ascii else ("▼" if self.sort_reverse else "▲")
@@ -163,6 +170,22 @@ class MainScreen(Screen):
         table = self.query_one(ProcessTable)
         row = table.rows_by_key.get(table.selected_key or "")
         return None if row is None else row.process
+
+    def signal_target(self) -> Target | None:
+        """Who a signal key would signal: the selected GPU process, or a probed process NVML does
+        not list (its probe was found here, so its pid is a local one)."""
+        table = self.query_one(ProcessTable)
+        row = table.rows_by_key.get(table.selected_key or "")
+        if row is None:
+            return None
+        if row.process is not None:
+            p = row.process
+            return Target(p.pid, p.local_pid,
+                          f"{' '.join(p.command) or p.name or '?'}  (user {p.user or '?'})")
+        if row.report is not None:
+            command = " ".join(row.report.command) or f"probed process {row.pid}"
+            return Target(row.pid, row.pid, f"{command}  (probed, not listed by NVML)")
+        return None
 
     # -- actions -----------------------------------------------------------------------------
 

@@ -22,27 +22,6 @@ from gputui.model.verdicts import (
 from gputui.ui import format as fmt
 
 
-class Verdicts(Mapping):
-    """What the analysis concluded about one snapshot's processes.
-
-    The mapping itself is the NVML memory trends by (pid, device), so code that looks trends up by
-    key keeps working; ``leaks`` holds the leak verdicts of probed processes by pid.
-    """
-
-    def __init__(self, trends: Mapping | None = None, leaks: Mapping | None = None) -> None:
-        self.trends = dict(trends or {})
-        self.leaks: dict[int, LeakVerdict] = dict(leaks or {})
-
-    def __getitem__(self, key):
-        return self.trends[key]
-
-    def __iter__(self):
-        return iter(self.trends)
-
-    def __len__(self) -> int:
-        return len(self.trends)
-
-
 @dataclass(frozen=True)
 class Column:
     """One column of the process table."""
@@ -303,12 +282,11 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
                leaks: Mapping | None = None) -> list[Row]:
     """The rows to show, in order: GPU processes, then probed processes NVML does not list.
 
-    Leak verdicts come from ``leaks``, or from ``trends`` when it is a :class:`Verdicts`.
+    ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` the probed processes'
+    leak verdicts by pid.
     """
-    if leaks is None:
-        leaks = getattr(trends, "leaks", None) or {}
     probes: dict[int, ProbeReport] = {r.pid: r for r in snapshot.probes}
-    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii, leaks)
+    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii, leaks or {})
     procs = [p for p in snapshot.processes
              if matches(p, filter_text) and (only_user is None or p.user == only_user)]
     procs = sort_processes(procs, sort, reverse, ctx)

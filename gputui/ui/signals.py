@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import dataclass
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
@@ -12,6 +13,16 @@ WHAT_IT_DOES = {
     "SIGTERM": "ask it to terminate",
     "SIGKILL": "kill it at once; it cannot clean up",
 }
+
+
+@dataclass(frozen=True)
+class Target:
+    """The process a signal would go to: the pid shown, the pid here (None in another PID
+    namespace), and how to name it in the confirmation."""
+
+    pid: int
+    local_pid: int | None
+    what: str
 
 
 def send(pid: int | None, name: str) -> str | None:

@@ -81,13 +81,12 @@ class ProcessDetail(Screen):
         # One chart per row in a narrow pane (an inline style: it must win over the app's sheet).
         self.query_one("#detail-charts").styles.grid_size_columns = 1 if self.size.width < 70 else 2
 
-    def show(self, snapshot: Snapshot, history: History, verdicts: Mapping | None = None) -> None:
+    def show(self, snapshot: Snapshot, history: History, trends: Mapping | None = None,
+             leaks: Mapping | None = None) -> None:
         """Render from the latest snapshot; a process that exited keeps its last known details.
 
-        ``verdicts`` holds the trends by (pid, device) and, as ``.leaks``, the leak verdicts by pid
-        (gputui.ui.rows.Verdicts).
+        ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` leak verdicts by pid.
         """
-        verdicts = verdicts if verdicts is not None else {}
         mine = [p for p in snapshot.processes if p.pid == self.pid]
         proc = next((p for p in mine if p.device_index == self.device_index), None)
         local = own_pid(proc) if proc is not None else self.pid
@@ -98,8 +97,8 @@ class ProcessDetail(Screen):
         device = None
         if proc is not None:
             device = next((d for d in snapshot.devices if d.index == proc.device_index), None)
-        trend = verdicts.get(self.key) if self.device_index is not None else None
-        leak = getattr(verdicts, "leaks", {}).get(local)
+        trend = (trends or {}).get(self.key) if self.device_index is not None else None
+        leak = (leaks or {}).get(local)
 
         self.query_one("#detail-title", Static).update(self._title(proc, report))
         if proc is not None:
