@@ -500,7 +500,7 @@ class Tracker:
         self._hook_at_start = self.hook_seconds
         # Readings cost time on the training thread: take them only while the probe's share of
         # step time stays inside its budget (every step when steps are long or readings cheap).
-        measuring = self.charged <= self.budget * max(self._elapsed, 1e-9) or not self._steps
+        measuring = self.hook_seconds + self._excess <= self.budget * self._elapsed or not self._steps
         if measuring and self._in_a_row >= BASELINE_EVERY and self.budget < 1.0:
             measuring = False  # now and then a step without readings, to know what one costs
         self._measuring = measuring
@@ -527,10 +527,10 @@ class Tracker:
         return None
 
     def _optimizer_post(self, optimizer, args, kwargs):
-        if _is_compiling() or not self.active:
+        if not self.active or _is_compiling():
             return None
         try:
-            primary = self._primary() if self._primary is not None else None
+            primary = self._primary and self._primary()
             if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
                 self.optimizers.add(optimizer)
                 self._primary = weakref.ref(optimizer)
