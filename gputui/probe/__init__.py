@@ -14,8 +14,10 @@ def start(**options: Any):
     """Start the probe in this process (idempotent) and return it.
 
     Options: ``activations`` (see tensors saved for backward, default True), ``budget`` (share of
-    step time the per-step readings may take, default 0.004), ``serve`` (open the socket, default
-    True), ``socket_path`` (tests). Never raises for the probe's own trouble: problems are reported.
+    step time the per-step readings may take, default 0.004), ``auto_sites`` (record allocation
+    sites for a few steps by itself once it confirms a leak, default True), ``serve`` (open the
+    socket, default True), ``socket_path`` (tests). Never raises for the probe's own trouble:
+    problems are reported.
     """
     from gputui.probe import runtime
 
