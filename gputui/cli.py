@@ -121,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     demo_train = sub.add_parser("demo-train", help="a small PyTorch training loop with the probe")
     demo_train.add_argument("--steps", type=_pid, default=None, help="stop after N steps")
-    demo_train.add_argument("--leak", action="store_true", help="keep each loss with its graph")
+    demo_train.add_argument(
+        "--leak", nargs="?", const="graph", choices=("graph", "outputs", "cache"), metavar="KIND",
+        help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "
+             "graph) or cache (a growing dict of tensors)",
+    )
     return parser
 
 
