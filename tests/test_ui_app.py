@@ -54,6 +54,41 @@ async def test_first_sample_fills_the_table_in_memory_order():
         assert "PROCESSES  6" in status and "sort GPU MEM" in status
 
 
+async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
+    import dataclasses
+
+    from gputui.ui.sampler import sample_ahead
+    from test_ui_data import ReplaySource
+
+    first = training_snapshot()
+    later = dataclasses.replace(first, taken_at=first.taken_at + 1)
+    source = ReplaySource([first, later])
+    sampler = Sampler(source, watch_probes=False)
+    ahead = sample_ahead(sampler)
+    assert ahead.result(timeout=10) is first and source.calls == 1  # taken before the app runs
+    app = GpuTuiApp(sampler, me="bob", first_sample=ahead, interval=30.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.snapshot is first and source.calls == 1  # not sampled twice
+        assert len(table_keys(app)) == 6
+
+
+async def test_a_first_sample_that_failed_is_said_and_sampling_goes_on():
+    from concurrent.futures import Future
+
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("driver went away"))
+    from gputui.ui.sampler import SampleFailed
+
+    app = make_app(first_sample=failed)
+    errors = []
+    hook = lambda m: errors.append(m.error) if isinstance(m, SampleFailed) else None  # noqa: E731
+    async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+        await settle(pilot)  # the next sample comes from the sampler itself
+        assert errors == ["sampling failed: RuntimeError: driver went away"]
+        assert app.sampler.collector.calls == 1 and len(table_keys(app)) == 6
+
+
 async def test_sort_keys_and_header_click():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -25,10 +25,7 @@ from textual.timer import Timer
 from gputui.analysis.history import History
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
-from gputui.ui.sampler import NoDriverSource, SampleFailed, Sampler, SnapshotReady
-from gputui.ui.screens.confirm import ConfirmSignal
-from gputui.ui.screens.detail import ProcessDetail
-from gputui.ui.screens.help import HelpScreen, describe_bindings
+from gputui.ui.sampler import NoDriverSource, SampleFailed, Sampler, SnapshotReady, sample_ahead
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.signals import send
 from gputui.ui.widgets.processes import ProcessTable
@@ -80,9 +77,10 @@ class GpuTuiApp(App[int]):
                  columns: tuple[str, ...] | None = None, keymap: dict | None = None,
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
-                 requester=None, banner: str | None = None) -> None:
+                 requester=None, banner: str | None = None, first_sample=None) -> None:
         """``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
-        ``banner`` is a standing problem shown above everything (no NVIDIA driver)."""
+        ``banner`` is a standing problem shown above everything (no NVIDIA driver);
+        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
         super().__init__()
         self.sampler = sampler
         self.interval = interval
@@ -105,6 +103,7 @@ class GpuTuiApp(App[int]):
         self.samples = 0  # snapshots received, for tests and the benchmark
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
+        self._first_sample = first_sample
         self._told: set[str] = set()
         self._trend_cache = None
         self.theme = THEMES.get(theme, theme)
@@ -149,8 +148,10 @@ class GpuTuiApp(App[int]):
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
         started = time.monotonic()
+        ahead, self._first_sample = self._first_sample, None
         try:
-            snapshot = self.sampler.sample()
+            # The first sample may already be on its way, started while Textual was starting.
+            snapshot = ahead.result() if ahead is not None else self.sampler.sample()
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(f"sampling failed: {type(exc).__name__}: {exc}"))
             return
@@ -194,6 +195,8 @@ class GpuTuiApp(App[int]):
             self.main.render_snapshot()
         else:
             self.main.stale = True
+            from gputui.ui.screens.detail import ProcessDetail
+
             if isinstance(screen, ProcessDetail):
                 screen.show(snapshot, self.history, self.trends, self.leaks)
         if self.first_frame_at is None:
@@ -213,6 +216,9 @@ class GpuTuiApp(App[int]):
 
     def open_detail(self, proc: GpuProcess | None, *, pid: int | None = None) -> None:
         """The detail screen of a GPU process, or (``pid``) of a probed process NVML does not list."""
+        # Imported when first opened: it brings the plotting library, not needed for a first frame.
+        from gputui.ui.screens.detail import ProcessDetail
+
         if proc is not None:
             screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
         else:
@@ -263,16 +269,12 @@ class GpuTuiApp(App[int]):
                         timeout=4)
 
     def action_help(self) -> None:
+        from gputui.ui.screens.help import HelpScreen, describe_bindings
+
         if isinstance(self.screen, HelpScreen):
             return
-        sections = [
-            ("Everywhere", describe_bindings(self.BINDINGS, self.keymap, self)),
-            ("Main screen", describe_bindings(MainScreen.BINDINGS + ProcessTable.BINDINGS,
-                                              self.keymap, self)),
-            ("Process detail", describe_bindings(ProcessDetail.BINDINGS, self.keymap, self)),
-            ("Signal confirmation", describe_bindings(ConfirmSignal.BINDINGS, self.keymap, self)),
-            ("Help", describe_bindings(HelpScreen.BINDINGS, self.keymap, self)),
-        ]
+        sections = [(title, describe_bindings(bindings, self.keymap, self))
+                    for title, bindings in binding_sections()]
         hint = ("Arrows/PgUp/PgDn move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
@@ -323,6 +325,8 @@ class GpuTuiApp(App[int]):
             else:
                 self.notify(f"Sent {name} to process {target.local_pid}.", title="Signal sent")
 
+        from gputui.ui.screens.confirm import ConfirmSignal
+
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
     def get_system_commands(self, screen):
@@ -363,13 +367,24 @@ class GpuTuiApp(App[int]):
             self._scrollbar_renderer = None
 
 
+def binding_sections() -> list[tuple[str, list[Binding]]]:
+    """Every key binding, by the screen it works on, as the help screen lists them."""
+    from gputui.ui.screens.confirm import ConfirmSignal
+    from gputui.ui.screens.detail import ProcessDetail
+    from gputui.ui.screens.help import HelpScreen
+
+    return [
+        ("Everywhere", GpuTuiApp.BINDINGS),
+        ("Main screen", MainScreen.BINDINGS + ProcessTable.BINDINGS),
+        ("Process detail", ProcessDetail.BINDINGS),
+        ("Signal confirmation", ConfirmSignal.BINDINGS),
+        ("Help", HelpScreen.BINDINGS),
+    ]
+
+
 def binding_ids() -> set[str]:
     """Every binding id the config's [keys] table may remap."""
-    found = set()
-    for bindings in (GpuTuiApp.BINDINGS, MainScreen.BINDINGS, ProcessTable.BINDINGS,
-                     ProcessDetail.BINDINGS, ConfirmSignal.BINDINGS, HelpScreen.BINDINGS):
-        found |= {b.id for b in bindings if b.id}
-    return found
+    return {b.id for _, bindings in binding_sections() for b in bindings if b.id}
 
 
 def run_tui(options) -> int:
@@ -379,7 +394,8 @@ def run_tui(options) -> int:
     from gputui.ui.config import check_binding_ids, load_config
 
     config = load_config(options.config)
-    check_binding_ids(config, binding_ids())
+    if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
+        check_binding_ids(config, binding_ids())
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
     banner = None
@@ -406,6 +422,8 @@ def run_tui(options) -> int:
         keymap=config.keys,
         handle_signals=True,
         banner=banner,
+        # Sampling takes a while (probes, every device); it overlaps Textual's start-up this way.
+        first_sample=sample_ahead(sampler),
     )
     try:
         app.run()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 import time
+from concurrent.futures import Future
 
 from textual.message import Message
 
@@ -103,6 +105,22 @@ class Sampler:
         if close is not None:
             close()
         self.collector.close()
+
+
+def sample_ahead(sampler: Sampler) -> Future:
+    """Take ``sampler``'s first sample in a thread of its own, starting now; the Future holds the
+    Snapshot (or the exception). The app's sampling worker waits for it before sampling again, so the
+    sampler is still used by one thread at a time."""
+    future: Future = Future()
+
+    def take() -> None:
+        try:
+            future.set_result(sampler.sample())
+        except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
+            future.set_exception(exc)
+
+    threading.Thread(target=take, name="gputui-first-sample", daemon=True).start()
+    return future
 
 
 def _open_probe_watcher():
