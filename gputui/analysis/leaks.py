@@ -15,7 +15,7 @@ from statistics import median
 
 from gputui.analysis.robust import releases, settled_count, spread, theil_sen
 from gputui.analysis.text import size
-from gputui.model import ProbeReport, StepRecord
+from gputui.model import Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -345,3 +345,27 @@ def _step_time(steps: list[StepRecord]) -> float | None:
         (b.ended_at - a.ended_at) / (b.step - a.step) for a, b in zip(recent, recent[1:]) if b.step > a.step
     ]
     return median(gaps) if gaps else None
+
+
+def snapshot_leak_verdict(report: ProbeReport, snapshot: Snapshot) -> LeakVerdict:
+    """:func:`leak_verdict` for a probed process, with its GPU's room from the snapshot's NVML figures.
+
+    The probe's busiest CUDA device is joined to NVML's by UUID; a CPU-only job, or one whose device
+    NVML does not list, is judged without a device (no OOM forecast from NVML's free memory).
+    """
+    device = probed_nvml_device(report, snapshot)
+    if device is None:
+        return leak_verdict(report)
+    name = next((pd.device for pd in report.devices if pd.uuid == device.uuid), None)
+    return leak_verdict(report, device_total=device.memory_total, device_free=device.memory_free,
+                        device=name)
+
+
+def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None:
+    """The NVML device holding the probe's busiest CUDA device (joined by UUID), or None."""
+    by_uuid = {d.uuid: d for d in snapshot.devices if d.uuid}
+    known = [pd for pd in report.devices if pd.uuid in by_uuid]
+    if not known:
+        return None
+    busiest = max(known, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
+    return by_uuid[busiest.uuid]

@@ -9,8 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import tzinfo
 
+from gputui.analysis.advice import advise
+from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.analysis.sites import growing_sites
 from gputui.model import (
     PROCESS_OK, Device, GpuProcess, MemoryCategories, MigInstance, ProbeDevice, ProbeReport, Snapshot,
+)
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
 from gputui.plain import units
 from gputui.plain.styled import Line, flow, text
@@ -383,10 +389,44 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
             lines += flow(tensors, width, first=first, indent=indent + 4, ellipsis=glyphs.ellipsis)
     if report.last_oom is not None:
         lines += _oom_lines(report, width, glyphs, tz, indent + 2)
+    if snapshot is not None and report.steps:
+        lines += _verdict_lines(report, snapshot, width, glyphs, indent + 2)
     if report.problems:
         lines += flow([text(problem, "warn") for problem in report.problems], width,
                       first=Line().add(pad + "  ").add("probe problems:", "warn"),
                       indent=indent + 4, ellipsis=glyphs.ellipsis)
+    return lines
+
+
+# How each leak state reads, and its colour: only a real leak is an alarm.
+_VERDICT_STYLE = {LEAK_LEAK: "bad", LEAK_CACHE_GROWTH: "warn", LEAK_FRAGMENTATION: "warn",
+                  LEAK_CLEAN: "ok"}
+ADVICE_SHOWN = 2
+
+
+def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: Glyphs,
+                   indent: int) -> list[Line]:
+    """The per-step leak verdict with its OOM forecast, then the first pieces of advice."""
+    verdict = snapshot_leak_verdict(report, snapshot)
+    pad = " " * indent
+    lines: list[Line] = []
+    if verdict.state != LEAK_COLLECTING:  # "too few steps yet" says nothing a one-shot reader can use
+        style = _VERDICT_STYLE.get(verdict.state)
+        # The reason's clauses are separate chunks, so a narrow screen wraps between them.
+        chunks = [text(part, style) for part in verdict.reason.split("; ") if part]
+        if verdict.oom_step is not None:
+            when = "" if verdict.oom_in is None else f" in {units.duration(round(verdict.oom_in))}"
+            chunks.append(text(f"out of memory at step {verdict.oom_step}{when}", "bad"))
+        label = verdict.state.replace("_", " ") + ": "
+        lines += flow(chunks, width, first=Line().add(pad).add(label, style or "bold"),
+                      indent=indent + 2, ellipsis=glyphs.ellipsis)
+    process = next((p for p in snapshot.processes if own_pid(p) == report.pid), None)
+    advice = advise(snapshot=snapshot, process=process, report=report, verdict=verdict,
+                    sites=growing_sites(report))
+    for item in advice[:ADVICE_SHOWN]:
+        lines += flow([text(item.title)], width,
+                      first=Line().add(pad).add(f"advice {item.rank}: ", "accent"),
+                      indent=indent + 2, ellipsis=glyphs.ellipsis)
     return lines
 
 
