@@ -24,11 +24,14 @@ from gputui.ui.still import still_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 
-# name, scenario, seconds into it, terminal size, keys to press first
+# name, scenario, seconds into it, terminal size, keys to press first. The leaky job holds the
+# most GPU memory, so Enter opens its detail screen: probe view, leak verdict and advice, tall
+# enough to show all of it at once.
 PICTURES = (
     ("training-node", "training-node", 120, (120, 40), ()),
     ("workstation", "workstation", 90, (120, 34), ()),
-    ("detail", "training-node", 120, (120, 40), ("enter",)),
+    ("leaky", "leaky", 120, (120, 34), ()),
+    ("detail", "leaky", 120, (120, 96), ("enter",)),
     ("narrow", "training-node", 120, (50, 15), ()),
     ("compact", "training-node", 120, (80, 24), ()),
     ("tree", "workstation", 90, (120, 34), ("t",)),
@@ -44,7 +47,10 @@ async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int],
         await pilot.pause()
         for key in keys:
             await pilot.press(key)
-        await pilot.pause(0.3)
+        await pilot.pause(0.5)
+        body = app.screen.query("#detail-body")
+        if body and body.first().max_scroll_y:
+            print(f"{name}: {body.first().max_scroll_y} more rows below the picture", file=sys.stderr)
         path = OUT / f"{name}.svg"
         svg = app.export_screenshot(title=f"gputui --demo {scenario}")
         # Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the
