@@ -13,6 +13,7 @@ from concurrent.futures import Future
 
 from textual.message import Message
 
+from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 
@@ -76,7 +77,7 @@ class Sampler:
                    report.steps[-1].step if report.steps else None)
             remembered = self._verdicts.get(report.pid)
             if remembered is None or remembered[0] != key:
-                remembered = (key, leak_verdict_for(report, snapshot))
+                remembered = (key, snapshot_leak_verdict(report, snapshot))
             verdicts[report.pid] = remembered
         self._verdicts = verdicts
         return {pid: verdict for pid, (_, verdict) in verdicts.items()}
@@ -137,31 +138,6 @@ def _watched_reports(watcher) -> tuple[ProbeReport, ...]:
         return tuple(watcher.poll().values())
     except Exception:  # a misbehaving probe must never stop the monitor's sampling
         return ()
-
-
-def leak_verdict_for(report: ProbeReport, snapshot: Snapshot) -> LeakVerdict:
-    """The leak verdict of one probed process, with its device's room from NVML where it is known."""
-    from gputui.analysis.leaks import leak_verdict
-
-    device = probed_device(report, snapshot)
-    if device is None:
-        return leak_verdict(report)
-    return leak_verdict(report, device_total=device.memory_total, device_free=device.memory_free,
-                        device=device_name(report, device))
-
-
-def probed_device(report: ProbeReport, snapshot: Snapshot):
-    """The NVML device the probe's busiest CUDA device is (joined by UUID), or None."""
-    by_uuid = {d.uuid: d for d in snapshot.devices if d.uuid}
-    known = [pd for pd in report.devices if pd.uuid in by_uuid]
-    if not known:
-        return None
-    busiest = max(known, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
-    return by_uuid[busiest.uuid]
-
-
-def device_name(report: ProbeReport, device) -> str | None:
-    return next((pd.device for pd in report.devices if pd.uuid == device.uuid), None)
 
 
 class NoDriverSource:
