@@ -83,3 +83,41 @@ def test_gpu_hidden_from_this_container(driver):
     reading = DeviceReader(nv, 0).read()
     assert reading.device.lost == "Insufficient Permissions"
     assert reading.device.index == 0 and reading.device.name is None
+
+
+class OldBindings(Proxy):
+    """pynvml as an older nvidia-ml-py ships it: some wrappers do not exist at all."""
+
+    def __init__(self, *missing, **overrides):
+        super().__init__(**overrides)
+        self.missing = set(missing)
+
+    def __getattr__(self, name):
+        if name in self.missing:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return super().__getattr__(name)
+
+
+def test_wrappers_missing_from_an_old_nvidia_ml_py_are_not_supported(driver):
+    # nvidia-ml-py 12.535 has no TemperatureV, no ProcessesUtilizationInfo, no process list v2.
+    nv = OldBindings("nvmlDeviceGetTemperatureV", "nvmlDeviceGetProcessesUtilizationInfo",
+                     "nvmlDeviceGetComputeRunningProcesses_v2",
+                     "nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetFanSpeed")
+    new = DeviceReader(Proxy(), 0).read()
+    reader = DeviceReader(nv, 0)
+    first, second = reader.read(), reader.read()
+    assert first.problems == [] and second.problems == []
+    assert first.device.fan_speed is None  # a wrapper that is missing reads n/a ...
+    assert nv.calls.get("nvmlDeviceGetFanSpeed") is None
+    assert first.device.temperature == new.device.temperature  # ... or falls back to an older call
+    assert nv.calls["nvmlDeviceGetTemperature"] == 2
+    assert [p.pid for p in first.processes] == [p.pid for p in new.processes]
+    assert first.processes[0].sm_util is not None  # nvmlDeviceGetProcessUtilization serves it
+
+
+def test_old_nvidia_ml_py_driver_versions_fall_back(driver):
+    from gputui.collect.nvml import read_driver
+
+    nv = OldBindings("nvmlSystemGetCudaDriverVersion_v2")
+    assert read_driver(nv) == read_driver(Proxy())
+    assert read_driver(nv).cuda_driver_version is not None

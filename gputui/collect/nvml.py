@@ -63,19 +63,20 @@ def start(nvml: Any) -> None:
 def read_driver(nvml: Any) -> Driver:
     """Driver, CUDA driver and NVML versions; each None when the driver will not say."""
 
-    def ask(fn: Callable[[], Any]) -> Any:
+    def ask(fn: str) -> Any:
+        function = getattr(nvml, fn, None)  # None: this nvidia-ml-py has no wrapper for it
         try:
-            return fn()
+            return function() if function is not None else None
         except nvml.NVMLError:
             return None
 
-    cuda = ask(nvml.nvmlSystemGetCudaDriverVersion_v2)
+    cuda = ask("nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
-        cuda = ask(nvml.nvmlSystemGetCudaDriverVersion)
+        cuda = ask("nvmlSystemGetCudaDriverVersion")
     return Driver(
-        driver_version=ask(nvml.nvmlSystemGetDriverVersion),
+        driver_version=ask("nvmlSystemGetDriverVersion"),
         cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
-        nvml_version=ask(nvml.nvmlSystemGetNVMLVersion),
+        nvml_version=ask("nvmlSystemGetNVMLVersion"),
     )
 
 
@@ -142,12 +143,17 @@ class DeviceReader:
 
     # -- guards ---------------------------------------------------------------------------------
 
-    def _ask(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call ``fn``; None when unsupported (remembered), DeviceLost when the GPU is gone."""
+    def _ask(self, name: str, fn: str, *args: Any) -> Any:
+        """Call pynvml's ``fn``; None when unsupported (remembered), DeviceLost when the GPU is gone."""
         if name in self._unsupported:
             return None
+        function = getattr(self.nvml, fn, None)
+        if function is None:
+            # An older nvidia-ml-py lacks the wrapper: the same as a driver without the function.
+            self._unsupported.add(name)
+            return None
         try:
-            return fn(*args)
+            return function(*args)
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code in self._lost:
@@ -166,6 +172,8 @@ class DeviceReader:
         for i in range(start, len(variants)):
             try:
                 value = variants[i]()
+            except AttributeError:  # this nvidia-ml-py has no wrapper for the variant
+                continue
             except self.nvml.NVMLError as exc:
                 code = getattr(exc, "value", None)
                 if code in self._lost:
@@ -204,19 +212,19 @@ class DeviceReader:
 
     def _read_static(self) -> dict[str, Any]:
         nv, h = self.nvml, self._handle
-        pci = self._ask("pci_info", nv.nvmlDeviceGetPciInfo, h)
+        pci = self._ask("pci_info", "nvmlDeviceGetPciInfo", h)
         return {
-            "name": self._ask("name", nv.nvmlDeviceGetName, h),
-            "uuid": self._ask("uuid", nv.nvmlDeviceGetUUID, h),
+            "name": self._ask("name", "nvmlDeviceGetName", h),
+            "uuid": self._ask("uuid", "nvmlDeviceGetUUID", h),
             "pci_bus_id": _text(pci.busId) if pci is not None else None,
-            "clock_sm_max": self._ask("clock_sm_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+            "clock_sm_max": self._ask("clock_sm_max", "nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_SM),
             "clock_memory_max": self._ask(
-                "clock_memory_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+                "clock_memory_max", "nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_MEM),
             "pcie_generation_max": self._ask(
-                "pcie_generation_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
-            "pcie_width_max": self._ask("pcie_width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, h),
+                "pcie_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration", h),
+            "pcie_width_max": self._ask("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", h),
             "temperature_slowdown": self._ask(
-                "temperature_slowdown", nv.nvmlDeviceGetTemperatureThreshold, h,
+                "temperature_slowdown", "nvmlDeviceGetTemperatureThreshold", h,
                 nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         }
 
@@ -226,25 +234,25 @@ class DeviceReader:
             lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2),
             lambda: nv.nvmlDeviceGetMemoryInfo(h),
         ])
-        util = ask("utilization", nv.nvmlDeviceGetUtilizationRates, h)
-        encoder = ask("encoder_util", nv.nvmlDeviceGetEncoderUtilization, h)
-        decoder = ask("decoder_util", nv.nvmlDeviceGetDecoderUtilization, h)
+        util = ask("utilization", "nvmlDeviceGetUtilizationRates", h)
+        encoder = ask("encoder_util", "nvmlDeviceGetEncoderUtilization", h)
+        decoder = ask("decoder_util", "nvmlDeviceGetDecoderUtilization", h)
         temperature = self._ask_first("temperature", [
             lambda: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU),
             lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
         ])
-        power = ask("power_draw", nv.nvmlDeviceGetPowerUsage, h)
-        power_limit = ask("power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        pstate = ask("performance_state", nv.nvmlDeviceGetPerformanceState, h)
+        power = ask("power_draw", "nvmlDeviceGetPowerUsage", h)
+        power_limit = ask("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        pstate = ask("performance_state", "nvmlDeviceGetPerformanceState", h)
         reasons = self._ask_first("throttle_reasons", [
             lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
             lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h),
         ])
-        rx = ask("pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        tx = ask("pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
-        mig_mode = ask("mig_mode", nv.nvmlDeviceGetMigMode, h)
+        rx = ask("pcie_rx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
+        tx = ask("pcie_tx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)
+        mig_mode = ask("mig_mode", "nvmlDeviceGetMigMode", h)
         mig_enabled = None if mig_mode is None else mig_mode[0] == nv.NVML_DEVICE_MIG_ENABLE
-        compute_mode = ask("compute_mode", nv.nvmlDeviceGetComputeMode, h)
+        compute_mode = ask("compute_mode", "nvmlDeviceGetComputeMode", h)
 
         device = Device(
             index=self.index,
@@ -261,18 +269,18 @@ class DeviceReader:
             decoder_util=decoder[0] if decoder is not None else None,
             temperature=temperature,
             temperature_slowdown=static["temperature_slowdown"],
-            fan_speed=ask("fan_speed", nv.nvmlDeviceGetFanSpeed, h),
+            fan_speed=ask("fan_speed", "nvmlDeviceGetFanSpeed", h),
             power_draw=power / 1000 if power is not None else None,
             power_limit=power_limit / 1000 if power_limit is not None else None,
-            clock_sm=ask("clock_sm", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+            clock_sm=ask("clock_sm", "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM),
             clock_sm_max=static["clock_sm_max"],
-            clock_memory=ask("clock_memory", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+            clock_memory=ask("clock_memory", "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM),
             clock_memory_max=static["clock_memory_max"],
             # 32 is NVML_PSTATE_UNKNOWN
             performance_state=pstate if pstate is not None and pstate < 16 else None,
-            pcie_generation=ask("pcie_generation", nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            pcie_generation=ask("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration", h),
             pcie_generation_max=static["pcie_generation_max"],
-            pcie_width=ask("pcie_width", nv.nvmlDeviceGetCurrPcieLinkWidth, h),
+            pcie_width=ask("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", h),
             pcie_width_max=static["pcie_width_max"],
             pcie_rx=rx * 1024 if rx is not None else None,  # NVML reports KB/s
             pcie_tx=tx * 1024 if tx is not None else None,
@@ -280,9 +288,9 @@ class DeviceReader:
                 tuple(name for bit, name in _THROTTLE_BITS if reasons & bit)
                 if reasons is not None else None
             ),
-            ecc_corrected=ask("ecc_corrected", nv.nvmlDeviceGetTotalEccErrors, h,
+            ecc_corrected=ask("ecc_corrected", "nvmlDeviceGetTotalEccErrors", h,
                               nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
-            ecc_uncorrected=ask("ecc_uncorrected", nv.nvmlDeviceGetTotalEccErrors, h,
+            ecc_uncorrected=ask("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors", h,
                                 nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
             mig_enabled=mig_enabled,
             mig_instances=self._read_mig() if mig_enabled else (),
@@ -295,7 +303,7 @@ class DeviceReader:
 
     def _read_mig(self) -> tuple[MigInstance, ...]:
         nv, h = self.nvml, self._handle
-        count = self._ask("mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        count = self._ask("mig_count", "nvmlDeviceGetMaxMigDeviceCount", h) or 0
         instances = []
         for slot in range(count):
             try:
@@ -304,13 +312,13 @@ class DeviceReader:
                 if getattr(exc, "value", None) in self._lost:
                     raise DeviceLost(str(exc)) from None
                 continue  # NOT_FOUND: an empty slot
-            name = self._ask("mig_name", nv.nvmlDeviceGetName, mig)
-            memory = self._ask("mig_memory", nv.nvmlDeviceGetMemoryInfo, mig)
+            name = self._ask("mig_name", "nvmlDeviceGetName", mig)
+            memory = self._ask("mig_memory", "nvmlDeviceGetMemoryInfo", mig)
             instances.append(MigInstance(
                 index=slot,
-                uuid=self._ask("mig_uuid", nv.nvmlDeviceGetUUID, mig),
-                gpu_instance_id=self._ask("mig_gi", nv.nvmlDeviceGetGpuInstanceId, mig),
-                compute_instance_id=self._ask("mig_ci", nv.nvmlDeviceGetComputeInstanceId, mig),
+                uuid=self._ask("mig_uuid", "nvmlDeviceGetUUID", mig),
+                gpu_instance_id=self._ask("mig_gi", "nvmlDeviceGetGpuInstanceId", mig),
+                compute_instance_id=self._ask("mig_ci", "nvmlDeviceGetComputeInstanceId", mig),
                 # MIG device names end with the profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
                 profile=name.rsplit(" MIG ", 1)[1] if name and " MIG " in name else None,
                 memory_total=memory.total if memory is not None else None,
@@ -382,6 +390,8 @@ class DeviceReader:
         for i in range(start, len(variants)):
             try:
                 samples = variants[i]()
+            except AttributeError:  # this nvidia-ml-py has no wrapper for the variant
+                continue
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", None)
                 if code in self._lost:
