@@ -172,9 +172,9 @@ def parse(argv: list[str] | None = None) -> Options:
 
 
 def _current_user() -> str:
-    import getpass
+    from gputui.collect.users import current_user
 
-    return getpass.getuser()
+    return current_user()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,13 +7,13 @@ Probe trouble never stops a print: a probe that does not answer becomes a line i
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import socket
 import time
 from typing import Any, Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
+from gputui.collect.users import current_user
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.plain.render import own_pid
 
@@ -121,7 +121,4 @@ def _keep_probe(report: ProbeReport, options: Any, listed_before: set[int],
 
 
 def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return ""
+    return current_user()
