@@ -7,12 +7,17 @@ never a traceback halfway through drawing the screen.
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.errors import UserError
 from gputui.ui.rows import COLUMNS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is new in 3.11; tomli is the same parser (a dependency on 3.10 only)
+    import tomli as tomllib
 
 THEMES = ("dark", "light")
 KNOWN_KEYS = ("interval", "theme", "columns", "keys")
