@@ -112,10 +112,20 @@ def test_sizes_are_binary_with_three_figures(value, shown):
     assert units.size(value) == shown
 
 
-def test_size_pair_uses_the_unit_of_the_total():
-    assert units.size_pair(512 * MiB, 80 * GiB) == "0.5/80.0GiB"
+def test_size_pair_shares_the_unit_only_when_nothing_is_lost():
+    assert units.size_pair(int(21.6 * GiB), 128 * GiB) == "21.6/128.0GiB"
+    assert units.size_pair(504 * MiB, int(79.6 * GiB)) == "504MiB/79.6GiB"  # was 0.0/79.6GiB
+    assert units.size_pair(137 * GiB, 2048 * GiB) == "137GiB/2.00TiB"  # was 0.1/2.0TiB
+    assert units.size_pair(512 * MiB, 80 * GiB) == "512MiB/80.0GiB"
+    assert units.size_pair(0, 80 * GiB) == "0B/80.0GiB"
     assert units.size_pair(None, 80 * GiB) == "n/a/80.0GiB"
     assert units.size_pair(3 * MiB, None) == "3.00MiB"
+
+
+def test_size_never_rounds_up_to_1024_of_a_unit():
+    assert units.size(int(1023.6 * MiB)) == "1.00GiB"
+    assert units.size(int(1023.4 * MiB)) == "1023MiB"
+    assert units.size(1023) == "1023B"
 
 
 @pytest.mark.parametrize("seconds, shown", [

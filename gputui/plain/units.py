@@ -16,29 +16,40 @@ def size(value: int | float | None) -> str | None:
     if value is None:
         return None
     sign = "-" if value < 0 else ""
-    amount = float(abs(value))
-    unit = 0
-    while amount >= 1024 and unit < len(_BYTE_UNITS) - 1:
-        amount /= 1024
-        unit += 1
+    amount, unit = _scaled(abs(value))
     if unit == 0:
         return f"{sign}{int(amount)}B"
     return f"{sign}{_three_figures(amount)}{_BYTE_UNITS[unit]}"
 
 
 def size_pair(used: int | None, total: int | None) -> str | None:
-    """``12.3/80.0GiB``: both in the unit of the total, so they compare at a glance."""
+    """``12.3/80.0GiB`` when both read well in the total's unit, else each in its own unit
+    (``504MiB/79.6GiB``, ``137GiB/2.00TiB``), so a small figure never shows as 0.0."""
     if total is None:
         return size(used)
-    unit = 0
-    scaled = float(total)
-    while scaled >= 1024 and unit < len(_BYTE_UNITS) - 1:
-        scaled /= 1024
-        unit += 1
+    _, unit = _scaled(total)
+    if unit == 0:
+        return f"{'n/a' if used is None else used}/{total}B"
     divisor = 1024 ** unit
-    total_text = f"{total / divisor:.1f}" if unit else str(total)
-    used_text = "n/a" if used is None else (f"{used / divisor:.1f}" if unit else str(used))
-    return f"{used_text}/{total_text}{_BYTE_UNITS[unit]}"
+    total_text = f"{total / divisor:.1f}"
+    if used is None:
+        return f"n/a/{total_text}{_BYTE_UNITS[unit]}"
+    if _scaled(abs(used))[1] != unit:
+        return f"{size(used)}/{size(total)}"
+    return f"{used / divisor:.1f}/{total_text}{_BYTE_UNITS[unit]}"
+
+
+def _scaled(amount: float) -> tuple[float, int]:
+    """``amount`` bytes in the largest unit that keeps it at 1 or more, and that unit's index.
+
+    A figure that would round up to 1024 of a unit (1023.96 MiB) is shown as 1.00 of the next.
+    """
+    amount = float(amount)
+    unit = 0
+    while amount >= 1023.5 and unit < len(_BYTE_UNITS) - 1:
+        amount /= 1024
+        unit += 1
+    return amount, unit
 
 
 def _three_figures(amount: float) -> str:

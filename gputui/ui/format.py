@@ -28,7 +28,8 @@ def size(value: float | None, *, short: bool = False) -> str:
         return NA
     amount = float(value)
     unit = 0
-    while abs(amount) >= 1024 and unit < len(_UNITS) - 1:
+    # 1023.6 MiB reads 1.0 GiB, not 1024 MiB: the unit is the one the rounded figure fits.
+    while abs(amount) >= 1023.5 and unit < len(_UNITS) - 1:
         amount /= 1024
         unit += 1
     if unit == 0:
