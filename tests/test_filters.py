@@ -85,3 +85,29 @@ def test_filters_combine():
     chosen = select(SNAPSHOT, only=("1", "2"), users=("bob",), pids=(201, 100))
     assert pids(chosen) == [201]
     assert [d.index for d in chosen.devices] == [1, 2]
+
+
+def test_a_user_with_no_gpu_process_is_told_why_nothing_is_shown():
+    chosen = select(SNAPSHOT, users=("nosuchuser",))
+    assert chosen.processes == ()
+    assert chosen.problems == ("GPU 9: something", "--user nosuchuser: no GPU process of that user "
+                               "(GPU processes here belong to alice, bob)")
+
+
+def test_a_pid_that_is_on_no_gpu_is_told():
+    chosen = select(SNAPSHOT, pids=(99,))
+    assert chosen.problems[-1] == "--pid 99: no such process on the GPUs"
+
+
+def test_only_visible_hiding_every_gpu_says_what_cuda_visible_devices_holds():
+    chosen = select(SNAPSHOT, only_visible=True, environ={"CUDA_VISIBLE_DEVICES": "7"})
+    assert chosen.devices == ()
+    assert chosen.problems[-1] == ("--only-visible: no GPU here is visible to CUDA "
+                                   "(CUDA_VISIBLE_DEVICES is '7'; the GPUs here are 0, 1, 2)")
+    empty = select(SNAPSHOT, only_visible=True, environ={"CUDA_VISIBLE_DEVICES": ""})
+    assert "CUDA_VISIBLE_DEVICES is empty" in empty.problems[-1]
+
+
+def test_filters_that_keep_something_add_no_line():
+    assert select(SNAPSHOT, users=("bob",)).problems == SNAPSHOT.problems
+    assert select(SNAPSHOT, only_visible=True).problems == SNAPSHOT.problems

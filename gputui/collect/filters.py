@@ -7,9 +7,10 @@ PID filters drop processes only, so every chosen GPU is still shown even when no
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable, Mapping
 
-from gputui.collect.visible import is_visible, with_cuda_indices
+from gputui.collect.visible import VARIABLE, is_visible, with_cuda_indices
 from gputui.errors import UserError
 from gputui.model import Device, GpuProcess, HostProcess, Snapshot
 
@@ -40,14 +41,38 @@ def select(
     if only_visible:
         devices = tuple(d for d in devices if is_visible(d))
     kept = {d.index for d in devices}
+    on_kept = [p for p in snapshot.processes if p.device_index in kept]
     processes = tuple(
-        p for p in snapshot.processes
-        if p.device_index in kept
-        and (not users or p.user in users)
+        p for p in on_kept
+        if (not users or p.user in users)
         and (not pids or p.pid in pids or p.local_pid in pids)
     )
+    why = _why_empty(snapshot, devices, on_kept, processes, only_visible=only_visible,
+                     users=users, pids=pids, environ=environ)
     return dataclasses.replace(snapshot, devices=devices, processes=processes,
-                               parents=_ancestors(processes, snapshot.parents))
+                               parents=_ancestors(processes, snapshot.parents),
+                               problems=snapshot.problems + why)
+
+
+def _why_empty(snapshot: Snapshot, devices: tuple[Device, ...], on_kept: list[GpuProcess],
+               processes: tuple[GpuProcess, ...], *, only_visible: bool, users: set[str],
+               pids: set[int], environ: Mapping[str, str] | None) -> tuple[str, ...]:
+    """A line saying which filter left the screen empty, so an empty list is not a mystery."""
+    if only_visible and snapshot.devices and not devices:
+        value = (os.environ if environ is None else environ).get(VARIABLE)
+        shown = "is empty" if value == "" else f"is {value!r}" if value is not None else "is unset"
+        here = ", ".join(str(d.index) for d in snapshot.devices)
+        return (f"--only-visible: no GPU here is visible to CUDA ({VARIABLE} {shown}; "
+                f"the GPUs here are {here})",)
+    if processes or not on_kept:
+        return ()
+    if users and not any(p.user in users for p in on_kept):
+        owners = sorted({p.user for p in on_kept if p.user})
+        return (f"--user {','.join(sorted(users))}: no GPU process of that user "
+                f"(GPU processes here belong to {', '.join(owners) or 'unknown users'})",)
+    if pids and not any(p.pid in pids or p.local_pid in pids for p in on_kept):
+        return (f"--pid {','.join(str(p) for p in sorted(pids))}: no such process on the GPUs",)
+    return ()
 
 
 def _match_gpu(entry: str, devices: tuple[Device, ...]) -> int:
