@@ -187,7 +187,10 @@ def open_collector(
 
     if demo not in sim.SCENARIOS:
         raise UserError(f"unknown demo scenario {demo!r}; choose one of {', '.join(sim.SCENARIOS)}")
-    machine = sim.install(demo, seed=seed, clock=clock, processes=processes)
+    # On the real clock (gputui --demo) a scenario starts where it is interesting: the training job
+    # ramped up, the leak well under way. An injected clock (tests) starts at second 0.
+    start = sim.DEMO_START.get(demo, 0.0) if clock is None else 0.0
+    machine = sim.install(demo, seed=seed, clock=clock, processes=processes, start=start)
     try:
         return Collector(
             pynvml, machine.psutil,

@@ -12,15 +12,15 @@ import pynvml
 
 from gputui.collect.sim.library import Library, Nvml
 from gputui.collect.sim.machine import EPOCH, TICK, SimulatedMachine
-from gputui.collect.sim.scenarios import SCENARIOS
+from gputui.collect.sim.scenarios import DEMO_START, SCENARIOS
 
-__all__ = ["EPOCH", "SCENARIOS", "TICK", "SimulatedMachine", "install", "uninstall"]
+__all__ = ["DEMO_START", "EPOCH", "SCENARIOS", "TICK", "SimulatedMachine", "install", "uninstall"]
 
 
 def install(scenario: str, *, seed: int = 0, clock: Callable[[], float] | None = None,
-            processes: int | None = None) -> SimulatedMachine:
-    """Make pynvml talk to a simulated machine running ``scenario``; returns the machine."""
-    machine = SimulatedMachine(scenario, seed=seed, clock=clock, processes=processes)
+            processes: int | None = None, start: float = 0.0) -> SimulatedMachine:
+    """Make pynvml talk to a simulated machine running ``scenario`` from second ``start``."""
+    machine = SimulatedMachine(scenario, seed=seed, clock=clock, processes=processes, start=start)
     with pynvml.libLoadLock:
         pynvml.nvmlLib = Library(Nvml(machine))
         pynvml._nvmlGetFunctionPointer_cache.clear()

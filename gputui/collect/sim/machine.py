@@ -23,14 +23,15 @@ class SimulatedMachine:
     """A scenario running on a clock. ``.psutil`` and the installed NVML library read from it."""
 
     def __init__(self, scenario: str, *, seed: int = 0, clock: Callable[[], float] | None = None,
-                 processes: int | None = None):
+                 processes: int | None = None, start: float = 0.0):
+        """``start``: the scenario second the clock begins at (a demo starts where things happen)."""
         self.plan = scenarios.build(scenario, processes)
         self.scenario = scenario
         self.seed = int(seed)
         self.processes = processes
         self.hostname = self.plan.hostname
         self._clock = clock or time.monotonic
-        self._start = self._clock()
+        self._start = self._clock() - float(start)
         self._frozen: float | None = None
         self._cached: tuple[int, MachineState] | None = None
         self._programs = {p.pid: p for p in self.plan.programs if p.job is None}
