@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -42,13 +43,17 @@ class Options:
     extra: dict = field(default_factory=dict)  # mode-specific options (demo-train)
 
 
-def _positive_float(text: str) -> float:
+def _seconds(text: str) -> float:
+    """An interval in seconds, checked by the same rule as the config file's ``interval``."""
+    from gputui.ui.config import interval_problem
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    problem = interval_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -70,21 +75,47 @@ def _name_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+class _Joined(argparse.Action):
+    """Values given space-separated (nvitop, gpustat) or comma-separated, as one tuple."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, tuple(item for value in values for item in value))
+
+
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a useful word for a stray argument instead of "invalid choice: '1'"."""
+
+    def error(self, message: str):
+        stray = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
+        if stray:
+            word = stray.group(1)
+            if re.fullmatch(r"\d+(\.\d*)?", word):
+                message = (f"unexpected {word!r}: for seconds between samples use --interval {word} "
+                           f"(live monitor) or --watch {word} (printing); for GPUs, --only {word}")
+            else:
+                message = f"{word!r} is not a command (commands: {', '.join(COMMANDS)})"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gputui",
         description="Terminal monitor for NVIDIA GPUs, with a PyTorch memory probe.",
         epilog="Without a GPU, try: gputui --demo",
     )
     parser.add_argument("--version", action="version", version=f"gputui {__version__}")
     shown = parser.add_argument_group("what to show")
-    shown.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    shown.add_argument("-1", "--once", action="store_true",
+                       help="print one snapshot and exit")
     shown.add_argument("--json", action="store_true", help="print the snapshot as JSON and exit")
     shown.add_argument(
-        "--watch", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
+        "--watch", nargs="?", const=2.0, type=_seconds, metavar="SECONDS",
         help="print a snapshot every SECONDS (default 2) until interrupted",
     )
-    shown.add_argument("--interval", type=_positive_float, metavar="SECONDS",
+    shown.add_argument("--interval", type=_seconds, metavar="SECONDS",
                        help="seconds between samples in the live monitor (default 1)")
     source = parser.add_argument_group("where the data comes from")
     source.add_argument(
@@ -94,14 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     source.add_argument("--demo-processes", type=_pid, metavar="N", help=argparse.SUPPRESS)
     filters = parser.add_argument_group("filters")
-    filters.add_argument("--only", type=_name_list, default=(), metavar="GPUS",
-                         help="only these GPUs: NVML indices or UUIDs, comma-separated")
+    filters.add_argument("--only", type=_name_list, default=(), metavar="GPUS", nargs="+",
+                         action=_Joined,
+                         help="only these GPUs: NVML indices or UUIDs (--only 0,2 or --only 0 2)")
     filters.add_argument("--only-visible", action="store_true",
                          help="only the GPUs CUDA_VISIBLE_DEVICES exposes")
     filters.add_argument("--user", type=_name_list, default=(), metavar="USERS", nargs="?",
                          const=None, help="only processes of these users (default: you)")
-    filters.add_argument("--pid", type=_pid_list, default=(), metavar="PIDS",
-                         help="only these processes, comma-separated")
+    filters.add_argument("--pid", type=_pid_list, default=(), metavar="PIDS", nargs="+",
+                         action=_Joined, help="only these processes (--pid 1,2 or --pid 1 2)")
     look = parser.add_argument_group("looks and safety")
     look.add_argument("--ascii", action="store_true", help="no box-drawing or braille characters")
     look.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
@@ -136,6 +168,8 @@ def parse(argv: list[str] | None = None) -> Options:
     exclusive = [name for name in ("once", "json") if getattr(args, name)]
     if len(exclusive) > 1 and args.watch is None:
         parser.error("--once and --json cannot be combined (use --json alone)")
+    if args.once and args.watch is not None:  # also `--watch -1`: -1 is --once, not seconds
+        parser.error("--once and --watch cannot be combined (--watch prints until interrupted)")
     users = args.user
     if users is None:  # bare --user means "mine"
         users = (_current_user(),)
@@ -178,6 +212,10 @@ def _current_user() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (gputui >&-): nowhere to show anything
+        if sys.stderr is not None:
+            print("gputui: standard output is closed: nothing to show on", file=sys.stderr)
+        return 2
     options = parse(argv)
     try:
         return _dispatch(options)
@@ -192,12 +230,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _check_config(options: Options) -> None:
+    """The monitor's check of the config file, so every mode fails alike on a missing or bad one."""
+    from gputui.ui.config import check_binding_ids, load_config
+
+    config = load_config(options.config)
+    if config.keys:  # the binding ids live with the app's screens (imports Textual)
+        from gputui.ui.app import binding_ids
+
+        check_binding_ids(config, binding_ids())
+
+
 def _dispatch(options: Options) -> int:
+    from gputui.plain import terminal
+
     mode = options.mode
-    if mode == "tui" and not sys.stdout.isatty():
+    if mode == "tui" and not terminal.is_terminal():
         mode = "once"  # no terminal to draw on: print instead of failing
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
+
+        _check_config(options)
 
         return getattr(modes, mode)(options)
     if mode in ("probes", "probe"):

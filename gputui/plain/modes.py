@@ -17,6 +17,7 @@ from gputui.plain.render import render
 from gputui.plain.units import clock_time
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wide as a pipe
 
 
 def once(options: Any) -> int:
@@ -69,10 +70,11 @@ def watch(options: Any) -> int:
 
 
 def _text(snapshot: Snapshot, options: Any) -> str:
-    return render(snapshot, color=terminal.use_color(options), ascii=options.ascii,
+    return render(snapshot, color=terminal.use_color(options), ascii=terminal.use_ascii(options),
                   width=terminal.width())
 
 
 def _separator(snapshot: Snapshot, options: Any) -> str:
     label = f" {clock_time(snapshot.taken_at, date=True, zone=True)} "
-    return "--" + label + "-" * max(2, terminal.width() - len(label) - 2) + "\n"
+    rule = min(terminal.width(), SEPARATOR_WIDTH)
+    return "--" + label + "-" * max(2, rule - len(label) - 2) + "\n"

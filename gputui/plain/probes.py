@@ -24,7 +24,7 @@ def probes(options: Any) -> int:
         out = dumps(probe_list_document(reports, unreachable)) + "\n"
     else:
         out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
-                                ascii=options.ascii, width=terminal.width())
+                                ascii=terminal.use_ascii(options), width=terminal.width())
     return _print(out)
 
 
@@ -34,8 +34,8 @@ def probe(options: Any) -> int:
     if options.json:
         out = dumps(probe_document(report)) + "\n"
     else:
-        out = render_probe(report, color=terminal.use_color(options), ascii=options.ascii,
-                           width=terminal.width())
+        out = render_probe(report, color=terminal.use_color(options),
+                           ascii=terminal.use_ascii(options), width=terminal.width())
     return _print(out)
 
 

@@ -1,7 +1,9 @@
-"""What the plain modes need to know about stdout: colour or not, how wide, and a closed pipe.
+"""What the plain modes need to know about stdout: colour or not, how wide, which characters, and
+a closed pipe.
 
 ``gputui --json | head`` closes the pipe early; that is the reader's choice, not an error, so output
-goes quietly to /dev/null from then on and the command exits 0.
+goes quietly to /dev/null from then on and the command exits 0. Any other failure to write (a full
+disk) is an OutputError: a message and exit status 1.
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ import shutil
 import sys
 from typing import Any, TextIO
 
+from gputui.errors import UserError
 from gputui.plain.render import MIN_WIDTH
 
-FALLBACK_WIDTH = 120  # piped into a file or a log: no terminal to ask
+# Into a file or a pipe nothing is cut: grep and less get whole command lines and messages.
+PIPE_WIDTH = 100_000
+# Characters the text output uses besides ASCII; an encoding that cannot carry them gets ASCII.
+FANCY = "█░…°"
+
+
+class OutputError(UserError):
+    """Standard output cannot be written (a full disk, a closed descriptor)."""
+
+    exit_code = 1
 
 
 def use_color(options: Any, stream: TextIO | None = None) -> bool:
@@ -26,9 +38,23 @@ def use_color(options: Any, stream: TextIO | None = None) -> bool:
     return _isatty(stream)
 
 
-def width() -> int:
-    """Terminal columns (or $COLUMNS, or FALLBACK_WIDTH when not a terminal), at least MIN_WIDTH."""
-    return max(MIN_WIDTH, shutil.get_terminal_size((FALLBACK_WIDTH, 24)).columns)
+def width(stream: TextIO | None = None) -> int:
+    """$COLUMNS, or the terminal's columns, at least MIN_WIDTH; PIPE_WIDTH when not a terminal."""
+    if not os.environ.get("COLUMNS") and not _isatty(stream or sys.stdout):
+        return PIPE_WIDTH
+    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
+
+
+def use_ascii(options: Any, stream: TextIO | None = None) -> bool:
+    """ASCII when asked, or when the output's encoding (LANG=C, latin-1) cannot carry FANCY."""
+    if options.ascii:
+        return True
+    encoding = getattr(stream or sys.stdout, "encoding", None) or "ascii"
+    try:
+        FANCY.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return True
+    return False
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:
@@ -43,9 +69,18 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def emit(text: str) -> None:
-    """Write and flush, so a watcher's log sees each snapshot as soon as it is printed."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    """Write and flush, so a watcher's log sees each snapshot as soon as it is printed.
+
+    Raises BrokenPipeError for a reader that went away, OutputError for any other failure.
+    """
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        silence_stdout()  # the flush at exit would fail again, with a traceback
+        raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
 
 
 def silence_stdout() -> None:

@@ -20,6 +20,9 @@ else:  # tomllib is new in 3.11; tomli is the same parser (a dependency on 3.10 
     import tomli as tomllib
 
 THEMES = ("dark", "light")
+# Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
+# costs a CPU core and shows nothing new; above an hour it is not a monitor.
+INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
 KNOWN_KEYS = ("interval", "theme", "columns", "keys")
 
 EXAMPLE = """\
@@ -71,6 +74,13 @@ def load_config(path: str | Path | None = None, *, environ=None) -> UiConfig:
     return parse_config(data, file)
 
 
+def interval_problem(seconds: float) -> str | None:
+    """Why ``seconds`` cannot be a sampling interval, or None when it can."""
+    if not INTERVAL_MIN <= seconds <= INTERVAL_MAX:  # also false for NaN
+        return f"must be between {INTERVAL_MIN:g} and {INTERVAL_MAX:g} seconds, not {seconds:g}"
+    return None
+
+
 def parse_config(data: dict, file: Path | None = None) -> UiConfig:
     where = str(file) if file else "config"
 
@@ -85,8 +95,9 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
     if interval is not None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise bad("interval", f"must be a number of seconds, not {interval!r}")
-        if not 0.1 <= interval <= 3600:
-            raise bad("interval", f"must be between 0.1 and 3600 seconds, not {interval}")
+        problem = interval_problem(interval)
+        if problem:
+            raise bad("interval", problem)
         interval = float(interval)
 
     theme = data.get("theme")

@@ -1,0 +1,170 @@
+"""What a new user meets in the first minute of the plain modes: pipes, odd terminals, closed or full
+outputs, the interval rule, the config check, nvitop/gpustat habits, filters that leave nothing, and
+a demo that starts where something happens. End to end, ``python -m gputui`` in subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_cli_plain import ROOT, gputui, no_traceback
+
+FFMPEG = "ffmpeg -hwaccel cuda -i lecture-04.mkv -c:v h264_nvenc -preset p5 lecture-04.mp4"
+
+
+@pytest.fixture
+def env(tmp_path):
+    """No COLUMNS (a pipe into a file has none), a private probe and config directory."""
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir(mode=0o700)
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE", "PYTHONIOENCODING")}
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), PYTHONPATH=str(ROOT),
+                 XDG_CONFIG_HOME=str(tmp_path / "config"))
+    return clean
+
+
+def shell(env, command, timeout=120):
+    """``gputui`` run by bash, for redirections that subprocess cannot express (>&-, >/dev/full)."""
+    line = f"{sys.executable} -m gputui {command}"
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+# ------------------------------------------------------------------------------------ output
+
+def test_piped_output_is_not_cut_at_120_columns(env):
+    result = gputui(env, "--demo", "workstation", "--once")
+    assert result.returncode == 0
+    line = next(line for line in result.stdout.splitlines() if line.startswith("5120 "))
+    assert line.endswith(FFMPEG) and len(line) > 120 and "…" not in line
+
+
+def test_columns_still_sets_the_width_of_piped_output(env):
+    result = gputui({**env, "COLUMNS": "80"}, "--demo", "workstation", "--once")
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("encoding", [
+    {"PYTHONIOENCODING": "latin-1"},
+    {"PYTHONIOENCODING": "ascii"},
+    {"PYTHONCOERCECLOCALE": "0", "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"},
+])
+def test_a_terminal_that_cannot_show_unicode_gets_ascii(env, encoding):
+    result = gputui({**env, **encoding}, "--demo", "leaky", "--once")
+    no_traceback(result)
+    assert result.returncode == 0
+    assert result.stdout.isascii() and "MEM ####" in result.stdout
+
+
+def test_closed_stdout_is_a_message_not_a_traceback(env):
+    result = shell(env, "--demo --once >&-")
+    assert result.returncode == 2
+    assert result.stderr == "gputui: standard output is closed: nothing to show on\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("mode", ["--once", "--json", "--watch 0.2", "probes"])
+def test_a_full_disk_is_a_message_and_exit_1(env, mode):
+    result = shell(env, f"--demo workstation {mode} >/dev/full")
+    assert result.returncode == 1
+    assert result.stderr == "gputui: cannot write the output: No space left on device\n"
+
+
+# ------------------------------------------------------------------------------------ settings
+
+@pytest.mark.parametrize("args", [["--interval", "1e-9"], ["--watch", "0.01"], ["--interval", "nan"],
+                                  ["--interval", "7200"]])
+def test_intervals_follow_the_config_files_rule(env, args):
+    result = gputui(env, "--demo", "--once", *args)
+    assert result.returncode == 2
+    assert "must be between 0.1 and 3600 seconds" in result.stderr
+
+
+def test_the_smallest_interval_is_accepted(env):
+    assert gputui(env, "--demo", "--once", "--interval", "0.1").returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["--once", "--json", "--watch"])
+def test_a_missing_config_file_stops_the_plain_modes_too(env, tmp_path, mode):
+    result = gputui(env, "--demo", mode, "--config", str(tmp_path / "nope.toml"))
+    no_traceback(result)
+    assert result.returncode == 2
+    assert result.stderr == f"gputui: config file {tmp_path / 'nope.toml'} does not exist\n"
+
+
+@pytest.mark.parametrize("content, said", [
+    ("interval = [", "is not valid TOML"),
+    ("interval = 0.01", "`interval` must be between 0.1 and 3600 seconds, not 0.01"),
+    ('[keys]\n"no.such" = "x"', "[keys] names unknown binding 'no.such'"),
+])
+def test_a_broken_config_file_stops_once_as_it_stops_the_monitor(env, tmp_path, content, said):
+    config = tmp_path / "config.toml"
+    config.write_text(content)
+    result = gputui(env, "--demo", "--once", "--config", str(config))
+    assert result.returncode == 2 and said in result.stderr and result.stdout == ""
+    default = tmp_path / "config" / "gputui" / "config.toml"  # the default place: checked too
+    default.parent.mkdir(parents=True)
+    default.write_text(content)
+    assert gputui(env, "--demo", "--json").returncode == 2
+
+
+# ------------------------------------------------------------------------------------ habits
+
+def snapshot(env, *args):
+    result = gputui(env, "--demo", "workstation", "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["snapshot"]
+
+
+def test_only_and_pid_take_space_separated_lists(env):
+    spaced = snapshot(env, "--only", "1", "0")
+    assert [d["index"] for d in spaced["devices"]] == [0, 1]
+    assert [d["index"] for d in snapshot(env, "--only", "1")["devices"]] == [1]
+    pids = snapshot(env, "--pid", "3120", "5120")
+    assert sorted(p["pid"] for p in pids["processes"]) == [3120, 5120]
+    assert sorted(p["pid"] for p in snapshot(env, "--pid", "3120,5120")["processes"]) == [3120, 5120]
+
+
+def test_dash_one_is_once(env):
+    result = gputui(env, "--demo", "-1")
+    assert result.returncode == 0 and result.stdout.startswith("ws-sim-01")
+
+
+def test_a_stray_number_gets_a_helpful_error(env):
+    result = gputui(env, "--demo", "--once", "1")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "gputui: error: unexpected '1': for seconds between samples use --interval 1 (live monitor) "
+        "or --watch 1 (printing); for GPUs, --only 1")
+    word = gputui(env, "--demo", "--once", "top")
+    assert word.stderr.splitlines()[-1] == (
+        "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train)")
+
+
+# ------------------------------------------------------------------------------------ empty screens
+
+def test_a_user_with_no_gpu_process_is_told(env):
+    result = gputui(env, "--demo", "workstation", "--once", "--user", "nosuchuser")
+    assert result.returncode == 0
+    assert ("! --user nosuchuser: no GPU process of that user (GPU processes here belong to "
+            "alice, bob, carol, root)") in result.stdout
+
+
+def test_only_visible_with_a_gpu_that_is_not_here_is_told(env):
+    result = gputui({**env, "CUDA_VISIBLE_DEVICES": "7"}, "--demo", "workstation", "--once",
+                    "--only-visible")
+    assert result.returncode == 0
+    assert ("! --only-visible: no GPU here is visible to CUDA (CUDA_VISIBLE_DEVICES is '7'; the "
+            "GPUs here are 0, 1)") in result.stdout
+
+
+# ------------------------------------------------------------------------------------ demo clock
+
+def test_the_training_node_demo_starts_busy(env):
+    result = gputui(env, "--demo", "training-node", "--json")
+    doc = json.loads(result.stdout)["snapshot"]
+    assert all(d["memory_used"] > 50 * 2**30 and d["gpu_util"] > 50 for d in doc["devices"])
+    assert doc["taken_at"] >= 1767603600.0 + 60  # scenario second 60: the ramp is over
