@@ -142,7 +142,8 @@ def test_gputui_run_to_completion(env):
     )
     assert out.returncode == 0, out.stderr
     assert "step     20" in out.stdout
-    assert "gputui: probing" in out.stderr
+    assert "with the probe armed: it starts in each Python process" in out.stderr
+    assert "gputui: probe started in pid " in out.stderr
     assert not list(Path(env["GPUTUI_PROBE_DIR"]).iterdir())  # socket removed on exit
 
 

@@ -56,23 +56,65 @@ def run_command(options) -> int:
         raise CommandNotRunnable(f"permission denied: {command[0]}") from None
     except OSError as exc:
         raise CommandNotRunnable(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+    name = Path(command[0]).name
     sys.stderr.write(
-        f"gputui: probing {Path(command[0]).name} (pid {child.pid}); "
-        f"watch it with `gputui` or `gputui probe {child.pid}` in another pane\n"
+        f"gputui: running {name} (pid {child.pid}) with the probe armed: it starts in each Python "
+        "process of the command that imports torch, and this says so when one does\n"
     )
     previous = _forward_signals(child)
+    announced: set[int] = set()
     try:
         while True:
             try:
-                status = child.wait()
+                status = child.wait(timeout=ANNOUNCE_EVERY)
                 break
+            except subprocess.TimeoutExpired:
+                _announce_new_probes(child.pid, announced)
             except KeyboardInterrupt:
                 continue  # the child got the same Ctrl-C from the terminal; wait for it to finish
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if not announced:
+        sys.stderr.write(f"gputui: no probe started: {name} ran no Python process that imported "
+                         "torch (or it ended too soon to be seen)\n")
     _remove_socket_of(child.pid)
     return 128 - status if status < 0 else status
+
+
+ANNOUNCE_EVERY = 0.5  # seconds between looks for probes that started in the command
+
+
+def _announce_new_probes(root: int, announced: set[int]) -> None:
+    """Say once for each probe that started in ``root`` or one of its descendants."""
+    try:
+        from gputui.link.client import discover
+
+        found = discover(all_users=False)
+    except Exception:  # looking is a courtesy: never let it stop the command
+        return
+    for pid in sorted(set(found) - announced):
+        if _descends_from(pid, root):
+            announced.add(pid)
+            sys.stderr.write(f"gputui: probe started in pid {pid}; watch it with `gputui` or "
+                             f"`gputui probe {pid}` in another pane\n")
+
+
+def _descends_from(pid: int, root: int) -> bool:
+    """Whether ``root`` is ``pid`` or one of its ancestors (read from /proc)."""
+    for _ in range(64):  # a chain of parents is short; this bounds a race with pid reuse
+        if pid == root:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        # the command name in parentheses may hold spaces: the fields after it are fixed
+        pid = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return False
 
 
 def _forward_signals(child: subprocess.Popen) -> dict:
