@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gputui.errors import UserError
-from gputui.model import ProbeReport
+from gputui.model import ProbeReport, Snapshot
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
@@ -29,14 +29,29 @@ def probes(options: Any) -> int:
 
 
 def probe(options: Any) -> int:
-    """Print the current report of the probe in process ``options.pid``."""
+    """Print the current report of the probe in process ``options.pid``, with verdict and advice."""
     report = _one_report(options)
     if options.json:
         out = dumps(probe_document(report)) + "\n"
     else:
-        out = render_probe(report, color=terminal.use_color(options),
+        out = render_probe(report, _gpus_now(options), color=terminal.use_color(options),
                            ascii=terminal.use_ascii(options), width=terminal.width())
     return _print(out)
+
+
+def _gpus_now(options: Any) -> Snapshot | None:
+    """One sample of the GPUs for the verdict's time to OOM; None without a driver (CPU jobs)."""
+    from gputui.collect import NvmlUnavailable, open_collector
+
+    try:
+        collector = open_collector(options.demo, seed=options.seed,
+                                   processes=options.demo_processes)
+    except NvmlUnavailable:
+        return None
+    try:
+        return collector.sample()
+    finally:
+        collector.close()
 
 
 def _all_reports(options: Any) -> tuple[list[ProbeReport], dict[int, str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import tzinfo
 
-from gputui.model import AllocatorStats, ProbeReport
+from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
 from gputui.plain import units
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text
@@ -61,16 +61,21 @@ def _list_row(report: ProbeReport) -> list[str]:
     ]
 
 
-def render_probe(report: ProbeReport, *, color: bool = False, ascii: bool = False,
-                 width: int = 100, tz: tzinfo | None = None) -> str:
-    """Everything one probe reports, for a person or a bug report."""
+def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color: bool = False,
+                 ascii: bool = False, width: int = 100, tz: tzinfo | None = None) -> str:
+    """Everything one probe reports, for a person or a bug report, with its leak verdict and advice.
+
+    ``snapshot`` (the GPUs now, when NVML can be read) adds NVML's share of the process's memory and
+    the time to OOM from the GPU's free memory; without it the verdict comes from the steps alone.
+    """
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     title = Line().add(f"process {report.pid}", "title")
     lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
                  ellipsis=glyphs.ellipsis)
     lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
-    lines += probe_summary(report, None, width, glyphs, tz, indent=0)
+    lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
+                           tz, indent=0)
     for device in report.devices:
         if device.allocator is not None:
             lines += _allocator_lines(device.device, device.allocator, width, glyphs)
@@ -121,14 +126,46 @@ def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Gly
                 ellipsis=glyphs.ellipsis)
 
 
+# Step-table columns: (title, value of a step). A column no step has a figure for is left out, so a
+# CPU-only job (no CUDA allocator) shows its host memory instead of a row of n/a.
+_STEP_COLUMNS = (
+    ("ALLOCATED", lambda s: units.size(s.allocated)),
+    ("RESERVED", lambda s: units.size(s.reserved)),
+    ("PEAK FWD", lambda s: units.size(s.peak_forward)),
+    ("PEAK BWD", lambda s: units.size(s.peak_backward)),
+    ("PEAK OPT", lambda s: units.size(s.peak_optimizer)),
+    ("TENSORS", lambda s: units.size(_tensor_bytes(s.categories))),
+    ("HOST MEM", lambda s: units.size(s.host_memory)),
+)
+
+
+def _tensor_bytes(categories: MemoryCategories | None) -> int | None:
+    """What the probe accounts for in tensors: parameters, gradients, optimizer state, activations."""
+    if categories is None:
+        return None
+    known = [v for v in (categories.parameters, categories.gradients, categories.optimizer_state,
+                         categories.activations, categories.other) if v is not None]
+    return sum(known) if known else None
+
+
 def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
-    titles = ("STEP", "TIME", "ALLOCATED", "RESERVED", "PEAK FWD", "PEAK BWD", "PEAK OPT")
-    rows = [[str(s.step), units.step_time(s.duration) or "n/a", units.size(s.allocated) or "n/a",
-             units.size(s.reserved) or "n/a", units.size(s.peak_forward) or "n/a",
-             units.size(s.peak_backward) or "n/a", units.size(s.peak_optimizer) or "n/a"]
-            for s in report.steps[-STEPS_SHOWN:]]
+    # The probe reads memory at some steps only (its time budget): those are the rows worth showing.
+    measured = [s for s in report.steps if any(value(s) is not None for _, value in _STEP_COLUMNS)]
+    steps = (measured or list(report.steps))[-STEPS_SHOWN:]
+    columns = [("STEP", lambda s: str(s.step)), ("TIME", lambda s: units.step_time(s.duration))]
+    columns += [(title, value) for title, value in _STEP_COLUMNS
+                if any(value(s) is not None for s in steps)]
+    if any(title == "ALLOCATED" for title, _ in columns):
+        columns = [c for c in columns if c[0] != "TENSORS"]  # the allocator's figures say more
+    titles = [title for title, _ in columns]
+    rows = [[value(s) or "n/a" for _, value in columns] for s in steps]
     widths = [max(len(t), *(len(r[i]) for r in rows)) for i, t in enumerate(titles)]
-    lines = [Line().add(f"Last {len(rows)} of {len(report.steps)} steps", "head")]
+    if measured and len(measured) < len(report.steps):
+        heading = (f"Last {len(rows)} of {len(measured)} measured steps "
+                   f"({len(report.steps)} steps in all; the probe reads memory every few steps)")
+    else:
+        heading = f"Last {len(rows)} of {len(report.steps)} steps"
+    lines = [Line().add(heading, "head")]
     lines.append(Line().add(" ".join(t.rjust(w) for t, w in zip(titles, widths)), "bold")
                  .cropped(width, glyphs.ellipsis))
     for row in rows:
