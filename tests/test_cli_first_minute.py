@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from test_cli_plain import ROOT, gputui, no_traceback
+from test_cli_plain import ROOT, gputui, no_traceback, probed_process  # noqa: F401
 
 FFMPEG = "ffmpeg -hwaccel cuda -i lecture-04.mkv -c:v h264_nvenc -preset p5 lecture-04.mp4"
 
@@ -168,3 +168,17 @@ def test_the_training_node_demo_starts_busy(env):
     doc = json.loads(result.stdout)["snapshot"]
     assert all(d["memory_used"] > 50 * 2**30 and d["gpu_util"] > 50 for d in doc["devices"])
     assert doc["taken_at"] >= 1767603600.0 + 60  # scenario second 60: the ramp is over
+
+
+# ------------------------------------------------------------------------------------ no driver
+
+def test_without_a_driver_the_host_figures_are_still_read(probed_process, env):
+    result = gputui(env, "--json")
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)["snapshot"]
+    assert snap["devices"] == [] and [r["pid"] for r in snap["probes"]] == [probed_process.pid]
+    host = snap["host"]
+    assert host["cpu_count"] > 0 and host["cpu_percent"] is not None
+    assert 0 < host["memory_used"] < host["memory_total"]
+    text = gputui(env, "--once").stdout
+    assert "CPU " in text.splitlines()[1] and "MEM " in text.splitlines()[1]

@@ -13,8 +13,9 @@ from typing import Any, Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
+from gputui.collect.host import HostReader
 from gputui.collect.users import current_user
-from gputui.model import Host, ProbeReport, Snapshot
+from gputui.model import ProbeReport, Snapshot
 from gputui.plain.render import own_pid
 
 # Process CPU % is measured between two samples; --once takes a first sample this long before the
@@ -43,6 +44,10 @@ class Source:
             if options.demo is not None or not _real_probes_exist():
                 raise
             self.unavailable = exc
+            import psutil
+
+            # No GPUs, but the host figures are still psutil's to read (CPU jobs live on them).
+            self._host = HostReader(psutil, socket.gethostname())
         self._sampled = False
 
     def __enter__(self) -> Source:
@@ -59,7 +64,10 @@ class Source:
     def sample(self) -> Snapshot:
         """The next snapshot; the first call samples twice, CPU_WINDOW apart, for CPU %."""
         if self.collector is None:
-            raw = Snapshot(taken_at=time.time(), host=Host(hostname=socket.gethostname()),
+            if not self._sampled:
+                self._host.read()  # CPU % is measured between two readings
+                self._pause(CPU_WINDOW)
+            raw = Snapshot(taken_at=time.time(), host=self._host.read(),
                            problems=(str(self.unavailable),))
         else:
             if not self._sampled:
