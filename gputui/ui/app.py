@@ -23,6 +23,7 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
 from gputui.analysis.history import History
+from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.sampler import NoDriverSource, SampleFailed, Sampler, SnapshotReady, sample_ahead
@@ -99,6 +100,7 @@ class GpuTuiApp(App[int]):
         self.requester = requester or _link_request
         self.banner = banner
         self.problem: str | None = banner
+        self.refusal: UserError | None = None  # why the monitor ended before its first sample
         self.paused = False
         self.samples = 0  # snapshots received, for tests and the benchmark
         self.first_frame_at: float | None = None
@@ -152,6 +154,9 @@ class GpuTuiApp(App[int]):
         try:
             # The first sample may already be on its way, started while Textual was starting.
             snapshot = ahead.result() if ahead is not None else self.sampler.sample()
+        except UserError as exc:  # the request cannot be met (--only 99): said in --once's words
+            self.post_message(SampleFailed(str(exc), refusal=exc))
+            return
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(f"sampling failed: {type(exc).__name__}: {exc}"))
             return
@@ -168,6 +173,11 @@ class GpuTuiApp(App[int]):
         self._schedule(message.took)
 
     def on_sample_failed(self, message: SampleFailed) -> None:
+        if message.refusal is not None and self.snapshot is None:
+            # Nothing could ever be shown (no such GPU): leave, and run_tui says why as --once does.
+            self.refusal = message.refusal
+            self.exit(return_code=message.refusal.exit_code)
+            return
         self.problem = message.error
         self.main.render_snapshot()
         self._schedule(0.0)
@@ -429,6 +439,8 @@ def run_tui(options) -> int:
         app.run()
     finally:
         sampler.close()
+    if app.refusal is not None:
+        raise app.refusal  # printed by the CLI once the terminal is restored, exit 2
     return app.return_code or 0
 
 

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from textual.message import Message
 
 from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.errors import UserError
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 
@@ -30,11 +31,14 @@ class SnapshotReady(Message):
 
 
 class SampleFailed(Message):
-    """Sampling raised: the monitor keeps the last snapshot and says why."""
+    """Sampling raised: the monitor keeps the last snapshot and says why. ``refusal`` is the
+    UserError when the request itself cannot be met (``--only 99``), which ends the monitor before
+    a first sample as it ends ``--once``."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, refusal: UserError | None = None) -> None:
         super().__init__()
         self.error = error
+        self.refusal = refusal
 
 
 class Sampler:

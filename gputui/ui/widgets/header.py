@@ -47,7 +47,8 @@ class HostHeader(StyledLines):
         """The header's lines for a widget this wide."""
         snap = self.snapshot
         if snap is None:
-            return (styled("gputui · waiting for the first sample…", "$text-muted"),)
+            # A failure before the first sample is all there is to see: say it under the wait.
+            return self._with_problem((styled("gputui · waiting for the first sample…", "$text-muted"),))
         host, driver = snap.host, snap.driver
         every = f"{self.interval:g}s"
         state = styled(" PAUSED ", "reverse $warning") if self.paused else styled(

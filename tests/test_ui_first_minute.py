@@ -1,0 +1,100 @@
+"""Pilot tests of the live monitor's first minute as a new user meets it (issue 9, part 3): failures
+before the first sample, MIG instances, narrow panes, the help screen's ids and legend, the detail
+screen's forecast, sorting marks, Home/End, and signals on tree parents.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gputui.errors import UserError
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.sampler import Sampler
+from gputui.ui.widgets.header import HostHeader
+
+from test_ui_app import make_app, settle, table_keys
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+class RefusingSource:
+    """A collector stand-in whose every sample raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    def sample(self):
+        self.calls += 1
+        raise self.error
+
+    def probe_reports(self):
+        return ()
+
+    def close(self) -> None:
+        pass
+
+
+def screen_text(widget) -> str:
+    return "\n".join(strip.text for strip in widget.render_lines(widget.size.region))
+
+
+# -- a failure before the first sample -----------------------------------------------------------
+
+
+async def test_a_request_that_cannot_be_met_ends_the_monitor_with_exit_2():
+    refusal = UserError("--only 99: no such GPU; the GPUs here are 0, 1")
+    app = GpuTuiApp(Sampler(RefusingSource(refusal), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(100):
+            if not app.is_running:
+                break
+            await pilot.pause(0.05)
+    assert app.return_code == 2
+    assert app.refusal is refusal
+
+
+def test_run_tui_says_what_once_says_for_a_gpu_that_does_not_exist(monkeypatch, capsys):
+    from gputui import cli
+    from gputui.ui import app as app_module
+
+    original = GpuTuiApp.run
+    opened = []
+
+    def headless(self, **kwargs):  # the test has no terminal to draw on
+        opened.append(self)
+        return original(self, headless=True, **kwargs)
+
+    monkeypatch.setattr(app_module.GpuTuiApp, "run", headless)
+    monkeypatch.setattr("gputui.plain.terminal.is_terminal", lambda *args, **kwargs: True)
+    assert cli.main(["--demo", "workstation", "--only", "99"]) == 2
+    live = capsys.readouterr().err
+    assert cli.main(["--demo", "workstation", "--only", "99", "--once"]) == 2
+    once = capsys.readouterr().err
+    assert opened  # the live monitor did start, and ended by itself
+    assert live == once
+    assert live.startswith("gputui: --only 99: no such GPU; the GPUs here are 0 (GPU-")
+
+
+async def test_a_failure_before_the_first_sample_is_shown_under_the_wait():
+    app = GpuTuiApp(Sampler(RefusingSource(RuntimeError("driver went away")), watch_probes=False),
+                    me="bob", interval=30.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(100):
+            if app.problem:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+        header = screen_text(app.screen.query_one(HostHeader))
+        assert "waiting for the first sample" in header
+        assert "sampling failed: RuntimeError: driver went away" in header
+        assert app.is_running  # a passing failure: sampling goes on
