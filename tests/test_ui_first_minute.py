@@ -98,3 +98,31 @@ async def test_a_failure_before_the_first_sample_is_shown_under_the_wait():
         assert "waiting for the first sample" in header
         assert "sampling failed: RuntimeError: driver went away" in header
         assert app.is_running  # a passing failure: sampling goes on
+
+
+# -- MIG ----------------------------------------------------------------------------------------
+
+
+async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.devices import DeviceLines
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = still_app("mig", seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        devices = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        migs = [line.split()[:3] for line in devices if "MIG" in line]
+        assert migs == [["MIG", "0:1", "3g.40gb"], ["MIG", "0:5", "2g.20gb"],
+                        ["MIG", "0:13", "1g.10gb"], ["MIG", "0:14", "1g.10gb"]]
+        assert "30.5G/39.4G" in next(line for line in devices if "MIG 0:1 " in line)
+        table = app.screen.query_one(ProcessTable)
+        gpus = {row.pid: row.cells["gpu"] for row in table.rows_by_key.values()}
+        assert gpus == {61500: "1", 61010: "0:1", 61100: "0:5", 61300: "0:14", 61200: "0:13"}
+        await pilot.click(DeviceLines, offset=(10, devices.index(devices[-1])))  # GPU 1's second line
+        await pilot.pause()
+        assert app.screen.chart_device == 1
+        await pilot.resize_terminal(80, 24)  # compact: one line per GPU and per instance
+        await pilot.pause()
+        compact = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        assert [line.split()[1] for line in compact if "MIG" in line] == ["0:1", "0:5", "0:13", "0:14"]

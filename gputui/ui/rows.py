@@ -60,7 +60,7 @@ COLUMNS: dict[str, Column] = {c.id: c for c in (
     Column("pid", "PID", lambda p, c: p.pid, numeric=True),
     Column("probe", "P", lambda p, c: own_pid(p) in c.probes),
     Column("user", "USER", lambda p, c: p.user or ""),
-    Column("gpu", "GPU", lambda p, c: p.device_index, numeric=True),
+    Column("gpu", "GPU", lambda p, c: (p.device_index, p.gpu_instance_id or -1), numeric=True),
     Column("type", "TYPE", lambda p, c: p.kind),
     Column("gpu_memory", "GPU MEM", lambda p, c: p.gpu_memory, numeric=True),
     Column("trend", "TREND", _trend_rank, numeric=True),
@@ -84,7 +84,7 @@ TINY = ("pid", "gpu", "gpu_memory", "sm", "command")
 
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
-WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 3, "type": 4, "gpu_memory": 7, "trend": 11,
+WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
           "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
 GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "probe", "user", "trend")
 COMMAND_MIN = 22
@@ -224,7 +224,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
         "pid": str(p.pid),
         "probe": mark,
         "user": p.user or fmt.NA,
-        "gpu": str(p.device_index),
+        "gpu": gpu_text(p),
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
         "gpu_memory": fmt.size(p.gpu_memory, short=True),
         "trend": trend,
@@ -243,6 +243,14 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     if p.state != PROCESS_OK:
         styles["command"] = "$text-muted"
     return cells, styles
+
+
+def gpu_text(p: GpuProcess) -> str:
+    """The GPU cell: the GPU index, and on a MIG GPU its GPU instance ("0:5"), as --once and
+    nvidia-smi name it."""
+    if p.gpu_instance_id is None:
+        return str(p.device_index)
+    return f"{p.device_index}:{p.gpu_instance_id}"
 
 
 def parent_cells(h: HostProcess) -> tuple[dict, dict]:

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.events import Click, Resize
 from textual.message import Message
 
-from gputui.model import Device, Snapshot
+from gputui.model import Device, MigInstance, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, meter, styled, value
 from gputui.ui.widgets.line import StyledLines
@@ -42,6 +42,8 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         return (join([head, meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{used:>5}",
                       meter(util_f, bar_w, ascii=ascii), f"{fmt.percent(d.gpu_util):>4}", temp]),)
 
+    migs = tuple(render_mig(d.index, mig, mode, width, ascii=ascii) for mig in d.mig_instances)
+
     power = fmt.watts(d.power_draw, d.power_limit)
     if mode == "compact":
         slow_short = styled("!" if ascii else "⚠", "bold $warning") if slow else ""
@@ -49,7 +51,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         return (join([head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95),
                       f"{mem_text:>11}", label("UTIL"), meter(util_f, bar_w, ascii=ascii),
                       f"{fmt.percent(d.gpu_util):>4}", temp, value(fmt.watts(d.power_draw)),
-                      slow_short]),)
+                      slow_short]), *migs)
 
     bar_w = max(6, min(40, (width - 79) // 2))
     first = join([
@@ -69,7 +71,26 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
               label("rx"), value(fmt.rate(d.pcie_rx)), label("tx"), value(fmt.rate(d.pcie_tx))]),
         codecs, slow_part,
     ], "  ")
-    return (first, second)
+    return (first, second, *migs)
+
+
+def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: bool = False) -> Words:
+    """One line for a MIG instance under its GPU, named as the process table's GPU column names it
+    (GPU index:GPU instance), with its profile and memory."""
+    name = f"{parent}:{mig.gpu_instance_id}" if mig.gpu_instance_id is not None else f"{parent}:?"
+    mem_f = fmt.fraction(mig.memory_used, mig.memory_total)
+    mem_text = f"{fmt.size(mig.memory_used, short=True)}/{fmt.size(mig.memory_total, short=True)}"
+    bar_w = max(4, min(30, (width - 64) // 2)) if mode == "compact" else max(6, min(40, (width - 79) // 2))
+    placement = " ".join(part for part in (
+        f"GI {mig.gpu_instance_id}" if mig.gpu_instance_id is not None else "",
+        f"CI {mig.compute_instance_id}" if mig.compute_instance_id is not None else "") if part)
+    return join([
+        assemble("   ", (f"MIG {name:<5}", "$accent")),
+        value((mig.profile or fmt.NA).ljust(8)),
+        join([label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{mem_text:>11}"]),
+        styled(placement, "$text-muted"),
+        styled(f"cuda:{mig.cuda_index}", "$accent") if mig.cuda_index is not None else "",
+    ], "  ")
 
 
 class DeviceLines(StyledLines):
@@ -79,7 +100,7 @@ class DeviceLines(StyledLines):
         super().__init__()
         self.ascii = ascii
         self.devices: tuple[Device, ...] = ()
-        self.per_device = 1  # lines per device, for mapping a click to its device
+        self.line_devices: list[int] = []  # the device index of each line, for mapping a click
         self.width_used = 0
         self._rows: dict[tuple, tuple] = {}  # (device, mode, width, selected) -> its lines
 
@@ -88,6 +109,7 @@ class DeviceLines(StyledLines):
         width = self.width_used = self.content_size.width or self.app.size.width
         rows = {}
         lines = []
+        line_devices: list[int] = []
         for device in devices:
             key = (device, mode, width, device.index == selected)
             row = self._rows.get(key)
@@ -97,8 +119,9 @@ class DeviceLines(StyledLines):
                             render_device(device, mode, width, ascii=self.ascii, selected=chosen))
             rows[key] = row
             lines.extend(row)
+            line_devices.extend([device.index] * len(row))
         self._rows = rows
-        self.per_device = 1 if mode in ("compact", "tiny") else 2
+        self.line_devices = line_devices
         self.show_lines(lines)
 
     def on_resize(self, event: Resize) -> None:
@@ -107,9 +130,8 @@ class DeviceLines(StyledLines):
             self.post_message(DeviceList.Redraw())
 
     def on_click(self, event: Click) -> None:
-        index = event.y // self.per_device
-        if 0 <= index < len(self.devices):
-            self.post_message(DeviceList.Chosen(self.devices[index].index))
+        if 0 <= event.y < len(self.line_devices):
+            self.post_message(DeviceList.Chosen(self.line_devices[event.y]))
 
 
 SELECTED = "on $boost"  # the charted GPU's lines
