@@ -214,8 +214,11 @@ def test_watch_json_is_ndjson_and_a_closed_pipe_ends_it(env, tmp_path):
 
 
 def test_watch_text_into_a_log_until_ctrl_c(env):
+    # A shell starts background jobs with SIGINT ignored, and a child inherits that (CI may be one):
+    # put Ctrl-C back as a terminal would have it, or the child never sees the signal.
     proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "workstation", "--watch", "0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     deadline = time.monotonic() + 60
     while sum(line.startswith("-- 2") for line in seen) < 2 and time.monotonic() < deadline:
