@@ -126,3 +126,57 @@ async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
         await pilot.pause()
         compact = screen_text(app.screen.query_one(DeviceLines)).splitlines()
         assert [line.split()[1] for line in compact if "MIG" in line] == ["0:1", "0:5", "0:13", "0:14"]
+
+
+# -- narrow panes, column widths, the sort mark -------------------------------------------------
+
+
+def table_lines(app) -> list[str]:
+    from gputui.ui.widgets.processes import ProcessTable
+
+    return screen_text(app.screen.query_one(ProcessTable)).splitlines()
+
+
+async def test_a_narrow_pane_keeps_the_leak_letter_and_the_time_to_oom():
+    from gputui.ui.still import still_app
+
+    app = still_app("leaky", seconds=120)
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        assert app.screen.layout_mode == "tiny"
+        header, leaking = table_lines(app)[:2]
+        assert header.split() == ["PID", "P", "GPU", "GPU", "MEM", "▼", "TREND", "COMMAND"]
+        assert leaking.split()[:2] == ["51200", "A"]  # activations leak
+        assert leaking.split()[4] == "▲85s"  # growing, out of memory in 85 s
+
+
+async def test_sort_mark_is_whole_and_the_trend_column_is_as_wide_as_its_trends():
+    from gputui.ui.still import still_app
+
+    app = still_app("workstation", seconds=90)  # nothing grows here
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        header = table_lines(app)[0]
+        assert "GPU MEM ▼" in header
+        table = app.screen.query_one("ProcessTable")
+        widths = {column.key.value: column.width for column in table.columns.values()}
+        assert widths["trend"] == 5  # no trend shown: just its label
+        assert widths["command"] == 25 and "user" in widths  # the TREND cells went to USER and COMMAND
+        await pilot.press("s")  # next column: TREND, its mark whole too
+        assert "TREND ▼" in table_lines(app)[0]
+    leaky = still_app("leaky", seconds=120)
+    async with leaky.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = leaky.screen.query_one("ProcessTable")
+        trend = table.rows_by_key["51200/0"].cells["trend"]
+        assert trend.startswith("▲") and trend.endswith(" 85s")
+        assert {c.key.value: c.width for c in table.columns.values()}["trend"] == len(trend)
+
+
+async def test_ascii_sort_mark():
+    from gputui.ui.still import still_app
+
+    app = still_app("workstation", seconds=90, ascii=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert "GPU MEM v" in table_lines(app)[0]

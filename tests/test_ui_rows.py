@@ -96,14 +96,34 @@ def test_growing_memory_gets_a_marker_with_its_rate():
 
 
 def test_columns_per_layout():
-    assert columns_for("tiny") == ("pid", "gpu", "gpu_memory", "sm", "command")
+    assert columns_for("tiny") == ("pid", "probe", "gpu", "gpu_memory", "trend_mark", "command")
     assert "elapsed" not in columns_for("compact")
-    assert columns_for("compact", width=80) == ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "command")
+    # A full-width trend (11 cells) takes the user's place at 80 columns; no trend shown, it stays.
+    assert columns_for("compact", width=80) == ("pid", "probe", "gpu", "gpu_memory", "trend", "sm", "command")
+    assert columns_for("compact", width=80, sort_column="gpu_memory", trend_width=0) == (
+        "pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "command")
     assert "type" not in columns_for("normal", width=100) and "type" in columns_for("normal", width=120)
     wide = columns_for("wide")
     assert wide[-1] == "command" and "started" in wide and "memory_util" in wide
     assert columns_for("normal", ("pid", "command")) == ("pid", "command")
     assert columns_for("tiny", ("pid", "user", "command")) == ("pid", "command")
+    assert columns_for("tiny", ("pid", "trend", "command")) == ("pid", "trend_mark", "command")
+
+
+def test_narrow_trend_keeps_the_arrow_and_the_time_to_oom():
+    growing = ProcessTrend("growing", rate=2 * MIB / 60, level=5 * GIB, time_to_oom=600.0)
+    row = next(r for r in build_rows(training_snapshot(), trends={(2001, 1): growing}) if r.pid == 2001)
+    assert row.cells["trend_mark"] == "▲10m" and row.styles["trend_mark"] == "$error"
+    assert trend_text(growing, ascii=True, short=True) == ("^10m", "$error")
+
+
+def test_column_widths_fit_the_sort_mark_and_the_trends_shown():
+    from gputui.ui.rows import column_widths
+
+    widths = column_widths(("pid", "gpu_memory", "trend", "command"), "gpu_memory", trend_width=0)
+    assert widths == {"pid": 7, "gpu_memory": 9, "trend": 5}  # "GPU MEM ▼"; "TREND" alone
+    assert column_widths(("trend",), "trend", trend_width=11) == {"trend": 11}
+    assert column_widths(("trend",), None, trend_width=3) == {"trend": 5}
 
 
 def test_formatting_words():

@@ -67,6 +67,7 @@ class MainScreen(Screen):
         self.chart_device: int | None = None
         self.layout_mode = "normal"
         self.pane_width = 80
+        self.trend_width = 0  # the widest trend shown: the TREND column takes no more
         self.stale = True  # a snapshot arrived while another screen was on top
 
     def compose(self) -> ComposeResult:
@@ -105,8 +106,11 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns, self.pane_width)
-        self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse, self.pane_width)
+        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns, self.pane_width,
+                                     sort_column=self.sort_column, trend_width=self.trend_width)
+        widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
+        self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
+                                                 self.pane_width, widths)
 
     @property
     def charts_visible(self) -> bool:
@@ -144,6 +148,10 @@ class MainScreen(Screen):
             snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view,
             trends=self.app.trends, leaks=self.app.leaks, ascii=self.ascii)
+        trend_width = max((len(r.cells.get("trend", "")) for r in found), default=0)
+        if trend_width != self.trend_width:  # a trend came or went: give the command the room
+            self.trend_width = trend_width
+            self._set_columns()
         self.query_one(ProcessTable).show(found)
         # Probed processes NVML does not list are rows of their own, counted like the rest.
         listed = {table_rows.own_pid(p) for p in snap.processes}

@@ -64,6 +64,7 @@ COLUMNS: dict[str, Column] = {c.id: c for c in (
     Column("type", "TYPE", lambda p, c: p.kind),
     Column("gpu_memory", "GPU MEM", lambda p, c: p.gpu_memory, numeric=True),
     Column("trend", "TREND", _trend_rank, numeric=True),
+    Column("trend_mark", "TREND", _trend_rank, numeric=True),  # narrow panes: arrow and time to OOM
     Column("sm", "SM%", lambda p, c: p.sm_util, numeric=True),
     Column("memory_util", "MBW%", lambda p, c: p.memory_util, numeric=True),
     Column("cpu", "CPU%", lambda p, c: p.cpu_percent, numeric=True),
@@ -79,26 +80,46 @@ DEFAULT = ("pid", "probe", "user", "gpu", "type", "gpu_memory", "trend", "sm", "
            "elapsed", "command")
 WIDE_EXTRA = ("memory_util", "started")
 COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "command")
-TINY = ("pid", "gpu", "gpu_memory", "sm", "command")
+# Narrow panes keep the signs of trouble: the probe's leak letter and a short trend (arrow, time to
+# OOM), not the SM %.
+TINY = ("pid", "probe", "gpu", "gpu_memory", "trend_mark", "command")
+TINY_FOR = {"trend": "trend_mark"}  # a chosen column's narrow form
 
 
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
 WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
-          "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9, "started": 19}
-GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "probe", "user", "trend")
+          "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9,
+          "started": 19}
+GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
 COMMAND_MIN = 22
 PADDING = 2  # DataTable's cell padding, both sides together
 
 
-def fixed_width(column_ids) -> int:
-    return sum(WIDTHS.get(c, 0) + PADDING for c in column_ids if c != "command")
+def column_widths(column_ids, sort_column: str | None = None,
+                  trend_width: int | None = None) -> dict[str, int]:
+    """Cells wide each column but the command is: room for its content and for its label with
+    the sort mark. ``trend_width`` is the widest trend shown now: no trend, no wasted cells."""
+    widths = {}
+    for cid in column_ids:
+        if cid == "command":
+            continue
+        content = WIDTHS.get(cid, 0) if cid != "trend" or trend_width is None else trend_width
+        label = len(COLUMNS[cid].label) + (2 if cid == sort_column else 0)  # " ▼"
+        widths[cid] = max(content, label)
+    return widths
 
 
-def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | None = None) -> tuple[str, ...]:
+def fixed_width(column_ids, widths: Mapping[str, int] | None = None) -> int:
+    widths = widths if widths is not None else WIDTHS
+    return sum(widths.get(c, 0) + PADDING for c in column_ids if c != "command")
+
+
+def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | None = None, *,
+                sort_column: str | None = None, trend_width: int | None = None) -> tuple[str, ...]:
     """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width."""
     if layout == "tiny":
-        picked = tuple(c for c in chosen if c in TINY) or TINY
+        picked = tuple(TINY_FOR.get(c, c) for c in chosen if TINY_FOR.get(c, c) in TINY) or TINY
     elif layout == "compact":
         picked = tuple(c for c in chosen if c in COMPACT) or COMPACT
     elif layout == "wide":
@@ -107,10 +128,10 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
         picked = tuple(before_command) + extra + (("command",) if "command" in chosen else ())
     else:
         picked = tuple(chosen)
-    if width is None or "command" not in picked:
-        return picked
+    if width is None or "command" not in picked or layout == "tiny":
+        return picked  # the narrow set is the least worth showing: nothing more gives way
     for victim in GIVE_WAY:
-        if width - fixed_width(picked) >= COMMAND_MIN + PADDING + 1:
+        if width - fixed_width(picked, column_widths(picked, sort_column, trend_width)) >= COMMAND_MIN + PADDING + 1:
             break
         if victim in picked and len(picked) > 2:
             picked = tuple(c for c in picked if c != victim)
@@ -136,15 +157,17 @@ def row_key(pid: int, device_index: int | None) -> str:
 
 
 def trend_text(mark: ProcessTrend | None, *, ascii: bool = False,
-               leak: LeakVerdict | None = None, now: float | None = None) -> tuple[str, str]:
+               leak: LeakVerdict | None = None, now: float | None = None,
+               short: bool = False) -> tuple[str, str]:
     """The trend cell and its style: rising memory gets an arrow, its rate per minute and, when a
-    forecast exists, the time until the device runs out ("▲7.5G/m 85s")."""
+    forecast exists, the time until the device runs out ("▲7.5G/m 85s"). ``short`` (narrow panes)
+    leaves the rate out ("▲85s")."""
     rate, oom_in = growth_of(mark, leak, now)
     if rate is not None:
         arrow = "^" if ascii else "▲"
-        text = arrow + fmt.size(rate * 60, short=True) + "/m"
+        text = arrow if short else arrow + fmt.size(rate * 60, short=True) + "/m"
         if oom_in is not None:
-            text += " " + short_duration(oom_in)
+            text += ("" if short else " ") + short_duration(oom_in)
         return (text, "$error" if oom_in is not None else "$warning")
     if mark is None or mark.verdict in ("unknown", "steady"):
         return ("", "")
@@ -216,8 +239,9 @@ def probe_mark(leak: LeakVerdict | None, *, ascii: bool = False) -> tuple[str, s
 def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     """Texts and styles of every column for one GPU process."""
     leak = ctx.leaks.get(own_pid(p))
-    trend, trend_style = trend_text(ctx.trends.get((p.pid, p.device_index)), ascii=ctx.ascii,
-                                    leak=leak, now=ctx.taken_at)
+    mark_of_trend = ctx.trends.get((p.pid, p.device_index))
+    trend, trend_style = trend_text(mark_of_trend, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
+    trend_mark = trend_text(mark_of_trend, ascii=ctx.ascii, leak=leak, now=ctx.taken_at, short=True)[0]
     probed = own_pid(p) in ctx.probes
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii) if probed else ("", "")
     cells = {
@@ -228,6 +252,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
         "gpu_memory": fmt.size(p.gpu_memory, short=True),
         "trend": trend,
+        "trend_mark": trend_mark,
         "sm": fmt.percent(p.sm_util),
         "memory_util": fmt.percent(p.memory_util),
         "cpu": fmt.NA if p.cpu_percent is None else f"{p.cpu_percent:.0f}%",
@@ -237,7 +262,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
         "command": fmt.command_line(p.command, p.name) if p.state == PROCESS_OK or p.command
         else f"[{p.note or p.state}]",
     }
-    styles = {"trend": trend_style} if trend_style else {}
+    styles = {"trend": trend_style, "trend_mark": trend_style} if trend_style else {}
     if probed:
         styles["probe"] = mark_style
     if p.state != PROCESS_OK:
@@ -313,18 +338,19 @@ def probe_only_row(report: ProbeReport, ctx: Context) -> Row:
     leak = ctx.leaks.get(report.pid)
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii)
     trend, trend_style = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
+    trend_mark = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at, short=True)[0]
     gpu_memory = [d.allocator.reserved for d in report.devices if d.allocator is not None]
     last = report.steps[-1] if report.steps else None
     cells = {c: "" for c in COLUMNS}
     cells.update(
         pid=str(report.pid), probe=mark, user=fmt.NA, gpu=probe_device_text(report),
         gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
-        trend=trend, host_memory=fmt.size(getattr(last, "host_memory", None), short=True),
+        trend=trend, trend_mark=trend_mark, host_memory=fmt.size(getattr(last, "host_memory", None), short=True),
         command=fmt.command_line(report.command) if report.command else f"[probed process {report.pid}]",
     )
     styles = {"probe": mark_style, "gpu": "$text-muted"}
     if trend_style:
-        styles["trend"] = trend_style
+        styles["trend"] = styles["trend_mark"] = trend_style
     return Row(f"{report.pid}/probe", report.pid, None, cells, styles, report=report)
 
 

@@ -12,7 +12,7 @@ from textual.color import Color, ColorParseError
 from textual.message import Message
 from textual.widgets import DataTable
 
-from gputui.ui.rows import COLUMNS, WIDTHS, Row, fixed_width
+from gputui.ui.rows import COLUMNS, Row, column_widths, fixed_width
 
 
 
@@ -44,6 +44,7 @@ class ProcessTable(DataTable):
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable")
         self.column_ids: tuple[str, ...] = ()
         self.command_width = 0
+        self.widths: dict[str, int] = {}
         self.sort_column = "gpu_memory"
         self.sort_reverse = True
         self._cells: dict[str, dict[str, tuple[str, str]]] = {}  # row key -> column -> (text, style)
@@ -55,28 +56,32 @@ class ProcessTable(DataTable):
     # -- columns -----------------------------------------------------------------------------
 
     def set_columns(self, column_ids: tuple[str, ...], sort_column: str, reverse: bool,
-                    width: int) -> None:
+                    width: int, widths: dict[str, int] | None = None) -> None:
         """Change the visible columns (layout, config, pane width) or the sort arrow; rows are re-added.
 
-        The command column takes whatever width the others leave, so the table never needs a
+        ``widths`` are the fixed columns' widths (rows.column_widths: room for the sort arrow). The
+        command column takes whatever width the others leave, so the table never needs a
         horizontal scrollbar; long commands end in an ellipsis (the detail screen has them whole).
         """
-        command_width = max(10, width - fixed_width(column_ids) - 3)
-        state = (column_ids, sort_column, reverse, command_width)
-        if state == (self.column_ids, self.sort_column, self.sort_reverse, self.command_width):
+        widths = widths if widths is not None else column_widths(column_ids, sort_column)
+        command_width = max(10, width - fixed_width(column_ids, widths) - 3)
+        state = (column_ids, sort_column, reverse, command_width, widths)
+        if state == (self.column_ids, self.sort_column, self.sort_reverse, self.command_width, self.widths):
             return
-        self.column_ids, self.sort_column, self.sort_reverse, self.command_width = state
+        self.column_ids, self.sort_column, self.sort_reverse, self.command_width, self.widths = state
         rows = [self.rows_by_key[k] for k in self._order]
         self.clear(columns=True)
         self._cells.clear()
         self._order = []
+        ascii = getattr(self.app, "ascii", False)
         for cid in column_ids:
             column = COLUMNS[cid]
             label = column.label
             if cid == sort_column:
-                label += " v" if reverse else " ^"
+                label += {(True, True): " v", (True, False): " ^",
+                          (False, True): " ▼", (False, False): " ▲"}[(ascii, reverse)]
             self.add_column(Text(label, justify="right" if column.numeric else "left"), key=cid,
-                            width=command_width if cid == "command" else WIDTHS.get(cid))
+                            width=command_width if cid == "command" else widths.get(cid))
         self.show(rows)
 
     # -- rows --------------------------------------------------------------------------------
