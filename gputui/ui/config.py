@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.errors import UserError
-from gputui.ui.rows import COLUMNS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,6 +107,9 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
     if columns is not None:
         if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns) or not columns:
             raise bad("columns", "must be a non-empty list of column names")
+        # Imported here: --once checks the config too and should not load the table's code for it.
+        from gputui.ui.rows import COLUMNS
+
         wrong = [c for c in columns if c not in COLUMNS]
         if wrong:
             raise bad("columns", f"has unknown column {wrong[0]!r} (known: {', '.join(COLUMNS)})")
