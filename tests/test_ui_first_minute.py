@@ -180,3 +180,44 @@ async def test_ascii_sort_mark():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert "GPU MEM v" in table_lines(app)[0]
+
+
+# -- the help screen ----------------------------------------------------------------------------
+
+
+def help_text(screen) -> str:
+    from textual.widgets import Static
+
+    return "\n".join(screen_text(static) for static in screen.query(Static))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (50, 15)])
+async def test_help_shows_every_binding_id_whole(size):
+    from gputui.ui.app import binding_ids
+    from gputui.ui.screens.help import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        words = set(help_text(app.screen).replace("│", " ").split())
+        assert binding_ids() <= words, binding_ids() - words
+
+
+async def test_help_explains_every_mark():
+    from gputui.ui.screens.help import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        legend = screen_text(app.screen.query_one("#help-legend"))
+        lines = {line.split("  ")[0].strip(): line for line in legend.splitlines() if line.strip()}
+        for mark in ("●", "P G O A T C F", "!", "▲1.2G/m 85s", "↗", "~", "▶", "⚠", "n/a"):
+            assert mark in lines, mark
+        assert "Parameters" in lines["P G O A T C F"] and "rate per minute" in lines["▲1.2G/m 85s"]
+        assert "levelling off" in lines["↗"]

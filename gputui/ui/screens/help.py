@@ -4,12 +4,13 @@ key remaps), so it can never disagree with what the keys do.
 
 from __future__ import annotations
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 
 def describe_bindings(bindings: list[Binding], keymap: dict[str, str], app) -> list[tuple[str, str, str]]:
@@ -30,27 +31,68 @@ def describe_bindings(bindings: list[Binding], keymap: dict[str, str], app) -> l
             for i in dict.fromkeys(order) if i in keys_by_id]
 
 
+def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
+    """(mark, where it shows, what it means) for every mark the monitor draws."""
+    from gputui.ui.rows import CATEGORY_LETTERS
+
+    letters = " ".join(CATEGORY_LETTERS.values())
+    return [
+        ("*" if ascii else "●", "P column", "a PyTorch probe is attached to the process"),
+        (letters, "P column",
+         "the probe finds memory growing: Parameters, Gradients, Optimizer state, Activations, "
+         "other Tensors, allocator Cache, Fragmentation; red for a leak, yellow for cache growth "
+         "or fragmentation"),
+        ("!", "P column", "the probe finds memory growing, category not known"),
+        ("^1.2G/m 85s" if ascii else "▲1.2G/m 85s", "TREND",
+         "GPU memory keeps rising: its rate per minute and the time until the GPU is full "
+         "(narrow panes show the arrow and the time)"),
+        ("/" if ascii else "↗", "TREND", "memory grew as the job started and is levelling off"),
+        ("~", "TREND", "memory grows and is released again and again (no net growth)"),
+        (">" if ascii else "▶", "devices", "the GPU the history charts show (g or a click picks another)"),
+        ("!" if ascii else "⚠", "devices", "the GPU is being slowed down (power cap, thermal ...)"),
+        ("n/a", "anywhere", "the GPU or the process does not report this value"),
+    ]
+
+
+def _table(headers: tuple[str, str, str], rows, *, wrap_column: int) -> Table:
+    # A Rich table wraps the long column to the box's width, so the short ones (keys, ids to remap
+    # by) are always whole, at 80x24 as in a wide terminal.
+    table = Table(box=None, show_edge=False, pad_edge=False, expand=True, header_style="bold")
+    for i, header in enumerate(headers):
+        if i == wrap_column:
+            table.add_column(header, ratio=1, overflow="fold")
+        else:
+            table.add_column(header, no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
 class HelpScreen(ModalScreen[None]):
-    """A table per section: keys, what they do, and the id to remap them in config.toml."""
+    """A table per section: keys, the id to remap them in config.toml, and what they do; then what
+    the monitor's marks mean."""
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", tooltip="Close this help", id="help.close")]
 
-    def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str) -> None:
+    def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
+                 *, ascii: bool = False) -> None:
         super().__init__()
         self.sections = sections
         self.config_hint = config_hint
+        self.ascii = ascii
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static("Keys", classes="help-title")
             for title, rows in self.sections:
                 yield Static(title, classes="help-section")
-                table = DataTable(show_cursor=False, classes="help-table")
-                table.add_columns("key", "does", "id (to remap in config.toml)")
-                for keys, does, binding_id in rows:
-                    table.add_row(Text(keys), Text(does), Text(binding_id))
-                yield table
+                yield Static(_table(("key", "id to remap", "does"),
+                                    [(keys, binding_id, does) for keys, does, binding_id in rows],
+                                    wrap_column=2), classes="help-table")
             yield Static(self.config_hint, classes="help-hint", markup=False)
+            yield Static("Marks", classes="help-section")
+            yield Static(_table(("mark", "where", "means"), legend(self.ascii), wrap_column=2),
+                         classes="help-table", id="help-legend")
 
     def action_dismiss(self) -> None:
         self.dismiss(None)
