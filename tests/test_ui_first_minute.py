@@ -221,3 +221,20 @@ async def test_help_explains_every_mark():
             assert mark in lines, mark
         assert "Parameters" in lines["P G O A T C F"] and "rate per minute" in lines["▲1.2G/m 85s"]
         assert "levelling off" in lines["↗"]
+
+
+# -- moving in the table ------------------------------------------------------------------------
+
+
+async def test_home_and_end_move_the_table_cursor():
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ProcessTable)
+        keys = table_keys(app)
+        await pilot.press("end")
+        assert table.cursor_row == len(keys) - 1 and table.selected_key == keys[-1]
+        await pilot.press("home")
+        assert table.cursor_row == 0 and table.selected_key == keys[0]

@@ -285,10 +285,10 @@ class GpuTuiApp(App[int]):
             return
         sections = [(title, describe_bindings(bindings, self.keymap, self))
                     for title, bindings in binding_sections()]
-        hint = ("Arrows/PgUp/PgDn move in the table; click a column header to sort by it; "
+        hint = ("Arrows, PgUp/PgDn and Home/End move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
-        self.push_screen(HelpScreen(sections, hint))
+        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii))
 
     # -- actions -----------------------------------------------------------------------------
 

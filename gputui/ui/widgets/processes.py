@@ -21,6 +21,9 @@ class ProcessTable(DataTable):
 
     BINDINGS = [
         Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
+        # DataTable's own Home/End scroll sideways, which this table never needs: move the cursor.
+        Binding("home", "scroll_top", "First row", show=False, tooltip="Select the first process", id="table.first"),
+        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Select the last process", id="table.last"),
     ]
 
     class SortRequested(Message):
