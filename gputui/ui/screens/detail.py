@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from gputui.analysis.history import History
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.rows import own_pid, probe_device_text, trend_text
+from gputui.ui.rows import GROWTH_STATES, own_pid, probe_device_text, trend_text
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, ProcessAnalysis, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
@@ -115,7 +115,8 @@ class ProcessDetail(Screen):
         if self.device_index is not None:
             _, style = trend_text(trend, ascii=self.ascii)
             trend_line.update(Content.assemble(("GPU memory trend (NVML): ", "bold"),
-                                               (trend_words(trend), style or "$text-muted")))
+                                               (trend_words(trend, probe_forecast=forecasts_oom(leak)),
+                                                style or "$text-muted")))
         self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device)
         self.analysis = analyse(snapshot, proc, report, trend, leak)
         self.query_one(AnalysisPanel).show(self.analysis)
@@ -145,6 +146,11 @@ class ProcessDetail(Screen):
             return
         on = not self.report.recording
         self.app.record_sites(self.report.pid, on=on, steps=RECORD_STEPS)
+
+
+def forecasts_oom(leak) -> bool:
+    """Whether the probe's leak verdict says when the process runs out of memory."""
+    return leak is not None and leak.state in GROWTH_STATES and leak.oom_step is not None
 
 
 def analyse(snapshot: Snapshot, proc: GpuProcess | None, report: ProbeReport | None, trend,

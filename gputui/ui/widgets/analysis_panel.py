@@ -26,8 +26,6 @@ from gputui.model.verdicts import (
     ProcessTrend,
 )
 from gputui.ui import format as fmt
-from gputui.ui.rows import short_duration
-
 
 CATEGORY_WORDS = {"parameters": "parameters", "gradients": "gradients",
                   "optimizer_state": "optimizer state", "activations": "activations (tensors saved for backward)",
@@ -138,8 +136,11 @@ def headline(analysis: ProcessAnalysis) -> Content:
     return Content("  ·  ").join(parts)
 
 
-def trend_words(trend: ProcessTrend | None) -> str:
-    """The NVML memory trend in words, with the rate and forecast of a growing process."""
+def trend_words(trend: ProcessTrend | None, *, probe_forecast: bool = False) -> str:
+    """The NVML memory trend in words, with the rate and forecast of a growing process.
+
+    With ``probe_forecast`` (the probe forecasts an OOM) NVML's own straight-line figure is left out:
+    one screen, one time to OOM, the probe's (it knows the cache and each step's peak)."""
     if trend is None:
         return "not enough history yet"
     words = {"steady": "steady", "warming_up": "warming up (allocator cache filling, then flat)",
@@ -147,7 +148,9 @@ def trend_words(trend: ProcessTrend | None) -> str:
              "unknown": "not enough history yet"}.get(trend.verdict, trend.verdict)
     if trend.verdict == "growing" and trend.rate is not None:
         words += f" at {fmt.size(trend.rate * 60)}/min"
-        if trend.time_to_oom is not None:
+        if probe_forecast:
+            words += "; time to out of memory: the probe's forecast, below"
+        elif trend.time_to_oom is not None:
             words += f"; the GPU runs out of memory in about {fmt.elapsed(trend.time_to_oom)} at this rate"
     return words
 
@@ -171,7 +174,8 @@ def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
             left = leak.oom_in
             if leak.oom_at is not None and now is not None:
                 left = max(0.0, leak.oom_at - now)
-            when = "" if left is None else f", in about {fmt.elapsed(left)} ({short_duration(left)})"
+            # Rounded as the table's "85s" and the advice's "85 s" are: 84.8 s reads 1:25 here too.
+            when = "" if left is None else f", in about {fmt.elapsed(round(left))}"
             at = "" if leak.oom_at is None else f" at {fmt.clock(leak.oom_at)}"
             lines.append(Content.assemble(("  out of memory: ", "$text-muted"),
                                           (f"at step {leak.oom_step}{when}{at}", "bold $error")))
