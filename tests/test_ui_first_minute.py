@@ -238,3 +238,29 @@ async def test_home_and_end_move_the_table_cursor():
         assert table.cursor_row == len(keys) - 1 and table.selected_key == keys[-1]
         await pilot.press("home")
         assert table.cursor_row == 0 and table.selected_key == keys[0]
+
+
+# -- signals on a tree parent -------------------------------------------------------------------
+
+
+async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("t")
+        await pilot.pause()
+        table = app.screen.query_one(ProcessTable)
+        keys = table_keys(app)
+        table.move_cursor(row=keys.index("1000/-"))  # torchrun, the ranks' parent
+        await pilot.pause()
+        said = []
+        app.notify = lambda message, **options: said.append(message)
+        await pilot.press("K")
+        await pilot.pause()
+        assert "Select a process first." not in said
+        assert said[-1] == ("Process 1000 (torchrun --nproc-per-node=4 train.py) is a parent in the "
+                            "tree, not a GPU process: gputui signals GPU processes only. Select one "
+                            "under it, or signal it yourself: kill -TERM 1000")
+        assert app.screen is app.main  # no confirmation asked

@@ -316,7 +316,8 @@ class GpuTuiApp(App[int]):
         choose = getattr(self.screen, "signal_target", None)
         target = choose() if choose else None
         if target is None:
-            self.notify("Select a process first.", severity="warning")
+            why = getattr(self.screen, "why_no_signal_target", None)
+            self.notify(why() if why else "Select a process first.", severity="warning")
             return
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from gputui.model import GpuProcess, Snapshot
+from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.rows import COLUMNS
 from gputui.ui.signals import Target
@@ -194,6 +195,19 @@ class MainScreen(Screen):
             command = " ".join(row.report.command) or f"probed process {row.pid}"
             return Target(row.pid, row.pid, f"{command}  (probed, not listed by NVML)")
         return None
+
+    def why_no_signal_target(self) -> str:
+        """Why a signal key found nothing to signal, in words true of the selected row."""
+        table = self.query_one(ProcessTable)
+        row = table.rows_by_key.get(table.selected_key or "")
+        if row is not None and row.parent is not None:
+            # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
+            # signalled from here, but its pid is worth giving for a kill by hand.
+            name = fmt.command_line(row.parent.command, row.parent.name)
+            return (f"Process {row.pid} ({name}) is a parent in the tree, not a GPU process: gputui "
+                    f"signals GPU processes only. Select one under it, or signal it yourself: "
+                    f"kill -TERM {row.pid}")
+        return "Select a process first."
 
     # -- actions -----------------------------------------------------------------------------
 
