@@ -264,3 +264,49 @@ async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
                             "tree, not a GPU process: gputui signals GPU processes only. Select one "
                             "under it, or signal it yourself: kill -TERM 1000")
         assert app.screen is app.main  # no confirmation asked
+
+
+# -- colours ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+async def test_selected_row_header_and_rows_differ_in_256_colours(theme):
+    from rich.color import ColorSystem
+
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = make_app(theme=theme)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ProcessTable)
+        assert table.has_focus
+
+        def in_256(style) -> int:
+            return style.bgcolor.downgrade(ColorSystem.EIGHT_BIT).number
+
+        header = in_256(table.get_component_rich_style("datatable--header"))
+        selected = in_256(table.get_component_rich_style("datatable--cursor"))
+        rows = in_256(table.rich_style)
+        assert len({header, selected, rows}) == 3, (header, selected, rows)
+
+
+@pytest.mark.parametrize("no_color", [True, False])
+async def test_no_color_keeps_the_leak_marker_visible(monkeypatch, no_color):
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.processes import ProcessTable
+
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    else:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    app = still_app("leaky", seconds=120)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.no_color is no_color
+        table = app.screen.query_one(ProcessTable)
+        marker = table.get_cell("51200/0", "probe")
+        trend = table.get_cell("51200/0", "trend")
+        quiet = table.get_cell("52300/0", "pid")
+        assert marker.plain == "A" and trend.plain.startswith("▲")
+        assert bool(marker.style.reverse) is no_color and bool(trend.style.reverse) is no_color
+        assert not quiet.style  # plain cells stay plain

@@ -133,6 +133,10 @@ class ProcessTable(DataTable):
     def _theme_style(self, style: str) -> str:
         # Cells are Rich Text, which does not know Textual's theme variables: resolve them here.
         variables = self.app.theme_variables
+        if self.app.no_color and any(word in ("$error", "$warning") for word in style.split()):
+            # NO_COLOR turns every colour grey: a leak marker or a rising trend would be grey on
+            # grey. Bold reverse video of the row's own text keeps the sign of trouble visible.
+            return "bold reverse"
         words = []
         for word in style.split():
             if word == "$text-muted":
