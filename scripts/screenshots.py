@@ -24,22 +24,29 @@ from gputui.ui.still import still_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 
-# name, scenario, seconds into it, terminal size, keys to press first. The leaky job holds the
-# most GPU memory, so Enter opens its detail screen: probe view, leak verdict and advice, tall
-# enough to show all of it at once.
+# name, scenario, seconds into it, terminal size, keys to press first, and the widget of the detail
+# screen to scroll to the top (None: the top of the screen). Every picture is a size a terminal
+# shows; the detail screen is taller than that, so its top, its probe view and its analysis are
+# pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
+# README.md links every one of them (tests/test_ui_screenshots.py checks).
 PICTURES = (
-    ("training-node", "training-node", 120, (120, 40), ()),
-    ("workstation", "workstation", 90, (120, 34), ()),
-    ("leaky", "leaky", 120, (120, 34), ()),
-    ("detail", "leaky", 120, (120, 96), ("enter",)),
-    ("narrow", "training-node", 120, (50, 15), ()),
-    ("compact", "training-node", 120, (80, 24), ()),
-    ("tree", "workstation", 90, (120, 34), ("t",)),
-    ("faults", "faults", 60, (120, 34), ()),
+    ("training-node", "training-node", 120, (120, 40), (), None),
+    ("workstation", "workstation", 90, (120, 34), (), None),
+    ("leaky", "leaky", 120, (120, 34), (), None),
+    ("detail", "leaky", 120, (120, 40), ("enter",), None),
+    ("detail-probe", "leaky", 120, (120, 40), ("enter",), "#detail-probe"),
+    ("detail-analysis", "leaky", 120, (120, 40), ("enter",), "#detail-analysis"),
+    ("narrow", "leaky", 120, (50, 15), (), None),
+    ("compact", "training-node", 120, (80, 24), (), None),
+    ("tree", "workstation", 90, (120, 34), ("t",), None),
+    ("mig", "mig", 60, (120, 30), (), None),
+    ("help", "leaky", 120, (100, 40), ("question_mark", "end"), None),
+    ("faults", "faults", 60, (120, 34), (), None),
 )
 
 
-async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int], keys) -> Path:
+async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int], keys,
+                scroll_to: str | None) -> Path:
     app = still_app(scenario, seconds=seconds)
     async with app.run_test(size=size) as pilot:
         while not app.samples:
@@ -48,9 +55,11 @@ async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int],
         for key in keys:
             await pilot.press(key)
         await pilot.pause(0.5)
-        body = app.screen.query("#detail-body")
-        if body and body.first().max_scroll_y:
-            print(f"{name}: {body.first().max_scroll_y} more rows below the picture", file=sys.stderr)
+        if scroll_to is not None:
+            screen = app.screen
+            screen.query_one("#detail-body").scroll_to_widget(screen.query_one(scroll_to),
+                                                              animate=False, top=True)
+            await pilot.pause(0.3)
         path = OUT / f"{name}.svg"
         svg = app.export_screenshot(title=f"gputui --demo {scenario}")
         # Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the
