@@ -7,6 +7,7 @@ mode of the monitor ever loads torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -260,6 +261,9 @@ def _dispatch(options: Options) -> int:
     if mode == "tui":
         from gputui.ui.app import run_tui
 
+        if terminal.use_ascii(options) and not options.ascii:
+            # A terminal whose encoding cannot show bars (LANG=C, latin-1) gets the ASCII look.
+            options = dataclasses.replace(options, ascii=True)
         return run_tui(options)
     if mode == "run":
         from gputui.probe.launch import run_command

@@ -182,3 +182,22 @@ def test_without_a_driver_the_host_figures_are_still_read(probed_process, env):
     assert 0 < host["memory_used"] < host["memory_total"]
     text = gputui(env, "--once").stdout
     assert "CPU " in text.splitlines()[1] and "MEM " in text.splitlines()[1]
+
+
+def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monkeypatch):
+    import io
+
+    import gputui.ui.app
+    from gputui import cli
+
+    class Latin1Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    seen = []
+    monkeypatch.setattr(gputui.ui.app, "run_tui", lambda options: seen.append(options.ascii) or 0)
+    monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="latin-1"))
+    assert cli.main(["--demo"]) == 0
+    monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="utf-8"))
+    assert cli.main(["--demo"]) == 0
+    assert seen == [True, False]
