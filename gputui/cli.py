@@ -80,7 +80,12 @@ class _Joined(argparse.Action):
     """Values given space-separated (nvitop, gpustat) or comma-separated, as one tuple."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, tuple(item for value in values for item in value))
+        items = tuple(item for value in values for item in value)
+        command = next((item for item in items if item in COMMANDS), None)
+        if command is not None:  # `--only 0 run -- ...`: the list swallowed the command
+            parser.error(f"{option_string} {' '.join(items)}: {command!r} is a command, not a GPU; "
+                         f"before a command, write the list with commas ({option_string} 0,1)")
+        setattr(namespace, self.dest, items)
 
 
 COMMANDS = ("run", "attach", "probes", "probe", "demo-train")

@@ -201,3 +201,11 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="utf-8"))
     assert cli.main(["--demo"]) == 0
     assert seen == [True, False]
+
+
+def test_a_space_separated_list_that_swallows_a_command_says_so(env):
+    result = gputui(env, "--only", "0", "run", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "gputui: error: --only 0 run: 'run' is a command, not a GPU; before a command, write the "
+        "list with commas (--only 0,1)")
