@@ -255,10 +255,11 @@ async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
         keys = table_keys(app)
         table.move_cursor(row=keys.index("1000/-"))  # torchrun, the ranks' parent
         await pilot.pause()
-        said = []
-        app.notify = lambda message, **options: said.append(message)
+        said, how = [], []
+        app.notify = lambda message, **options: (said.append(message), how.append(options))
         await pilot.press("K")
         await pilot.pause()
+        assert how[-1].get("markup") is False  # "sshd: ... [listener]" must be shown as it is
         assert "Select a process first." not in said
         assert said[-1] == ("Process 1000 (torchrun --nproc-per-node=4 train.py) is a parent in the "
                             "tree, not a GPU process: gputui signals GPU processes only. Select one "
@@ -310,3 +311,17 @@ async def test_no_color_keeps_the_leak_marker_visible(monkeypatch, no_color):
         assert marker.plain == "A" and trend.plain.startswith("▲")
         assert bool(marker.style.reverse) is no_color and bool(trend.style.reverse) is no_color
         assert not quiet.style  # plain cells stay plain
+
+
+async def test_a_problem_with_brackets_is_shown_as_it_is():
+    import dataclasses
+
+    from test_ui_data import training_snapshot
+
+    problem = "GPU 3: [gpu lost] from /dev/nvidia3 [/bold]"
+    app = make_app([dataclasses.replace(training_snapshot(), problems=(problem,))])
+    shown = []
+    app.notify = lambda message, **options: shown.append((message, options.get("markup")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+    assert (problem, False) in shown

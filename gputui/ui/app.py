@@ -199,7 +199,7 @@ class GpuTuiApp(App[int]):
         for problem in snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
-                self.notify(problem, severity="warning", timeout=8)
+                self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
         screen = self.screen
         if screen is self.main:
             self.main.render_snapshot()
@@ -264,7 +264,7 @@ class GpuTuiApp(App[int]):
     def on_probe_answered(self, message: ProbeAnswered) -> None:
         title = "Allocation sites"
         if message.error is not None:
-            self.notify(f"Process {message.pid}: {message.error}", title=f"{title}: request refused",
+            self.notify(f"Process {message.pid}: {message.error}", title=f"{title}: request refused", markup=False,
                         severity="error", timeout=8)
             return
         result = message.result if isinstance(message.result, dict) else {}
@@ -317,7 +317,8 @@ class GpuTuiApp(App[int]):
         target = choose() if choose else None
         if target is None:
             why = getattr(self.screen, "why_no_signal_target", None)
-            self.notify(why() if why else "Select a process first.", severity="warning")
+            # The reason quotes a command line: an outside string, never read as markup.
+            self.notify(why() if why else "Select a process first.", severity="warning", markup=False)
             return
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")
@@ -332,7 +333,7 @@ class GpuTuiApp(App[int]):
                 return
             refusal = send(target.local_pid, name)
             if refusal:
-                self.notify(refusal, title=f"{name} not sent", severity="error")
+                self.notify(refusal, title=f"{name} not sent", severity="error", markup=False)
             else:
                 self.notify(f"Sent {name} to process {target.local_pid}.", title="Signal sent")
 
