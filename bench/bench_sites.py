@@ -48,13 +48,13 @@ def main() -> int:
     for _ in range(args.rounds):
         off.append(median_step(job, args.window, offset))
         offset += args.window
-        probe._record_sites({"on": True, "steps": args.window})
+        probe.desk.record_sites({"on": True, "steps": args.window})
         on.append(median_step(job, args.window + 1, offset))  # recording starts at the next step
         offset += args.window + 1
         report = probe.report()
         if report.recording_cost is not None:
             costs.append(report.recording_cost)
-        probe._record_sites({"on": False})
+        probe.desk.record_sites({"on": False})
     sites = len(probe.report().sites)
     runtime.stop()
     base, rec = statistics.median(off), statistics.median(on)

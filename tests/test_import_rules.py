@@ -36,8 +36,11 @@ def forbidden(module: str) -> set[str]:
     return banned
 
 
-# Probe modules that run before torch is known to be wanted: importing them must not load torch.
-TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.launch"}
+# Probe modules that run before torch is known to be wanted, and the socket thread's side of the probe
+# (the board it reads and the desk that answers), which must not be able to reach torch at all:
+# importing them must not load torch.
+TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.launch",
+                            "gputui.probe.board", "gputui.probe.desk"}
 
 
 def loaded_by(module: str) -> set[str]:

@@ -211,7 +211,7 @@ def _line_of(marker: str) -> int:
 def test_site_recording_finds_the_growing_line_and_switches_off(probe):
     job = loops.make_job()
     loops.clean(job, 2)
-    answer = probe._record_sites({"steps": 5})
+    answer = probe.desk.record_sites({"steps": 5})
     assert answer["recording"] is True
     loops.leak_cache(job, 8)
     report = probe.report()
@@ -230,7 +230,7 @@ def test_site_recording_finds_the_growing_line_and_switches_off(probe):
 def test_site_recording_of_a_clean_loop_shows_nothing_growing(probe):
     job = loops.make_job()
     loops.clean(job, 2)
-    probe._record_sites({"steps": 4})
+    probe.desk.record_sites({"steps": 4})
     loops.clean(job, 6)
     report = probe.report()
     assert len(report.recorded_steps) == 4
@@ -240,8 +240,8 @@ def test_site_recording_of_a_clean_loop_shows_nothing_growing(probe):
 
 def test_record_sites_rejects_bad_parameters(probe):
     with pytest.raises(ValueError):
-        probe._record_sites({"steps": "many"})
+        probe.desk.record_sites({"steps": "many"})
     with pytest.raises(ValueError):
-        probe._record_sites({"steps": 0})
-    assert probe._record_sites({"on": False}) == {"recording": False, "steps": 0,
+        probe.desk.record_sites({"steps": 0})
+    assert probe.desk.record_sites({"on": False}) == {"recording": False, "steps": 0,
                                                   "starts_at_step": None}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gputui.probe import allocator, oom
+from gputui.probe.board import Board
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 GiB, MiB = 1 << 30, 1 << 20
@@ -131,8 +132,9 @@ def test_excepthooks_note_the_oom_and_pass_it_on(monkeypatch):
     seen = []
     monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(("main", a[1])))
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(("thread", args.exc_value)))
-    problems = type("P", (), {"record": lambda self, *a: seen.append(("problem", a))})()
-    watch = oom.OomWatch(problems)
+    board = Board()
+    board.problems = type("P", (), {"record": lambda self, *a: seen.append(("problem", a))})()
+    watch = oom.OomWatch(board)
     watch.install()
     try:
         error = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "

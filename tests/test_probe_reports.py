@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from gputui.link import client, paths, protocol  # noqa: E402
 from gputui.model import MemoryCategories, ProbeReport, StepRecord, from_jsonable, to_jsonable  # noqa: E402
-from gputui.probe import runtime  # noqa: E402
+from gputui.probe import desk, runtime  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -34,7 +34,7 @@ def probe(tmp_path, monkeypatch):
 
 
 def ask(probe, params=None) -> dict:
-    return json.loads(protocol.ok_reply(1, probe._report(params or {})))["result"]
+    return json.loads(protocol.ok_reply(1, probe.desk.report(params or {})))["result"]
 
 
 def test_since_step_sends_only_the_newer_steps(probe):
@@ -60,15 +60,15 @@ def test_a_poller_holding_another_probes_steps_gets_a_whole_report(probe):
         assert "since_step" not in result and len(result["steps"]) == 5
     for bad in (-1, "3", True, 2.5):
         with pytest.raises(ValueError, match="since_step must be a non-negative integer"):
-            probe._report({"since_step": bad, "started_at": probe.started_at})
+            probe.desk.report({"since_step": bad, "started_at": probe.started_at})
 
 
 def test_each_step_is_encoded_once(probe, monkeypatch):
     loops.clean(loops.make_job(), 8)
     ask(probe)
     encoded = []
-    real = runtime.dumps
-    monkeypatch.setattr(runtime, "dumps", lambda value: encoded.append(value) or real(value))
+    real = desk.dumps
+    monkeypatch.setattr(desk, "dumps", lambda value: encoded.append(value) or real(value))
     ask(probe)
     assert not any("step" in v and "ended_at" in v for v in encoded if isinstance(v, dict))
 
@@ -114,9 +114,9 @@ def test_one_shot_reports_stay_whole(probe):
     (9, 1e-07, 12.5, "cuda:1"),
 ])
 def test_unmeasured_steps_are_encoded_as_the_generic_codec_would(entry):
-    assert runtime._step_json(entry) == protocol.dumps(to_jsonable(StepRecord(*entry)))
+    assert desk._step_json(entry) == protocol.dumps(to_jsonable(StepRecord(*entry)))
     measured = StepRecord(*entry[:2], allocated=5, categories=MemoryCategories(1, 2, 3, 4, None))
-    assert runtime._step_json(measured) == protocol.dumps(to_jsonable(measured))
+    assert desk._step_json(measured) == protocol.dumps(to_jsonable(measured))
 
 
 def test_measured_steps_outlive_the_window_of_recent_steps(tmp_path, monkeypatch):

@@ -113,6 +113,10 @@ class ProbeReport:
     torch_version: str | None = None
     command: tuple[str, ...] = ()
     devices: tuple[ProbeDevice, ...] = ()
+    # When the devices' figures were read (on the training thread, at a step end or the next hook after
+    # a monitor asked), and how many steps had been counted then; None when nothing was read yet.
+    read_at: float | None = None
+    read_at_step: int | None = None
     steps: tuple[StepRecord, ...] = ()  # the most recent steps, oldest first
     last_oom: OomRecord | None = None
     recording: bool = False  # allocation-site recording is on

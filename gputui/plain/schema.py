@@ -226,6 +226,10 @@ DEFS: dict[str, Any] = {
         "torch_version": _nullable("string", "torch.__version__"),
         "command": _strings("command line (argv)"),
         "devices": _list(_ref("ProbeDevice"), "devices the process uses"),
+        "read_at": _nullable("number", "when the devices' figures were read (seconds since the epoch); "
+                                       "null before the first reading"),
+        "read_at_step": _nullable("integer", "training steps counted when the devices' figures were read",
+                                  minimum=0),
         "steps": _list(_ref("StepRecord"), "recent training steps, oldest first"),
         "last_oom": {"anyOf": [_ref("OomRecord"), {"type": "null"}],
                      "description": "the last out-of-memory error; null if none"},

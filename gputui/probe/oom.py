@@ -81,14 +81,29 @@ def format_frames(frames, limit: int = 8) -> tuple[str, ...]:
 
 
 class OomWatch:
-    """Keeps the last OOM; installs the excepthooks at once and the CUDA observer once CUDA is up."""
+    """Puts the last OOM on the board; installs the excepthooks at once and the CUDA observer once
+    CUDA is up.
 
-    def __init__(self, problems):
-        self.last: OomRecord | None = None
-        self.problems = problems
+    Both run on the thread that ran out of memory: the allocator calls the observer on the thread
+    that asked for memory (a thread of the job inside a torch call, so reading the allocator's
+    counters there is what the job itself could do), and an excepthook on the thread the error ends.
+    Neither touches a tensor; what they keep is a frozen OomRecord, swapped onto the board whole.
+    """
+
+    def __init__(self, board):
+        self.board = board
+        self.problems = board.problems
         self.observer_attached = False
         self._previous_excepthook = None
         self._previous_thread_hook = None
+
+    @property
+    def last(self) -> OomRecord | None:
+        return self.board.last_oom
+
+    @last.setter
+    def last(self, record: OomRecord | None) -> None:
+        self.board.last_oom = record
 
     def install(self) -> None:
         self._previous_excepthook = sys.excepthook

@@ -1,15 +1,14 @@
 """The running probe: the hooks, the OOM watch, site recording and the socket, put together.
 
-One Probe per process. Reports are built on demand, on the server's thread, when the monitor asks;
-nothing polls in the background. A forked child (a DataLoader worker) goes quiet and serves only if it
-starts training itself.
+One Probe per process. Everything that reads torch runs here, on the training thread, inside the
+hooks (see the rule in gputui/probe/__init__.py); the results go on the Board, and the socket thread's
+Desk answers from the Board alone. A forked child (a DataLoader worker) goes quiet and serves only if
+it starts training itself.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import math
 import os
 import sys
 import threading
@@ -18,17 +17,17 @@ import time
 import torch
 
 from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict
-from gputui.link.protocol import RawJSON, dumps
 from gputui.link.server import ProbeServer
-from gputui.model import ProbeDevice, ProbeReport, StepRecord, to_jsonable
+from gputui.model import ProbeDevice, ProbeReport
 from gputui.model.verdicts import LEAK_LEAK
 from gputui.probe import allocator
+from gputui.probe.board import Board, Reading, SitesView
+from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION: part of this API
 from gputui.probe.oom import OomWatch
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import Tracker, categories_of
+from gputui.probe.tracking import MEASURED_KEPT, Tracker, categories_of
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
-PROBE_VERSION = 1
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
 # where the steps happen: it works with no monitor attached (a later `gputui probe PID` finds the
 # sites already recorded), recording must start on the training thread anyway, and the verdict is a
@@ -58,22 +57,25 @@ class Probe:
     ):
         self.pid = os.getpid()
         self.via = via  # how it was started: api, run, env, attach, demo
-        self.started_at = time.time()
-        self.tracker = Tracker(activations=activations, budget=budget, max_steps=max_steps)
-        self.problems = self.tracker.problems
-        self.oom = OomWatch(self.problems)
+        self.board = board = Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
+        board.pid, board.via = self.pid, via
+        board.torch_version = str(torch.__version__)
+        board.command = tuple(sys.argv) if sys.argv and sys.argv != [""] else ()
+        self.started_at = board.started_at
+        self.desk = Desk(board)
+        self.tracker = Tracker(activations=activations, budget=budget, board=board)
+        self.problems = board.problems
+        self.oom = OomWatch(board)
         self.sites = SiteRecorder(self.problems)
         self.sites.exclude = self.tracker.model_storages
         self.serve = serve  # False: serve only once this process steps an optimizer (helpers)
         self.socket_path = socket_path
         self.server: ProbeServer | None = None
         self.running = False
-        self._lock = threading.Lock()
-        self._snapshot_at = 0.0
+        self._snapshot_at = float("-inf")
         self._free_blocks: dict[int, int | None] = {}
-        self._server_cpu = 0.0
-        self._steps_json: dict[int, bytes] = {}
-        self._sites_cache: tuple = (None, b"[]")
+        self._uuids: dict[int, str | None] = {}
+        self._sites_view_of: tuple | None = None  # what the published SitesView was made from
         self.auto_sites = auto_sites  # record allocation sites by itself once a leak is confirmed
         self.leak_state: str | None = None  # the probe's own latest leak verdict
         self._next_check = AUTO_CHECK_STEPS  # step at which the next leak check may run
@@ -81,23 +83,26 @@ class Probe:
         self._check_cost = 0.0
         self._auto_at: float | None = None
 
-    # -- life cycle ---------------------------------------------------------------------------------
+    # -- life cycle (the thread that calls start(): the training thread) ------------------------------
 
     def start(self) -> "Probe":
         if self.running:
             return self
         self.tracker.on_step_end = self._step_end
+        self.tracker.on_forward = self._reading_if_wanted
         self.tracker.saw_tensor = None
         self.tracker.install()
         self.oom.install()
         self.running = True
+        self._publish()  # what there is before the first step (CUDA already in use, say)
         if self.serve:
             self._start_server()
         atexit.register(self.stop)
         return self
 
     def stop(self) -> None:
-        """Remove every hook and the socket; safe to call twice and from atexit."""
+        """Remove every hook and the socket; safe to call twice and from atexit (which runs on the
+        main thread once the job's other non-daemon threads have ended)."""
         try:
             atexit.unregister(self.stop)
             self.running = False
@@ -105,7 +110,9 @@ class Probe:
             self.oom.uninstall()
             self.sites.request(0, on=False)
             if self.sites.on and self.sites._mode is None:
-                self.sites._finish()  # CUDA history can be switched off from any thread
+                # CUDA history is process-wide and can be switched off from here; a CPU recording's
+                # function mode belongs to the training thread, which ends it at its next step.
+                self.sites._finish()
             if self.server is not None and os.getpid() == self.pid:
                 self.server.stop()
             self.server = None
@@ -113,42 +120,69 @@ class Probe:
             self.problems.record("stopping", exc)
 
     def _start_server(self) -> None:
-        server = ProbeServer(
-            {"hello": self._hello, "report": self._report, "record_sites": self._record_sites},
-            path=self.socket_path,
-        )
+        server = ProbeServer(self.desk.handlers(), path=self.socket_path)
         if server.start():
             self.server = server
+            self.board.server_problems = server.problems
         else:
             self.problems.record("socket", RuntimeError(server.error or "could not start"))
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's socket is not ours; serve again only if we train here."""
-        self.pid = os.getpid()
+        """In a forked child: the parent's socket is not ours; serve again only if we train here.
+
+        Runs in the child right after fork, on the thread that forked; touches no torch object.
+        """
+        self.pid = self.board.pid = os.getpid()
         self.server = None
         self.serve = False
         self.socket_path = None
-        self._lock = threading.Lock()  # a parent thread may have held the old one at fork time
         self.tracker.clear_steps()
         self.tracker.step_count = 0
-        self._steps_json = {}
+        self.board.reading = Reading()
+        self.desk = Desk(self.board)
         self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker._elapsed
         self.leak_state = None
+
+    # -- the training thread's hooks ----------------------------------------------------------------
 
     def _step_end(self, step: int) -> None:
         # On the training thread, right after optimizer.step(), at every step: right after the
         # step's own work, whatever this touches is out of the CPU's caches, so the common path
         # reads as few objects as it can.
+        tracker, board = self.tracker, self.board
+        if tracker.last_measured:
+            self._publish(tracker.last_reading)
+        elif board.reading_wanted > board.reading.monotonic:
+            self._reading_if_wanted()
+        if board.sites_wanted[0] != board.sites_taken:
+            self._take_sites_request()
         sites = self.sites
         if sites.on or sites._want is not None:
             durations = [s[2] if isinstance(s, tuple) else s.duration
-                         for s in list(self.tracker._steps)[-21:]]
-            sites.step_end(step, durations, self.tracker.device)
-            self.tracker.saw_tensor = sites.saw if sites.on else None
-        elif step >= self._next_check and self.auto_sites and self.tracker.last_measured:
+                         for s in list(tracker._steps)[-21:]]
+            sites.step_end(step, durations, tracker.device)
+            tracker.saw_tensor = sites.saw if sites.on else None
+            self._publish_sites()
+        elif step >= self._next_check and self.auto_sites and tracker.last_measured:
             self._maybe_check_for_leak(step)  # right after a measured step, with its reading in
         if step & 31 == 1:
             self._now_and_then()
+
+    def _reading_if_wanted(self) -> None:
+        """A monitor asked for fresher figures than the board has: read them now, within budget."""
+        board, tracker = self.board, self.tracker
+        if board.reading_wanted > board.reading.monotonic and tracker.may_spend():
+            started = time.perf_counter()
+            try:
+                self._publish()
+            finally:
+                tracker.hook_seconds += time.perf_counter() - started
+
+    def _take_sites_request(self) -> None:
+        serial, steps, on = self.board.sites_wanted
+        self.board.sites_taken = serial
+        self.sites.request(steps, on=on)
+        self._publish_sites()
 
     def _now_and_then(self) -> None:
         """Every 32 steps: what may change at any time but need not be seen at once."""
@@ -160,6 +194,73 @@ class Probe:
                 self.oom.attach_cuda_observer()
             except Exception as exc:
                 self.problems.record("OOM observer", exc)
+
+    # -- publishing (training thread) -----------------------------------------------------------------
+
+    def _publish(self, reading=None) -> None:
+        """Read the devices' figures (or take them from a step end's reading) and put them on the board."""
+        try:
+            counts = reading.tally if reading is not None and reading.tally is not None else None
+            if counts is None:
+                counts = self.tracker.tally()
+        except Exception as exc:  # publish what can still be read
+            self.problems.record("counting tensors", exc)
+            counts = {}
+        try:
+            devices = self._devices(counts)
+        except Exception as exc:
+            self.problems.record("reading the allocator", exc)
+            devices = ()
+        board = self.board
+        board.hook_seconds = self.tracker.hook_seconds
+        board.reading = Reading(devices=devices, read_at=time.time(), step=self.tracker.step_count,
+                                monotonic=time.monotonic())
+
+    def _devices(self, counts: dict) -> tuple[ProbeDevice, ...]:
+        cuda = allocator.devices_in_use()
+        if cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY and self.tracker.may_spend():
+            # The largest free block needs the allocator's whole segment list: costly on a big job,
+            # so now and then, and charged to the probe's budget like every reading.
+            started = time.perf_counter()
+            self._snapshot_at = time.monotonic()
+            segments = _memory_snapshot()
+            self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
+            self.tracker.hook_seconds += time.perf_counter() - started
+        devices = []
+        for index in cuda:
+            name = f"cuda:{index}"
+            stats = allocator.stats_from_memory_stats(
+                torch.cuda.memory_stats(index),
+                largest_free_block=self._free_blocks.get(index),
+                settings=allocator.allocator_settings(),
+            )
+            devices.append(ProbeDevice(
+                device=name, cuda_index=index, uuid=self._uuid(index), allocator=stats,
+                categories=categories_of(counts.get(name), stats.allocated if stats else None),
+            ))
+        for name in sorted(counts):
+            if not name.startswith("cuda"):
+                devices.append(ProbeDevice(device=name, categories=categories_of(counts[name])))
+        if not devices:
+            devices.append(ProbeDevice(device="cpu", categories=categories_of([0, 0, 0, 0])))
+        return tuple(devices)
+
+    def _uuid(self, index: int) -> str | None:
+        if index not in self._uuids:  # a device's UUID does not change: asked once
+            try:
+                self._uuids[index] = allocator.device_uuid(index)
+            except Exception:
+                self._uuids[index] = None
+        return self._uuids[index]
+
+    def _publish_sites(self) -> None:
+        sites = self.sites
+        key = (sites.on, sites.pending, sites.started_at, len(sites.recorded_steps), sites.cost)
+        if key != self._sites_view_of:
+            self._sites_view_of = key
+            self.board.sites = SitesView(
+                recording=sites.on or sites.pending, recorded_steps=tuple(sites.recorded_steps),
+                sites=sites.sites(), cost=sites.cost, started_at=sites.started_at)
 
     # -- automatic site recording (training thread) --------------------------------------------------
 
@@ -177,6 +278,7 @@ class Probe:
             if verdict.state == LEAK_LEAK:
                 self._auto_at = time.monotonic()
                 self.sites.request(AUTO_SITES_STEPS)
+                self._publish_sites()
         except Exception as exc:
             self.problems.record("leak check", exc)
         finally:
@@ -185,172 +287,11 @@ class Probe:
             self._check_cost = time.perf_counter() - started
             tracker.hook_seconds += self._check_cost
 
-    # -- the report ----------------------------------------------------------------------------------
+    # -- the report (any thread: from the board) -------------------------------------------------------
 
     def report(self) -> ProbeReport:
-        """What the probe knows right now (safe from any thread)."""
-        started = time.thread_time()
-        try:
-            return self._build_report()
-        finally:
-            self._server_cpu += time.thread_time() - started
-
-    def _build_report(self) -> ProbeReport:
-        with self._lock:
-            devices = self._devices()
-        return dataclasses.replace(self._report_without_steps(devices), steps=tuple(self.tracker.steps))
-
-    def _report_without_steps(self, devices: tuple[ProbeDevice, ...]) -> ProbeReport:
-        sites = self.sites
-        if sites.on and time.perf_counter() - sites.started_at > sites.max_seconds:
-            sites.request(0, on=False)  # the next step end switches it off; steps may have stopped
-        return ProbeReport(
-            pid=self.pid,
-            taken_at=time.time(),
-            torch_version=torch.__version__,
-            command=tuple(sys.argv) if sys.argv and sys.argv != [""] else (),
-            devices=devices,
-            last_oom=self.oom.last,
-            recording=sites.on or sites.pending,
-            recorded_steps=tuple(sites.recorded_steps),
-            sites=sites.sites(),
-            recording_cost=sites.cost,
-            probe_cpu_seconds=self.tracker.hook_seconds + self._server_cpu,
-            problems=self.problems.lines() + tuple(self.server.problems if self.server else ()),
-        )
-
-    def _devices(self) -> tuple[ProbeDevice, ...]:
-        try:
-            counts = self.tracker.tally()
-        except Exception as exc:  # report what can still be read
-            self.problems.record("counting tensors", exc)
-            counts = {}
-        cuda = allocator.devices_in_use()
-        snapshot_due = cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY
-        if snapshot_due:
-            self._snapshot_at = time.monotonic()
-            segments = _memory_snapshot()
-            self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
-        devices = []
-        for index in cuda:
-            name = f"cuda:{index}"
-            stats = allocator.stats_from_memory_stats(
-                torch.cuda.memory_stats(index),
-                largest_free_block=self._free_blocks.get(index),
-                settings=allocator.allocator_settings(),
-            )
-            try:
-                uuid = allocator.device_uuid(index)
-            except Exception:
-                uuid = None
-            devices.append(ProbeDevice(
-                device=name, cuda_index=index, uuid=uuid, allocator=stats,
-                categories=categories_of(counts.get(name), stats.allocated if stats else None),
-            ))
-        for name in sorted(counts):
-            if not name.startswith("cuda"):
-                devices.append(ProbeDevice(device=name, categories=categories_of(counts[name])))
-        if not devices:
-            devices.append(ProbeDevice(device="cpu", categories=categories_of([0, 0, 0, 0])))
-        return tuple(devices)
-
-    # -- handlers (the server's thread) --------------------------------------------------------------
-
-    def _hello(self, params: dict) -> dict:
-        return {
-            "probe_version": PROBE_VERSION,
-            "torch_version": torch.__version__,
-            "started_at": self.started_at,
-            "via": self.via,
-            "steps": self.tracker.step_count,
-        }
-
-    def _report(self, params: dict) -> RawJSON:
-        """The report as JSON: whole, or with ``since_step`` only the steps after that one.
-
-        A poller that already holds the steps up to ``since_step`` (and says which probe it holds
-        them from, ``started_at``) gets only the new ones, marked by a ``since_step`` key; a
-        whole report (no such key) tells it to start over: another probe, or steps counted anew.
-        Step records never change once written, so each is encoded once, not at every request.
-        """
-        started = time.thread_time()
-        try:
-            since = _since_step(params, self.started_at, self.tracker.step_count)
-            with self._lock:
-                devices = self._devices()
-            report = self._report_without_steps(devices)
-            data = to_jsonable(dataclasses.replace(report, sites=()))
-            del data["steps"], data["sites"]
-            data["probe_started_at"] = self.started_at
-            if since is not None:
-                data["since_step"] = since
-            entries = self.tracker.entries()
-            numbers = [s[0] if type(s) is tuple else s.step for s in entries]
-            cache = self._steps_json
-            steps = []
-            for number, entry in zip(numbers, entries):
-                if since is not None and number <= since:
-                    continue
-                encoded = cache.get(number)
-                if encoded is None:
-                    encoded = cache[number] = _step_json(entry)
-                steps.append(encoded)
-            if len(cache) > 2 * len(entries) + 10:
-                keep = set(numbers)
-                self._steps_json = {k: v for k, v in cache.items() if k in keep}
-            return RawJSON(dumps(data)[:-1] + b',"sites":' + self._sites_json(report.sites)
-                           + b',"steps":[' + b",".join(steps) + b"]}")
-        finally:
-            self._server_cpu += time.thread_time() - started
-
-    def _sites_json(self, sites: tuple) -> bytes:
-        # Unchanged between step ends: encoded again only when the recording added a column.
-        key = (self.sites.started_at, tuple(self.sites.recorded_steps), len(sites))
-        if self._sites_cache[0] != key:
-            self._sites_cache = (key, dumps(to_jsonable(sites)))
-        return self._sites_cache[1]
-
-    def _record_sites(self, params: dict) -> dict:
-        on = params.get("on", True)
-        steps = params.get("steps", 10)
-        if not isinstance(on, bool) or not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-            raise ValueError("record_sites takes {'steps': a positive integer, 'on': true or false}")
-        self.sites.request(steps, on=on)
-        return {"recording": on, "steps": min(steps, 50) if on else 0,
-                "starts_at_step": self.tracker.step_count + 1 if on else None}
-
-
-# The fields of a step that was not measured, all null: only step, ended_at, duration, device are known.
-_UNMEASURED_TAIL = dumps({f.name: None for f in dataclasses.fields(StepRecord)[4:]})[1:]
-
-
-def _step_json(entry) -> bytes:
-    """One step record as JSON, as to_jsonable() would give it, at a fraction of the cost.
-
-    A few hundred steps a second arrive between two polls of the monitor; most are the plain
-    (step, ended_at, duration, device) tuples of steps the probe did not measure.
-    """
-    if type(entry) is tuple:
-        step, ended_at, duration, device = entry
-        if math.isfinite(ended_at) and (duration is None or math.isfinite(duration)):
-            return (b'{"step":%d,"ended_at":%s,"duration":%s,"device":%s,' % (
-                step, repr(float(ended_at)).encode(),
-                b"null" if duration is None else repr(float(duration)).encode(),
-                dumps(device))) + _UNMEASURED_TAIL
-        entry = StepRecord(*entry)
-    return dumps(to_jsonable(entry))
-
-
-def _since_step(params: dict, started_at: float, step_count: int) -> int | None:
-    """The step after which a report's steps are wanted, or None for a whole report."""
-    since = params.get("since_step")
-    if since is None:
-        return None
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError("since_step must be a non-negative integer")
-    if params.get("started_at") != started_at or since > step_count:
-        return None  # the poller's steps are from another probe, or counted before a fork
-    return since
+        """What the probe last published, as the monitor would get it."""
+        return self.desk.report_now()
 
 
 def _memory_snapshot() -> list:

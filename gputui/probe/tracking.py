@@ -22,6 +22,7 @@ from torch.optim.optimizer import (
 
 from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
+from gputui.probe.board import Board, Problems  # noqa: F401 - Problems: the hooks' error log
 from gputui.probe.host import MallocInUse, ResidentMemory
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
@@ -35,22 +36,6 @@ MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
 BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
-
-
-class Problems:
-    """Exceptions the probe contained, counted by message (bounded, for the report)."""
-
-    def __init__(self, limit: int = 20):
-        self._counts: dict[str, int] = {}
-        self._limit = limit
-
-    def record(self, where: str, exc: BaseException) -> None:
-        key = f"{where}: {type(exc).__name__}: {exc}"[:300]
-        if key in self._counts or len(self._counts) < self._limit:
-            self._counts[key] = self._counts.get(key, 0) + 1
-
-    def lines(self) -> tuple[str, ...]:
-        return tuple(k if n == 1 else f"{k} (x{n})" for k, n in list(self._counts.items()))
 
 
 class _Saved:
@@ -158,7 +143,8 @@ def _phase_peak(start: _Reading | None, end: _Reading | None) -> int | None:
 
 
 class Tracker:
-    """The hooks and the per-step bookkeeping; one per probe, shared by all threads."""
+    """The hooks and the per-step bookkeeping. Runs on the training thread only: its hooks are called
+    by torch from the job's own calls; what other threads may see it puts on the Board."""
 
     def __init__(
         self,
@@ -168,23 +154,30 @@ class Tracker:
         max_steps: int = 600,
         clock=time.perf_counter,
         wallclock=time.time,
+        board: Board | None = None,
     ):
         self.activations = activations
         self.budget = budget  # fraction of step time the per-step readings may cost
         self.clock = clock
         self.wallclock = wallclock
-        self.problems = Problems()
+        self.board = board if board is not None else Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
+        self.problems = self.board.problems
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others:
-        # a frozen dataclass per step costs the training thread more than the tuple.
-        self._steps: deque = deque(maxlen=max_steps)
-        # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may
-        # hold too few of them for a leak verdict.
-        self._measured: deque = deque(maxlen=MEASURED_KEPT)
+        # a frozen dataclass per step costs the training thread more than the tuple. Both logs live on
+        # the board, where the socket thread reads them.
+        self._steps: deque = self.board.steps
+        self._measured: deque = self.board.measured
         self.step_count = 0
         self.active = False
         self.hook_seconds = 0.0  # time spent in readings on the training thread
         self.on_step_end = None  # callable(step_number), set by the probe (site recording, re-arming)
+        # callable(), set by the probe: publishes a fresh reading if a monitor asked for one. Called at
+        # the start of a forward pass, so a job in long steps, before its first step or without an
+        # optimizer still gets fresh figures, read here, on its own thread.
+        self.on_forward = None
+        self.last_reading: _Reading | None = None  # the latest measured step's end reading
+        self._installed_at = clock()
         self.saw_tensor = None  # callable(tensor), set while allocation sites are recorded
         self._primary = None  # weakref to the optimizer whose step() ends a training step
         self._device: str | None = None  # the device that holds most parameter bytes
@@ -224,6 +217,7 @@ class Tracker:
         if self.active:
             return  # installed twice, its hooks would run twice: every step counted twice
         self._step_started = None  # time without the hooks is no step of ours
+        self._installed_at = self.clock()
         self._phase = IDLE
         # Only the optimizer post-hook stays for good: it counts steps. The hooks that readings need
         # (optimizer pre-hook, module hooks, saved tensors) are armed only for measured steps, so
@@ -299,6 +293,16 @@ class Tracker:
             if nbytes:
                 counts.setdefault(str(device), [0, 0, 0, 0])[ACTS] += nbytes
         return counts
+
+    def may_spend(self) -> bool:
+        """Whether a reading now keeps the probe inside its share of the time seen so far.
+
+        The running step counts, so a job stuck in a long step, or one that never steps, earns its
+        readings as time passes.
+        """
+        now = self.clock()
+        since = self._step_started if self._step_started is not None else self._installed_at
+        return self.hook_seconds + self._excess <= self.budget * (self._elapsed + now - since)
 
     def activation_bytes(self) -> int:
         return sum(self._activation_bytes.values())
@@ -409,6 +413,11 @@ class Tracker:
             return None
         if not self._roots_learned:
             self._roots.add(module)
+        if self.on_forward is not None:
+            try:
+                self.on_forward()
+            except Exception as exc:
+                self.problems.record("reading on request", exc)
         if self._phase != FORWARD:
             try:
                 self._enter_forward()
@@ -554,6 +563,7 @@ class Tracker:
             self._mark(IDLE)
             end = self._marks.get(IDLE)
             record = self._record(duration, end)
+            self.last_reading = end
             self._steps.append(record)
             if end is not None:
                 self._measured.append(record)
@@ -627,21 +637,14 @@ class Tracker:
 
     @property
     def steps(self) -> tuple[StepRecord, ...]:
-        """The recent steps, oldest first (safe from any thread)."""
-        return tuple(s if isinstance(s, StepRecord) else StepRecord(*s) for s in self.entries())
+        """The recent steps, oldest first."""
+        return tuple(s if isinstance(s, StepRecord) else StepRecord(*s) for s in self.board.entries())
 
     def entries(self) -> list:
-        """The recent steps as kept (StepRecords and plain tuples), oldest first, with measured
-        steps from before the kept window in front of it (safe from any thread)."""
-        recent = list(self._steps)
-        if not recent:
-            return recent
-        first = recent[0][0] if type(recent[0]) is tuple else recent[0].step
-        return [r for r in list(self._measured) if r.step < first] + recent
+        return self.board.entries()
 
     def clear_steps(self) -> None:
-        self._steps.clear()
-        self._measured.clear()
+        self.board.clear_steps()
 
     @property
     def device(self) -> str | None:

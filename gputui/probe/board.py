@@ -1,0 +1,111 @@
+"""Where the training thread and the socket thread meet: plain data, published by reference swap.
+
+The training thread writes here (in its hooks, after reading torch); the socket thread only reads what
+is here, and leaves requests that the training thread takes up at its next hook. Nothing on the board
+is a torch object: numbers, strings, tuples and frozen records. This module imports no torch, so the
+socket side (gputui.probe.desk), which is handed only a Board, cannot reach a tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from gputui.model import AllocationSite, OomRecord, ProbeDevice
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Device figures read together on the training thread, and when."""
+
+    devices: tuple[ProbeDevice, ...] = ()
+    read_at: float | None = None  # wall clock; None: nothing read yet
+    step: int = 0  # training steps counted when read
+    monotonic: float = float("-inf")  # the same moment, to judge staleness
+
+
+@dataclass(frozen=True)
+class SitesView:
+    """Allocation-site recording as of the latest step end."""
+
+    recording: bool = False
+    recorded_steps: tuple[int, ...] = ()
+    sites: tuple[AllocationSite, ...] = ()
+    cost: float | None = None
+    started_at: float = 0.0  # tells one recording window from the next
+
+
+class Problems:
+    """Exceptions the probe contained, counted by message (bounded, for the report)."""
+
+    def __init__(self, limit: int = 20):
+        self._counts: dict[str, int] = {}
+        self._limit = limit
+
+    def record(self, where: str, exc: BaseException) -> None:
+        key = f"{where}: {type(exc).__name__}: {exc}"[:300]
+        if key in self._counts or len(self._counts) < self._limit:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def lines(self) -> tuple[str, ...]:
+        return tuple(k if n == 1 else f"{k} (x{n})" for k, n in list(self._counts.items()))
+
+
+class Board:
+    """The probe's published state. Each attribute is replaced whole, never changed in place, except
+    the two step logs, which only ever get plain records appended (a deque copies in one C call).
+    """
+
+    def __init__(self, *, max_steps: int = 600, measured_kept: int = 128):
+        # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others.
+        self.steps: deque = deque(maxlen=max_steps)
+        # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may hold
+        # too few of them for a leak verdict.
+        self.measured: deque = deque(maxlen=measured_kept)
+        self.problems = Problems()
+        self.server_problems: tuple[str, ...] | deque = ()
+        # Written by the training thread (and the OOM hooks, on the thread that ran out).
+        self.reading = Reading()
+        self.sites = SitesView()
+        self.last_oom: OomRecord | None = None
+        self.hook_seconds = 0.0  # the probe's time on the training thread, as of the latest reading
+        # Constant once the probe has started.
+        self.pid = 0
+        self.started_at = time.time()
+        self.torch_version: str | None = None
+        self.command: tuple[str, ...] = ()
+        self.via = "api"
+        # Requests from the socket thread. Never cleared by the reader: each carries a serial number
+        # and the training thread remembers the last one it took, so no request is lost in a race.
+        self.reading_wanted = float("-inf")  # monotonic time a fresher reading was last asked for
+        self.sites_wanted: tuple[int, int, bool] = (0, 0, False)  # (serial, steps, on)
+        self.sites_taken = 0  # serial of the last sites request the training thread acted on
+
+    @property
+    def step_count(self) -> int:
+        """Training steps counted so far (the newest record's number)."""
+        try:
+            last = self.steps[-1]
+        except IndexError:
+            return 0
+        return last[0] if type(last) is tuple else last.step
+
+    def entries(self) -> list:
+        """The recent steps as kept (StepRecords and plain tuples), oldest first, with measured steps
+        from before the kept window in front of it."""
+        recent = list(self.steps)
+        if not recent:
+            return recent
+        first = recent[0][0] if type(recent[0]) is tuple else recent[0].step
+        return [r for r in list(self.measured) if r.step < first] + recent
+
+    def clear_steps(self) -> None:
+        self.steps.clear()
+        self.measured.clear()
+
+    @property
+    def sites_pending(self) -> bool:
+        """A request to start recording sites that the training thread has not taken up yet."""
+        serial, _, on = self.sites_wanted
+        return on and serial > self.sites_taken
