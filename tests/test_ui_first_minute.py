@@ -325,3 +325,15 @@ async def test_a_problem_with_brackets_is_shown_as_it_is():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
     assert (problem, False) in shown
+
+
+async def test_help_wastes_no_rows_in_a_small_pane():
+    app = make_app()
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        title = app.screen.query_one(".help-title")
+        section = app.screen.query(".help-section").first()
+        # "Keys", one blank line (the section's own padding), then "Everywhere"
+        assert title.region.height == 1 and section.region.y == title.region.bottom
