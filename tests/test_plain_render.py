@@ -3,6 +3,7 @@
 Golden files live in tests/golden/; regenerate with GPUTUI_REGEN_GOLDEN=1 and review the diff.
 """
 
+import dataclasses
 import os
 import re
 from datetime import timezone
@@ -302,6 +303,9 @@ def test_probe_report_text_has_allocator_steps_and_oom():
     assert "OOM message: CUDA out of memory. Tried to allocate 2.00 GiB" in lines
     assert lines[lines.index("OOM message: CUDA out of memory. Tried to allocate 2.00 GiB") + 1:][:2] == [
         "  train.py:30 in main", "  train.py:42 in forward"]
+    assert "no figures read yet (the probe reads at the training loop's next step)" in lines
+    read = dataclasses.replace(training_report(), read_at=T - 60, read_at_step=410, taken_at=T)
+    assert "figures read at step 410, 60 s before the report" in render_probe(read, width=120).splitlines()
 
 
 def test_probe_list_table_and_unreachable_probes():

@@ -28,3 +28,13 @@ def duration(seconds: float) -> str:
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+def figures_age(read_at: float | None, read_at_step: int | None, taken_at: float) -> str:
+    """How old a probe report's device figures are: the probe reads them on the training thread, at
+    the steps it measures and at its next hook after a monitor asks, so they can lag the report."""
+    if read_at is None:
+        return "no figures read yet (the probe reads at the training loop's next step)"
+    step = f"at step {read_at_step}" if read_at_step else "before the first step"
+    age = max(0.0, taken_at - read_at)
+    return f"figures read {step}, {'just now' if age < 1.5 else duration(age) + ' before the report'}"

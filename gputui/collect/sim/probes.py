@@ -134,6 +134,9 @@ def report_for(now: JobNow, machine) -> ProbeReport:
         torch_version=TORCH_VERSION,
         command=program.cmdline,
         devices=devices,
+        # As the real probe: figures read at the end of the last step (or, before one, on request).
+        read_at=(steps[-1].ended_at if steps else machine.wallclock()) if mem is not None else None,
+        read_at_step=mem.step if mem is not None else None,
         steps=steps,
         last_oom=last_oom,
         recording=recording,

@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui.analysis.text import figures_age
 from gputui.model import AllocatorStats, Device, OomRecord, ProbeDevice, ProbeReport
 from gputui.ui import format as fmt
 from gputui.ui.widgets.memory_bar import MemoryBreakdown, explain
@@ -88,7 +89,9 @@ def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
     cpu = "" if report.probe_cpu_seconds is None else f", the probe used {report.probe_cpu_seconds:.2f} s CPU"
     lines = [Content.assemble(("Probe attached", "bold $accent"),
                               f" (torch {report.torch_version or fmt.NA}) on {where}, report at "
-                              f"{fmt.clock(report.taken_at)}{cpu}")]
+                              f"{fmt.clock(report.taken_at)}{cpu}"),
+             Content.styled(figures_age(report.read_at, report.read_at_step, report.taken_at),
+                            "$text-muted")]
     for problem in report.problems:
         lines.append(Content.styled(f"probe trouble: {problem}", "$warning"))
     return Content("\n").join(lines)
