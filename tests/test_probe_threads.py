@@ -199,7 +199,8 @@ def test_the_board_holds_no_torch_object():
 
 def test_a_report_asks_for_a_reading_that_the_next_forward_takes():
     model, optimizer, x, y = small_job()
-    probe = runtime.start(serve=False)  # the default budget: a few steps in a hundred measured
+    # 5 % of the time: a loaded machine's slow first steps must not use up the reading's allowance
+    probe = runtime.start(serve=False, budget=0.05)
     try:
         train_steps(model, optimizer, x, y, 2)
         first = probe.report()
@@ -212,6 +213,22 @@ def test_a_report_asks_for_a_reading_that_the_next_forward_takes():
         assert fresh.read_at_step == 2 and fresh.read_at > first.read_at + 1.0
         assert fresh.devices[0].categories.parameters == sum(p.nbytes for p in model.parameters())
         assert fresh.devices[0].categories.gradients == 0  # zero_grad freed them: read just now
+    finally:
+        runtime.stop()
+
+
+def test_a_job_that_never_steps_an_optimizer_gets_fresh_readings_too():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    probe = runtime.start(serve=False, budget=0.05)
+    try:
+        first = probe.report()
+        time.sleep(1.2)
+        probe.desk.report({})
+        with torch.no_grad():
+            model(torch.randn(4, 64))  # evaluation only: the forward hook is where the reading happens
+        fresh = probe.report()
+        assert fresh.read_at > first.read_at + 1.0 and fresh.read_at_step == 0
+        assert probe.board.step_count == 0
     finally:
         runtime.stop()
 

@@ -151,7 +151,9 @@ class Probe:
         # reads as few objects as it can.
         tracker, board = self.tracker, self.board
         if tracker.last_measured:
+            started = time.perf_counter()
             self._publish(tracker.last_reading)
+            tracker.hook_seconds += time.perf_counter() - started
         elif board.reading_wanted > board.reading.monotonic:
             self._reading_if_wanted()
         if board.sites_wanted[0] != board.sites_taken:
