@@ -337,3 +337,18 @@ async def test_q_quits():
         await settle(pilot)
         await pilot.press("q")
     assert app.return_code == 0
+
+
+def test_a_user_without_a_passwd_entry_is_named_by_uid(monkeypatch):
+    """Containers often run as a uid with no passwd entry: getpass.getuser() raises there."""
+    import getpass
+    import os
+
+    def no_entry():
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+
+    monkeypatch.setattr(getpass, "getuser", no_entry)
+    from test_ui_data import ReplaySource
+
+    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False))
+    assert app.me == str(os.getuid())

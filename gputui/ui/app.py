@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import getpass
 import os
 import signal
 import time
@@ -23,11 +22,18 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
 from gputui.analysis.history import History
+from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
-from gputui.ui.sampler import NoDriverSource, SampleFailed, Sampler, SnapshotReady, sample_ahead
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.sampler import (
+    NoDriverSource,
+    SampleFailed,
+    Sampler,
+    SnapshotReady,
+    sample_ahead,
+)
 from gputui.ui.signals import send
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -90,7 +96,7 @@ class GpuTuiApp(App[int]):
         self.ascii = ascii
         self.columns = columns or table_rows.DEFAULT
         self.keymap = dict(keymap or {})
-        self.me = me if me is not None else getpass.getuser()
+        self.me = me if me is not None else current_user()  # the uid where there is no passwd entry
         self.handle_signals = handle_signals
         self.autostart = autostart
         self.history = history or History()
