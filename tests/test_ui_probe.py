@@ -317,6 +317,30 @@ async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
         assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))
 
 
+async def test_without_a_driver_the_header_still_shows_the_hosts_figures():
+    from gputui.model import Host
+
+    class Reader:  # what psutil would say, through the same HostReader interface
+        def read(self):
+            return Host(hostname="laptop", cpu_count=8, cpu_percent=37.0, memory_total=16 * 2**30,
+                        memory_used=6 * 2**30, swap_total=0, swap_used=0, load_average=(1.5, 1.0, 0.5))
+
+    source = NoDriverSource("NVML Shared Library Not Found", clock=lambda: T0, hostname="laptop",
+                            host=Reader())
+    app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job()])), me="bob", banner="no driver")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        header = drawn_text(app.screen.query_one("#header"))
+        assert "37%" in header and "6.0G" in header and "16.0G" in header, header
+
+
+def test_no_driver_source_reads_the_host_through_psutil_by_default():
+    source = NoDriverSource("no driver", hostname="laptop")
+    source.sample()  # CPU % is measured between two readings
+    host = source.sample().host
+    assert host.hostname == "laptop" and host.memory_total > 0 and host.cpu_percent is not None
+
+
 def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkeypatch):
     from gputui.collect import NvmlUnavailable
     import gputui.collect

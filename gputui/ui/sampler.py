@@ -14,8 +14,9 @@ from concurrent.futures import Future
 from textual.message import Message
 
 from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.collect.host import HostReader
 from gputui.errors import UserError
-from gputui.model import Host, ProbeReport, Snapshot
+from gputui.model import ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 
 
@@ -146,17 +147,22 @@ def _watched_reports(watcher) -> tuple[ProbeReport, ...]:
 
 class NoDriverSource:
     """A collector stand-in for a machine without a working NVIDIA driver: no devices, no GPU
-    processes, the reason as a standing problem; probed processes still come in through the probe
-    watcher (CPU-only jobs)."""
+    processes, the reason as a standing problem; the host's figures still read through psutil (CPU
+    jobs live on them), and probed processes come in through the probe watcher."""
 
-    def __init__(self, reason: str, *, clock=time.time, hostname: str | None = None) -> None:
+    def __init__(self, reason: str, *, clock=time.time, hostname: str | None = None, host=None) -> None:
         self.reason = reason
         self._clock = clock
         self.hostname = hostname or socket.gethostname()
+        if host is None:
+            import psutil
+
+            host = HostReader(psutil, self.hostname)
+        self._host = host  # anything with read() -> Host
 
     def sample(self) -> Snapshot:
         # The app says each problem once, so the full reason pops up once under the short banner.
-        return Snapshot(taken_at=self._clock(), host=Host(hostname=self.hostname), source="none",
+        return Snapshot(taken_at=self._clock(), host=self._host.read(), source="none",
                         problems=(self.reason,))
 
     def probe_reports(self) -> tuple[ProbeReport, ...]:
