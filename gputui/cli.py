@@ -226,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(options)
     except UserError as exc:
-        print(f"gputui: {exc}", file=sys.stderr)
+        from gputui.untrusted import visible
+
+        # Messages quote paths, config values and probes' answers: shown, never obeyed.
+        lines = str(exc).split("\n") if exc.multiline else [str(exc)]
+        print("gputui: " + "\n".join(visible(line) for line in lines), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

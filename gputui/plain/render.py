@@ -20,6 +20,7 @@ from gputui.model.verdicts import (
 )
 from gputui.plain import units
 from gputui.plain.styled import Line, flow, text
+from gputui.untrusted import visible_all
 
 MIN_WIDTH = 40
 MAX_BAR = 40  # longer bars add no information, only width
@@ -57,6 +58,7 @@ def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, widt
 
     ``tz`` is the time zone for clock times (None: local time); tests pass UTC.
     """
+    snapshot = visible_all(snapshot)  # command lines, names, probe strings: from other users
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     lines: list[Line] = []

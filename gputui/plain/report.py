@@ -12,6 +12,7 @@ from gputui.analysis.text import figures_age
 from gputui.plain import units
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text
+from gputui.untrusted import visible_all
 
 HOW_TO_START = (
     "Start one with `gputui run -- python train.py`, with `GPUTUI_PROBE=1 python train.py`, "
@@ -23,6 +24,7 @@ STEPS_SHOWN = 10
 def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *, color: bool = False,
                       ascii: bool = False, width: int = 100) -> str:
     """One row per probed process: pid, torch version, allocated/reserved, last step, command."""
+    reports, unreachable = visible_all(reports), visible_all(unreachable)
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     lines: list[Line] = []
@@ -69,6 +71,7 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     ``snapshot`` (the GPUs now, when NVML can be read) adds NVML's share of the process's memory and
     the time to OOM from the GPU's free memory; without it the verdict comes from the steps alone.
     """
+    report, snapshot = visible_all(report), visible_all(snapshot)
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     title = Line().add(f"process {report.pid}", "title")

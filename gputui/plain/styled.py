@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gputui.untrusted import visible
+
 # Named styles the renderer uses, as ANSI SGR parameters.
 STYLES = {
     "bold": "1",
@@ -29,8 +31,10 @@ class Line:
     pieces: list[tuple[str, str | None]] = field(default_factory=list)
 
     def add(self, text: str, style: str | None = None) -> Line:
+        # The renderers show outside strings made visible already (so widths are right); this is
+        # the guarantee that no control character reaches the terminal by a path they missed.
         if text:
-            self.pieces.append((text, style))
+            self.pieces.append((visible(text), style))
         return self
 
     def extend(self, other: Line) -> Line:

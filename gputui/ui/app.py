@@ -36,6 +36,7 @@ from gputui.ui.sampler import (
 )
 from gputui.ui.signals import send
 from gputui.ui.widgets.processes import ProcessTable
+from gputui.untrusted import visible, visible_all
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
@@ -161,17 +162,17 @@ class GpuTuiApp(App[int]):
             # The first sample may already be on its way, started while Textual was starting.
             snapshot = ahead.result() if ahead is not None else self.sampler.sample()
         except UserError as exc:  # the request cannot be met (--only 99): said in --once's words
-            self.post_message(SampleFailed(str(exc), refusal=exc))
+            self.post_message(SampleFailed(visible(str(exc)), refusal=exc))
             return
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
-            self.post_message(SampleFailed(f"sampling failed: {type(exc).__name__}: {exc}"))
+            self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
         try:
             leaks = self.sampler.judge(snapshot)
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
             leaks = {}
             snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + (
-                f"leak analysis failed: {type(exc).__name__}: {exc}",))
+                visible(f"leak analysis failed: {type(exc).__name__}: {exc}"),))
         self.post_message(SnapshotReady(snapshot, time.monotonic() - started, leaks))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
@@ -263,9 +264,10 @@ class GpuTuiApp(App[int]):
             result = self.requester(pid, op, params)
         except Exception as exc:  # noqa: BLE001 - a refusal is news for the user, never a crash
             detail = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
-            self.post_message(ProbeAnswered(pid, op, params, error=detail))
+            self.post_message(ProbeAnswered(pid, op, params, error=visible(str(detail))))
             return
-        self.post_message(ProbeAnswered(pid, op, params, result=result))
+        # The answer comes off the wire: whatever it holds is shown, never obeyed.
+        self.post_message(ProbeAnswered(pid, op, params, result=visible_all(result)))
 
     def on_probe_answered(self, message: ProbeAnswered) -> None:
         title = "Allocation sites"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.untrusted import visible
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,6 +36,8 @@ quit = "q,ctrl+q"
 
 class ConfigError(UserError):
     """The config file is unreadable or holds a value the monitor cannot use."""
+
+    multiline = True
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,10 @@ def interval_problem(seconds: float) -> str | None:
 
 
 def parse_config(data: dict, file: Path | None = None) -> UiConfig:
-    where = str(file) if file else "config"
+    where = visible(str(file)) if file else "config"
 
     def bad(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{where}: `{key}` {why}\nExample of a valid file:\n{EXAMPLE}")
+        return ConfigError(f"{where}: `{visible(key)}` {visible(why)}\nExample of a valid file:\n{EXAMPLE}")
 
     unknown = sorted(set(data) - set(KNOWN_KEYS))
     if unknown:

@@ -18,6 +18,7 @@ from gputui.collect.host import HostReader
 from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
+from gputui.untrusted import visible_all
 
 
 class SnapshotReady(Message):
@@ -60,6 +61,8 @@ class Sampler:
         self._verdicts: dict[int, tuple] = {}
 
     def sample(self) -> Snapshot:
+        """The next snapshot, its outside strings (command lines, names, everything a probe says)
+        made visible: every screen shows it, and none of them may write a control character."""
         snapshot = self.collector.sample()
         reports = self._probe_reports()
         if reports:
@@ -71,7 +74,7 @@ class Sampler:
             from gputui.collect.filters import select
 
             snapshot = select(snapshot, **self.filters)
-        return snapshot
+        return visible_all(snapshot)
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid (reports that did not

@@ -1,0 +1,116 @@
+"""Strings from outside, made safe to show on a terminal.
+
+Command lines and user names come from other users' processes, device names from the driver, and
+every string in a probe report from a socket that anyone may serve in their own runtime directory.
+Written raw, an escape sequence in any of them would retitle the terminal, clear it, write the
+clipboard (OSC 52) or forge lines, in a monitor that root runs on shared boxes. So every text output
+(the live monitor, --once, `gputui probe`, error messages) shows them through ``visible``, which
+writes each control character as a Python-style escape. ``--json`` needs none of this: JSON escapes
+control characters itself, and scripts get the strings as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# What a terminal may act on or hide rather than print: C0 and C1 controls and DEL (ESC, CSI 0x9b, BEL,
+# CR, LF, TAB), Unicode format characters (bidi overrides and isolates, zero-width characters, tags),
+# the line and paragraph separators, and lone surrogates (bytes that were not UTF-8, decoded with
+# surrogateescape, which would make the write itself fail).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f]"
+)
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8: show the byte
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control or invisible formatting character written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``); the same object when there is none."""
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(_escape, text)
+
+
+def visible_all(value: T) -> T:
+    """A copy of ``value`` (frozen dataclasses, tuples, lists and dicts, nested) with ``visible``
+    applied to every string in it; parts with nothing to change are shared, not copied."""
+    return _walk(value)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _walk(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return value if not _UNSAFE.search(value) else _UNSAFE.sub(_escape, value)
+    if kind in (int, float, bool) or value is None:
+        return value
+    if isinstance(value, tuple):
+        try:  # the common case, a command line: all strings and nothing to escape, one search
+            if not _UNSAFE.search("".join(value)):
+                return value
+        except TypeError:
+            pass
+        items = [_walk(item) for item in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value
+        return kind(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_walk(item) for item in value]
+    if isinstance(value, dict):
+        return {_walk(key): _walk(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS.get(kind)
+        if names is None:
+            names = _FIELDS[kind] = _text_fields(kind)
+        changes = {}
+        for name in names:
+            old = getattr(value, name)
+            new = _walk(old)
+            if new is not old:
+                changes[name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+def _text_fields(cls: type) -> tuple[str, ...]:
+    """The fields of dataclass ``cls`` that may hold a string (numbers are skipped: a snapshot of
+    a thousand processes is walked every refresh)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation we cannot resolve: walk that field too
+        hints = {}
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.init and _may_hold_text(hints.get(f.name, object)))
+
+
+def _may_hold_text(hint: Any) -> bool:
+    if hint in (int, float, bool, type(None)):
+        return False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_may_hold_text(arg) for arg in typing.get_args(hint))
+    return True

@@ -1,0 +1,272 @@
+"""Hostile strings from other users (command lines, a fake probe's report, a config file) reach every
+text output made visible: --once, --watch, `gputui probes`, `gputui probe PID`, error messages and
+the live monitor, in a real terminal too. --json keeps them exact (JSON escapes them itself)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from gputui.collect.collector import open_collector
+from gputui.model import GpuProcess
+from gputui.plain.render import render
+from gputui.plain.report import render_probe, render_probe_list
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.sampler import Sampler
+from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.widgets.processes import ProcessTable
+from gputui.untrusted import visible, visible_all
+
+from hostile import (
+    ATTACK,
+    SHOWN,
+    assert_plain_output_safe,
+    assert_terminal_output_safe,
+    hostile_report,
+    poison,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = Path(__file__).with_name("hostile.py")
+
+
+# ------------------------------------------------------------------------------------ visible()
+
+def test_every_control_and_format_character_is_made_visible():
+    missed = [hex(code) for code in range(0x110000)
+              if unicodedata.category(chr(code)) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+              and visible(chr(code)) == chr(code)]
+    assert missed == []
+
+
+def test_escapes_read_like_python():
+    assert visible(ATTACK) == SHOWN
+    assert visible("a\tb\nc\rd") == "a\\tb\\nc\\rd"
+    assert visible("\U000e0041") == "\\U000e0041"  # a tag character, invisible on most terminals
+
+
+def test_ordinary_text_is_the_same_object():
+    for text in ("python train.py --lr 3e-4", "训练.py", "café", "ünïcödé 🚀", "tab-free\\x1b"):
+        assert visible(text) is text
+
+
+def test_visible_all_copies_only_what_changes():
+    clean = GpuProcess(pid=1, device_index=0, command=("python", "train.py"), name="python", user="ann")
+    assert visible_all(clean) is clean
+    dirty = dataclasses.replace(clean, command=("python", "x\x1b[2J"), user="b\rob")
+    shown = visible_all(dirty)
+    assert shown.command == ("python", "x\\x1b[2J") and shown.user == "b\\rob"
+    assert shown.pid == 1 and shown.name == "python"
+    Pair = collections.namedtuple("Pair", "left right")
+    assert visible_all({"k\n": [Pair("a\x07", 2)]}) == {"k\\n": [Pair("a\\x07", 2)]}
+
+
+# ------------------------------------------------------------------------------------ plain text
+
+@pytest.fixture(scope="module")
+def poisoned():
+    """The leaky demo's snapshot with every outside string poisoned, its probe report included."""
+    with open_collector("leaky") as collector:
+        collector.sample()
+        snapshot = collector.sample()
+        reports = collector.probe_reports()
+    snapshot = dataclasses.replace(snapshot, probes=reports, problems=("NVML said: " + ATTACK,))
+    return poison(snapshot)
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_once_text_shows_every_outside_string_made_visible(poisoned, color):
+    out = render(poisoned, color=color, width=100_000).encode("utf-8", "surrogateescape")
+    assert_plain_output_safe(out)
+    assert out.count(b"PWNED") >= 10  # commands, users, names, the device, the probe, the problem
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_probe_texts_show_every_outside_string_made_visible(poisoned, color):
+    report = poisoned.probes[0]
+    for out in (render_probe(report, poisoned, color=color, width=500),
+                render_probe_list([report], {4242: "it said: " + ATTACK}, color=color, width=500)):
+        assert_plain_output_safe(out.encode("utf-8", "surrogateescape"))
+
+
+# ------------------------------------------------------------------------------------ end to end
+
+@pytest.fixture
+def env(tmp_path):
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir(mode=0o700)
+    clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), PYTHONPATH=f"{ROOT}:{HOSTILE.parent}",
+                 XDG_CONFIG_HOME=str(tmp_path / "config"), COLUMNS="400")
+    return clean
+
+
+@pytest.fixture
+def fake_probe(env):
+    """Another user's trick: a process named with escapes, serving a probe socket that reports
+    escapes in every string."""
+    argv0 = os.fsencode("python" + ATTACK.replace("\x00", ""))  # argv cannot hold NUL
+    proc = subprocess.Popen([argv0, str(HOSTILE)], executable=sys.executable, env=env,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def run_gputui(env, *args):
+    result = subprocess.run([sys.executable, "-m", "gputui", *args], capture_output=True, env=env,
+                            timeout=120)
+    assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
+    return result
+
+
+@pytest.mark.parametrize("args", [["probes"], ["probe", "PID"], ["--once"]])
+def test_a_fake_probe_cannot_write_escapes_to_the_terminal(env, fake_probe, args):
+    args = [str(fake_probe.pid) if a == "PID" else a for a in args]
+    result = run_gputui(env, *args)
+    assert result.returncode in (0, 2)
+    assert_plain_output_safe(result.stdout + result.stderr)
+
+
+def test_json_keeps_the_strings_exact(env, fake_probe):
+    result = run_gputui(env, "probe", str(fake_probe.pid), "--json")
+    assert result.returncode == 0
+    assert b"\x1b" not in result.stdout  # JSON escapes them itself
+    report = json.loads(result.stdout)["report"]
+    assert report["torch_version"].endswith(ATTACK)
+
+
+def test_an_error_message_shows_a_config_value_made_visible(env, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('"hostile\\u001b]0;PWNED\\u0007\\r\\nFORGED" = 1\n')
+    result = run_gputui(env, "--demo", "--once", "--config", str(config))
+    assert result.returncode == 2
+    assert b"`hostile\\x1b]0;PWNED\\x07\\r\\nFORGED` is not a setting" in result.stderr
+    assert b"\x1b" not in result.stderr and b"\nFORGED" not in result.stderr
+    assert b"\nExample of a valid file:\n" in result.stderr  # the message's own lines are kept
+
+
+# ------------------------------------------------------------------------------------ live monitor
+
+async def settle(pilot) -> None:
+    for _ in range(200):
+        if pilot.app.samples >= 1:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause()
+
+
+class PoisonedSource:
+    """The leaky demo with every outside string poisoned, as a collector."""
+
+    def __init__(self):
+        self.collector = open_collector("leaky")
+
+    def sample(self):
+        return poison(self.collector.sample())
+
+    def probe_reports(self):
+        return poison(self.collector.probe_reports())
+
+    def close(self):
+        self.collector.close()
+
+
+UNSAFE_CHARS = [chr(c) for c in (*range(0x20), *range(0x7f, 0xa0), 0x202e) if chr(c) != "\n"]
+
+
+def assert_screen_safe(svg: str) -> None:
+    found = [hex(ord(c)) for c in set(svg) if c in UNSAFE_CHARS or 0xD800 <= ord(c) <= 0xDFFF]
+    assert found == [], found
+    assert "PWNED" in svg  # the hostile strings are on screen, made visible
+
+
+async def test_the_live_monitor_shows_outside_strings_made_visible():
+    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        assert_screen_safe(app.export_screenshot())
+        assert app._notifications and all(visible(n.message) == n.message for n in app._notifications)
+        table = app.screen.query_one(ProcessTable)
+        pid = app.snapshot.probes[0].pid
+        table.move_cursor(row=next(i for i, r in enumerate(table.ordered_rows)
+                                   if r.key.value.startswith(f"{pid}/")))
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ProcessDetail)
+        assert_screen_safe(app.export_screenshot())
+
+
+@pytest.mark.parametrize("answer", ["reply", "refusal"])
+async def test_a_probes_answer_to_the_record_key_is_shown_made_visible(answer):
+    def requester(pid, op, params):
+        if answer == "refusal":
+            raise RuntimeError(ATTACK)
+        return {"recording": True, "steps": ATTACK, "starts_at_step": ATTACK}
+
+    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob", requester=requester)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        app.record_sites(app.snapshot.probes[0].pid, on=True, steps=5)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        told = [n.message for n in app._notifications if "PWNED" in n.message and "Process" in n.message]
+        assert told and all(SHOWN in m and visible(m) == m for m in told)
+
+
+def test_a_real_terminal_gets_no_escape_from_a_fake_probe(env, fake_probe):
+    """The live monitor in a pseudo-terminal, without a driver, showing the fake probe's row and
+    its detail screen: every byte it writes is checked."""
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: gputui on a 160x45 terminal
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 45, 160, 0, 0))
+        os.execve(sys.executable, [sys.executable, "-m", "gputui"], env)
+    out = bytearray()
+
+    def read_for(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                out.extend(data)
+
+    try:
+        read_for(8)
+        os.write(fd, b"\r")  # Enter: the probed row's details
+        read_for(4)
+        os.write(fd, b"\x1b")  # back
+        read_for(2)
+        os.write(fd, b"q")
+        read_for(4)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert_terminal_output_safe(bytes(out))
