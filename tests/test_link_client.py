@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -501,3 +502,66 @@ def test_root_finds_and_reads_every_users_probes(monkeypatch):
         os.write(done_w, b"x")
         os.waitpid(child, 0)
         shutil.rmtree(shared_tmp)
+
+
+# ------------------------------------------------------------------------------ PID namespaces
+
+def _in_new_pid_namespace(probe_dir) -> tuple[subprocess.Popen, int]:
+    """A probe in a PID namespace of its own (as in a container sharing the probe directory): the
+    unshare process, and the probe's pid as seen from here."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                             PROBE_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        pytest.skip(f"cannot make a PID namespace here: {proc.stderr.read().strip()}")
+    import psutil
+
+    inner = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(inner) == 1
+    return proc, inner[0]
+
+
+def test_two_jobs_with_the_same_pid_in_two_containers_both_keep_their_probe(probe_dir):
+    first, first_pid = _in_new_pid_namespace(probe_dir)
+    second, second_pid = _in_new_pid_namespace(probe_dir)
+    try:
+        names = sorted(p.name for p in probe_dir.iterdir())
+        # Each is pid 1 in its own namespace; the namespace in the name keeps them apart.
+        assert len(names) == 2 and all(n.startswith("1@") for n in names)
+        found = client.discover()
+        assert sorted(found) == sorted((first_pid, second_pid))
+        for pid in (first_pid, second_pid):
+            report = client.fetch_report(pid, timeout=5.0)
+            # Attached to the process as this monitor numbers it, not to this machine's pid 1.
+            assert report == dataclasses.replace(sample_report(1), pid=pid)
+        with pytest.raises(client.ProbeUnavailable):
+            client.fetch_report(1)
+    finally:
+        for proc in (first, second):
+            proc.stdin.close()
+            proc.wait(10)
+
+
+def test_a_socket_under_another_processs_pid_is_refused(probe_dir):
+    # A probe socket named after someone else's process (a reused pid, or planted): the kernel
+    # says who serves it, and that is not the process it names.
+    bystander = subprocess.Popen(["sleep", "60"])
+    srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(bystander.pid))},
+                      path=probe_dir / f"{bystander.pid}.sock")
+    assert srv.start(), srv.error
+    try:
+        with pytest.raises(client.ProbeUnavailable) as caught:
+            client.fetch_report(bystander.pid)
+        assert caught.value.reason == client.REFUSED
+        assert f"served by process {os.getpid()}, not by process {bystander.pid}" in str(caught.value)
+        watcher = client.ProbeWatcher(timeout=2.0)
+        assert watcher.poll() == {}
+        assert "served by process" in watcher.unavailable[bystander.pid]
+        watcher.close()
+    finally:
+        srv.stop()
+        bystander.kill()
+        bystander.wait()

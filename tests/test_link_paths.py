@@ -117,15 +117,25 @@ def test_unsafe_directory_is_a_user_error():
     assert issubclass(paths.ProbeDirUnsafe, UserError)
 
 
-def test_socket_path_is_named_after_the_pid(tmp_path):
+def test_socket_path_is_named_after_the_pid_and_its_namespace(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "pid_namespace", lambda: paths.INITIAL_PID_NAMESPACE)
     assert paths.socket_path(4242, tmp_path) == tmp_path / "4242.sock"
-    assert paths.pid_of(tmp_path / "4242.sock") == 4242
+    assert paths.parse_socket_name(tmp_path / "4242.sock") == (4242, None)
+    # In a container: the same pid in another namespace gets another name.
+    monkeypatch.setattr(paths, "pid_namespace", lambda: 4026532301)
+    assert paths.socket_path(4242, tmp_path) == tmp_path / "4242@4026532301.sock"
+    assert paths.parse_socket_name(tmp_path / "4242@4026532301.sock") == (4242, 4026532301)
+
+
+def test_this_process_knows_its_pid_namespace():
+    assert paths.pid_namespace() == os.stat(f"/proc/{os.getpid()}/ns/pid").st_ino
 
 
 @pytest.mark.parametrize("name", ["abc.sock", "12.sock.tmp", ".12.sock.ab12.tmp", "0.sock",
-                                  "-3.sock", "12", "١٢.sock", ".0123abcd.tmp"])
-def test_pid_of_ignores_other_files(tmp_path, name):
-    assert paths.pid_of(tmp_path / name) is None
+                                  "-3.sock", "12", "١٢.sock", ".0123abcd.tmp", "12@.sock", "@5.sock",
+                                  "12@x.sock", "12@4026531836.sock", "12@5@6.sock"])
+def test_other_files_are_not_taken_for_sockets(tmp_path, name):
+    assert paths.parse_socket_name(tmp_path / name) is None
 
 
 def test_too_long_socket_path_is_refused(tmp_path):

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from gputui.errors import UserError
 from gputui.link import paths, protocol
+from gputui.link.server import peer_credentials
 from gputui.model import ProbeReport, from_jsonable
 
 # Why a probe could not be reached (ProbeUnavailable.reason).
@@ -44,15 +45,20 @@ class ProbeUnavailable(UserError):
 
 def discover(environ: dict[str, str] | None = None, *,
              all_users: bool | None = None) -> dict[int, Path]:
-    """The probed processes that are alive, by pid; sockets of dead pids are removed.
+    """The probed processes that are alive, by pid as this monitor sees them; sockets of dead pids
+    are removed.
 
     This user's probes only, unless ``all_users`` (default: when running as root, who may talk to
-    every probe). Other users' directories are only read, never cleaned.
+    every probe). Other users' directories are only read, never cleaned. A probe in another PID
+    namespace (a container sharing the directory) is listed under the pid it has here, which the
+    kernel tells on connecting; one whose process cannot be seen from here is left out.
     """
     if all_users is None:
         all_users = os.getuid() == 0
     own = paths.search_dirs(environ)
     directories = paths.every_users_dirs(environ) if all_users else own
+    here = paths.pid_namespace()
+    here = None if here == paths.INITIAL_PID_NAMESPACE else here
     found: dict[int, Path] = {}
     for directory in directories:
         try:
@@ -61,14 +67,22 @@ def discover(environ: dict[str, str] | None = None, *,
             continue
         for entry in entries:
             path = Path(entry.path)
-            pid = paths.pid_of(path)
-            if pid is None or pid in found:
+            named = paths.parse_socket_name(path)
+            if named is None:
+                continue
+            pid, namespace = named
+            if namespace != here:
+                pid = _serving_pid(path) or 0
+                if pid > 0 and pid not in found:
+                    found[pid] = path
+                continue
+            if pid in found:
                 continue
             if _alive(pid):
                 found[pid] = path
             elif directory in own and not _listening(path):
-                # Someone listening under a dead pid is a probe in another pid namespace (a
-                # container sharing this directory): not ours to list by that pid, nor to remove.
+                # Someone listening under a dead pid is not ours to remove: the connection check
+                # (ProbeLink) keeps it from being taken for any other process.
                 _remove_stale(path)
     return dict(sorted(found.items()))
 
@@ -76,11 +90,13 @@ def discover(environ: dict[str, str] | None = None, *,
 def find_socket(pid: int, environ: dict[str, str] | None = None) -> Path | None:
     """The socket of process ``pid``'s probe, in this user's directories (every user's for root)."""
     directories = paths.every_users_dirs(environ) if os.getuid() == 0 else paths.search_dirs(environ)
+    name = paths.socket_name(pid, paths.pid_namespace())
     for directory in directories:
-        path = directory / f"{pid}{paths.SOCKET_SUFFIX}"
+        path = directory / name
         if path.exists():
             return path
-    return None
+    # A probe in another PID namespace is named by its own pid there: ask who serves each one.
+    return discover(environ).get(pid)
 
 
 def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2.0,
@@ -114,8 +130,11 @@ def fetch_report(pid: int, timeout: float = 2.0, *,
 
 
 def decode_report(pid: int, result: Any) -> ProbeReport:
+    """The report in ``result``, as process ``pid``'s: a probe in a container numbers itself in its
+    own PID namespace, the monitor by the pid it has here."""
     try:
-        return from_jsonable(ProbeReport, result)
+        report = from_jsonable(ProbeReport, result)
+        return report if report.pid == pid else dataclasses.replace(report, pid=pid)
     except ValueError as exc:
         raise ProbeUnavailable(pid, BAD_REPLY, f"the probe sent a report this monitor cannot read "
                                f"({exc}); is gputui the same version in both places?") from None
@@ -154,6 +173,15 @@ class ProbeLink:
         except OSError as exc:
             sock.close()
             raise ProbeUnavailable(pid, NO_PROBE, f"cannot connect: {exc.strerror}") from None
+        # The kernel says which process serves the socket, as this monitor numbers it: a report is
+        # only ever taken as process ``pid``'s when ``pid`` itself answers. Not a reused pid, not
+        # a job with that number in another container, not a socket planted under its name.
+        serving = _peer_pid(sock)
+        if serving is not None and serving != pid:
+            sock.close()
+            who = f"process {serving}" if serving else "a process in another PID namespace"
+            raise ProbeUnavailable(pid, REFUSED, f"the socket {path.name} is served by {who}, not "
+                                   f"by process {pid}: ignored") from None
         sock.setblocking(False)
         self.sock = sock
 
@@ -421,6 +449,29 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process at the other end in this PID namespace (0: not visible from here),
+    or None where the system cannot say."""
+    try:
+        creds = peer_credentials(sock)
+    except OSError:
+        return None
+    return None if creds is None else creds[0]
+
+
+def _serving_pid(path: Path) -> int | None:
+    """The pid (here) of the process listening on ``path``, or None when nobody answers."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(0.2)
+    try:
+        sock.connect(os.fspath(path))
+        return _peer_pid(sock)
+    except OSError:
+        return None
+    finally:
+        sock.close()
 
 
 def _listening(path: Path) -> bool:

@@ -21,6 +21,10 @@ FALLBACK_ROOT = Path("/tmp")
 # Where login sessions get their $XDG_RUNTIME_DIR (systemd-logind); root looks here for every user.
 RUNTIME_ROOT = Path("/run/user")
 SOCKET_SUFFIX = ".sock"
+# The kernel's inode number for the initial PID namespace (PROC_PID_INIT_INO): a process outside any
+# container. Its sockets keep the plain name "<pid>.sock"; others add "@<namespace>" so that two jobs
+# with the same pid in two containers sharing a directory cannot take each other's socket.
+INITIAL_PID_NAMESPACE = 0xEFFFFFFC
 SOCKET_MODE = 0o600
 DIR_MODE = 0o700
 # sockaddr_un.sun_path holds 108 bytes on Linux, including the final NUL.
@@ -133,24 +137,46 @@ def check_dir(path: Path, owner: int | None = None) -> None:
         )
 
 
+def pid_namespace() -> int | None:
+    """The inode number of this process's PID namespace, or None where /proc cannot say."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def socket_name(pid: int, namespace: int | None) -> str:
+    """The socket file name of the probe in process ``pid`` of PID namespace ``namespace``."""
+    if namespace is None or namespace == INITIAL_PID_NAMESPACE:
+        return f"{pid}{SOCKET_SUFFIX}"
+    return f"{pid}@{namespace}{SOCKET_SUFFIX}"
+
+
 def socket_path(pid: int, directory: Path | None = None) -> Path:
-    """The socket a probe in process ``pid`` listens on (the directory is created if needed)."""
-    path = (directory if directory is not None else probe_dir()) / f"{pid}{SOCKET_SUFFIX}"
+    """The socket a probe in process ``pid`` (of this PID namespace) listens on (the directory is
+    created if needed)."""
+    name = socket_name(pid, pid_namespace())
+    path = (directory if directory is not None else probe_dir()) / name
     if len(os.fsencode(path.parent)) + 1 + max(len(path.name), TEMP_NAME_LENGTH) > MAX_SOCKET_PATH:
         raise ProbeDirUnsafe(f"the probe socket path {path} is too long for a Unix socket")
     return path
 
 
-def pid_of(path: Path) -> int | None:
-    """The process id a socket file name stands for, or None for any other file."""
+def parse_socket_name(path: Path) -> tuple[int, int | None] | None:
+    """(pid, PID namespace) a socket file name stands for (None: the initial namespace), or None
+    for any other file."""
     name = path.name
     if not name.endswith(SOCKET_SUFFIX):
         return None
-    digits = name[: -len(SOCKET_SUFFIX)]
-    if not digits.isdigit() or not digits.isascii():
+    pid_text, at, namespace_text = name[: -len(SOCKET_SUFFIX)].partition("@")
+    numbers = [pid_text] + ([namespace_text] if at else [])
+    if not all(text.isdigit() and text.isascii() for text in numbers):
         return None
-    pid = int(digits)
-    return pid if pid > 0 else None
+    pid = int(pid_text)
+    namespace = int(namespace_text) if namespace_text else None
+    if namespace == INITIAL_PID_NAMESPACE:
+        return None  # never written so: not one of ours
+    return (pid, namespace) if pid > 0 else None
 
 
 def _owned_dir(path: Path, uid: int) -> bool:
