@@ -16,7 +16,7 @@ from gputui.ui.sampler import Sampler
 from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.screens.help import HelpScreen
-from gputui.ui.signals import send
+from gputui.ui.signals import Target, send, started_at
 from gputui.ui.widgets.devices import DeviceLines
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -185,8 +185,9 @@ def sleeper():
 
 
 def snapshot_with(pid: int):
+    """A snapshot listing the real process ``pid`` (its real start time: its identity)."""
     return training_snapshot(extra=[process(pid, 0, gpu_memory=70 << 30, command=("sleep-child",),
-                                            user="bob")])
+                                            user="bob", started_at=started_at(pid))])
 
 
 async def test_kill_confirmation_sends_the_chosen_signal(sleeper):
@@ -220,14 +221,43 @@ async def test_signal_refusal_is_a_notification_not_a_crash(sleeper):
         assert isinstance(app.screen, MainScreen)
 
 
-def test_permission_refusal_words(monkeypatch):
-    def deny(pid, signum):
+def test_permission_refusal_words(monkeypatch, sleeper):
+    def deny(*args):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr("gputui.ui.signals.os.kill", deny)
-    assert send(4242, "SIGKILL") == "not permitted to signal process 4242 (it belongs to another user)"
-    assert send(1, "SIGKILL") == "refusing to signal process 1"
-    assert send(None, "SIGTERM").startswith("this process is not visible from here")
+    monkeypatch.setattr("gputui.ui.signals.signal.pidfd_send_signal", deny)
+    mine = Target(sleeper.pid, sleeper.pid, "sleep", started_at(sleeper.pid))
+    assert send(mine, "SIGKILL") == f"not permitted to signal process {sleeper.pid} (it belongs to another user)"
+    assert send(Target(1, 1, "init"), "SIGKILL") == "refusing to signal process 1"
+    assert send(Target(7, None, "elsewhere"), "SIGTERM").startswith("this process is not visible from here")
+
+
+def test_a_pid_reused_before_the_answer_gets_no_signal(sleeper):
+    chosen = Target(sleeper.pid, sleeper.pid, "sleep", started_at(sleeper.pid))
+    # The chosen process exits and another takes its pid before the user presses y: same pid,
+    # another start time (here the same process stands in, told it started a second earlier).
+    reused = Target(chosen.pid, chosen.local_pid, chosen.what, chosen.started_at - 1.0)
+    assert send(reused, "SIGTERM") == (f"process {sleeper.pid} is not the process you chose: that one "
+                                       "exited and its pid now belongs to another process; no signal sent")
+    assert sleeper.poll() is None
+    assert send(chosen, "SIGTERM") is None
+    assert sleeper.wait(timeout=10) == -signal.SIGTERM
+    assert send(chosen, "SIGTERM") == f"process {sleeper.pid} has already exited"
+
+
+async def test_the_kill_key_checks_the_process_is_still_the_one_chosen(sleeper, monkeypatch):
+    app = make_app([snapshot_with(sleeper.pid)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("T")
+        assert isinstance(app.screen, ConfirmSignal)
+        # Between the key and the answer, the pid comes to name a process started later.
+        real = started_at(sleeper.pid)
+        monkeypatch.setattr("gputui.ui.signals.started_at", lambda pid: real + 5.0)
+        await pilot.press("y")
+        await pilot.pause()
+        assert sleeper.poll() is None
+        assert any("is not the process you chose" in n.message for n in app._notifications)
 
 
 async def test_readonly_never_asks_and_never_signals(sleeper):

@@ -339,7 +339,7 @@ class GpuTuiApp(App[int]):
         def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            refusal = send(target.local_pid, name)
+            refusal = send(target, name)
             if refusal:
                 self.notify(refusal, title=f"{name} not sent", severity="error", markup=False)
             else:
