@@ -312,3 +312,21 @@ def test_demo_probes_and_probe(env):
     assert single.returncode == 0 and json.loads(single.stdout)["report"]["pid"] == int(pid)
     missing = gputui(env, "--demo", "training-node", "probe", "3")
     assert missing.returncode == 2 and "no probe in process 3" in missing.stderr
+
+
+def test_a_probe_that_cannot_serve_says_so_once_and_probes_says_why(env, tmp_path):
+    # Someone left the probe directory open to everyone: the probe refuses it, so no monitor could
+    # ever reach the job. Its owner hears why on the job's stderr, and `gputui probes` says it too.
+    unsafe = tmp_path / "open"
+    unsafe.mkdir()
+    unsafe.chmod(0o777)
+    env = {**env, "GPUTUI_PROBE_DIR": str(unsafe)}
+    job = subprocess.run([sys.executable, "-c", "import torch, gputui.probe as p; p.start(); print('trained')"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert job.returncode == 0 and job.stdout == "trained\n"
+    said = [line for line in job.stderr.splitlines() if line.startswith("gputui:")]
+    assert len(said) == 1 and "no monitor can reach it" in said[0]
+    assert f"the probe directory {unsafe} is open to other users (mode 777)" in said[0]
+    listing = gputui(env, "probes")
+    assert listing.returncode == 0
+    assert f"gputui: probes there are not read: the probe directory {unsafe} is open" in listing.stderr

@@ -19,6 +19,7 @@ def fallback_root(tmp_path, monkeypatch):
     root = tmp_path / "tmp"
     root.mkdir()
     monkeypatch.setattr(paths, "FALLBACK_ROOT", root)
+    monkeypatch.setattr(paths, "RUNTIME_ROOT", tmp_path / "run-user")  # logind's, empty here
     return root
 
 
@@ -111,6 +112,24 @@ def test_search_dirs_lists_only_existing_safe_directories(tmp_path, fallback_roo
     assert paths.search_dirs(env) == [fallback_root / f"gputui-{os.getuid()}"]
     paths.probe_dir(env)
     assert paths.search_dirs(env) == [runtime / "gputui", fallback_root / f"gputui-{os.getuid()}"]
+
+
+def test_a_monitor_without_xdg_runtime_dir_still_finds_a_job_that_had_one(tmp_path, fallback_root):
+    # The job ran in a login session: its socket is under logind's /run/user/<uid>.
+    runtime = tmp_path / "run-user" / str(os.getuid())
+    runtime.mkdir(parents=True, mode=0o700)
+    made = paths.probe_dir({"XDG_RUNTIME_DIR": str(runtime)})
+    # The monitor runs from `su` or a bare ssh command: no XDG_RUNTIME_DIR, yet it looks there.
+    assert paths.search_dirs({}) == [made]
+
+
+def test_unsafe_directories_are_named_with_why(tmp_path, fallback_root):
+    planted = fallback_root / f"gputui-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    planted.chmod(0o777)
+    assert paths.search_dirs({}) == []
+    assert paths.refused_dirs({}) == [
+        (planted, f"the probe directory {planted} is open to other users (mode 777); run: chmod 700 {planted}")]
 
 
 def test_unsafe_directory_is_a_user_error():

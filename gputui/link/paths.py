@@ -76,16 +76,40 @@ def search_dirs(environ: dict[str, str] | None = None) -> list[Path]:
     """The existing, safe directories where this user's probes may be listening.
 
     The monitor looks in all of them because a job started without $XDG_RUNTIME_DIR (cron, a batch
-    system) puts its socket in the fallback while the monitor's own preference is the runtime dir.
+    system) puts its socket in the fallback while the monitor's own preference is the runtime dir,
+    and a monitor without one (su, a bare ssh command) still looks where logind puts it.
     """
     found = []
-    for path in candidate_dirs(environ):
+    for path in _looked_in(environ):
         try:
             check_dir(path)
-        except (ProbeDirUnsafe, FileNotFoundError):
+        except (ProbeDirUnsafe, FileNotFoundError, NotADirectoryError):
             continue
         found.append(path)
     return found
+
+
+def refused_dirs(environ: dict[str, str] | None = None) -> list[tuple[Path, str]]:
+    """The directories this user's probes may use that exist but are not safe, each with why:
+    a probe there cannot start, and no monitor reads them."""
+    refused = []
+    for path in _looked_in(environ):
+        try:
+            check_dir(path)
+        except ProbeDirUnsafe as exc:
+            refused.append((path, str(exc)))
+        except OSError:
+            continue
+    return refused
+
+
+def _looked_in(environ: dict[str, str] | None) -> list[Path]:
+    dirs = candidate_dirs(environ)
+    env = os.environ if environ is None else environ
+    logind = RUNTIME_ROOT / str(os.getuid()) / "gputui"
+    if not env.get(DIR_ENV) and logind not in dirs:
+        dirs.insert(len(dirs) - 1, logind)
+    return dirs
 
 
 def every_users_dirs(environ: dict[str, str] | None = None) -> list[Path]:

@@ -20,6 +20,8 @@ PROBE_TIMEOUT = 2.0
 def probes(options: Any) -> int:
     """List the probed processes this user can reach."""
     reports, unreachable = _all_reports(options)
+    if options.demo is None:
+        _say_where_probes_cannot_be(found=bool(reports or unreachable))
     if options.json:
         out = dumps(probe_list_document(reports, unreachable)) + "\n"
     else:
@@ -66,6 +68,23 @@ def _all_reports(options: Any) -> tuple[list[ProbeReport], dict[int, str]]:
         except ProbeUnavailable as exc:
             unreachable[pid] = exc.detail
     return reports, unreachable
+
+
+def _say_where_probes_cannot_be(found: bool) -> None:
+    """On stderr: each directory refused as unsafe (no probe can serve there, and none is read),
+    and where we looked when nothing was found."""
+    import sys
+
+    from gputui.link import paths
+    from gputui.untrusted import visible
+
+    for _, why in paths.refused_dirs():
+        print(f"gputui: probes there are not read: {visible(why)}", file=sys.stderr)
+    looked = paths.search_dirs()
+    if not found and looked:
+        print(f"gputui: looked in {visible(', '.join(str(p) for p in looked))}; a job started with "
+              f"another XDG_RUNTIME_DIR or {paths.DIR_ENV} puts its socket elsewhere: set the same "
+              "here", file=sys.stderr)
 
 
 def _one_report(options: Any) -> ProbeReport:

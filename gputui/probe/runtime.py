@@ -125,7 +125,11 @@ class Probe:
             self.server = server
             self.board.server_problems = server.problems
         else:
-            self.problems.record("socket", RuntimeError(server.error or "could not start"))
+            why = server.error or "could not start"
+            self.problems.record("socket", RuntimeError(why))
+            # The job goes on, but nobody could ever see its probe: its owner must hear why, once.
+            _say(f"gputui: the probe runs in process {os.getpid()}, but no monitor can reach it: "
+                 f"{why}\n")
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's socket is not ours; serve again only if we train here.
@@ -342,3 +346,13 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _say(line: str) -> None:
+    """Write one line to the job's stderr, if it has one; never raise into the job."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed or broken stderr is the job's business
+        pass
