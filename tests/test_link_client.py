@@ -436,7 +436,8 @@ def test_watcher_survives_a_reply_with_a_strange_id(probe_dir):
                      hang_up=False)
     watcher = client.ProbeWatcher(timeout=0.2)  # the reply matches no request: waits it out
     try:
-        assert watcher.poll() == {os.getpid(): ProbeReport(pid=5, taken_at=1.0)}
+        # Taken as the report of the process serving the socket, whatever pid it names itself by.
+        assert watcher.poll() == {os.getpid(): ProbeReport(pid=os.getpid(), taken_at=1.0)}
         assert watcher.error is None
     finally:
         watcher.close()
