@@ -259,3 +259,29 @@ def test_a_process_in_a_mig_slice_runs_out_when_its_slice_does():
     result = trends(history, snap)
     assert result[(5, 0)].time_to_oom == 4 * GIB / MIB
     assert result[(6, 0)].time_to_oom == 73 * GIB / MIB  # unknown slice: the whole device
+
+
+@pytest.mark.parametrize("period", [300, 1800])
+@pytest.mark.parametrize("amplitude", [64 * MIB, 512 * MIB])
+def test_an_oscillation_is_never_called_growth_however_long_it_runs(period, amplitude):
+    # Memory that rises and falls smoothly forever (an eval pass every few minutes, a cache that
+    # fills and is trimmed), watched over a four-hour soak with the last hour of history kept.
+    def fn(t):
+        return 8 * GIB + amplitude * math.sin(2 * math.pi * t / period)
+    verdicts = set()
+    for now in range(2 * period + 600, 4 * 3600, 97):
+        times = tuple(float(t) for t in range(max(0, now - 3600), now, 2))
+        trend = process_trend(Series(times, tuple(int(fn(t)) for t in times)), device_free=40 * GIB,
+                              started_at=-1000.0)
+        verdicts.add(trend.verdict)
+    assert "growing" not in verdicts and "sawtooth" in verdicts
+
+
+def test_a_leak_under_an_oscillation_is_still_growth():
+    def fn(t):
+        return 8 * GIB + 512 * MIB * math.sin(2 * math.pi * t / 300) + t * 2 * MIB
+    times = tuple(float(t) for t in range(3600, 7200, 2))
+    trend = process_trend(Series(times, tuple(int(fn(t)) for t in times)), device_free=40 * GIB,
+                          started_at=-1000.0)
+    assert trend.verdict == "growing"
+    assert abs(trend.rate - 2 * MIB) < 0.2 * MIB

@@ -88,6 +88,10 @@ def process_trend(
     rate = theil_sen(wt, wv) or 0.0
     window_span = wt[-1] - wt[0]
     young = started_at is not None and now - started_at < YOUNG
+    if rate * window_span >= threshold and _been_this_high(values, first, level):
+        # Rising now, but it has been up here before and came back down: the rising half of an
+        # oscillation, not growth. A leak sets new highs.
+        return ProcessTrend(TREND_SAWTOOTH, rate=rate, **base)
     if rate * window_span >= threshold:
         half = _window_start(wt, wt[-1] - window_span / 2)
         latest_rate = theil_sen(wt[half:], wv[half:]) or 0.0
@@ -99,7 +103,8 @@ def process_trend(
     # A slow leak shows only over the whole history: it must grow there and still grow as fast now.
     if first > 0 and not young:
         long_rate = theil_sen(times, values) or 0.0
-        if long_rate * (times[-1] - times[0]) >= threshold and rate >= (1 - DECELERATION) * long_rate:
+        if (long_rate * (times[-1] - times[0]) >= threshold and rate >= (1 - DECELERATION) * long_rate
+                and not _been_this_high(values, len(values) // 2, level)):
             oom = _time_to_oom(long_rate, level, device_free, device_total)
             return ProcessTrend(TREND_GROWING, rate=long_rate, time_to_oom=oom, **base)
 
@@ -115,8 +120,15 @@ def process_trend(
     return ProcessTrend(TREND_STEADY, rate=rate, **base)
 
 
+def _been_this_high(values, before: int, level: float) -> bool:
+    """Whether the readings before index ``before`` already reached ``level``."""
+    return before > 0 and max(values[:before]) >= level
+
+
 def _sawtooth(times, values, drops, threshold, base, device_free, device_total) -> ProcessTrend:
     """Released again and again: a sawtooth, unless the low points themselves keep rising."""
+    if values[-1] - values[drops[-1][1]] < threshold:
+        drops = drops[:-1]  # still falling: where this fall ends is not known yet
     trough_t = [times[t] for _, t in drops]
     trough_v = [values[t] for _, t in drops]
     if len(drops) >= 3:
