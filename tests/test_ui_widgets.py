@@ -4,7 +4,10 @@ draw lines from cached segments (repaint only on change, one line per device in 
 
 from __future__ import annotations
 
+import pytest
 from textual.content import Content
+
+from gputui.ui import format as fmt
 
 from gputui.ui.widgets import bars
 from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
@@ -12,7 +15,7 @@ from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
 
 from test_ui_app import make_app, settle
-from test_ui_data import device
+from test_ui_data import GIB, device
 
 
 def test_words_join_skip_empty_parts_and_merge_one_style():
@@ -92,3 +95,14 @@ async def test_clicking_a_device_charts_it():
         charts = app.screen.query_one(DeviceHistory)
         assert charts.border_title.startswith("GPU 2 history")
         assert bars.plain(charts.lines[0][1]).startswith("UTIL")
+
+
+@pytest.mark.parametrize("mode", ["normal", "compact"])
+def test_memory_the_driver_cannot_report_reads_na_once(mode):
+    # Some boards (Jetson, some vGPU profiles) report no memory figures at all.
+    text = " ".join(bars.plain(line) for line in render_device(
+        device(0, memory_used=None, memory_total=None, memory_free=None), mode, 120))
+    assert "n/a/n/a" not in text and "n/a" in text
+    assert fmt.size_pair(None, None) == "n/a"
+    assert fmt.size_pair(None, 80 * GIB) == "n/a/80.0G"
+    assert fmt.size_pair(20 * GIB, 80 * GIB) == "20.0G/80.0G"

@@ -22,6 +22,13 @@ SLOWDOWN_WORDS = {
 }
 
 
+def size_pair(used: float | None, total: float | None) -> str:
+    """"12.3G/80.0G" in short units; "n/a" once when neither is known (not "n/a/n/a")."""
+    if used is None and total is None:
+        return NA
+    return f"{size(used, short=True)}/{size(total, short=True)}"
+
+
 def size(value: float | None, *, short: bool = False) -> str:
     """Bytes in binary units: "45.1 GiB" (or "45.1G" when short)."""
     if value is None:

@@ -28,7 +28,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
 
     mem_f = fmt.fraction(d.memory_used, d.memory_total)
     util_f = None if d.gpu_util is None else d.gpu_util / 100
-    mem_text = f"{fmt.size(d.memory_used, short=True)}/{fmt.size(d.memory_total, short=True)}"
+    mem_text = fmt.size_pair(d.memory_used, d.memory_total)
     temp_level = None
     if d.temperature is not None and d.temperature_slowdown:
         temp_level = fmt.level(d.temperature / d.temperature_slowdown, warn=0.85, high=0.95)
@@ -79,7 +79,7 @@ def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: b
     (GPU index:GPU instance), with its profile and memory."""
     name = f"{parent}:{mig.gpu_instance_id}" if mig.gpu_instance_id is not None else f"{parent}:?"
     mem_f = fmt.fraction(mig.memory_used, mig.memory_total)
-    mem_text = f"{fmt.size(mig.memory_used, short=True)}/{fmt.size(mig.memory_total, short=True)}"
+    mem_text = fmt.size_pair(mig.memory_used, mig.memory_total)
     bar_w = max(4, min(30, (width - 64) // 2)) if mode == "compact" else max(6, min(40, (width - 79) // 2))
     placement = " ".join(part for part in (
         f"GI {mig.gpu_instance_id}" if mig.gpu_instance_id is not None else "",

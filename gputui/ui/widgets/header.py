@@ -73,9 +73,9 @@ class HostHeader(StyledLines):
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
                   f"{fmt.percent(host.cpu_percent):>4}"]),
             join([label("MEM"), meter(mem_f, bar_width, ascii=self.ascii),
-                  f"{fmt.size(host.memory_used, short=True)}/{fmt.size(host.memory_total, short=True)}"]),
+                  fmt.size_pair(host.memory_used, host.memory_total)]),
             join([label("SWP"), meter(swap_f, bar_width, ascii=self.ascii),
-                  f"{fmt.size(host.swap_used, short=True)}/{fmt.size(host.swap_total, short=True)}"]),
+                  fmt.size_pair(host.swap_used, host.swap_total)]),
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")
