@@ -3,6 +3,7 @@ driver of this machine, a real probe socket, pipes and a pseudo-terminal."""
 
 import json
 import os
+import pwd
 import pty
 import re
 import select
@@ -279,10 +280,15 @@ def test_without_nvml_a_probed_cpu_job_is_still_shown(env, probed_process):
     no_traceback(result)
     assert result.returncode == 0
     assert "Probed processes not listed by NVML" in result.stdout
-    assert any(line.startswith(f"{pid} ") for line in result.stdout.splitlines())
+    row = next(line for line in result.stdout.splitlines() if line.startswith(f"{pid} "))
+    # /proc knows whose it is and what it holds: said beside the probe's own figures.
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert row.startswith(f"{pid} {me}  CPU ") and "  RSS " in row and row.endswith("cpu_job.py")
     assert "! cannot read the GPUs" in result.stdout
     snap = snapshot_json(env)
     assert [r["pid"] for r in snap["probes"]] == [pid] and snap["devices"] == []
+    assert [(p["pid"], p["user"]) for p in snap["probed"]] == [(pid, me)]
+    assert snap["probed"][0]["host_memory"] > 1 << 20
 
 
 def test_probes_when_none_running(env):

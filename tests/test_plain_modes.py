@@ -32,6 +32,10 @@ class FakeCollector:
         self.samples = 0
         self.closed = False
         self.reports = tuple(reports)
+        self.probed = self  # its probed processes are all listed: /proc has nothing to add
+
+    def add_to(self, snapshot: Snapshot) -> Snapshot:
+        return snapshot
 
     def sample(self) -> Snapshot:
         self.samples += 1

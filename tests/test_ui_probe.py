@@ -6,6 +6,10 @@ list, the allocation-site recording key, and the monitor without a driver.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pwd
+import subprocess
+import sys
 import time
 
 import pytest
@@ -284,6 +288,26 @@ async def test_demo_probed_rows_are_not_signalled():
         await pilot.press("K")
         assert not isinstance(app.screen, ProcessDetail)
         assert any("Demo mode: process 7777 is simulated" in n.message for n in app._notifications)
+
+
+async def test_a_probed_process_nvml_does_not_list_shows_what_proc_knows():
+    # A real CPU-only job (this test's own child), known to the monitor through its probe only.
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        source = NoDriverSource("no driver", clock=lambda: T0, hostname="laptop")
+        app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job(job.pid)])), me="bob",
+                        banner="no driver")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            app.sample_now()
+            await settle(pilot, 2)  # CPU % needs two readings
+            cells = row(app, f"{job.pid}/probe").cells
+            assert cells["user"] == pwd.getpwuid(os.getuid()).pw_name
+            assert cells["cpu"].endswith("%") and cells["host_memory"] not in ("", "n/a")
+            assert cells["elapsed"] not in ("", "n/a")
+    finally:
+        job.kill()
+        job.wait()
 
 
 class FakeWatcher:

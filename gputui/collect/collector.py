@@ -15,6 +15,7 @@ from gputui.collect import nvml as nvml_reading
 from gputui.collect.host import HostReader
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
+from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector, signal_zero_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
@@ -57,6 +58,7 @@ class Collector:
         self.processes = ProcessInspector(
             psutil, clock, exists=signal_zero_exists if signals_work else None)
         self.host = HostReader(psutil, hostname)
+        self.probed = ProbedProcesses(psutil, clock)
         self._closed = False
 
     def sample(self) -> Snapshot:

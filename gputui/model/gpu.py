@@ -133,13 +133,17 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class HostProcess:
-    """A non-GPU ancestor of a GPU process, for the process tree."""
+    """A process holding no GPU: an ancestor of a GPU process (for the process tree), or a probed
+    process NVML does not list (a CPU-only job, no driver)."""
 
     pid: int
     ppid: int | None = None
     name: str | None = None
     command: tuple[str, ...] = ()
     user: str | None = None
+    cpu_percent: float | None = None  # probed processes only: since the previous sample
+    host_memory: int | None = None  # probed processes only: RSS bytes
+    started_at: float | None = None  # probed processes only: seconds since the epoch
 
 
 @dataclass(frozen=True)
@@ -167,5 +171,6 @@ class Snapshot:
     parents: tuple[HostProcess, ...] = ()  # ancestors of GPU processes that hold no GPU themselves
     host: Host = field(default_factory=Host)
     probes: tuple[ProbeReport, ...] = ()  # reports of probed processes, filled in by the monitor
+    probed: tuple[HostProcess, ...] = ()  # /proc's view of the probed processes NVML does not list
     source: str = "nvml"  # "nvml" or "sim:<scenario>"
     problems: tuple[str, ...] = ()  # non-fatal trouble worth telling the user about

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
 from gputui.collect.host import HostReader
+from gputui.collect.probed import ProbedProcesses
 from gputui.collect.users import current_user
 from gputui.model import ProbeReport, Snapshot
 from gputui.plain.render import own_pid
@@ -48,6 +49,7 @@ class Source:
 
             # No GPUs, but the host figures are still psutil's to read (CPU jobs live on them).
             self._host = HostReader(psutil, socket.gethostname())
+            self._probed = ProbedProcesses(psutil)
         self._sampled = False
 
     def __enter__(self) -> Source:
@@ -63,21 +65,21 @@ class Source:
 
     def sample(self) -> Snapshot:
         """The next snapshot; the first call samples twice, CPU_WINDOW apart, for CPU %."""
+        probed = self.collector.probed if self.collector is not None else self._probed
+        if not self._sampled:  # CPU % is measured between two readings
+            first = self.collector.sample() if self.collector is not None else Snapshot(
+                taken_at=time.time(), host=self._host.read())
+            probed.add_to(dataclasses.replace(first, probes=tuple(self._probe_reports()[0])))
+            self._pause(CPU_WINDOW)
         if self.collector is None:
-            if not self._sampled:
-                self._host.read()  # CPU % is measured between two readings
-                self._pause(CPU_WINDOW)
             raw = Snapshot(taken_at=time.time(), host=self._host.read(),
                            problems=(str(self.unavailable),))
         else:
-            if not self._sampled:
-                self.collector.sample()
-                self._pause(CPU_WINDOW)
             raw = self.collector.sample()
         self._sampled = True
         reports, problems = self._probe_reports()
         raw = dataclasses.replace(raw, probes=tuple(reports), problems=raw.problems + problems)
-        return apply_filters(raw, self.options)
+        return apply_filters(probed.add_to(raw), self.options)
 
     def _probe_reports(self) -> tuple[list[ProbeReport], tuple[str, ...]]:
         if self.options.demo is not None:

@@ -507,8 +507,18 @@ def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
     if not unlisted:
         return []
     lines = [Line(), text("Probed processes not listed by NVML", "head")]
+    seen = {h.pid: h for h in snapshot.probed}
     for report in unlisted:
-        row = Line().add(str(report.pid), "bold").add(" ").add(" ".join(report.command) or "?")
+        row = Line().add(str(report.pid), "bold").add(" ")
+        proc = seen.get(report.pid)
+        if proc is not None:  # what /proc says of it: whose it is, and its CPU and host memory
+            figures = [proc.user or "?"]
+            if proc.cpu_percent is not None:
+                figures.append(f"CPU {proc.cpu_percent:.0f}%")
+            if proc.host_memory is not None:
+                figures.append(f"RSS {units.size(proc.host_memory)}")
+            row.add("  ".join(figures) + "  ", "dim")
+        row.add(" ".join(report.command) or "?")
         lines.append(row.cropped(width, glyphs.ellipsis))
         lines += probe_summary(report, snapshot, width, glyphs, tz)
     return lines

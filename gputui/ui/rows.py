@@ -327,14 +327,18 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
     listed = {own_pid(p) for p in snapshot.processes}
     # A probe the driver does not know of (a CPU-only job, no driver) is still a process worth
     # seeing. Probes are found in this user's own socket directory, so "only mine" keeps them.
+    seen = {h.pid: h for h in snapshot.probed}
     for report in sorted(snapshot.probes, key=lambda r: r.pid):
-        if report.pid not in listed and _report_matches(report, filter_text):
-            rows.append(probe_only_row(report, ctx))
+        proc = seen.get(report.pid)
+        if report.pid not in listed and _report_matches(report, filter_text, proc) and (
+                only_user is None or proc is None or proc.user == only_user):
+            rows.append(probe_only_row(report, ctx, proc))
     return rows
 
 
-def probe_only_row(report: ProbeReport, ctx: Context) -> Row:
-    """A row for a probed process that NVML does not list, from its probe's own report."""
+def probe_only_row(report: ProbeReport, ctx: Context, proc: HostProcess | None = None) -> Row:
+    """A row for a probed process that NVML does not list, from its probe's own report and what
+    /proc says of it (``proc``: user, CPU, RSS, start time)."""
     leak = ctx.leaks.get(report.pid)
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii)
     trend, trend_style = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
@@ -342,10 +346,15 @@ def probe_only_row(report: ProbeReport, ctx: Context) -> Row:
     gpu_memory = [d.allocator.reserved for d in report.devices if d.allocator is not None]
     last = report.steps[-1] if report.steps else None
     cells = {c: "" for c in COLUMNS}
+    host_memory = proc.host_memory if proc is not None and proc.host_memory is not None else \
+        getattr(last, "host_memory", None)
+    started = None if proc is None or proc.started_at is None else ctx.taken_at - proc.started_at
     cells.update(
-        pid=str(report.pid), probe=mark, user=fmt.NA, gpu=probe_device_text(report),
-        gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
-        trend=trend, trend_mark=trend_mark, host_memory=fmt.size(getattr(last, "host_memory", None), short=True),
+        pid=str(report.pid), probe=mark, user=(proc.user if proc is not None else None) or fmt.NA,
+        gpu=probe_device_text(report), gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
+        trend=trend, trend_mark=trend_mark, host_memory=fmt.size(host_memory, short=True),
+        cpu=fmt.NA if proc is None or proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
+        elapsed=fmt.elapsed(started) if started is not None else "",
         command=fmt.command_line(report.command) if report.command else f"[probed process {report.pid}]",
     )
     styles = {"probe": mark_style, "gpu": "$text-muted"}
@@ -361,11 +370,12 @@ def probe_device_text(report: ProbeReport) -> str:
     return "-"
 
 
-def _report_matches(report: ProbeReport, text: str) -> bool:
+def _report_matches(report: ProbeReport, text: str, proc: HostProcess | None = None) -> bool:
     if not text:
         return True
     needle = text.lower()
-    return needle in " ".join(report.command).lower() or needle in str(report.pid)
+    user = (proc.user or "") if proc is not None else ""
+    return needle in " ".join(report.command).lower() or needle in str(report.pid) or needle in user.lower()
 
 
 def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:

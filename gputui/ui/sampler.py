@@ -15,6 +15,7 @@ from textual.message import Message
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.collect.host import HostReader
+from gputui.collect.probed import ProbedProcesses
 from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
@@ -67,6 +68,9 @@ class Sampler:
         reports = self._probe_reports()
         if reports:
             snapshot = dataclasses.replace(snapshot, probes=reports)
+        probed = getattr(self.collector, "probed", None)
+        if probed is not None:
+            snapshot = probed.add_to(snapshot)
         trouble = self._probe_trouble()
         if trouble:
             snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + trouble)
@@ -157,11 +161,12 @@ class NoDriverSource:
         self.reason = reason
         self._clock = clock
         self.hostname = hostname or socket.gethostname()
-        if host is None:
-            import psutil
+        import psutil
 
+        if host is None:
             host = HostReader(psutil, self.hostname)
         self._host = host  # anything with read() -> Host
+        self.probed = ProbedProcesses(psutil)
 
     def sample(self) -> Snapshot:
         # The app says each problem once, so the full reason pops up once under the short banner.
