@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gputui.link import client, paths, protocol
-from gputui.link.server import ProbeServer, peer_allowed, peer_credentials
+from gputui.link.server import MAX_CLIENTS, ProbeServer, peer_allowed, peer_credentials
 
 
 @pytest.fixture
@@ -322,8 +322,8 @@ def test_client_that_sends_but_does_not_read_cannot_pile_up_replies(server):
     sock.close()
 
 
-def test_fifty_clients_at_once(server):
-    socks = [connect(server.path) for _ in range(50)]
+def test_as_many_clients_as_the_limit_at_once(server):
+    socks = [connect(server.path) for _ in range(MAX_CLIENTS)]
     for i, sock in enumerate(socks):
         sock.sendall(protocol.request_line(i, "echo", {"client": i}))
     for i, sock in enumerate(socks):

@@ -29,8 +29,11 @@ TIMED_OUT = "timed_out"
 MISMATCH = "protocol_mismatch"
 BAD_REPLY = "bad_reply"
 FAILED = "failed"  # the probe answered with an error
+BUSY = "busy"  # the probe serves as many connections as it allows
+BUSY_RETRY = 0.05  # seconds between tries at a busy probe, within a request's timeout
 
 _RECV_CHUNK = 256 * 1024
+STALE_AFTER = 0.8  # of the probe's idle timeout: reconnect rather than reuse
 
 
 class ProbeUnavailable(UserError):
@@ -109,7 +112,20 @@ def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2
                                    "with gputui.probe.start(), gputui run, or GPUTUI_PROBE=1)")
         raise ProbeUnavailable(pid, NO_PROBE, "no such process")
     deadline = time.monotonic() + timeout
-    link = ProbeLink(pid, path, timeout=timeout)
+    while True:
+        try:
+            return _ask_once(pid, path, op, params, deadline, timeout)
+        except ProbeUnavailable as exc:
+            # A probe at its limit of connections frees one as soon as an idle client goes: try
+            # again, briefly, rather than give up on a job that is merely being watched a lot.
+            if exc.reason != BUSY or time.monotonic() + BUSY_RETRY >= deadline:
+                raise
+        time.sleep(BUSY_RETRY)
+
+
+def _ask_once(pid: int, path: Path, op: str, params: dict | None, deadline: float,
+              timeout: float) -> Any:
+    link = ProbeLink(pid, path, timeout=max(0.01, deadline - time.monotonic()))
     try:
         request_id = link.send(op, params)
         while True:
@@ -150,11 +166,12 @@ class ProbeLink:
         self.path = path
         self.pending: set[int] = set()  # request ids not yet answered
         self.sent_at = 0.0  # time.monotonic() since when we have been waiting for a reply
+        self.used_at = time.monotonic()  # opened, or last sent a request
         self._inbox = bytearray()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect(os.fspath(path))
+            _connect(sock, path, timeout)
         except FileNotFoundError:
             sock.close()
             raise ProbeUnavailable(pid, NO_PROBE, "the probe has gone away") from None
@@ -189,6 +206,7 @@ class ProbeLink:
         return self.sock.fileno()
 
     def send(self, op: str, params: dict | None = None) -> int:
+        self.used_at = time.monotonic()
         request_id = next(self._ids)
         data = protocol.request_line(request_id, op, params)
         self.sock.settimeout(1.0)  # requests are small; a probe that cannot take them is stuck
@@ -270,7 +288,7 @@ def _result(pid: int, reply: dict, request_id: int | None = None) -> Any:
     if code == protocol.WRONG_VERSION:
         raise ProbeUnavailable(pid, MISMATCH, error)
     if code == protocol.BUSY:
-        raise ProbeUnavailable(pid, TIMED_OUT, f"the probe is busy: {error}")
+        raise ProbeUnavailable(pid, BUSY, f"the probe is busy: {error}")
     if reply.get("ok") is not False:
         raise ProbeUnavailable(pid, BAD_REPLY, "the reply has no 'ok' field")
     raise ProbeUnavailable(pid, FAILED, f"the probe could not answer: {error}")
@@ -364,6 +382,12 @@ class ProbeWatcher:
         asked = []
         for pid, path in self._sockets.items():
             link = self._links.get(pid)
+            if link is not None and not link.pending and \
+                    time.monotonic() - link.used_at > STALE_AFTER * protocol.IDLE_TIMEOUT:
+                # Polled less often than the probe keeps idle connections: a fresh one, not a
+                # write into one the probe has closed.
+                self._hang_up(pid)
+                link = None
             if link is None:
                 if now < self._retry_at.get(pid, 0.0):
                     continue
@@ -449,6 +473,20 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
+    """Connect, waiting up to ``timeout`` while the probe's backlog is full (a Unix socket says
+    EAGAIN at once rather than queue the caller; the probe takes connections at a bounded rate)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(os.fspath(path))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _peer_pid(sock: socket.socket) -> int | None:

@@ -15,6 +15,9 @@ from typing import Any
 VERSION = 1
 MAX_REQUEST = 1 << 20  # bytes in one request line, enforced by the probe
 MAX_REPLY = 64 << 20  # bytes in one reply line, enforced by the monitor (reports with many sites)
+# The probe hangs up on a connection idle this long (seconds); a monitor that polls less often opens a
+# new one instead of writing into a closed one.
+IDLE_TIMEOUT = 60.0
 
 # Error codes in failed replies, so the monitor can tell the user what went wrong.
 BAD_JSON = "bad_json"

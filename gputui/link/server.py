@@ -16,6 +16,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable
@@ -24,7 +25,19 @@ from gputui.link import paths, protocol
 
 Handler = Callable[[dict], Any]
 
-MAX_CLIENTS = 128  # a bound on the file descriptors a probe may take from the training job
+# A bound on the file descriptors a probe may take from the training job: a monitor holds one
+# connection per probe, and a few monitors at once (panes, hosts' root) is the most seen in use.
+MAX_CLIENTS = 16
+# A connection must send a whole request this soon after it opens, or it is dropped: a client that
+# connects and says nothing holds a descriptor for nothing.
+SILENT_TIMEOUT = 5.0
+# Accepts per second, sustained and in a burst: far above any monitor's need (one connection per
+# probe per watcher), far below what lets a connect flood take a share of the job's CPU (an accept,
+# with its peer check and hang-up, costs about 100 us: 200 a second is 2 % of a core; bench_flood.py).
+# Beyond it the listener is not watched until the budget refills; the kernel's backlog holds or
+# refuses the rest, and drains in a fraction of a second once the flood stops.
+ACCEPT_RATE = 200.0
+ACCEPT_BURST = 50.0
 _RECV_CHUNK = 64 * 1024
 _OUTBOX_HIGH = 1 << 20  # stop answering a client's queued requests until it reads this much
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -55,10 +68,23 @@ class ProbeServer:
     """
 
     def __init__(self, handlers: dict[str, Handler], *, path: Path | str | None = None,
-                 max_clients: int = MAX_CLIENTS):
+                 max_clients: int = MAX_CLIENTS, silent_timeout: float = SILENT_TIMEOUT,
+                 idle_timeout: float = protocol.IDLE_TIMEOUT, accept_rate: float = ACCEPT_RATE,
+                 accept_burst: float = ACCEPT_BURST, clock: Callable[[], float] = time.monotonic):
         self._handlers = dict(handlers)
         self._requested_path = Path(path) if path is not None else None
         self._max_clients = max_clients
+        self._silent_timeout = silent_timeout
+        self._idle_timeout = idle_timeout
+        self._accept_rate = accept_rate
+        self._accept_burst = accept_burst
+        self._clock = clock
+        self._tokens = accept_burst
+        self._tokens_at = 0.0
+        self._listening_paused_until: float | None = None
+        self.clients_dropped_idle = 0
+        self.clients_evicted = 0
+        self.accepts_deferred = 0
         self.path: Path | None = None
         self.error: str | None = None
         self.problems: collections.deque[str] = collections.deque(maxlen=20)
@@ -179,7 +205,7 @@ class ProbeServer:
         assert selector is not None
         try:
             while not self._stopping.is_set():
-                for key, mask in selector.select():
+                for key, mask in selector.select(self._housekeeping()):
                     try:
                         if key.fileobj is self._listener:
                             self._accept()
@@ -200,9 +226,12 @@ class ProbeServer:
     def _accept(self) -> None:
         assert self._listener is not None and self._selector is not None
         while True:
+            if not self._take_token():
+                return
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
+                self._tokens += 1.0  # nobody was waiting: the accept is not spent
                 return
             except OSError as exc:  # EMFILE and friends: the job is short of fds, not our business
                 self._note(f"accepting a client: {_describe(exc)}")
@@ -213,7 +242,7 @@ class ProbeServer:
                 code, message = refusal
                 _send_and_close(sock, protocol.error_reply(None, code, message))
                 continue
-            client = _Client(sock)
+            client = _Client(sock, self._clock())
             self.clients_accepted += 1
             self._clients[sock.fileno()] = client
             self._selector.register(sock, selectors.EVENT_READ, client)
@@ -227,9 +256,64 @@ class ProbeServer:
         if creds is not None and not peer_allowed(creds[1]):
             self._note(f"refused a connection from uid {creds[1]} (pid {creds[0]})")
             return protocol.REFUSED, "this probe only answers its own user (or root)"
-        if len(self._clients) >= self._max_clients:
+        if len(self._clients) >= self._max_clients and not self._evict_one():
             return protocol.BUSY, f"too many clients (limit {self._max_clients})"
         return None
+
+    def _evict_one(self) -> bool:
+        """Make room for a newcomer: drop the connection that has been idle longest, if it has not
+        spoken for a while. Idle connections held open (by mistake or on purpose) then never keep a
+        monitor that asks from its answer."""
+        now = self._clock()
+        idle = [c for c in self._clients.values() if not c.outbox and now - c.last_seen >= 0.5]
+        if not idle:
+            return False
+        self._drop(min(idle, key=lambda c: (c.spoke, c.last_seen)))
+        self.clients_evicted += 1
+        return True
+
+    # --- bounds on what clients may take -------------------------------------------------------
+
+    def _take_token(self) -> bool:
+        """One accept from the rate budget; when it is spent, stop watching the listener until it
+        refills (False)."""
+        now = self._clock()
+        self._tokens = min(self._accept_burst, self._tokens + (now - self._tokens_at) * self._accept_rate)
+        self._tokens_at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        if self._listening_paused_until is None:
+            assert self._selector is not None and self._listener is not None
+            self._selector.unregister(self._listener)
+            self._listening_paused_until = now + (1.0 - self._tokens) / self._accept_rate
+            self.accepts_deferred += 1  # counted, not a problem: busy pollers meet it too
+        return False
+
+    def _housekeeping(self) -> float | None:
+        """Drop clients past their time, listen again when the budget allows; the seconds until
+        the next such deadline (None: nothing to wait for but clients)."""
+        now = self._clock()
+        deadlines = []
+        if self._listening_paused_until is not None:
+            if now >= self._listening_paused_until:
+                assert self._selector is not None
+                self._selector.register(self._listener, selectors.EVENT_READ, None)
+                self._listening_paused_until = None
+            else:
+                deadlines.append(self._listening_paused_until)
+        for client in list(self._clients.values()):
+            limit = self._idle_timeout if client.spoke else self._silent_timeout
+            due = client.last_seen + limit
+            if client.outbox:
+                continue  # a client still taking its reply is busy, not idle
+            if now >= due:
+                self._drop(client)
+                self.clients_dropped_idle += 1
+            else:
+                deadlines.append(due)
+        # (capped: select() refuses a timeout too large for the OS, as a lifted limit would give)
+        return min(3600.0, max(0.0, min(deadlines) - now)) if deadlines else None
 
     def _service(self, client: _Client, mask: int) -> None:
         if mask & selectors.EVENT_READ:
@@ -244,6 +328,9 @@ class ProbeServer:
                 self._drop(client)
                 return
             client.inbox += data
+            if b"\n" in data:  # a whole request: this client speaks, and is not idle
+                client.spoke = True
+                client.last_seen = self._clock()
         self._pump(client)
 
     def _pump(self, client: _Client) -> None:
@@ -365,15 +452,17 @@ class ProbeServer:
 
 
 class _Client:
-    """One connected monitor: bytes half-received and replies not yet sent."""
+    """One connected monitor: bytes half-received, replies not yet sent, and when it last asked."""
 
-    __slots__ = ("sock", "inbox", "outbox", "closing")
+    __slots__ = ("sock", "inbox", "outbox", "closing", "spoke", "last_seen")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, now: float):
         self.sock = sock
         self.inbox = bytearray()
         self.outbox = bytearray()
         self.closing = False
+        self.spoke = False  # has sent a whole request
+        self.last_seen = now  # when it connected, or sent its latest request
 
     def reply(self, data: bytes, close: bool) -> None:
         self.outbox += data
