@@ -240,6 +240,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _no_live_monitor(terminal) -> str | None:
+    """Why the live monitor cannot run here ("" when that needs no saying), or None when it can."""
+    if not terminal.is_terminal():
+        return ""  # into a pipe or a file (gputui | less): printing is what was asked
+    if sys.stdin is None or not _stdin_is_terminal():
+        return "the live monitor reads keys from a terminal and standard input is not one"
+    if os.environ.get("TERM", "dumb") in ("dumb", ""):
+        return f"this terminal (TERM={os.environ.get('TERM', '')}) cannot show the live monitor"
+    return None
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):  # closed
+        return False
+
+
 def _check_config(options: Options) -> None:
     """The monitor's check of the config file, so every mode fails alike on a missing or bad one."""
     from gputui.ui.config import check_binding_ids, load_config
@@ -255,8 +273,14 @@ def _dispatch(options: Options) -> int:
     from gputui.plain import terminal
 
     mode = options.mode
-    if mode == "tui" and not terminal.is_terminal():
-        mode = "once"  # no terminal to draw on: print instead of failing
+    if mode == "tui":
+        why = _no_live_monitor(terminal)
+        if why is not None:
+            # Print a snapshot instead: what --once shows is the best this place can take.
+            if why:
+                print(f"gputui: {why}, so here is one snapshot instead (gputui --watch repeats it; "
+                      "--json for scripts)", file=sys.stderr)
+            mode = "once"
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 

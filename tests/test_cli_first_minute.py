@@ -196,6 +196,8 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
 
     seen = []
     monkeypatch.setattr(gputui.ui.app, "run_tui", lambda options: seen.append(options.ascii) or 0)
+    monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)  # a keyboard, as a user has
+    monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="latin-1"))
     assert cli.main(["--demo"]) == 0
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="utf-8"))

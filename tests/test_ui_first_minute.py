@@ -76,6 +76,8 @@ def test_run_tui_says_what_once_says_for_a_gpu_that_does_not_exist(monkeypatch, 
 
     monkeypatch.setattr(app_module.GpuTuiApp, "run", headless)
     monkeypatch.setattr("gputui.plain.terminal.is_terminal", lambda *args, **kwargs: True)
+    monkeypatch.setattr("gputui.cli._stdin_is_terminal", lambda: True)  # a keyboard, as a user has
+    monkeypatch.setenv("TERM", "xterm-256color")
     assert cli.main(["--demo", "workstation", "--only", "99"]) == 2
     live = capsys.readouterr().err
     assert cli.main(["--demo", "workstation", "--only", "99", "--once"]) == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -38,6 +39,9 @@ from gputui.ui.signals import send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import visible, visible_all
 
+# Signals that end the monitor: 128 + the signal is its exit status (143 for SIGTERM), as for a
+# process the signal killed, so scripts and shells read it the usual way.
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
@@ -89,7 +93,10 @@ class GpuTuiApp(App[int]):
         """``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
-        super().__init__()
+        # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
+        # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
+        no_color = bool(os.environ.get("NO_COLOR"))
+        super().__init__(ansi_color=True) if no_color else super().__init__()
         self.sampler = sampler
         self.interval = interval
         self.readonly = readonly
@@ -130,11 +137,14 @@ class GpuTuiApp(App[int]):
         if self.banner is not None:
             self.main.charts_on = False  # no driver: there is no GPU history to chart
         self.push_screen(self.main)
+        if self.no_color:
+            self.add_class("-nocolor")
         if self.handle_signals:
             loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                # SSH dropped or asked to stop: leave through exit() so the terminal is restored.
-                loop.add_signal_handler(signum, self.exit, 0)
+            for signum in EXIT_SIGNALS:
+                # Asked to stop, SSH dropped, kill -QUIT: leave through exit() so the terminal is
+                # restored, with the status a shell expects of a process ended by that signal.
+                loop.add_signal_handler(signum, functools.partial(self.exit, None, 128 + signum))
         if self.autostart:
             self.sample_now()
 
@@ -142,7 +152,7 @@ class GpuTuiApp(App[int]):
         self._restore_scrollbars()
         if self.handle_signals:
             loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGHUP):
+            for signum in EXIT_SIGNALS:
                 loop.remove_signal_handler(signum)
 
     # -- sampling ----------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""The live monitor's life in a real terminal: started where it cannot run (no keyboard, a dumb
+terminal), ended by signals, and NO_COLOR. ``python -m gputui --demo`` in a pseudo-terminal."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESTORED = (b"\x1b[?1049l", b"\x1b[?1000l")  # left the alternate screen, mouse reporting off
+COLOUR = re.compile(rb"\x1b\[[0-9;]*(?:38|48);[25];")
+
+
+@pytest.fixture
+def env(tmp_path):
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir(mode=0o700)
+    clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES", "GPUTUI_PROBE")}
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), PYTHONPATH=str(ROOT), TERM="xterm-256color",
+                 XDG_CONFIG_HOME=str(tmp_path / "config"))
+    return clean
+
+
+class Terminal:
+    """``python -m gputui ARGS`` on a 100x30 pseudo-terminal; everything it writes is kept."""
+
+    def __init__(self, env: dict, *args: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+            os.execve(sys.executable, [sys.executable, "-m", "gputui", *args], env)
+        self.out = bytearray()
+
+    def read(self, seconds: float, until: bytes | None = None) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not (until and until in self.out):
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if ready:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.out.extend(data)
+
+    def wait(self, seconds: float = 15.0) -> int | None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.read(0.2)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.read(0.2)
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        return None
+
+    def drawn(self) -> None:
+        """Wait for the first full frame (the process table's header)."""
+        self.read(30, until=b"COMMAND")
+        assert b"COMMAND" in self.out, bytes(self.out[-500:])
+        self.read(0.5)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
+def test_a_signal_ends_the_monitor_with_the_terminal_restored_and_the_shells_status(env, signum):
+    term = Terminal(env, "--demo")
+    term.drawn()
+    os.kill(term.pid, signum)
+    assert term.wait() == 128 + signum  # 143 for SIGTERM, 130 SIGINT, 129 SIGHUP, 131 SIGQUIT
+    tail = bytes(term.out[-400:])
+    assert all(code in tail for code in RESTORED), tail
+    assert b"Traceback" not in term.out
+
+
+def test_q_still_exits_0(env):
+    term = Terminal(env, "--demo")
+    term.drawn()
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+
+
+def run_on_a_terminal(env, command: str) -> tuple[subprocess.CompletedProcess, bytes]:
+    """``command`` by bash with stdin and stdout on a pseudo-terminal (unless the command redirects)."""
+    main, secondary = os.openpty()
+    started = time.monotonic()
+    result = subprocess.run(["bash", "-c", command], stdin=secondary, stdout=secondary,
+                            stderr=subprocess.PIPE, env=env, timeout=60)
+    os.close(secondary)
+    out = bytearray()
+    while select.select([main], [], [], 0.2)[0]:
+        try:
+            data = os.read(main, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out.extend(data)
+    os.close(main)
+    assert time.monotonic() - started < 30  # it does not sit there spinning
+    return result, bytes(out)
+
+
+@pytest.mark.parametrize("stdin", ["</dev/null", "<&-", "< <(echo q)"])
+def test_without_a_keyboard_the_monitor_prints_one_snapshot_and_says_why(env, stdin):
+    result, out = run_on_a_terminal(env, f"{sys.executable} -m gputui --demo {stdin}")
+    assert result.returncode == 0
+    assert b"Traceback" not in result.stderr
+    assert result.stderr.decode().startswith(
+        "gputui: the live monitor reads keys from a terminal and standard input is not one, so here is "
+        "one snapshot instead")
+    assert b"\x1b[?1049h" not in out  # never went full screen
+    assert b"COMMAND" in out and b"GPU" in out  # --once's text
+
+
+def test_a_dumb_terminal_gets_one_snapshot(env):
+    result, out = run_on_a_terminal({**env, "TERM": "dumb"}, f"{sys.executable} -m gputui --demo")
+    assert result.returncode == 0
+    assert "TERM=dumb" in result.stderr.decode()
+    assert b"\x1b" not in out  # no escape at all: no full screen, no colour
+    assert b"COMMAND" in out
+
+
+def test_no_color_means_no_colour_at_all(env):
+    term = Terminal({**env, "NO_COLOR": "1"}, "--demo", "training-node")
+    term.drawn()
+    term.read(2.0)
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    found = COLOUR.search(term.out)
+    assert found is None, bytes(term.out[max(0, found.start() - 80):found.end() + 40])
+    assert re.search(rb"\x1b\[(?:[0-9;]*;)?7[;m]", term.out)  # the selection, in reverse video
