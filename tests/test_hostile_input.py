@@ -37,7 +37,6 @@ from hostile import (
     SHOWN,
     assert_plain_output_safe,
     assert_terminal_output_safe,
-    hostile_report,
     poison,
 )
 

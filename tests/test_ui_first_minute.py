@@ -5,7 +5,6 @@ screen's forecast, sorting marks, Home/End, and signals on tree parents.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -17,13 +16,7 @@ from gputui.ui.widgets.header import HostHeader
 from test_ui_app import make_app, settle, table_keys
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 class RefusingSource:

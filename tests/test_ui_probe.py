@@ -10,7 +10,6 @@ import os
 import pwd
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -35,13 +34,7 @@ from test_ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 CONTEXT = 500 * MIB  # the simulator's CUDA context per process: NVML = reserved + context
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def settle(pilot, samples: int = 1) -> None:

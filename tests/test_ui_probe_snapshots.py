@@ -4,20 +4,13 @@ demo at a fixed clock: the top (verdict headline, history) and the probe's view 
 Regenerate after an intended change: pytest tests/test_ui_probe_snapshots.py --snapshot-update
 """
 
-import time
 
 import pytest
 
 from gputui.ui.still import still_app
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def open_detail(pilot):

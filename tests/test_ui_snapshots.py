@@ -3,21 +3,13 @@
 Regenerate after an intended change of the picture: pytest tests/test_ui_snapshots.py --snapshot-update
 """
 
-import time
 
 import pytest
 
 from gputui.ui.still import still_app
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    # The header shows the snapshot's time of day in the local zone: pin the zone.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def drawn(pilot):
