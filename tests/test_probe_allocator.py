@@ -150,3 +150,27 @@ def test_excepthooks_note_the_oom_and_pass_it_on(monkeypatch):
     assert seen == [("main", error), ("thread", other)]  # both passed on unchanged, in order
     assert watch.last.requested == 4096  # the ValueError was not an OOM
     assert sys.excepthook is not watch._excepthook
+
+
+@pytest.mark.parametrize("filename, mine", [
+    ("/home/ann/proj/train.py", True),
+    ("/home/ann/bin/train.py", True),  # a script of the user's in a bin/ directory
+    ("/opt/venv/bin/gputui", False),  # console-script shims only call into a package
+    ("/opt/venv/bin/torchrun", False),
+    ("/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", False),
+    ("/usr/lib/python3.11/threading.py", False),
+    ("<frozen importlib._bootstrap>", False),
+])
+def test_allocation_sites_are_lines_of_the_users_code(filename, mine):
+    from gputui.probe.sites import is_user_file
+
+    assert is_user_file(filename) is mine
+
+
+def test_the_demo_loop_counts_as_the_users_code_and_the_rest_of_gputui_does_not():
+    import gputui.probe.demo
+    import gputui.probe.runtime
+    from gputui.probe.sites import is_user_file
+
+    assert is_user_file(gputui.probe.demo.__file__)
+    assert not is_user_file(gputui.probe.runtime.__file__)

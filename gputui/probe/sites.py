@@ -40,18 +40,24 @@ _SKIPPED = _skipped_roots()
 _user_file_cache: dict[str, bool] = {}
 
 
-# The same, for stacks recorded on another machine (CUDA snapshots name the job's own paths).
+# The same, for stacks recorded on another machine (CUDA snapshots name the job's own paths); and
+# console-script shims (bin/gputui, bin/torchrun: no .py), which only call into a package.
 _SKIPPED_PATTERN = re.compile(
     r"/(site|dist)-packages/(torch|gputui)/|/lib/python3\.\d+/(?!(site|dist)-packages/)"
+    r"|/bin/[^/]+(?<!\.py)$"
 )
+# gputui's own demo training loop stands in for the user's code (`gputui demo-train`).
+_DEMO = os.path.join(os.path.realpath(os.path.dirname(gputui.__file__)), "probe", "demo.py")
 
 
 def is_user_file(filename: str) -> bool:
-    """Frames outside torch, gputui and the standard library are the user's code."""
+    """Frames outside torch, gputui (but its demo loop), the standard library and console-script
+    shims are the user's code."""
     known = _user_file_cache.get(filename)
     if known is None:
         path = filename if filename.startswith("<") else os.path.realpath(filename)
-        known = not path.startswith(_SKIPPED) and not _SKIPPED_PATTERN.search(filename)
+        known = path == _DEMO or (not path.startswith(_SKIPPED)
+                                  and not _SKIPPED_PATTERN.search(filename))
         if len(_user_file_cache) < 10_000:
             _user_file_cache[filename] = known
     return known
