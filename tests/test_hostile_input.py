@@ -119,7 +119,8 @@ def env(tmp_path):
 def fake_probe(env):
     """Another user's trick: a process named with escapes, serving a probe socket that reports
     escapes in every string."""
-    argv0 = os.fsencode("python" + ATTACK.replace("\x00", ""))  # argv cannot hold NUL
+    # argv cannot hold NUL; the directory lets Python find its virtual environment from argv[0].
+    argv0 = os.fsencode(os.path.join(os.path.dirname(sys.executable), "python" + ATTACK.replace("\x00", "")))
     proc = subprocess.Popen([argv0, str(HOSTILE)], executable=sys.executable, env=env,
                             stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"ready"

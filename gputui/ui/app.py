@@ -217,7 +217,10 @@ class GpuTuiApp(App[int]):
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
                 self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
-        screen = self.screen
+        # The first snapshot can arrive before the main screen is on the stack (it is taken while
+        # Textual starts): the screen then draws it when it first shows (it starts stale).
+        stack = self.screen_stack
+        screen = stack[-1] if stack else None
         if screen is self.main:
             self.main.render_snapshot()
         else:
