@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gputui.link import client  # noqa: E402
-from gputui.link.server import ProbeServer  # noqa: E402
+from gputui.link.server import FLOOD_NOTE, ProbeServer  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -66,6 +66,12 @@ class TorchGuard:
 
     def __exit__(self, *exc):
         threading.setprofile(None)
+
+
+def not_about_the_polling(problems) -> list[str]:
+    """The report's problems, less the one note that flat-out polling earns: new connections come
+    faster than the probe's accept rate (each client.request is a connection of its own)."""
+    return [p for p in problems if not p.startswith(FLOOD_NOTE)]
 
 
 def hammer(pid: int, env: dict, stop: threading.Event, counts: list) -> None:
@@ -126,7 +132,7 @@ def test_the_socket_thread_never_calls_into_torch(env):
             runtime.stop()
     assert len(counts) > 50  # the socket thread really served while the job trained
     assert guard.violations == []
-    assert report.problems == ()
+    assert not_about_the_polling(report.problems) == []
     params = sum(p.nbytes for p in model.parameters())
     assert report.devices[0].categories.parameters == params
 
@@ -282,7 +288,7 @@ def test_a_job_polled_flat_out_by_several_clients_finishes_with_true_reports(sce
             job.kill()
     assert truth["steps"] > 100
     assert last.steps[-1].step == truth["steps"]  # every step counted, none twice
-    assert last.problems == ()
+    assert not_about_the_polling(last.problems) == []
     (device,) = last.devices
     assert device.categories.parameters == truth["parameters"]
     for result in polled:

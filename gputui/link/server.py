@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import secrets
 import selectors
@@ -18,8 +19,9 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gputui.link import paths, protocol
 
@@ -29,15 +31,28 @@ Handler = Callable[[dict], Any]
 # connection per probe, and a few monitors at once (panes, hosts' root) is the most seen in use.
 MAX_CLIENTS = 16
 # A connection must send a whole request this soon after it opens, or it is dropped: a client that
-# connects and says nothing holds a descriptor for nothing.
+# connects and says nothing holds a descriptor for nothing. (One that has asked is dropped after
+# protocol.IDLE_TIMEOUT without asking again or taking its replies.)
 SILENT_TIMEOUT = 5.0
+# When the table is full, a newcomer takes the place of a connection that has never asked and is at
+# least this old (the oldest first), else of one that has asked but not for a quarter of the idle
+# timeout (the longest quiet first): a monitor asking at any usual refresh interval keeps its
+# connection, and idle connections held open (by mistake or on purpose) never keep a monitor from
+# its answer. The grace spares one that has just connected and is about to ask.
+EVICT_GRACE = 0.5
 # Accepts per second, sustained and in a burst: far above any monitor's need (one connection per
 # probe per watcher), far below what lets a connect flood take a share of the job's CPU (an accept,
-# with its peer check and hang-up, costs about 100 us: 200 a second is 2 % of a core; bench_flood.py).
+# with its peer check and hang-up, costs 100-250 us beside a training loop: 200 a second is 2-5 % of
+# a core, and no measurable change in the job's step time; bench_flood.py).
 # Beyond it the listener is not watched until the budget refills; the kernel's backlog holds or
 # refuses the rest, and drains in a fraction of a second once the flood stops.
 ACCEPT_RATE = 200.0
+# How the probe's report says, once, that it meets a flood (flat-out pollers meet it too).
+FLOOD_NOTE = "connections arrive faster than"
 ACCEPT_BURST = 50.0
+# Connections the kernel queues for accept(). Under a flood the queue is full of the flooder's, and a
+# monitor's connection waits behind them: BACKLOG / ACCEPT_RATE (80 ms), not longer.
+BACKLOG = 16
 _RECV_CHUNK = 64 * 1024
 _OUTBOX_HIGH = 1 << 20  # stop answering a client's queued requests until it reads this much
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -82,6 +97,7 @@ class ProbeServer:
         self._tokens = accept_burst
         self._tokens_at = 0.0
         self._listening_paused_until: float | None = None
+        self._told_rate_limited = False
         self.clients_dropped_idle = 0
         self.clients_evicted = 0
         self.accepts_deferred = 0
@@ -168,7 +184,7 @@ class ProbeServer:
             listener.bind(os.fspath(temp))
             try:
                 os.chmod(temp, paths.SOCKET_MODE)
-                listener.listen(64)
+                listener.listen(BACKLOG)
                 listener.setblocking(False)
                 os.rename(temp, path)
             except BaseException:
@@ -261,11 +277,11 @@ class ProbeServer:
         return None
 
     def _evict_one(self) -> bool:
-        """Make room for a newcomer: drop the connection that has been idle longest, if it has not
-        spoken for a while. Idle connections held open (by mistake or on purpose) then never keep a
-        monitor that asks from its answer."""
+        """Make room for a newcomer (see EVICT_GRACE); False when every connection is in use."""
         now = self._clock()
-        idle = [c for c in self._clients.values() if not c.outbox and now - c.last_seen >= 0.5]
+        quiet_enough = self._idle_timeout / 4
+        idle = [c for c in self._clients.values()
+                if now - c.last_seen >= (quiet_enough if c.spoke else EVICT_GRACE)]
         if not idle:
             return False
         self._drop(min(idle, key=lambda c: (c.spoke, c.last_seen)))
@@ -287,7 +303,11 @@ class ProbeServer:
             assert self._selector is not None and self._listener is not None
             self._selector.unregister(self._listener)
             self._listening_paused_until = now + (1.0 - self._tokens) / self._accept_rate
-            self.accepts_deferred += 1  # counted, not a problem: busy pollers meet it too
+            self.accepts_deferred += 1
+            if not self._told_rate_limited:  # once: a flood is worth knowing of, not counting
+                self._told_rate_limited = True
+                self._note(f"{FLOOD_NOTE} {self._accept_rate:g}/s: accepting at "
+                           "that rate (something keeps connecting to the probe's socket)")
         return False
 
     def _housekeeping(self) -> float | None:
@@ -303,10 +323,10 @@ class ProbeServer:
             else:
                 deadlines.append(self._listening_paused_until)
         for client in list(self._clients.values()):
+            # (a client taking a long reply is not idle: each part it takes counts as activity; one
+            # that stops reading holds its reply, and its descriptor, only this long)
             limit = self._idle_timeout if client.spoke else self._silent_timeout
             due = client.last_seen + limit
-            if client.outbox:
-                continue  # a client still taking its reply is busy, not idle
             if now >= due:
                 self._drop(client)
                 self.clients_dropped_idle += 1
@@ -346,7 +366,9 @@ class ProbeServer:
                 except OSError:  # it hung up without reading its replies
                     self._drop(client)
                     return
-                del client.outbox[:sent]
+                if sent:
+                    del client.outbox[:sent]
+                    client.last_seen = self._clock()
             if client.outbox or client.closing or b"\n" not in client.inbox:
                 break
         if client.outbox:
@@ -435,10 +457,8 @@ class ProbeServer:
             if sock is not None:
                 sock.close()
         if self._selector is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._selector.close()
-            except Exception:  # noqa: BLE001
-                pass
 
     def _after_fork_in_child(self) -> None:
         # The serving thread does not exist in the child; close our inherited descriptors so a
@@ -448,13 +468,14 @@ class ProbeServer:
         self._close_sockets()
 
     def _note(self, problem: str) -> None:
-        self.problems.append(problem)
+        if not self.problems or self.problems[-1] != problem:  # a repeat (EMFILE) says nothing new
+            self.problems.append(problem)
 
 
 class _Client:
     """One connected monitor: bytes half-received, replies not yet sent, and when it last asked."""
 
-    __slots__ = ("sock", "inbox", "outbox", "closing", "spoke", "last_seen")
+    __slots__ = ("closing", "inbox", "last_seen", "outbox", "sock", "spoke")
 
     def __init__(self, sock: socket.socket, now: float):
         self.sock = sock
@@ -462,7 +483,7 @@ class _Client:
         self.outbox = bytearray()
         self.closing = False
         self.spoke = False  # has sent a whole request
-        self.last_seen = now  # when it connected, or sent its latest request
+        self.last_seen = now  # when it connected, sent its latest request or took part of a reply
 
     def reply(self, data: bytes, close: bool) -> None:
         self.outbox += data
@@ -515,10 +536,8 @@ def _describe(exc: BaseException) -> str:
 
 def _disable_servers_in_child() -> None:
     for server in list(_servers):
-        try:
+        with contextlib.suppress(Exception):
             server._after_fork_in_child()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 if hasattr(os, "register_at_fork"):
