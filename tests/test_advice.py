@@ -5,7 +5,7 @@ from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.model import (
     AllocationSite, AllocatorStats, Device, GpuProcess, MemoryCategories, ProbeDevice, ProbeReport, Snapshot,
-    StepRecord,
+    LeakKeeper, StepRecord,
 )
 from gputui.model.verdicts import ProcessTrend
 
@@ -192,16 +192,19 @@ def test_a_cpu_job_growing_untracked_tensors_gets_the_rate_from_host_memory_and_
                         categories=MemoryCategories(MIB, MIB, 4 * MIB, 0, None),
                         host_allocated=300 * MIB + s * 64 * 1024) for s in range(1, 81)]
     site = AllocationSite(where="loops.py:83 in leak_cache", live_bytes=tuple(k * 64 * 1024 for k in range(12)))
+    keeper = LeakKeeper(name="cache", scope="local", what="a dict", size=80, per_step=1.0,
+                        where=("loops.py:93 in leak_cache",))
     report = ProbeReport(pid=42, taken_at=1000.4, devices=(ProbeDevice("cpu"),), steps=tuple(steps),
-                         sites=(site,), recorded_steps=tuple(range(69, 81)))
+                         sites=(site,), recorded_steps=tuple(range(69, 81)), keepers=(keeper,))
     verdict = leak_verdict(report)
     (advice,) = advise(snapshot=snap(), process=None, report=report, verdict=verdict,
                        sites=growing_sites(report))
     assert advice.kind == "growing-tensors" and advice.severity == "critical"
     assert advice.detail == (
         "Host memory beyond parameters, gradients, optimizer state and activations grows 64.0 KiB per "
-        "step over 64 steps: a list, dict or cache of tensors that is never emptied. Fastest-growing "
-        "allocation site: loops.py:83 in leak_cache (+64.0 KiB/step).")
+        "step over 64 steps: a list, dict or cache of tensors that is never emptied. Kept at: "
+        "loops.py:93 in leak_cache (cache, a dict grows by 1 item a step). Allocated at: "
+        "loops.py:83 in leak_cache (+64.0 KiB/step).")
     recording = ProbeReport(pid=42, taken_at=1000.4, devices=(ProbeDevice("cpu"),), steps=tuple(steps),
                             recording=True)
     (advice,) = advise(snapshot=snap(), process=None, report=recording, verdict=verdict)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from gputui.link import client, paths, protocol  # noqa: E402
 from gputui.model import MemoryCategories, ProbeReport, StepRecord, from_jsonable, to_jsonable  # noqa: E402
 from gputui.probe import desk, runtime  # noqa: E402
+from gputui.probe.board import step_record  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -107,14 +108,15 @@ def test_one_shot_reports_stay_whole(probe):
 
 
 @pytest.mark.parametrize("entry", [
-    (5, 1767603600.123456, 0.0051234, "cpu"),
-    (6, 1.0, None, None),
-    (7, 2.5, float("inf"), "cuda:0"),  # not JSON: null, as the generic encoder makes it
-    (8, 3.0, float("nan"), "cpu"),
-    (9, 1e-07, 12.5, "cuda:1"),
+    (5, 1767603600.123456, 0.0051234, "cpu", None, None, None),
+    (6, 1.0, None, None, None, None, None),
+    (7, 2.5, float("inf"), "cuda:0", None, None, None),  # not JSON: null, as the generic encoder makes it
+    (8, 3.0, float("nan"), "cpu", None, 123456789, None),
+    (9, 1e-07, 12.5, "cuda:1", 1 << 40, None, None),
+    (10, 4.0, 0.01, "cpu", None, None, 987654321),
 ])
 def test_unmeasured_steps_are_encoded_as_the_generic_codec_would(entry):
-    assert desk._step_json(entry) == protocol.dumps(to_jsonable(StepRecord(*entry)))
+    assert desk._step_json(entry) == protocol.dumps(to_jsonable(step_record(entry)))
     measured = StepRecord(*entry[:2], allocated=5, categories=MemoryCategories(1, 2, 3, 4, None))
     assert desk._step_json(measured) == protocol.dumps(to_jsonable(measured))
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gputui.analysis.leaks import WINDOW_STEPS
+from gputui.analysis.sites import keeper_text
 from gputui.analysis.text import duration, size
 from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
@@ -139,11 +140,19 @@ def _rate(v: LeakVerdict) -> float | None:
 
 def _site_text(seen: _Seen) -> str:
     if not seen.sites:
+        if _keeper_text(seen):
+            return _keeper_text(seen)
         if seen.report is not None and seen.report.recording:
             return " The probe is recording allocation sites now, to find the line."
         return " Record allocation sites from the detail screen to find the line."
     top = seen.sites[0]
-    return f" Fastest-growing allocation site: {top.where} (+{size(top.bytes_per_step)}/step)."
+    return _keeper_text(seen) + f" Allocated at: {top.where} (+{size(top.bytes_per_step)}/step)."
+
+
+def _keeper_text(seen: _Seen) -> str:
+    """Where the job keeps the leak: the line to change."""
+    keepers = [k for k in (seen.report.keepers if seen.report is not None else ()) if k.where]
+    return f" Kept at: {keepers[0].where[0]} ({keeper_text(keepers[0])})." if keepers else ""
 
 
 def _leak(seen: _Seen) -> Advice | None:

@@ -31,6 +31,7 @@ KIB = 1 << 10
 
 MIN_STEPS = 8  # steps needed before any verdict
 CONFIRM_STEPS = 24  # growth must be seen over this many steps before it is called a leak
+CONFIRM_READINGS = 12  # ... in at least this many readings (the probe may read every few steps only)
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
 MIN_GROWTH = 64 * KIB  # growth over the window below this is noise
@@ -60,90 +61,99 @@ def leak_verdict(
 ) -> LeakVerdict:
     """Judge the probed process's recent training steps.
 
+    Whether memory leaks is judged on one figure the probe reads cheaply at (nearly) every step end:
+    the allocator's allocated bytes on CUDA, the C heap in use (else resident memory) on CPU. What
+    leaks is judged on the measured steps, which carry the categories: parameters, gradients and
+    optimizer state by their slopes, activations by what each measured step saved for backward and
+    still held at its end (a kept graph; the live total undercounts, since the graphs of unmeasured
+    steps are never seen), and "other" as the rest of the growth.
+
     ``device_total`` / ``device_free`` (from NVML) make the OOM forecast possible: with the free
     memory, the allocator's own cache counts as headroom too; with only the total, the job is
     assumed alone on the device. ``device`` picks one of several devices ("cuda:1"); by default the
-    one holding the most memory.
+    one the latest step names.
     """
-    steps = _steps_of(report, device)
+    steps, figure = _judged_steps(report, device)
     if not steps:
-        return LeakVerdict(LEAK_COLLECTING, reason="no training step seen yet (no optimizer.step() call)")
+        return LeakVerdict(LEAK_COLLECTING, reason="no training step seen yet (no optimizer.step() call)",
+                           steps_needed=min_steps)
     last = steps[-1]
+    measured = [s for s in steps if s.categories is not None or s.reserved is not None]
     base = dict(
         device=last.device, steps_seen=len(steps), first_step=steps[0].step, last_step=last.step,
-        allocated=last.allocated, reserved=last.reserved, step_time=_step_time(steps),
+        allocated=int(getattr(last, figure)), reserved=last.reserved, step_time=_step_time(steps),
+        host_memory=_latest(steps, "host_memory") if figure != "allocated" or _on_cpu(last) else None,
     )
     if len(steps) < min_steps:
-        return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen", **base)
+        return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen",
+                           steps_needed=min_steps - len(steps), **base)
 
     window = steps[-WINDOW_STEPS:]
     xs = [float(s.step) for s in window]
-    alloc = [float(s.allocated) for s in window]
-    alloc_slope, alloc_grows = _fit(xs, alloc)
-    reserved = _column(window, "reserved")
-    reserved_slope, reserved_grows = _fit(xs, reserved) if reserved else (None, False)
-    inactive = _column(window, "inactive_split")
-    inactive_slope, inactive_grows = _fit(xs, inactive, floor_of=reserved) if inactive else (None, False)
-    retries = _column(window, "alloc_retries")
-    retries_added = int(retries[-1] - retries[0]) if retries else None
-    growth = _category_growth(window, xs)
-    host, exact = _host_other(window)
-    host_slope, host_grows = (
-        _fit(xs, host, min_growth=HOST_MIN_GROWTH if exact else RSS_MIN_GROWTH) if host else (None, False))
-    tracked = growth
-    if host:
-        growth = tuple(sorted(growth + (CategoryGrowth("other", host_slope),), key=lambda g: -g.bytes_per_step))
-        base.update(host_memory=last.host_memory, host_other_per_step=host_slope)
-    base.update(
-        allocated_per_step=alloc_slope, reserved_per_step=reserved_slope,
-        inactive_split_per_step=inactive_slope, retries_added=retries_added, growth=growth,
-    )
+    totals = [float(getattr(s, figure)) for s in window]
+    floor, confirm = FIGURES[figure]
+    slope, grows = _fit(xs, totals, min_growth=floor)
+    name = FIGURE_NAMES[figure]
 
     # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
     # low points rise too.
-    drops = releases(alloc, _floor(alloc[-1]))
+    drops = releases(totals, _floor(totals[-1], floor))
     sawtooth = len(drops) >= 2
     if sawtooth:
-        alloc_slope, alloc_grows = _trough_growth(xs, alloc, drops)
-        base["allocated_per_step"] = alloc_slope
+        slope, grows = _trough_growth(xs, totals, drops, floor)
 
-    if alloc_grows:
-        if len(window) < CONFIRM_STEPS:
+    allocator = [s for s in measured if s.reserved is not None][-WINDOW_STEPS:]
+    mx = [float(s.step) for s in allocator]
+    reserved = _column(allocator, "reserved")
+    reserved_slope, reserved_grows = _fit(mx, reserved) if reserved else (None, False)
+    inactive = _column(allocator, "inactive_split")
+    inactive_slope, inactive_grows = _fit(mx, inactive, floor_of=reserved) if inactive else (None, False)
+    retries = _column(allocator, "alloc_retries")
+    retries_added = int(retries[-1] - retries[0]) if retries else None
+    growth = _category_growth(measured[-2 * WINDOW_STEPS:], window[0].step, slope, figure)
+    growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
+    other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
+    base.update(
+        allocated_per_step=slope, reserved_per_step=reserved_slope, inactive_split_per_step=inactive_slope,
+        retries_added=retries_added, growth=growth,
+        host_other_per_step=other if figure != "allocated" else None,
+    )
+
+    if grows:
+        span = window[-1].step - window[0].step + 1
+        if span < confirm or len(window) < CONFIRM_READINGS:
+            spacing = span / len(window)
+            needed = max(confirm - span, math.ceil((CONFIRM_READINGS - len(window)) * spacing), 1)
             return LeakVerdict(
-                LEAK_WARMING_UP, reason=f"allocated grows {size(alloc_slope)} per step over "
-                f"{len(window)} steps; watching for {CONFIRM_STEPS} before calling it a leak", **base)
-        # The tracked figures are exact: when they grow, what resident memory adds on top is the
-        # C library's and autograd's overhead of that growth, not a category of its own.
-        category = _leading(tracked, TENSOR_CATEGORIES, alloc_slope)
-        oom = _forecast(steps, alloc_slope, _headroom(last, device_total, device_free, True), peaks=True)
+                LEAK_WARMING_UP, steps_needed=needed,
+                reason=f"{name} grows {size(slope)} per step over {span} steps; "
+                f"{needed} more {'step' if needed == 1 else 'steps'} to confirm a leak", **base)
+        categorised = [s for s in measured if s.categories is not None]
+        if categorised and categorised[-1].step <= window[0].step:
+            # What grows is known only from a measured step taken while it grows: until then no
+            # category, rather than one that changes when the evidence comes.
+            return LeakVerdict(
+                LEAK_WARMING_UP, steps_needed=None,
+                reason=f"{name} grows {size(slope)} per step over {span} steps; waiting for the probe "
+                f"to measure a step to tell what grows", **base)
+        category = _leading(growth, TENSOR_CATEGORIES, slope)
         what = f" ({category} +{size(_slope_of(growth, category))}/step)" if category else ""
+        if figure == "allocated":
+            headroom = _headroom(last, device_total, device_free, True)
+        else:  # host memory: what the process holds now is what has to fit
+            headroom = device_free if device_free is not None else (
+                device_total - totals[-1] if device_total is not None else None)
+        oom = _forecast(steps, slope, headroom, peaks=True)
         return LeakVerdict(
-            LEAK_LEAK, category=category, reason=f"allocated grows {size(alloc_slope)} per step over the "
-            f"last {len(window)} steps{what}; now {size(last.allocated)}", **oom, **base)
-
-    if host_grows and not sawtooth:
-        confirm = CONFIRM_STEPS if exact else RSS_CONFIRM_STEPS
-        if len(window) < confirm:
-            return LeakVerdict(
-                LEAK_WARMING_UP, reason=f"host memory outside the tracked tensors grows "
-                f"{size(host_slope)} per step over {len(window)} steps; watching for {confirm} "
-                f"before calling it a leak", **base)
-        held = last.allocated + host[-1]
-        headroom = device_free if device_free is not None else (
-            device_total - held if device_total is not None else None)
-        oom = _forecast(steps, host_slope, headroom, peaks=True)
-        return LeakVerdict(
-            LEAK_LEAK, category="other", reason=f"host memory outside the tracked tensors grows "
-            f"{size(host_slope)} per step over the last {len(window)} steps while parameters, gradients, "
-            f"optimizer state and activations stay at {size(last.allocated)}: tensors kept in a list, "
-            f"dict or cache", **oom, **base)
+            LEAK_LEAK, category=category, reason=f"{name} grows {size(slope)} per step over the "
+            f"last {span} steps{what}; now {size(totals[-1])}", **oom, **base)
 
     # Split blocks growing with the cache are only fragmentation once the allocator has to retry.
     fragmented = (inactive_grows and (retries_added is None or retries_added > 0)) or (
         retries_added is not None and retries_added >= MIN_RETRIES and inactive
         and reserved and inactive[-1] >= 0.1 * reserved[-1]
     )
-    if (fragmented or reserved_grows) and (len(window) < CONFIRM_STEPS or last.step <= CACHE_WARMUP_STEPS):
+    if (fragmented or reserved_grows) and (len(allocator) < CONFIRM_STEPS or last.step <= CACHE_WARMUP_STEPS):
         # The caching allocator keeps growing over the first steps of a run (shapes it has not seen).
         return LeakVerdict(
             LEAK_WARMING_UP, reason=f"reserved grows {size(reserved_slope or 0)} per step over flat "
@@ -155,29 +165,30 @@ def leak_verdict(
             LEAK_FRAGMENTATION, category="fragmentation",
             reason=f"{size(inactive[-1])} free but split in reserved blocks "
             f"({size(inactive_slope or 0)}/step), {retries_added or 0} alloc retries in the last "
-            f"{len(window)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
+            f"{len(allocator)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
 
     if reserved_grows:
         oom = _forecast(steps, reserved_slope, _headroom(last, device_total, device_free, False))
         return LeakVerdict(
             LEAK_CACHE_GROWTH, category="cache",
             reason=f"reserved grows {size(reserved_slope)} per step while allocated stays at "
-            f"{size(last.allocated)}: the allocator caches blocks it cannot reuse", **oom, **base)
+            f"{size(allocator[-1].allocated)}: the allocator caches blocks it cannot reuse", **oom, **base)
 
     # Flat now: warming up if it grew earlier and has not been flat for long. (A sawtooth has
     # already shown what it does: it rises and is released.)
-    settled, rose = _settling([float(s.allocated) for s in steps])
+    settled, rose = _settling([float(getattr(s, figure)) for s in steps], floor)
     if reserved:
-        r_settled, r_rose = _settling([float(s.reserved) for s in steps if s.reserved is not None])
+        r_settled, r_rose = _settling([float(s.reserved) for s in measured if s.reserved is not None])
         if r_rose:  # the cache warming up counts too: settled once both are flat
             settled, rose = min(settled, r_settled), True
     rose = rose and not sawtooth
     warmup = len(steps) - settled if rose else None
     if rose and settled < SETTLE_STEPS:
         return LeakVerdict(
-            LEAK_WARMING_UP, warmup_steps=warmup, reason=f"memory grew over the first steps and has been "
-            f"flat for {settled}; watching for {SETTLE_STEPS}", **base)
-    reason = f"allocated flat at {size(last.allocated)} over the last {len(window)} steps"
+            LEAK_WARMING_UP, warmup_steps=warmup, steps_needed=SETTLE_STEPS - settled,
+            reason=f"memory grew over the first steps and has been flat for {settled}; "
+            f"{SETTLE_STEPS - settled} more steps to call it settled", **base)
+    reason = f"{name} flat at {size(totals[-1])} over the last {window[-1].step - window[0].step + 1} steps"
     if sawtooth:
         reason += f", released {len(drops)} times (garbage collection)"
     if rose:
@@ -185,39 +196,53 @@ def leak_verdict(
     return LeakVerdict(LEAK_CLEAN, warmup_steps=warmup, reason=reason, **base)
 
 
-def _steps_of(report: ProbeReport, device: str | None) -> list[StepRecord]:
-    """The steps of one device that carry an allocated figure, in step order, one per step."""
-    known = [s for s in report.steps if s.allocated is not None]
-    if device is None and known:
-        latest: dict[str | None, int] = {}
-        for s in known:
-            latest[s.device] = s.allocated
-        device = max(latest, key=lambda d: latest[d])
-    by_step = {s.step: s for s in known if s.device == device}
-    return [by_step[k] for k in sorted(by_step)]
+# What a verdict may be judged on, best first, with the least growth over the window that counts and
+# the steps it must be seen over. The C allocator's bytes in use are exact but also hold the
+# interpreter's and libraries' buffers; resident memory moves in page, arena and huge-page jumps
+# that malloc may or may not give back: where it is all there is, growth must pass a higher floor,
+# over more steps.
+FIGURES = {
+    "allocated": (MIN_GROWTH, CONFIRM_STEPS),
+    "host_allocated": (HOST_MIN_GROWTH, CONFIRM_STEPS),
+    "host_memory": (RSS_MIN_GROWTH, RSS_CONFIRM_STEPS),
+}
+FIGURE_NAMES = {"allocated": "allocated", "host_allocated": "host memory in use",
+                "host_memory": "resident memory"}
+
+
+def _on_cpu(step: StepRecord) -> bool:
+    return not (step.device or "").startswith("cuda")
+
+
+def _judged_steps(report: ProbeReport, device: str | None) -> tuple[list[StepRecord], str]:
+    """The steps of one device that carry the figure a verdict is judged on, one per step, in order.
+
+    CUDA jobs are judged on the allocator's allocated bytes. CPU jobs on the C heap in use, else on
+    resident memory (either holds every tensor), and where the probe read neither (an older probe),
+    on the tracked tensors alone.
+    """
+    steps = report.steps
+    if device is None:
+        device = next((s.device for s in reversed(steps) if s.device is not None), None)
+    mine = [s for s in steps if s.device == device]
+    figure = "allocated"
+    if mine and _on_cpu(mine[-1]):
+        counts = {f: sum(getattr(s, f) is not None for s in mine) for f in FIGURES}
+        best = max(("host_allocated", "host_memory"), key=lambda f: counts[f])
+        if counts[best] >= max(1, counts["allocated"] // 2):
+            figure = best
+    by_step = {s.step: s for s in mine if getattr(s, figure) is not None}
+    return [by_step[k] for k in sorted(by_step)], figure
+
+
+def _latest(steps: list[StepRecord], name: str):
+    return next((getattr(s, name) for s in reversed(steps) if getattr(s, name) is not None), None)
 
 
 def _column(steps: list[StepRecord], name: str) -> list[float]:
     """One figure over the steps, or [] when any step lacks it (a partial column would misalign)."""
     values = [getattr(s, name) for s in steps]
     return [] if None in values else [float(v) for v in values]
-
-
-def _host_other(steps: list[StepRecord]) -> tuple[list[float], bool]:
-    """Host memory beyond the tracked tensors, for jobs without allocator figures ([] otherwise).
-
-    Only where the probe could not count "other" tensors itself: no reserved figure (no allocator)
-    and no ``other`` category. The C allocator's bytes in use where every step has them (exact:
-    True), else resident memory where every step has that (False).
-    """
-    if any(s.reserved is not None or (s.categories is not None and s.categories.other is not None)
-           for s in steps):
-        return [], False
-    for name in ("host_allocated", "host_memory"):
-        values = [getattr(s, name) for s in steps]
-        if None not in values:
-            return [float(v - s.allocated) for v, s in zip(values, steps)], name == "host_allocated"
-    return [], False
 
 
 def _floor(level: float, min_growth: float = MIN_GROWTH) -> float:
@@ -244,31 +269,57 @@ def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
     return slope, still
 
 
-def _trough_growth(xs, ys, drops) -> tuple[float, bool]:
+def _trough_growth(xs, ys, drops, min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
     """Slope of a sawtooth's low points, and whether they rise enough to be a leak of their own."""
     tx = [xs[t] for _, t in drops]
     ty = [ys[t] for _, t in drops]
     slope = theil_sen(tx, ty) or 0.0
-    grows = len(drops) >= 3 and slope * (tx[-1] - tx[0]) >= _floor(ys[-1])
+    grows = len(drops) >= 3 and slope * (tx[-1] - tx[0]) >= _floor(ys[-1], min_growth)
     return slope, grows
 
 
-def _category_growth(window: list[StepRecord], xs: list[float]) -> tuple[CategoryGrowth, ...]:
-    found = []
-    cats = [s.categories for s in window]
-    if all(c is not None for c in cats):
-        for name in TENSOR_CATEGORIES:
-            values = [getattr(c, name) for c in cats]
-            if None not in values:
-                found.append(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1]))
+def _category_growth(measured: list[StepRecord], since: int, total: float,
+                     figure: str) -> tuple[CategoryGrowth, ...]:
+    """How much of the growth per step each tensor category explains, from the measured steps.
+
+    Parameters, gradients and optimizer state exist whole at every measured step: their slopes are
+    exact. Activations are the bytes a measured step saved for backward and still held at its end
+    (a graph kept past its step), their median over the measured steps of the judged window (from
+    step ``since``): the live total would count only the graphs of measured steps. "Other" is the rest of the growth of the judged total.
+    """
+    cats = [s for s in measured if s.categories is not None]
+    if not cats:
+        return ()
+    xs = [float(s.step) for s in cats]
+    found, explained = [], 0.0
+    for name in ("parameters", "gradients", "optimizer_state", "activations"):
+        values = [getattr(s.categories, name) for s in cats]
+        if None in values:
+            continue
+        rate = theil_sen(xs, values) or 0.0 if len(cats) > 1 else 0.0
+        if name == "activations":
+            kept = [s.activations_kept for s in cats if s.step >= since and s.activations_kept is not None]
+            if kept:
+                rate = float(median(kept))
+        explained += rate
+        found.append(CategoryGrowth(name, rate, values[-1]))
+    if found:
+        # On CUDA the probe knows the live "other" bytes (allocated beyond the tracked tensors); on
+        # CPU host memory holds more than tensors, so no level is claimed.
+        level = cats[-1].categories.other if figure == "allocated" else None
+        found.append(CategoryGrowth("other", max(0.0, total - explained), level))
+    return tuple(found)
+
+
+def _allocator_growth(allocator: list[StepRecord]) -> tuple[CategoryGrowth, ...]:
+    """The allocator's cache and fragmentation, per step, from the steps that read the allocator."""
+    xs = [float(s.step) for s in allocator]
     derived = {
-        "cache": [None if s.reserved is None else s.reserved - s.allocated for s in window],
-        "fragmentation": [s.inactive_split for s in window],
+        "cache": [None if s.reserved is None else s.reserved - s.allocated for s in allocator],
+        "fragmentation": [s.inactive_split for s in allocator],
     }
-    for name, values in derived.items():
-        if None not in values:
-            found.append(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1]))
-    return tuple(sorted(found, key=lambda g: -g.bytes_per_step))
+    return tuple(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1])
+                 for name, values in derived.items() if values and None not in values)
 
 
 def _leading(growth, names, total_slope: float) -> str | None:
@@ -283,7 +334,7 @@ def _slope_of(growth, name) -> float:
     return next(g.bytes_per_step for g in growth if g.name == name)
 
 
-def _settling(series: list[float]) -> tuple[int, bool]:
+def _settling(series: list[float], min_growth: float = MIN_GROWTH) -> tuple[int, bool]:
     """(steps flat at the current level, whether it rose to that level from the first steps).
 
     Step-to-step jitter (varying batch shapes) widens what counts as flat; a ramp barely does,
@@ -292,7 +343,7 @@ def _settling(series: list[float]) -> tuple[int, bool]:
     level = median(series[-5:])
     recent = series[-WINDOW_STEPS:]
     jitter = spread([b - a for a, b in zip(recent, recent[1:])])
-    tolerance = max(_floor(level), NOISE_FACTOR * jitter)
+    tolerance = max(_floor(level, min_growth), NOISE_FACTOR * jitter)
     rose = level - median(series[:5]) >= tolerance
     return settled_count(series, level, tolerance), rose
 
@@ -323,9 +374,13 @@ def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | Non
         return {}
     last = steps[-1]
     transient = 0
-    highs = [p for p in (last.peak_forward, last.peak_backward, last.peak_optimizer) if p is not None]
-    if peaks and highs:
-        transient = max(0, max(highs) - last.allocated)
+    # The latest measured step's peaks, over its own end: what each step adds on top for a while.
+    measured = next((s for s in reversed(steps) if s.peak_backward is not None or s.peak_forward is not None
+                     or s.peak_optimizer is not None), None)
+    highs = [] if measured is None else [
+        p for p in (measured.peak_forward, measured.peak_backward, measured.peak_optimizer) if p is not None]
+    if peaks and highs and measured.allocated is not None:
+        transient = max(0, max(highs) - measured.allocated)
     steps_left = max(0.0, headroom - transient) / rate
     out = {"oom_step": last.step + math.floor(steps_left) + 1}
     step_time = _step_time(steps)

@@ -7,7 +7,7 @@ sites that grow steadily, fastest first; flat sites and sites that rise and fall
 from __future__ import annotations
 
 from gputui.analysis.robust import theil_sen
-from gputui.model import ProbeReport
+from gputui.model import LeakKeeper, ProbeReport
 from gputui.model.verdicts import GrowingSite
 
 MIN_RECORDED_STEPS = 3  # fewer recorded steps than this cannot show a trend
@@ -40,3 +40,16 @@ def growing_sites(report: ProbeReport) -> tuple[GrowingSite, ...]:
             steps=len(live), stack=site.stack,
         ))
     return tuple(sorted(found, key=lambda g: (-g.bytes_per_step, g.where)))
+
+
+def keeper_text(keeper: LeakKeeper) -> str:
+    """What keeps a leak, in one phrase: "total_loss, a tensor whose autograd graph grows by 11 nodes a
+    step", for the line that adds to it."""
+    if "graph" in keeper.what:
+        unit = "nodes"
+    elif keeper.what.startswith(("a list", "a dict", "a set", "a deque", "a tuple")):
+        unit = "items"
+    else:
+        unit = "elements"
+    count = f"{keeper.per_step:.3g}"
+    return f"{keeper.name}, {keeper.what} grows by {count} {unit[:-1] if count == '1' else unit} a step"

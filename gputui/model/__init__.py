@@ -23,6 +23,7 @@ from gputui.model.gpu import (
 from gputui.model.probe import (
     AllocatorStats,
     AllocationSite,
+    LeakKeeper,
     MemoryCategories,
     OomRecord,
     ProbeDevice,
@@ -84,6 +85,7 @@ __all__ = [
     "AllocatorStats",
     "Device",
     "Driver",
+    "LeakKeeper",
     "GpuProcess",
     "Host",
     "HostProcess",

@@ -75,6 +75,9 @@ class StepRecord:
     # Bytes the C allocator had handed out at the end of the step (glibc); exact where resident memory
     # is blurred by freed memory the C library keeps. None elsewhere, and on CUDA jobs.
     host_allocated: int | None = None
+    # Bytes this step saved for backward that were still held at its end: a graph kept past its step
+    # (a loss summed with its graph, outputs kept in a list). Measured steps only.
+    activations_kept: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,22 @@ class AllocationSite:
 
 
 @dataclass(frozen=True)
+class LeakKeeper:
+    """A name in the user's code that held more at each step while a leak was recorded.
+
+    Found on the training thread by sizing what the user's frames reach by name at two step ends; the
+    lines are the statements of the user's code that add to that name (where the fix goes).
+    """
+
+    name: str  # "total_loss", "self.history", "trainer.fakes"
+    scope: str  # "local", "attribute" or "global"
+    what: str  # "a list", "a tensor whose autograd graph", "a tensor"
+    size: int  # items, graph nodes or elements at the second look
+    per_step: float  # how much that grew per step between the looks
+    where: tuple[str, ...] = ()  # "train.py:57 in train", the lines that add to it
+
+
+@dataclass(frozen=True)
 class ProbeReport:
     """Everything one probe knows about its process right now."""
 
@@ -122,6 +141,7 @@ class ProbeReport:
     recording: bool = False  # allocation-site recording is on
     recorded_steps: tuple[int, ...] = ()  # step numbers the AllocationSite columns belong to
     sites: tuple[AllocationSite, ...] = ()  # the largest sites by live bytes, bounded
+    keepers: tuple[LeakKeeper, ...] = ()  # what kept growing while sites were recorded, fastest first
     recording_cost: float | None = None  # seconds of overhead per step while recording
     probe_cpu_seconds: float | None = None  # CPU the probe itself has used
     problems: tuple[str, ...] = ()  # contained exceptions, for the user to see

@@ -94,6 +94,8 @@ class LeakVerdict:
     # "other" category's growth, with category "other" when that is the leak).
     host_memory: int | None = None
     host_other_per_step: float | None = None
+    # While evidence is gathered (collecting, warming_up): how many more steps the verdict needs.
+    steps_needed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from datetime import tzinfo
 
 from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
 from gputui.analysis.text import figures_age
+from gputui.analysis.sites import keeper_text
 from gputui.plain import units
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text
@@ -95,6 +96,12 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
         for site in report.sites:
             live = units.size(site.live_bytes[-1]) if site.live_bytes else "n/a"
             lines.append(Line().add(f"  {live:>9} ").add(site.where).cropped(width, glyphs.ellipsis))
+    if report.keepers:
+        lines.append(Line().add("Kept by (names that held more at each recorded step)", "head"))
+        for keeper in report.keepers:
+            lines.append(Line().add(f"  {keeper_text(keeper)}").cropped(width, glyphs.ellipsis))
+            for where in keeper.where:
+                lines.append(Line().add(f"    {where}").cropped(width, glyphs.ellipsis))
     lines.append(text(figures_age(report.read_at, report.read_at_step, report.taken_at), "dim"))
     if report.probe_cpu_seconds is not None:
         lines.append(text(f"probe CPU time {report.probe_cpu_seconds:.2f}s", "dim"))

@@ -206,6 +206,9 @@ DEFS: dict[str, Any] = {
                                  "(bytes; CPU-only jobs)", **BYTES),
         "host_allocated": _nullable("integer", "bytes the C allocator had handed out at the end of "
                                     "the step (glibc; CPU-only jobs)", **BYTES),
+        "activations_kept": _nullable("integer", "bytes saved for backward during the step and still "
+                                      "held at its end: a graph kept past its step (measured steps)",
+                                      **BYTES),
     }, "One training step, bounded by optimizer.step() calls"),
     "OomRecord": _obj({
         "at": _exact("number", "when (seconds since the epoch)"),
@@ -223,6 +226,14 @@ DEFS: dict[str, Any] = {
                             "live bytes at the end of each recorded step (bytes)"),
         "stack": _strings("a few frames, innermost last"),
     }, "Live bytes allocated from one place in the code"),
+    "LeakKeeper": _obj({
+        "name": _exact("string", "the name in the user's code, \"total_loss\", \"self.history\""),
+        "scope": {"enum": ["local", "attribute", "global"], "description": "where the name lives"},
+        "what": _exact("string", "what it is: \"a list\", \"a tensor whose autograd graph\", \"a tensor\""),
+        "size": _exact("integer", "items, graph nodes or elements at the second look", minimum=0),
+        "per_step": _exact("number", "growth of that size per step"),
+        "where": _strings("the lines that add to it, \"train.py:57 in train\""),
+    }, "A name in the user's code that held more at each step while a leak was recorded"),
     "ProbeReport": _obj({
         "pid": _exact("integer", "PID of the probed process (as it sees itself)", **PID),
         "taken_at": _exact("number", "when the report was made (seconds since the epoch)"),
@@ -239,6 +250,7 @@ DEFS: dict[str, Any] = {
         "recording": _exact("boolean", "allocation-site recording is on"),
         "recorded_steps": _list({"type": "integer"}, "step numbers the sites' columns belong to"),
         "sites": _list(_ref("AllocationSite"), "largest allocation sites by live bytes"),
+        "keepers": _list(_ref("LeakKeeper"), "what kept growing while sites were recorded, fastest first"),
         "recording_cost": _nullable("number", "overhead per step while recording (seconds)", minimum=0),
         "probe_cpu_seconds": _nullable("number", "CPU the probe itself has used (seconds)", minimum=0),
         "problems": _strings("exceptions the probe contained, for people"),

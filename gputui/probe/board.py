@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.model import AllocationSite, OomRecord, ProbeDevice
+from gputui.model import AllocationSite, LeakKeeper, OomRecord, ProbeDevice, StepRecord
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,18 @@ class SitesView:
     sites: tuple[AllocationSite, ...] = ()
     cost: float | None = None
     started_at: float = 0.0  # tells one recording window from the next
+    keepers: tuple[LeakKeeper, ...] = ()  # names that held more at each step of the window
+
+
+def step_record(entry) -> StepRecord:
+    """A step as kept on the board: a StepRecord (measured), or the plain tuple of an unmeasured
+    step, (step, ended_at, duration, device, allocated, host_allocated, host_memory), which costs the
+    training thread less to make."""
+    if type(entry) is not tuple:
+        return entry
+    step, ended_at, duration, device, allocated, heap, resident = entry
+    return StepRecord(step, ended_at, duration, device, allocated=allocated, host_allocated=heap,
+                      host_memory=resident)
 
 
 class Problems:
@@ -58,7 +70,7 @@ class Board:
     """
 
     def __init__(self, *, max_steps: int = 600, measured_kept: int = 128):
-        # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others.
+        # StepRecords of measured steps, and plain tuples of the others (see step_record).
         self.steps: deque = deque(maxlen=max_steps)
         # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may hold
         # too few of them for a leak verdict.

@@ -13,7 +13,7 @@ import time
 
 from gputui.link.protocol import RawJSON, dumps
 from gputui.model import ProbeReport, StepRecord, to_jsonable
-from gputui.probe.board import Board
+from gputui.probe.board import Board, step_record
 
 PROBE_VERSION = 1
 # A reading older than this when a report is asked for makes the training thread take a new one at its
@@ -43,8 +43,7 @@ class Desk:
         """The whole report as a ProbeReport, from what was last published."""
         started = time.thread_time()
         try:
-            steps = tuple(s if isinstance(s, StepRecord) else StepRecord(*s)
-                          for s in self.board.entries())
+            steps = tuple(step_record(s) for s in self.board.entries())
             return dataclasses.replace(self._head(), steps=steps, sites=self.board.sites.sites)
         finally:
             self.cpu_seconds += time.thread_time() - started
@@ -113,6 +112,7 @@ class Desk:
             last_oom=board.last_oom,
             recording=sites.recording or board.sites_pending,
             recorded_steps=sites.recorded_steps,
+            keepers=sites.keepers,
             recording_cost=sites.cost,
             probe_cpu_seconds=board.hook_seconds + self.cpu_seconds,
             problems=board.problems.lines() + tuple(board.server_problems),
@@ -126,24 +126,32 @@ class Desk:
         return self._sites_cache[1]
 
 
-# The fields of a step that was not measured, all null: only step, ended_at, duration, device are known.
-_UNMEASURED_TAIL = dumps({f.name: None for f in dataclasses.fields(StepRecord)[4:]})[1:]
+# The fields after (step, ended_at, duration, device), and where an unmeasured step's tuple holds the
+# few it has (see board.step_record); the rest are null.
+_TAIL_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))[4:]
+_FIGURES = {"allocated": 0, "host_allocated": 1, "host_memory": 2}
+_NULL_TAIL = dumps({name: None for name in _TAIL_FIELDS})[1:]
 
 
 def _step_json(entry) -> bytes:
     """One step record as JSON, as to_jsonable() would give it, at a fraction of the cost.
 
-    A few hundred steps a second arrive between two polls of the monitor; most are the plain
-    (step, ended_at, duration, device) tuples of steps the probe did not measure.
+    A few hundred steps a second arrive between two polls of the monitor; most are the plain tuples
+    of steps the probe did not measure.
     """
     if type(entry) is tuple:
-        step, ended_at, duration, device = entry
+        step, ended_at, duration, device, *figures = entry
         if math.isfinite(ended_at) and (duration is None or math.isfinite(duration)):
-            return (b'{"step":%d,"ended_at":%s,"duration":%s,"device":%s,' % (
+            head = b'{"step":%d,"ended_at":%s,"duration":%s,"device":%s,' % (
                 step, repr(float(ended_at)).encode(),
-                b"null" if duration is None else repr(float(duration)).encode(),
-                dumps(device))) + _UNMEASURED_TAIL
-        entry = StepRecord(*entry)
+                b"null" if duration is None else repr(float(duration)).encode(), dumps(device))
+            if not any(v is not None for v in figures):
+                return head + _NULL_TAIL
+            values = [None if _FIGURES.get(name) is None else figures[_FIGURES[name]]
+                      for name in _TAIL_FIELDS]
+            return head + b",".join(b'"%s":%s' % (name.encode(), b"null" if v is None else b"%d" % v)
+                                    for name, v in zip(_TAIL_FIELDS, values)) + b"}"
+        entry = step_record(entry)
     return dumps(to_jsonable(entry))
 
 

@@ -21,9 +21,10 @@ from gputui.link.server import ProbeServer
 from gputui.model import ProbeDevice, ProbeReport
 from gputui.model.verdicts import LEAK_LEAK
 from gputui.probe import allocator
-from gputui.probe.board import Board, Reading, SitesView
+from gputui.probe.board import Board, Reading, SitesView, step_record
 from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION: part of this API
 from gputui.probe.oom import OomWatch
+from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
 from gputui.probe.tracking import MEASURED_KEPT, Tracker, categories_of
 
@@ -67,6 +68,7 @@ class Probe:
         self.problems = board.problems
         self.oom = OomWatch(board)
         self.sites = SiteRecorder(self.problems)
+        self.keepers = KeeperFinder(self.problems)
         self.sites.exclude = self.tracker.model_storages
         self.serve = serve  # False: serve only once this process steps an optimizer (helpers)
         self.socket_path = socket_path
@@ -166,8 +168,18 @@ class Probe:
         if sites.on or sites._want is not None:
             durations = [s[2] if isinstance(s, tuple) else s.duration
                          for s in list(tracker._steps)[-21:]]
+            was_on = sites.on
             sites.step_end(step, durations, tracker.device)
             tracker.saw_tensor = sites.saw if sites.on else None
+            if sites.on != was_on:
+                # The keeping line: what the user's frames hold is sized when recording starts and
+                # again when it ends (from here, the frames above are the job's training loop).
+                started = time.perf_counter()
+                if sites.on:
+                    self.keepers.start(step, sys._getframe(1))
+                else:
+                    self.keepers.finish(step, sys._getframe(1))
+                tracker.hook_seconds += time.perf_counter() - started
             self._publish_sites()
         elif step >= self._next_check and self.auto_sites and tracker.last_measured:
             self._maybe_check_for_leak(step)  # right after a measured step, with its reading in
@@ -261,12 +273,13 @@ class Probe:
 
     def _publish_sites(self) -> None:
         sites = self.sites
-        key = (sites.on, sites.pending, sites.started_at, len(sites.recorded_steps), sites.cost)
+        keepers = self.keepers.keepers
+        key = (sites.on, sites.pending, sites.started_at, len(sites.recorded_steps), sites.cost, keepers)
         if key != self._sites_view_of:
             self._sites_view_of = key
             self.board.sites = SitesView(
                 recording=sites.on or sites.pending, recorded_steps=tuple(sites.recorded_steps),
-                sites=sites.sites(), cost=sites.cost, started_at=sites.started_at)
+                sites=sites.sites(), cost=sites.cost, started_at=sites.started_at, keepers=keepers)
 
     # -- automatic site recording (training thread) --------------------------------------------------
 
@@ -278,8 +291,8 @@ class Probe:
             return
         started = time.perf_counter()
         try:
-            recent = list(tracker._measured)[-2 * WINDOW_STEPS:]
-            verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=tuple(recent)))
+            recent = tuple(step_record(e) for e in tracker.entries()[-4 * WINDOW_STEPS:])
+            verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=recent))
             self.leak_state = verdict.state
             if verdict.state == LEAK_LEAK:
                 self._auto_at = time.monotonic()

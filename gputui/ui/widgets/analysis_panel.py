@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui.analysis.sites import keeper_text
 from gputui.model import ProbeReport
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -208,6 +209,10 @@ def sites_text(report: ProbeReport | None, sites: tuple[GrowingSite, ...]) -> Co
                 f"{fmt.size(site.live_bytes)} live"))
     elif report is not None and report.recorded_steps:
         lines.append(Content.styled("  no site grows over the recorded steps", "$text-muted"))
+    for keeper in report.keepers if report is not None else ():
+        lines.append(Content.assemble(("  kept at ", "$text-muted"),
+                                      (keeper.where[0] if keeper.where else "(no line found)", "bold"),
+                                      f"  {keeper_text(keeper)}"))
     return Content("\n").join(lines)
 
 

@@ -1,0 +1,102 @@
+"""The leak corpus (examples/leak_corpus.py) under the real probe: every classic leak is called a leak
+in its category, fast, with the line that allocates it and the line that keeps it; every clean loop
+that only looks like one is never called a leak, at any step.
+
+Each loop runs once with every step measured (budget 1.0), so what is asserted does not depend on the
+machine's speed; `bench/bench_leaks.py` measures the same at the default budget.
+"""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import leak_corpus  # noqa: E402
+
+import gputui.probe  # noqa: E402
+from gputui.analysis.leaks import leak_verdict  # noqa: E402
+from gputui.analysis.sites import growing_sites  # noqa: E402
+from gputui.probe import runtime  # noqa: E402
+
+STEPS = 80
+MAX_STEPS_TO_VERDICT = 50
+LEAKS = sorted(k for k, p in leak_corpus.PATTERNS.items() if p.leaks)
+CLEAN = sorted(k for k, p in leak_corpus.PATTERNS.items() if not p.leaks)
+
+
+@pytest.fixture(autouse=True)
+def one_thread_and_a_leak_check_every_16_steps(monkeypatch):
+    monkeypatch.setattr(runtime, "LEAK_CHECK_SHARE", 1.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(name: str, steps: int = STEPS):
+    probe = gputui.probe.start(serve=False, budget=1.0)
+    try:
+        kept = leak_corpus.PATTERNS[name].run(steps)
+        report = probe.report()
+    finally:
+        gputui.probe.stop()
+    del kept
+    return report
+
+
+def verdicts_by_step(report):
+    """The verdict a monitor would have given after each step."""
+    for last in range(1, len(report.steps) + 1):
+        yield report.steps[last - 1].step, leak_verdict(dataclasses.replace(report, steps=report.steps[:last]))
+
+
+def place(name: str, what: str) -> str:
+    return f"{leak_corpus.__file__}:{leak_corpus.marked_line(name, what)}"
+
+
+def test_the_corpus_is_big_enough():
+    assert len(LEAKS) >= 8 and len(CLEAN) >= 6
+    assert len({leak_corpus.PATTERNS[k].model for k in leak_corpus.PATTERNS}) >= 5
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", LEAKS)
+def test_a_classic_leak_is_called_in_its_category_fast_with_both_lines(name):
+    pattern = leak_corpus.PATTERNS[name]
+    report = run(name)
+    states = [(step, v.state, v.category) for step, v in verdicts_by_step(report)]
+    confirmed = [(step, category) for step, state, category in states if state == "leak"]
+    assert confirmed, states[-1]
+    first_step = confirmed[0][0]
+    assert first_step <= MAX_STEPS_TO_VERDICT, f"{name}: first called a leak at step {first_step}"
+    # once confirmed, always the same category, and the right one
+    assert {category for _, category in confirmed} == {pattern.category}, confirmed
+    assert all(state == "leak" for step, state, _ in states if step >= first_step)
+    # the line that keeps it (what the user changes), and the line that allocates it
+    assert report.keepers, f"{name}: no keeper found"
+    assert report.keepers[0].where[0].startswith(place(name, "keeps") + " in "), report.keepers
+    sites = growing_sites(report)
+    assert sites and sites[0].where.startswith(place(name, "allocates") + " in "), sites[:2]
+
+
+# Known limit (issue 11, open): the C heap grows for the first ~60 steps of a job whose batches change
+# shape (oneDNN's per-shape caches for an LSTM), steadily enough to be called a leak of "other" at
+# step 24, before it settles; the verdict is clean again from step ~100.
+KNOWN_FALSE_ALARMS = {"variable_length"}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="heap warm-up of per-shape caches looks like a leak")) if n in KNOWN_FALSE_ALARMS
+    else n for n in CLEAN])
+def test_a_clean_loop_is_never_called_a_leak(name):
+    report = run(name, 100)
+    states = [(step, v.state, v.reason) for step, v in verdicts_by_step(report)]
+    assert [s for s in states if s[1] == "leak"] == []
+    assert states[-1][1] == "clean", states[-1]
+    assert report.recorded_steps == () and report.keepers == ()
