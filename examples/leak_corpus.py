@@ -233,7 +233,7 @@ class LeakyRNN(nn.Module):
         self.leak = leak
         self.drive = nn.Linear(channels, hidden, bias=False)
         self.readout = nn.Sequential(
-            nn.Linear(hidden, 320), nn.ReLU(), nn.Linear(320, 320), nn.ReLU(), nn.Linear(320, outputs))
+            nn.Linear(hidden, 384), nn.ReLU(), nn.Linear(384, 384), nn.ReLU(), nn.Linear(384, outputs))
 
     def forward(self, frame, hidden):
         hidden = torch.lerp(torch.tanh(self.drive(frame)), hidden, self.leak)  # leak*hidden + (1-leak)*drive
