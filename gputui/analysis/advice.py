@@ -139,14 +139,15 @@ def _rate(v: LeakVerdict) -> float | None:
 
 
 def _site_text(seen: _Seen) -> str:
+    kept = _keeper_text(seen)
     if not seen.sites:
-        if _keeper_text(seen):
-            return _keeper_text(seen)
+        if kept:
+            return kept
         if seen.report is not None and seen.report.recording:
             return " The probe is recording allocation sites now, to find the line."
         return " Record allocation sites from the detail screen to find the line."
     top = seen.sites[0]
-    return _keeper_text(seen) + f" Allocated at: {top.where} (+{size(top.bytes_per_step)}/step)."
+    return kept + f" Allocated at: {top.where} (+{size(top.bytes_per_step)}/step)."
 
 
 def _keeper_text(seen: _Seen) -> str:
