@@ -84,16 +84,8 @@ def test_a_classic_leak_is_called_in_its_category_fast_with_both_lines(name):
     assert sites and sites[0].where.startswith(place(name, "allocates") + " in "), sites[:2]
 
 
-# Known limit (issue 11, open): the C heap grows for the first ~60 steps of a job whose batches change
-# shape (oneDNN's per-shape caches for an LSTM), steadily enough to be called a leak of "other" at
-# step 24, before it settles; the verdict is clean again from step ~100.
-KNOWN_FALSE_ALARMS = {"variable_length"}
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="heap warm-up of per-shape caches looks like a leak")) if n in KNOWN_FALSE_ALARMS
-    else n for n in CLEAN])
+@pytest.mark.parametrize("name", CLEAN)
 def test_a_clean_loop_is_never_called_a_leak(name):
     report = run(name, 100)
     states = [(step, v.state, v.reason) for step, v in verdicts_by_step(report)]
