@@ -12,6 +12,7 @@ from gputui.collect.sim.state import JobNow
 from gputui.model import (
     AllocationSite,
     AllocatorStats,
+    LeakKeeper,
     MemoryCategories,
     OomRecord,
     ProbeDevice,
@@ -23,6 +24,7 @@ HISTORY = 200  # steps a probe keeps
 RECORDED = 16  # steps of allocation-site recording in the leaky job's report
 TORCH_VERSION = "2.5.1+cu124"
 LEAK_SITE = "train.py:97 in train_step"
+KEEPING_LINE = "train.py:131 in main"  # losses.append(loss): the loss history that keeps each graph
 
 
 def _categories(lay: Layout, mem: Memory) -> MemoryCategories:
@@ -76,6 +78,7 @@ def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[St
             peak_optimizer=lay.resting(k) + round_up(lay.parameters),  # foreach Adam's temporaries
             categories=MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state,
                                         lay.leak_per_step * k, lay.other),
+            activations_kept=lay.leak_per_step,
         ))
     return tuple(records)
 
@@ -91,6 +94,12 @@ def _sites(lay: Layout, upto: int) -> tuple[tuple[int, ...], tuple[AllocationSit
                        ("train.py:97 in train_step", "torch/_tensor.py:41 in wrapped")),
     )
     return steps, sites
+
+
+def _keepers(lay: Layout, upto: int) -> tuple[LeakKeeper, ...]:
+    """The loop's loss history, one graph-carrying loss more each step, as the probe would find it."""
+    return (LeakKeeper(name="losses", scope="local", what="a list", size=upto, per_step=1.0,
+                       where=(KEEPING_LINE,)),)
 
 
 def report_for(now: JobNow, machine) -> ProbeReport:
@@ -124,10 +133,11 @@ def report_for(now: JobNow, machine) -> ProbeReport:
             where=("train.py:88 in train_step", "model.py:41 in forward",
                    "torch/nn/functional.py:2573 in layer_norm"),
         )
-    recorded, sites = ((), ())
+    recorded, sites, keepers = ((), (), ())
     recording = lay.leak_per_step > 0 and mem is not None and mem.step > 0
     if recording:
         recorded, sites = _sites(lay, mem.step)
+        keepers = _keepers(lay, mem.step)
     return ProbeReport(
         pid=run.pid,
         taken_at=machine.wallclock(),
@@ -142,6 +152,7 @@ def report_for(now: JobNow, machine) -> ProbeReport:
         recording=recording,
         recorded_steps=recorded,
         sites=sites,
+        keepers=keepers,
         recording_cost=0.0031 if recording else None,
         probe_cpu_seconds=round(0.0004 * (mem.step if mem else 0) + 0.05, 4),
     )
