@@ -6,7 +6,7 @@ first step and the seconds after the job's first step at which it was called a l
 category was right and never changed, the keeping line and the allocation line found; for the
 clean patterns, whether any step was called a leak.
 
-    python bench/bench_leaks.py [--budget 0.004] [--steps 120] [PATTERN ...]
+    python bench/bench_leaks.py [--budget SHARE] [--steps 120] [PATTERN ...]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one(name: str, steps: int, budget: float) -> dict:
+def one(name: str, steps: int, budget: float | None) -> dict:
     """In this process: run one pattern under the probe and judge every prefix of its steps."""
     import torch
 
@@ -35,7 +35,7 @@ def one(name: str, steps: int, budget: float) -> dict:
 
     torch.set_num_threads(1)
     pattern = leak_corpus.PATTERNS[name]
-    probe = gputui.probe.start(serve=False, budget=budget)
+    probe = gputui.probe.start(serve=False, **({} if budget is None else {"budget": budget}))
     kept = pattern.run(steps)
     report = probe.report()
     gputui.probe.stop()
@@ -64,7 +64,7 @@ def one(name: str, steps: int, budget: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="*")
-    parser.add_argument("--budget", type=float, default=0.004)
+    parser.add_argument("--budget", type=float, help="the probe's readings budget (default: the probe's)")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -75,11 +75,12 @@ def main() -> int:
     import leak_corpus
 
     names = args.patterns or list(leak_corpus.PATTERNS)
-    print(f"budget {args.budget:g}, {args.steps} steps per pattern, one thread, {os.cpu_count()} CPUs")
+    print(f"budget {'default' if args.budget is None else f'{args.budget:g}'}, {args.steps} steps per pattern, one thread, {os.cpu_count()} CPUs")
     print(f"{'pattern':18} {'verdict at':>16} {'category':22} {'measured':>9}  keeps / allocates")
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(args.steps),
-                              "--budget", str(args.budget)], capture_output=True, text=True, cwd=ROOT)
+        budget = [] if args.budget is None else ["--budget", str(args.budget)]
+        out = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(args.steps), *budget],
+                             capture_output=True, text=True, cwd=ROOT)
         if out.returncode:
             print(f"{name:18} failed: {out.stderr.strip().splitlines()[-1:]}")
             continue

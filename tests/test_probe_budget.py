@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
+from gputui.analysis.leaks import growth_floor, leak_verdict  # noqa: E402
 from gputui.probe import runtime, tracking  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -89,3 +90,48 @@ def test_installing_twice_counts_each_step_once():
         runtime.stop()
     assert [s.step for s in steps] == [1, 2, 3, 4, 5]
     assert all(s.duration is None or s.duration > 1e-4 for s in steps)
+
+
+def leak_corpus():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import leak_corpus
+
+    return leak_corpus
+
+
+def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_budget():
+    # A list of tensors that grows 384 KiB a step, at the default budget: the next measured step would
+    # come after dozens of steps. The first step-end reading 16 steps or more after the latest measured
+    # step that shows growth past the verdict's floor makes the next step a measured one.
+    p = runtime.start(serve=False, auto_sites=False)
+    try:
+        leak_corpus().PATTERNS["global_list"].run(70)
+        report = p.report()
+        asked = p.tracker.evidence_steps
+    finally:
+        runtime.stop()
+    measured = [s.step for s in report.steps if s.categories is not None]
+    base, trigger = None, None
+    for s in report.steps:
+        if s.categories is not None:
+            base = s  # the latest measured step
+        elif (s.host_allocated is not None and s.step - base.step >= 16 and s.host_allocated
+              - base.host_allocated >= growth_floor("host_allocated", base.host_allocated)):
+            trigger = s.step
+            break
+    assert trigger is not None and trigger + 1 in measured, (measured, trigger)
+    assert 1 <= asked <= 3  # gaps of 16, 32, 64 steps while the growth lasts
+    verdict = leak_verdict(report)
+    assert verdict.state == "leak" and verdict.category == "other", verdict.reason
+
+
+def test_a_flat_loop_asks_for_no_extra_measured_steps():
+    p = runtime.start(serve=False, auto_sites=False)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 40)  # warm-up: the heap may grow while the allocator's caches fill
+        before = p.tracker.evidence_steps
+        loops.clean(job, 200)
+        assert p.tracker.evidence_steps == before
+    finally:
+        runtime.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -91,12 +92,30 @@ def test_the_watcher_merges_new_steps_and_keeps_a_bounded_history(probe, monkeyp
         assert [s.step for s in first.steps] == list(range(1, 13))
         loops.clean(job, 25)
         merged = watcher.poll()[os.getpid()]
-        assert asked == [None, {"since_step": 12, "started_at": probe.started_at}]
+        assert asked == [None, {"since_step": 11, "started_at": probe.started_at}]  # one step back
         # 37 steps seen, the latest 30 kept; the probe itself keeps 50.
         assert [s.step for s in merged.steps] == list(range(8, 38))
         assert merged.steps == probe.report().steps[-30:]
         assert merged.devices == probe.report().devices
         assert watcher.poll()[os.getpid()].steps == merged.steps  # nothing new: nothing lost
+    finally:
+        watcher.close()
+
+
+def test_a_measured_step_revised_a_step_later_reaches_the_watcher(probe):
+    # The probe revises its latest measured record at the next step's end (what that step kept for a
+    # whole step): a watcher that got the first version gets the revised one at its next poll.
+    job = loops.make_job()
+    loops.clean(job, 4)
+    watcher = client.ProbeWatcher(timeout=5.0)
+    try:
+        watcher.poll()
+        latest = probe.tracker.board.steps[-1]
+        revised = dataclasses.replace(latest, activations_kept=12345)
+        probe.tracker.board.revise_latest(latest, revised)
+        held = watcher.poll()[os.getpid()].steps
+        assert held[-1] == revised and [s.step for s in held] == [1, 2, 3, 4]
+        assert probe.report().steps[-1] == revised
     finally:
         watcher.close()
 

@@ -32,6 +32,8 @@ KIB = 1 << 10
 MIN_STEPS = 8  # steps needed before any verdict
 CONFIRM_STEPS = 24  # growth must be seen over this many steps before it is called a leak
 CONFIRM_READINGS = 12  # ... in at least this many readings (the probe may read every few steps only)
+CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times over what noise explains
+CLEAR_READINGS = 6
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
 MIN_GROWTH = 64 * KIB  # growth over the window below this is noise
@@ -92,7 +94,7 @@ def leak_verdict(
     xs = [float(s.step) for s in window]
     totals = [float(getattr(s, figure)) for s in window]
     floor, confirm = FIGURES[figure]
-    slope, grows = _fit(xs, totals, min_growth=floor)
+    slope, grows, margin = _fit(xs, totals, min_growth=floor)
     name = FIGURE_NAMES[figure]
 
     # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
@@ -105,9 +107,10 @@ def leak_verdict(
     allocator = [s for s in measured if s.reserved is not None][-WINDOW_STEPS:]
     mx = [float(s.step) for s in allocator]
     reserved = _column(allocator, "reserved")
-    reserved_slope, reserved_grows = _fit(mx, reserved) if reserved else (None, False)
+    reserved_slope, reserved_grows, _ = _fit(mx, reserved) if reserved else (None, False, 0.0)
     inactive = _column(allocator, "inactive_split")
-    inactive_slope, inactive_grows = _fit(mx, inactive, floor_of=reserved) if inactive else (None, False)
+    inactive_slope, inactive_grows, _ = (_fit(mx, inactive, floor_of=reserved) if inactive
+                                         else (None, False, 0.0))
     retries = _column(allocator, "alloc_retries")
     retries_added = int(retries[-1] - retries[0]) if retries else None
     growth = _category_growth(measured[-2 * WINDOW_STEPS:], window[0].step, slope, figure)
@@ -121,9 +124,12 @@ def leak_verdict(
 
     if grows:
         span = window[-1].step - window[0].step + 1
-        if span < confirm or len(window) < CONFIRM_READINGS:
+        # Growth far clear of noise needs fewer readings (the probe reads fewer steps where its
+        # readings cost more), never fewer steps.
+        readings = CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS
+        if span < confirm or len(window) < readings:
             spacing = span / len(window)
-            needed = max(confirm - span, math.ceil((CONFIRM_READINGS - len(window)) * spacing), 1)
+            needed = max(confirm - span, math.ceil((readings - len(window)) * spacing), 1)
             return LeakVerdict(
                 LEAK_WARMING_UP, steps_needed=needed,
                 reason=f"{name} grows {size(slope)} per step over {span} steps; "
@@ -210,6 +216,11 @@ FIGURE_NAMES = {"allocated": "allocated", "host_allocated": "host memory in use"
                 "host_memory": "resident memory"}
 
 
+def growth_floor(figure: str, level: float) -> float:
+    """The least growth of ``figure`` (a key of FIGURES) from ``level`` that is more than noise."""
+    return _floor(level, FIGURES[figure][0])
+
+
 def _on_cpu(step: StepRecord) -> bool:
     return not (step.device or "").startswith("cuda")
 
@@ -250,8 +261,9 @@ def _floor(level: float, min_growth: float = MIN_GROWTH) -> float:
 
 
 def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
-         min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
-    """Robust slope per step, and whether it is a real, continuing growth (not noise, not flattening).
+         min_growth: float = MIN_GROWTH) -> tuple[float, bool, float]:
+    """Robust slope per step, whether it is a real, continuing growth (not noise, not flattening),
+    and how many times over the growth clears what would be noise.
 
     ``floor_of`` sets the noise floor from another figure's level (inactive split is judged against
     reserved memory, not against its own small size); ``min_growth`` is the least growth over the
@@ -261,20 +273,44 @@ def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
     floor = _floor((floor_of or ys)[-1], min_growth)
     noise = spread([y - slope * x for x, y in zip(xs, ys)])
     tolerance = max(floor, NOISE_FACTOR * noise)
-    if len(xs) < 4 or slope * (xs[-1] - xs[0]) < tolerance:
-        return slope, False
+    margin = slope * (xs[-1] - xs[0]) / tolerance if xs else 0.0
+    if len(xs) < 4 or margin < 1:
+        return slope, False, margin
     half = len(xs) // 2
-    latest = theil_sen(xs[half:], ys[half:]) or 0.0
+    # Growth in the latest half, by its fit or by its typical step (a leak goes on growing step by
+    # step across one unrelated release, which would bend the fit).
+    latest = max(theil_sen(xs[half:], ys[half:]) or 0.0, _typical_step(xs[half:], ys[half:]))
     still = latest >= DECELERATION * slope and latest * (xs[-1] - xs[half]) >= tolerance / 2
-    return slope, still
+    return slope, still, margin
+
+
+def _typical_step(xs: list[float], ys: list[float]) -> float:
+    """The median growth per step from one reading to the next."""
+    rates = [(b - a) / (x1 - x0) for x0, x1, a, b in zip(xs, xs[1:], ys, ys[1:]) if x1 > x0]
+    return median(rates) if rates else 0.0
 
 
 def _trough_growth(xs, ys, drops, min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
-    """Slope of a sawtooth's low points, and whether they rise enough to be a leak of their own."""
+    """Slope of a sawtooth's low points, and whether they rise enough to be a leak of their own.
+
+    Whether they rise is judged on the least value in each third of the window, not on the troughs
+    found too: the readings may skip steps, and a trough they missed would pass for a risen one. So
+    each third must span two releases at least, and the lows rise by more than reading late explains.
+    """
     tx = [xs[t] for _, t in drops]
     ty = [ys[t] for _, t in drops]
     slope = theil_sen(tx, ty) or 0.0
-    grows = len(drops) >= 3 and slope * (tx[-1] - tx[0]) >= _floor(ys[-1], min_growth)
+    third = len(ys) // 3
+    period = (tx[-1] - tx[0]) / (len(tx) - 1) if len(tx) > 1 else math.inf
+    if len(drops) < 3 or third < 2 or xs[-1] - xs[0] < 6 * period:
+        return slope, False
+    lows = [min(ys[:third]), min(ys[third:2 * third]), min(ys[2 * third:])]
+    floor = _floor(ys[-1], min_growth)
+    # A low point read a step or two after the real trough sits up to a good part of the sawtooth's
+    # height above it: the lows must rise by more than half that height.
+    height = median(ys[peak] - ys[trough] for peak, trough in drops)
+    grows = (slope * (tx[-1] - tx[0]) >= floor and lows[0] < lows[1] < lows[2]
+             and lows[2] - lows[0] >= max(floor, 0.5 * height))
     return slope, grows
 
 
@@ -285,7 +321,8 @@ def _category_growth(measured: list[StepRecord], since: int, total: float,
     Parameters, gradients and optimizer state exist whole at every measured step: their slopes are
     exact. Activations are the bytes a measured step saved for backward and still held at its end
     (a graph kept past its step), their median over the measured steps of the judged window (from
-    step ``since``): the live total would count only the graphs of measured steps. "Other" is the rest of the growth of the judged total.
+    step ``since``): the live total would count only the graphs of measured steps. "Other" is the
+    rest of the growth of the judged total.
     """
     cats = [s for s in measured if s.categories is not None]
     if not cats:
@@ -298,7 +335,10 @@ def _category_growth(measured: list[StepRecord], since: int, total: float,
             continue
         rate = theil_sen(xs, values) or 0.0 if len(cats) > 1 else 0.0
         if name == "activations":
-            kept = [s.activations_kept for s in cats if s.step >= since and s.activations_kept is not None]
+            # (Not the job's first step: it is not a whole turn of the loop, since what a loop does
+            # after optimizer.step(), evaluation or logging, counts in the next step.)
+            kept = [s.activations_kept for s in cats
+                    if s.step >= since and s.step > 1 and s.activations_kept is not None]
             if kept:
                 rate = float(median(kept))
         explained += rate

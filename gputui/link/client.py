@@ -432,7 +432,9 @@ class ProbeWatcher:
         self._reports[pid] = report
         started_at = result.get("probe_started_at") if isinstance(result, dict) else None
         if report.steps and isinstance(started_at, (int, float)):
-            self._since[pid] = {"since_step": report.steps[-1].step, "started_at": started_at}
+            # One step back: the probe revises its latest measured record once, a step later (what
+            # that step kept), so the last step held is asked for again.
+            self._since[pid] = {"since_step": report.steps[-1].step - 1, "started_at": started_at}
         else:
             self._since.pop(pid, None)  # an older probe, or no steps yet: whole reports
 

@@ -66,7 +66,8 @@ class Problems:
 
 class Board:
     """The probe's published state. Each attribute is replaced whole, never changed in place, except
-    the two step logs, which only ever get plain records appended (a deque copies in one C call).
+    the two step logs, which only ever get plain records appended, and their latest record replaced
+    once, a step later (see revise_latest). A deque copies in one C call.
     """
 
     def __init__(self, *, max_steps: int = 600, measured_kept: int = 128):
@@ -111,6 +112,12 @@ class Board:
             return recent
         first = recent[0][0] if type(recent[0]) is tuple else recent[0].step
         return [r for r in list(self.measured) if r.step < first] + recent
+
+    def revise_latest(self, old: StepRecord, new: StepRecord) -> None:
+        """Put ``new`` in the place of ``old`` where it is still the latest record of a log."""
+        for log in (self.steps, self.measured):
+            if log and log[-1] is old:
+                log[-1] = new
 
     def clear_steps(self) -> None:
         self.steps.clear()

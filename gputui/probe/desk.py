@@ -28,7 +28,7 @@ class Desk:
     def __init__(self, board: Board):
         self.board = board
         self.cpu_seconds = 0.0  # this thread's time spent answering
-        self._steps_json: dict[int, bytes] = {}
+        self._steps_json: dict[int, tuple] = {}  # step -> (the entry encoded, its JSON)
         self._sites_cache: tuple = (None, b"[]")
 
     def handlers(self) -> dict:
@@ -53,8 +53,9 @@ class Desk:
 
         A poller that already holds the steps up to ``since_step`` (and says which probe it holds them
         from, ``started_at``) gets only the new ones, marked by a ``since_step`` key; a whole report (no
-        such key) tells it to start over: another probe, or steps counted anew. Step records never
-        change once written, so each is encoded once, not at every request.
+        such key) tells it to start over: another probe, or steps counted anew. A step record changes
+        at most once after it is written (the latest measured one, a step later), so each is encoded
+        once or twice, not at every request.
         """
         started = time.thread_time()
         try:
@@ -72,10 +73,10 @@ class Desk:
             for number, entry in zip(numbers, entries):
                 if since is not None and number <= since:
                     continue
-                encoded = cache.get(number)
-                if encoded is None:
-                    encoded = cache[number] = _step_json(entry)
-                steps.append(encoded)
+                cached = cache.get(number)
+                if cached is None or cached[0] is not entry:  # new, or revised (Board.revise_latest)
+                    cached = cache[number] = (entry, _step_json(entry))
+                steps.append(cached[1])
             if len(cache) > 2 * len(entries) + 10:
                 keep = set(numbers)
                 self._steps_json = {k: v for k, v in cache.items() if k in keep}

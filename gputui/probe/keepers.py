@@ -21,6 +21,7 @@ import torch
 from gputui.model import LeakKeeper
 from gputui.probe.sites import is_user_file
 
+DEMO_MODULE = "gputui.probe.demo"  # `gputui demo-train` stands in for the user's code
 MAX_FRAMES = 4  # user frames looked at, innermost first
 MAX_NAMES = 400  # names sized per look
 MAX_GRAPH = 20_000  # autograd nodes walked per tensor
@@ -59,7 +60,15 @@ def _holds_attributes(value) -> bool:
                           types.FunctionType, types.MethodType, *_CONTAINERS)):
         return False
     module = getattr(type(value), "__module__", "") or ""
-    return hasattr(value, "__dict__") and not module.startswith(("torch", "gputui", "builtins"))
+    return hasattr(value, "__dict__") and (module == DEMO_MODULE or not module.startswith(
+        ("torch", "gputui", "builtins")))
+
+
+def _class_file(value) -> str | None:
+    """The user's file that defines the value's class (where its attributes are added to), if any."""
+    module = sys.modules.get(getattr(type(value), "__module__", "") or "")
+    filename = getattr(module, "__file__", None)
+    return filename if filename and is_user_file(filename) else None
 
 
 def look(frame=None) -> dict[tuple, tuple]:
@@ -79,8 +88,10 @@ def look(frame=None) -> dict[tuple, tuple]:
             for name, value in list(frame.f_locals.items()):
                 _note(found, place, "local", name, value, code.co_name)
                 if _holds_attributes(value):
+                    # Its attributes are added to in the methods of its class, wherever that lives.
+                    home = (_class_file(value) or code.co_filename, 0)
                     for attr, inner in list(vars(value).items())[:50]:
-                        _note(found, place, "attribute", f"{name}.{attr}", inner, code.co_name)
+                        _note(found, home, "attribute", f"{name}.{attr}", inner, code.co_name)
             for name, value in list(frame.f_globals.items())[:200]:
                 if not name.startswith("__"):
                     _note(found, place, "global", name, value, code.co_name)

@@ -26,7 +26,7 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import MEASURED_KEPT, Tracker, categories_of
+from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, Tracker, categories_of
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -49,7 +49,7 @@ class Probe:
         self,
         *,
         activations: bool = True,
-        budget: float = 0.004,
+        budget: float = DEFAULT_BUDGET,
         serve: bool = True,
         socket_path=None,
         via: str = "api",
@@ -181,8 +181,10 @@ class Probe:
                     self.keepers.finish(step, sys._getframe(1))
                 tracker.hook_seconds += time.perf_counter() - started
             self._publish_sites()
-        elif step >= self._next_check and self.auto_sites and tracker.last_measured:
-            self._maybe_check_for_leak(step)  # right after a measured step, with its reading in
+        elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.last_evidence):
+            # Right after a measured step, with its reading in; always after one measured because
+            # memory grew (rare: their gaps double), since that is when a verdict may have come.
+            self._maybe_check_for_leak(step, always=tracker.last_evidence)
         if step & 31 == 1:
             self._now_and_then()
 
@@ -283,9 +285,9 @@ class Probe:
 
     # -- automatic site recording (training thread) --------------------------------------------------
 
-    def _maybe_check_for_leak(self, step: int) -> None:
+    def _maybe_check_for_leak(self, step: int, always: bool = False) -> None:
         tracker = self.tracker
-        if ((tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost
+        if (not always and (tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost
                 or self._auto_at is not None and time.monotonic() - self._auto_at < AUTO_COOLDOWN):
             self._next_check = step + AUTO_CHECK_STEPS
             return

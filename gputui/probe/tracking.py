@@ -8,6 +8,7 @@ the probe never raises into the user's code.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import weakref
@@ -20,6 +21,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from gputui.analysis.leaks import growth_floor
 from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
 from gputui.probe.board import Board, Problems, step_record  # noqa: F401 - Problems: the hooks' error log
@@ -31,9 +33,18 @@ IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # machine: cold caches after each op make these calls cost far more than in a tight loop); counted
 # against the readings budget.
 PACK_COST = 12e-6
+DEFAULT_BUDGET = 0.004  # share of step time the probe's readings may take
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
 BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
+# A leak verdict can say what grows only from a measured step taken while it grows: once the per-step
+# figure has grown past the verdict's noise floor since the latest measured step, the next step is
+# measured whatever the budget, after at least this many steps, a gap that doubles while the growth
+# lasts (up to EVIDENCE_MAX), so that a long leak costs a handful of extra steps, not one in sixteen.
+EVIDENCE_STEPS = 16
+EVIDENCE_MAX = 512
+# The light reading's figures, in its order (allocated, host_allocated, host_memory).
+_LIGHT_FIGURES = ("allocated", "host_allocated", "host_memory")
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
 
@@ -150,7 +161,7 @@ class Tracker:
         self,
         *,
         activations: bool = True,
-        budget: float = 0.004,
+        budget: float = DEFAULT_BUDGET,
         max_steps: int = 600,
         clock=time.perf_counter,
         wallclock=time.time,
@@ -186,6 +197,9 @@ class Tracker:
         # Storages first saved during the running step: those still live at its end are a graph kept
         # past its step (StepRecord.activations_kept).
         self._saved_this_step: dict[tuple, None] = {}
+        # (the latest measured step's record, {key: live entry} of what it saved and held at its end):
+        # checked again at the next step's end (see _revise_kept)
+        self._kept_check: tuple | None = None
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
         self._tracked = 0  # tracked bytes at the latest measured step (CPU: heap figures below it are not ours)
         self._activation_bytes: dict = {}  # torch.device -> bytes saved for backward, live
@@ -203,6 +217,14 @@ class Tracker:
         self._hook_at_start = 0.0  # hook_seconds when the running step started
         self._excess = 0.0  # measured steps' untimed cost, estimated (see _end_step)
         self._in_a_row = 0  # measured steps in a row
+        # (which light figure, its value, step) at the latest measured step, and the steps to wait
+        # before growth past it asks for a measured step (see EVIDENCE_STEPS)
+        self._evidence_base: tuple | None = None
+        self._evidence_gap = EVIDENCE_STEPS
+        self._evidence_wanted = False
+        self.evidence_steps = 0  # steps measured because the judged figure grew, so far
+        self._evidence_now = False  # the running step is measured because the judged figure grew
+        self.last_evidence = False  # ... and the latest step that ended was
         self._roots: weakref.WeakSet = weakref.WeakSet()  # modules called at the top level
         self._roots_learned = False
         self._phase = IDLE
@@ -478,10 +500,15 @@ class Tracker:
                     # dataset is not an activation: count the slice the graph actually uses.
                     used = tensor.numel() * tensor.element_size()
                     if used < nbytes // 2:
-                        nbytes = used
+                        nbytes, whole = used, used * 4 >= nbytes
+                    else:
+                        whole = True
                     self._live[key] = [1, nbytes]
                     self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
-                    self._saved_this_step[key] = None
+                    if whole:
+                        # (A small slice of a big storage is data that was there before the step,
+                        # first seen now: no memory this step kept.)
+                        self._saved_this_step[key] = None
                 else:
                     entry[0] += 1
                 saved.key = key
@@ -520,6 +547,9 @@ class Tracker:
         measuring = self.hook_seconds + self._excess <= self.budget * self._elapsed or not self._steps
         if measuring and self._in_a_row >= BASELINE_EVERY and self.budget < 1.0:
             measuring = False  # now and then a step without readings, to know what one costs
+        self._evidence_now = self._evidence_wanted
+        if self._evidence_wanted:
+            measuring, self._evidence_wanted = True, False
         self._measuring = measuring
         if measuring or self._peaks:
             self._peaks = {}
@@ -566,6 +596,9 @@ class Tracker:
         self.step_count = count = self.step_count + 1
         duration = None if started is None else now - started
         measured, timed = self._measuring, self.hook_seconds
+        self.last_evidence = self._evidence_now
+        if self._kept_check is not None:
+            self._revise_kept()
         self._in_a_row = self._in_a_row + 1 if measured else 0
         if measured:
             self._mark(IDLE)
@@ -587,8 +620,11 @@ class Tracker:
                 self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, 0.5 * duration)))
         else:
             self._phase = IDLE
-            self._steps.append((count, self.wallclock(), duration, self._device) + self._light_reading())
+            light = self._light_reading()
+            self._steps.append((count, self.wallclock(), duration, self._device) + light)
             self.last_measured = False
+            if self._evidence_base is not None:
+                self._ask_for_evidence(count, light)
             if duration is not None:
                 typical = self._typical
                 # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves
@@ -622,9 +658,14 @@ class Tracker:
         stats = end.stats or {}
         cuda = end.stats is not None
         self._tracked = end.allocated
+        figure = 0 if cuda else 1
+        value = end.allocated if cuda else end.heap
+        if value is not None:
+            self._evidence_base = (figure, value, self.step_count)
         live = self._live
-        kept = sum(live[k][1] for k in self._saved_this_step if k in live) if self.activations else None
-        return StepRecord(
+        held = {k: live[k] for k in self._saved_this_step if k in live} if self.activations else None
+        kept = sum(entry[1] for entry in held.values()) if held is not None else None
+        record = StepRecord(
             step=self.step_count,
             ended_at=self.wallclock(),
             duration=duration,
@@ -641,6 +682,43 @@ class Tracker:
             host_allocated=end.heap,
             activations_kept=kept,
         )
+        if held:
+            self._kept_check = (record, held)
+        return record
+
+    def _revise_kept(self) -> None:
+        """A step after a measured one: of what it saved and held at its end, what is still held.
+
+        Tensors saved for a backward that has not freed them (``retain_graph=True``, a loss still
+        named by the loop) are held at the step's end and let go in the next step; only what a
+        whole step later is still held was kept, so the record is revised to that.
+        """
+        started = self.clock()
+        record, held = self._kept_check
+        self._kept_check = None
+        try:
+            live = self._live
+            # The same entry, not only the same key: a freed address is soon reused by the allocator.
+            kept = sum(entry[1] for key, entry in held.items() if live.get(key) is entry)
+            if kept != record.activations_kept:
+                self.board.revise_latest(record, dataclasses.replace(record, activations_kept=kept))
+        except Exception as exc:
+            self.problems.record("activations kept", exc)
+        self.hook_seconds += self.clock() - started
+
+    def _ask_for_evidence(self, step: int, light: tuple) -> None:
+        """Measure the next step if the judged figure grew past noise since the latest measured one."""
+        figure, base, at = self._evidence_base
+        now = light[figure]
+        if now is None or step - at < self._evidence_gap:
+            return
+        floor = growth_floor(_LIGHT_FIGURES[figure], base)
+        if now - base >= floor:
+            self._evidence_wanted = True
+            self.evidence_steps += 1
+            self._evidence_gap = min(2 * self._evidence_gap, EVIDENCE_MAX)
+        elif abs(now - base) < floor:
+            self._evidence_gap = EVIDENCE_STEPS  # flat again: a new growth is news
 
     def _light_reading(self) -> tuple:
         """(allocated, host_allocated, host_memory) of an unmeasured step: the one figure a leak
