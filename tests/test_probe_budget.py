@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
-from gputui.analysis.leaks import growth_floor, leak_verdict  # noqa: E402
+from gputui.analysis.leaks import growth_floor  # noqa: E402
 from gputui.probe import runtime, tracking  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -121,8 +121,7 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
             break
     assert trigger is not None and trigger + 1 in measured, (measured, trigger)
     assert 1 <= asked <= 3  # gaps of 16, 32, 64 steps while the growth lasts
-    verdict = leak_verdict(report)
-    assert verdict.state == "leak" and verdict.category == "other", verdict.reason
+    # (The verdict itself, at this budget, is tested in a fresh process: tests/test_leak_corpus.py.)
 
 
 def test_a_flat_loop_asks_for_no_extra_measured_steps():

@@ -85,8 +85,7 @@ def test_leaky_probe_matches_nvml_and_records_the_leak(run):
     assert device.uuid == N.nvmlDeviceGetUUID(N.nvmlDeviceGetHandleByIndex(0))
     assert procs[51200] == device.allocator.reserved + 500 * MiB  # NVML = reserved + CUDA context
     cats = device.categories
-    assert cats.parameters + cats.gradients + cats.optimizer_state + cats.activations + cats.other == \
-        device.allocator.allocated
+    assert cats.tensor_bytes() == device.allocator.allocated
     steps = report.steps
     assert len(steps) == 200
     assert [s.step for s in steps] == list(range(76, 276))  # (100 + 30 - 20) / 0.4 = 275 done

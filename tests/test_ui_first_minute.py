@@ -212,9 +212,9 @@ async def test_help_explains_every_mark():
         assert isinstance(app.screen, HelpScreen)
         legend = screen_text(app.screen.query_one("#help-legend"))
         lines = {line.split("  ")[0].strip(): line for line in legend.splitlines() if line.strip()}
-        for mark in ("●", "P G O A T C F", "!", "▲1.2G/m 85s", "↗", "~", "▶", "⚠", "n/a"):
+        for mark in ("●", "P G O B A T C F", "!", "▲1.2G/m 85s", "↗", "~", "▶", "⚠", "n/a"):
             assert mark in lines, mark
-        assert "Parameters" in lines["P G O A T C F"] and "rate per minute" in lines["▲1.2G/m 85s"]
+        assert "Parameters" in lines["P G O B A T C F"] and "rate per minute" in lines["▲1.2G/m 85s"]
         assert "levelling off" in lines["↗"]
 
 

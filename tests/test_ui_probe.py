@@ -159,16 +159,17 @@ async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():
             "parameters": cats.parameters,
             "gradients": cats.gradients,
             "optimizer_state": cats.optimizer_state,
+            "buffers": cats.buffers,
             "activations": cats.activations,  # mid-step: the forward pass's saved tensors
             "other": cats.other,
             "cache": alloc.reserved - alloc.allocated - alloc.inactive_split,
             "fragmentation": alloc.inactive_split,
             "context": CONTEXT,
         }
-        assert (cats.parameters, cats.gradients, cats.optimizer_state, cats.activations, cats.other) == (
-            3_543_348_019, 3_543_348_019, 14_173_392_076, 26_109_542_400, 1_503_238_553)
-        assert sum((cats.parameters, cats.gradients, cats.optimizer_state, cats.activations,
-                    cats.other)) == alloc.allocated == 48_872_869_067
+        assert (cats.parameters, cats.gradients, cats.optimizer_state, cats.buffers, cats.activations,
+                cats.other) == (3_543_348_019, 3_543_348_019, 14_173_392_076, 125_829_120, 26_109_542_400,
+                                1_377_409_433)
+        assert cats.tensor_bytes() == alloc.allocated == 48_872_869_067
         assert (alloc.reserved, alloc.inactive_split) == (62_258_151_424, 2_677_056_471)
         legend = text(screen, "#probe-breakdown")
         assert "Where its memory goes: 58.5 GiB (NVML per-process memory)" in legend

@@ -277,8 +277,7 @@ def _optimizer_dominates(seen: _Seen) -> Advice | None:
     cats = seen.probe.categories if seen.probe else None
     if cats is None or not cats.optimizer_state:
         return None
-    held = sum(v or 0 for v in (cats.parameters, cats.gradients, cats.optimizer_state, cats.activations,
-                                cats.other))
+    held = cats.tensor_bytes() or 0
     if held <= 0 or cats.optimizer_state < OPTIMIZER_SHARE * held:
         return None
     ratio = f", {cats.optimizer_state / cats.parameters:.1f}x the parameters" if cats.parameters else ""

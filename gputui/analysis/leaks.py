@@ -15,7 +15,7 @@ from statistics import median
 
 from gputui.analysis.robust import releases, settled_count, spread, theil_sen
 from gputui.analysis.text import size
-from gputui.model import Device, ProbeReport, Snapshot, StepRecord
+from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -50,7 +50,6 @@ HOST_MIN_GROWTH = 1 << 20
 RSS_MIN_GROWTH = 2 << 20
 RSS_CONFIRM_STEPS = 48
 
-TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 
 def leak_verdict(
@@ -329,7 +328,7 @@ def _category_growth(measured: list[StepRecord], since: int, total: float,
         return ()
     xs = [float(s.step) for s in cats]
     found, explained = [], 0.0
-    for name in ("parameters", "gradients", "optimizer_state", "activations"):
+    for name in ("parameters", "gradients", "optimizer_state", "buffers", "activations"):
         values = [getattr(s.categories, name) for s in cats]
         if None in values:
             continue

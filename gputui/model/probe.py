@@ -18,6 +18,16 @@ class MemoryCategories:
     optimizer_state: int | None = None
     activations: int | None = None  # tensors saved for backward by autograd
     other: int | None = None  # every other live tensor the allocator holds
+    buffers: int | None = None  # the models' buffers: BatchNorm statistics, positional encodings
+
+    def tensor_bytes(self) -> int | None:
+        """What the categories account for in tensors; None when none is known."""
+        known = [getattr(self, name) for name in TENSOR_CATEGORIES if getattr(self, name) is not None]
+        return sum(known) if known else None
+
+
+# The tensor categories, in the order every view lists them.
+TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """What the analysis concludes: memory trends, leak verdicts, growing allocation sites, advice.
 
 Frozen dataclasses produced by ``gputui.analysis`` and rendered by the UI and plain output. Sizes are
-bytes, rates bytes per second or per step, times seconds. Pure data: imports nothing of ours.
+bytes, rates bytes per second or per step, times seconds. Pure data: imports only the probe's category names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gputui.model.probe import TENSOR_CATEGORIES
 
 # ProcessTrend.verdict values
 TREND_UNKNOWN = "unknown"  # too little history to judge
@@ -28,9 +30,7 @@ LEAK_STATES = (
 )
 
 # CategoryGrowth.name values: the probe's tensor categories, then what the allocator holds beyond them.
-CATEGORIES = (
-    "parameters", "gradients", "optimizer_state", "activations", "other", "cache", "fragmentation",
-)
+CATEGORIES = (*TENSOR_CATEGORIES, "cache", "fragmentation")
 
 # Advice.severity values, most urgent first.
 SEVERITIES = ("critical", "warning", "info")

@@ -452,8 +452,8 @@ def _category_chunks(categories: MemoryCategories | None) -> list[Line]:
     if categories is None:
         return []
     named = (("params", categories.parameters), ("grads", categories.gradients),
-             ("optimizer", categories.optimizer_state), ("activations", categories.activations),
-             ("other", categories.other))
+             ("optimizer", categories.optimizer_state), ("buffers", categories.buffers),
+             ("activations", categories.activations), ("other", categories.other))
     return [text(f"{label} {units.size(value)}") for label, value in named if value is not None]
 
 

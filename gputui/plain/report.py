@@ -153,11 +153,7 @@ _STEP_COLUMNS = (
 
 def _tensor_bytes(categories: MemoryCategories | None) -> int | None:
     """What the probe accounts for in tensors: parameters, gradients, optimizer state, activations."""
-    if categories is None:
-        return None
-    known = [v for v in (categories.parameters, categories.gradients, categories.optimizer_state,
-                         categories.activations, categories.other) if v is not None]
-    return sum(known) if known else None
+    return None if categories is None else categories.tensor_bytes()
 
 
 def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:

@@ -160,6 +160,7 @@ DEFS: dict[str, Any] = {
         "optimizer_state": _nullable("integer", "optimizer state such as Adam's moments (bytes)", **BYTES),
         "activations": _nullable("integer", "tensors saved for backward (bytes)", **BYTES),
         "other": _nullable("integer", "every other live tensor (bytes)", **BYTES),
+        "buffers": _nullable("integer", "the models' buffers, e.g. BatchNorm statistics (bytes)", **BYTES),
     }, "Live tensor bytes by purpose, deduplicated by storage"),
     "AllocatorStats": _obj({
         "allocated": _exact("integer", "bytes in live tensors (bytes)", **BYTES),

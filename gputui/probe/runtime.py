@@ -26,7 +26,7 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, Tracker, categories_of
+from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, SLOTS, Tracker, categories_of
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -262,7 +262,7 @@ class Probe:
             if not name.startswith("cuda"):
                 devices.append(ProbeDevice(device=name, categories=categories_of(counts[name])))
         if not devices:
-            devices.append(ProbeDevice(device="cpu", categories=categories_of([0, 0, 0, 0])))
+            devices.append(ProbeDevice(device="cpu", categories=categories_of([0] * SLOTS)))
         return tuple(devices)
 
     def _uuid(self, index: int) -> str | None:

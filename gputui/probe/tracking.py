@@ -65,16 +65,20 @@ class _Saved:
 
 
 # Category slots in a tally: each storage is counted once, in the first category that claims it.
-PARAMS, GRADS, STATE, ACTS = range(4)
+PARAMS, GRADS, STATE, ACTS, BUFFERS = range(5)
+SLOTS = 5
 
 
 def tally(optimizers, saved_tensors=(), seen: set | None = None,
-          lasting: set | None = None) -> dict[str, list[int]]:
+          lasting: set | None = None, modules=()) -> dict[str, list[int]]:
     """Bytes per device ("cpu", "cuda:0") and category, deduplicated by storage.
 
+    Parameters are the optimizers' and the ``modules``' (the models the job calls: frozen weights
+    no optimizer holds, and the models of a loop that updates them by hand); gradients those of
+    any of them; buffers the modules' (BatchNorm statistics, positional encodings).
     ``seen``, when given, collects the (data_ptr, device) keys of the storages counted;
-    ``lasting`` those of parameters and optimizer state only (gradients are freed and their
-    addresses reused from one step to the next).
+    ``lasting`` those of parameters, buffers and optimizer state only (gradients are freed and
+    their addresses reused from one step to the next).
     """
     seen = set() if seen is None else seen
     totals: dict = {}
@@ -98,10 +102,11 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
             lasting.add(key)
         row = totals.get(device)
         if row is None:
-            row = totals[device] = [0, 0, 0, 0]
+            row = totals[device] = [0] * SLOTS
         row[slot] += storage.nbytes()
 
     params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+    params += [p for module in modules for p in module.parameters()]
     for p in params:
         add(p, PARAMS)
     for p in params:
@@ -115,6 +120,9 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
                         add(item, STATE)
                 else:
                     add(value, STATE)
+    for module in modules:
+        for buffer in module.buffers():
+            add(buffer, BUFFERS)
     for tensor in saved_tensors:
         add(tensor, ACTS)
     return {str(device): row for device, row in totals.items()}
@@ -125,7 +133,7 @@ def categories_of(row: list[int] | None, allocated: int | None = None) -> Memory
     if row is None:
         return None
     other = None if allocated is None else max(0, allocated - sum(row))
-    return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], row[ACTS], other)
+    return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], row[ACTS], other, buffers=row[BUFFERS])
 
 
 @dataclass
@@ -203,9 +211,9 @@ class Tracker:
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
         self._tracked = 0  # tracked bytes at the latest measured step (CPU: heap figures below it are not ours)
         self._activation_bytes: dict = {}  # torch.device -> bytes saved for backward, live
-        self._model_keys: frozenset = frozenset()  # storages of parameters, grads, state
-        # (device, parameter bytes, optimizer-state bytes there, torch.device, shape of the model)
-        # at the latest full tally
+        self._model_keys: frozenset = frozenset()  # storages of parameters, buffers, state
+        # (device, parameter bytes, optimizer-state bytes there, torch.device, shape of the model,
+        # buffer bytes) at the latest full tally
         self._static: tuple | None = None
         self._local = threading.local()
         self._handles: list = []
@@ -313,12 +321,12 @@ class Tracker:
     def tally(self) -> dict[str, list[int]]:
         """Bytes per device and category right now: parameters, gradients, state, activations."""
         keys: set = set()
-        counts = tally(list(self.optimizers), (), lasting=keys)
+        counts = tally(list(self.optimizers), (), lasting=keys, modules=list(self._roots))
         # Saved tensors with these storages are parameters or state, not activations.
         self._model_keys = frozenset(keys)
         for device, nbytes in list(self._activation_bytes.items()):
             if nbytes:
-                counts.setdefault(str(device), [0, 0, 0, 0])[ACTS] += nbytes
+                counts.setdefault(str(device), [0] * SLOTS)[ACTS] += nbytes
         return counts
 
     def may_spend(self) -> bool:
@@ -347,7 +355,7 @@ class Tracker:
     def model_storages(self) -> set:
         """(data_ptr, device) of every parameter, gradient and optimizer-state storage."""
         keys: set = set()
-        tally(list(self.optimizers), (), keys)
+        tally(list(self.optimizers), (), keys, modules=list(self._roots))
         return keys
 
     def _read(self, with_tally: bool) -> _Reading | None:
@@ -369,31 +377,34 @@ class Tracker:
             # are counted as they are saved. A full tally costs a few microseconds per tensor.
             grads = self._gradient_bytes(device)
             acts = self._activation_bytes.get(static[3], 0)
-            row = [static[1], grads, static[2], acts]
+            row = [static[1], grads, static[2], acts, static[5]]
             counts = {device: row} if with_tally else None
-            return _Reading(allocated=static[1] + static[2] + grads + acts, tally=counts)
+            return _Reading(allocated=sum(row), tally=counts)
         counts = self.tally()
         if device is None:
             device = self._choose_device(counts)
         row = counts.get(device) if device else None
         if row is not None:
-            self._static = (device, row[PARAMS], row[STATE], torch.device(device), self._shape_of_model())
+            self._static = (device, row[PARAMS], row[STATE], torch.device(device), self._shape_of_model(),
+                            row[BUFFERS])
         return _Reading(allocated=sum(row) if row else 0, tally=counts)
 
     def _shape_of_model(self) -> tuple:
-        """Changes when parameters or optimizer state are added or dropped (then a full tally)."""
+        """Changes when parameters, optimizer state or models are added or dropped (then a full tally)."""
         return tuple((id(opt), len(opt.state), sum(len(g["params"]) for g in opt.param_groups))
-                     for opt in list(self.optimizers))
+                     for opt in list(self.optimizers)) + tuple(sorted(id(m) for m in list(self._roots)))
 
     def _gradient_bytes(self, device: str) -> int:
         total = 0
         on_cpu = device == "cpu"
-        for opt in list(self.optimizers):
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    g = p.grad
-                    if g is not None and (g.is_cpu if on_cpu else str(g.device) == device):
-                        total += g.nbytes
+        seen: set = set()
+        params = [p for opt in list(self.optimizers) for group in opt.param_groups for p in group["params"]]
+        params += [p for module in list(self._roots) for p in module.parameters()]
+        for p in params:
+            g = p.grad
+            if g is not None and id(g) not in seen and (g.is_cpu if on_cpu else str(g.device) == device):
+                seen.add(id(g))
+                total += g.nbytes
         return total
 
     def _choose_device(self, counts: dict[str, list[int]]) -> str | None:

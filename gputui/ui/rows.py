@@ -224,7 +224,7 @@ def short_duration(seconds: float) -> str:
 
 # The probe column: a dot for a probed process, the growing category's letter when its leak verdict
 # finds growth (the detail screen spells it out).
-CATEGORY_LETTERS = {"parameters": "P", "gradients": "G", "optimizer_state": "O", "activations": "A",
+CATEGORY_LETTERS = {"parameters": "P", "gradients": "G", "optimizer_state": "O", "buffers": "B", "activations": "A",
                     "other": "T", "cache": "C", "fragmentation": "F"}
 
 

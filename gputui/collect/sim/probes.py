@@ -27,11 +27,19 @@ LEAK_SITE = "train.py:97 in train_step"
 KEEPING_LINE = "train.py:131 in main"  # losses.append(loss): the loss history that keeps each graph
 
 
+def _buffers(lay: Layout) -> int:
+    """The model's buffers (attention masks, normalisation statistics): a part of the layout's other
+    bytes, as a probe that sees the model's modules counts them."""
+    return round_up(lay.other // 12)
+
+
 def _categories(lay: Layout, mem: Memory) -> MemoryCategories:
     if mem.step == 0 and not mem.busy:  # still moving the model to the GPU
         parameters = mem.allocated * lay.parameters // max(1, lay.parameters + lay.other)
         return MemoryCategories(parameters, 0, 0, 0, mem.allocated - parameters)
-    return MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state, mem.activations, lay.other)
+    buffers = _buffers(lay)
+    return MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state, mem.activations,
+                            lay.other - buffers, buffers=buffers)
 
 
 def _allocator(lay: Layout, mem: Memory, peak_step: int, ooms: int) -> AllocatorStats:
@@ -77,7 +85,7 @@ def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[St
             peak_backward=forward + round_up(lay.parameters * 0.05),  # gradient buckets being filled
             peak_optimizer=lay.resting(k) + round_up(lay.parameters),  # foreach Adam's temporaries
             categories=MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state,
-                                        lay.leak_per_step * k, lay.other),
+                                        lay.leak_per_step * k, lay.other - _buffers(lay), buffers=_buffers(lay)),
             activations_kept=lay.leak_per_step,
         ))
     return tuple(records)

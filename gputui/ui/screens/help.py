@@ -39,7 +39,7 @@ def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
     return [
         ("*" if ascii else "●", "P column", "a PyTorch probe is attached to the process"),
         (letters, "P column",
-         "the probe finds memory growing: Parameters, Gradients, Optimizer state, Activations, "
+         "the probe finds memory growing: Parameters, Gradients, Optimizer state, Buffers, Activations, "
          "other Tensors, allocator Cache, Fragmentation; red for a leak, yellow for cache growth "
          "or fragmentation"),
         ("!", "P column", "the probe finds memory growing, category not known"),

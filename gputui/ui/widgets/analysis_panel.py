@@ -29,7 +29,8 @@ from gputui.model.verdicts import (
 from gputui.ui import format as fmt
 
 CATEGORY_WORDS = {"parameters": "parameters", "gradients": "gradients",
-                  "optimizer_state": "optimizer state", "activations": "activations (tensors saved for backward)",
+                  "optimizer_state": "optimizer state", "buffers": "buffers",
+                  "activations": "activations (tensors saved for backward)",
                   "other": "other tensors", "cache": "the allocator's cache",
                   "fragmentation": "fragmentation (free bytes stuck in split blocks)"}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from textual.content import Content
 from textual.widget import Widget
 
-from gputui.model import ProbeDevice
+from gputui.model import TENSOR_CATEGORIES, ProbeDevice
 from gputui.ui import format as fmt
 
 
@@ -43,6 +43,7 @@ SLICES = (
     ("parameters", "parameters", "$primary", "P"),
     ("gradients", "gradients", "$secondary", "G"),
     ("optimizer_state", "optimizer state", "$success", "O"),
+    ("buffers", "buffers (BatchNorm statistics, encodings)", "$success-darken-2", "B"),
     ("activations", "activations", "$error", "A"),
     ("other", "other tensors", "$primary-lighten-3", "T"),
     ("untracked", "allocated, not categorised", "$foreground-darken-3", "U"),
@@ -60,7 +61,7 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
     alloc, cats = device.allocator, device.categories
     sizes: dict[str, int] = {}
     if cats is not None:
-        for key in ("parameters", "gradients", "optimizer_state", "activations", "other"):
+        for key in TENSOR_CATEGORIES:
             value = getattr(cats, key)
             if value:
                 sizes[key] = value
