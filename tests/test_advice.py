@@ -209,3 +209,17 @@ def test_a_cpu_job_growing_untracked_tensors_gets_the_rate_from_host_memory_and_
                             recording=True)
     (advice,) = advise(snapshot=snap(), process=None, report=recording, verdict=verdict)
     assert advice.detail.endswith("The probe is recording allocation sites now, to find the line.")
+
+
+def test_a_leak_read_every_few_steps_says_over_how_many_steps_not_readings():
+    # 40 readings, one every 4 steps (as a probe within its budget reads): the window spans 157 steps.
+    steps = [
+        step(s, 4 * GIB + s * 6 * MIB, peak=6 * GIB + s * 6 * MIB, reserved=5 * GIB + s * 6 * MIB,
+             categories=cats(activations=s * 6 * MIB))
+        for s in range(0, 160, 4)
+    ]
+    report = probe_report(steps, categories=steps[-1].categories)
+    verdict = leak_verdict(report)
+    assert verdict.state == "leak" and verdict.window_steps == 157
+    fix = advise(snapshot=snap(), process=job(), report=report, verdict=verdict)[0]
+    assert fix.detail.startswith("Allocated memory grows 6.0 MiB per step over 157 steps"), fix.detail

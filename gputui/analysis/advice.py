@@ -161,7 +161,7 @@ def _leak(seen: _Seen) -> Advice | None:
     if v is None or v.state != LEAK_LEAK:
         return None
     per_step = size(_rate(v) or 0)
-    over = min(v.steps_seen, WINDOW_STEPS)
+    over = v.window_steps or min(v.steps_seen, WINDOW_STEPS)
     head = f"Allocated memory grows {per_step} per step over {over} steps"
     level = next((g.level for g in v.growth if g.name == v.category), None)
     on_host = v.category == "other" and v.host_other_per_step is not None

@@ -116,7 +116,7 @@ def leak_verdict(
     growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
     other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
     base.update(
-        allocated_per_step=slope, reserved_per_step=reserved_slope, inactive_split_per_step=inactive_slope,
+        window_steps=window[-1].step - window[0].step + 1, allocated_per_step=slope, reserved_per_step=reserved_slope, inactive_split_per_step=inactive_slope,
         retries_added=retries_added, growth=growth,
         host_other_per_step=other if figure != "allocated" else None,
     )

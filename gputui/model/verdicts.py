@@ -76,6 +76,7 @@ class LeakVerdict:
     steps_seen: int = 0  # steps with an allocated figure
     first_step: int | None = None
     last_step: int | None = None
+    window_steps: int | None = None  # steps the slopes were fitted over (the readings may skip some)
     allocated: int | None = None  # at the end of the latest step
     reserved: int | None = None
     allocated_per_step: float | None = None  # robust slope over the recent steps
