@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from gputui.cli import Options  # noqa: E402
 from gputui.errors import UserError  # noqa: E402
 from gputui.link import paths  # noqa: E402
+from gputui.model import StepRecord  # noqa: E402
 from gputui.probe import demo, runtime  # noqa: E402
 
 
@@ -63,3 +64,12 @@ def test_without_a_leak_the_verdict_is_clean():
 def test_an_unknown_leak_is_a_user_error():
     with pytest.raises(UserError, match="unknown leak 'fast'; choose one of: graph, outputs, cache"):
         demo.demo_train(Options(mode="demo-train", extra={"steps": 1, "leak": "fast"}))
+
+
+def test_progress_shows_the_figure_the_verdict_is_judged_on():
+    cpu = [StepRecord(1, 0.0, device="cpu", allocated=7 << 20, host_allocated=130 << 20),
+           StepRecord(2, 0.0, device="cpu")]
+    assert demo.memory_now(cpu) == "heap in use 130.0 MiB"  # not the tracked tensors' 7 MiB
+    cuda = [StepRecord(1, 0.0, device="cuda:0", allocated=3 << 30)]
+    assert demo.memory_now(cuda) == "allocated 3072.0 MiB"
+    assert demo.memory_now([]) == "memory not read yet"

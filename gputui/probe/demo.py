@@ -100,12 +100,20 @@ def demo_train(options) -> int:
     return 0
 
 
+def memory_now(steps) -> str:
+    """The latest figure a leak verdict is judged on: allocated on CUDA, the C heap in use on CPU."""
+    for s in reversed(steps):
+        if s.device is not None and s.device.startswith("cuda") and s.allocated is not None:
+            return f"allocated {s.allocated / 2**20:.1f} MiB"
+        if s.host_allocated is not None:
+            return f"heap in use {s.host_allocated / 2**20:.1f} MiB"
+    return "memory not read yet"
+
+
 def progress(probe, step: int, loss: float, elapsed: float) -> str:
     """One progress line: the step, the loss, the pace, the probe's latest figures and verdict."""
-    measured = [s for s in probe.tracker.steps if s.allocated is not None]
-    allocated = f"{measured[-1].allocated / 2**20:.1f} MiB" if measured else "?"
     line = (f"step {step:6d}  loss {loss:.4f}  {elapsed / step * 1e3:.1f} ms/step  "
-            f"allocated {allocated}")
+            f"{memory_now(probe.tracker.steps)}")
     if probe.leak_state is not None:
         line += f"  probe's verdict: {probe.leak_state.replace('_', ' ')}"
     sites = probe.sites.sites()
