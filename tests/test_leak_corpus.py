@@ -32,13 +32,12 @@ LEAKS = sorted(k for k, p in leak_corpus.PATTERNS.items() if p.leaks)
 CLEAN = sorted(k for k, p in leak_corpus.PATTERNS.items() if not p.leaks)
 
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
 @pytest.fixture(autouse=True)
-def one_thread_and_a_leak_check_every_16_steps(monkeypatch):
+def a_leak_check_every_16_steps(monkeypatch):
     monkeypatch.setattr(runtime, "LEAK_CHECK_SHARE", 1.0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run(name: str, steps: int = STEPS):

@@ -22,12 +22,7 @@ import loops  # noqa: E402
 ACTIVATIONS = 64 * 256 * 4 + 2 * 64 * 512 * 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the CPU is shared: keep steps short and steady
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

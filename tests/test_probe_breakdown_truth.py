@@ -16,12 +16,7 @@ from torch import nn  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def storage_bytes(tensors) -> int:

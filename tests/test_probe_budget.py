@@ -21,12 +21,7 @@ import loops  # noqa: E402
 COST = 0.01  # seconds a measured step's untimed hooks cost in the test below
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_unmeasured_steps_run_without_the_readings_hooks():

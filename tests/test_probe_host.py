@@ -20,12 +20,7 @@ import loops  # noqa: E402
 MIB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_resident_memory_is_what_statm_says():
