@@ -13,7 +13,7 @@ import time
 
 from gputui.link.protocol import RawJSON, dumps
 from gputui.model import ProbeReport, StepRecord, to_jsonable
-from gputui.probe.board import Board, step_record
+from gputui.probe.board import LIGHT_FIGURES, Board, step_record
 
 PROBE_VERSION = 1
 # A reading older than this when a report is asked for makes the training thread take a new one at its
@@ -130,7 +130,7 @@ class Desk:
 # The fields after (step, ended_at, duration, device), and where an unmeasured step's tuple holds the
 # few it has (see board.step_record); the rest are null.
 _TAIL_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))[4:]
-_FIGURES = {"allocated": 0, "host_allocated": 1, "host_memory": 2}
+_FIGURES = {name: i for i, name in enumerate(LIGHT_FIGURES)}
 _NULL_TAIL = dumps({name: None for name in _TAIL_FIELDS})[1:]
 
 

@@ -24,7 +24,12 @@ from torch.optim.optimizer import (
 from gputui.analysis.leaks import growth_floor
 from gputui.model import MemoryCategories, StepRecord
 from gputui.probe import allocator
-from gputui.probe.board import Board, Problems, step_record  # noqa: F401 - Problems: the hooks' error log
+from gputui.probe.board import (  # noqa: F401 - Problems: the hooks' error log
+    LIGHT_FIGURES,
+    Board,
+    Problems,
+    step_record,
+)
 from gputui.probe.host import MallocInUse, ResidentMemory
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
@@ -43,8 +48,6 @@ BASELINE_EVERY = 8  # measured steps in a row before one without readings (budge
 # lasts (up to EVIDENCE_MAX), so that a long leak costs a handful of extra steps, not one in sixteen.
 EVIDENCE_STEPS = 16
 EVIDENCE_MAX = 512
-# The light reading's figures, in its order (allocated, host_allocated, host_memory).
-_LIGHT_FIGURES = ("allocated", "host_allocated", "host_memory")
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 _autograd = torch._C._autograd
 
@@ -67,6 +70,13 @@ class _Saved:
 # Category slots in a tally: each storage is counted once, in the first category that claims it.
 PARAMS, GRADS, STATE, ACTS, BUFFERS = range(5)
 SLOTS = 5
+
+
+def model_parameters(optimizers, modules=()) -> list:
+    """The optimizers' parameters, then the ``modules``' (frozen ones too; repeats are the caller's
+    to skip)."""
+    params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+    return params + [p for module in modules for p in module.parameters()]
 
 
 def tally(optimizers, saved_tensors=(), seen: set | None = None,
@@ -105,8 +115,7 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
             row = totals[device] = [0] * SLOTS
         row[slot] += storage.nbytes()
 
-    params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
-    params += [p for module in modules for p in module.parameters()]
+    params = model_parameters(optimizers, modules)
     for p in params:
         add(p, PARAMS)
     for p in params:
@@ -353,7 +362,7 @@ class Tracker:
             self._activation_bytes[device] = self._activation_bytes.get(device, 0) - entry[1]
 
     def model_storages(self) -> set:
-        """(data_ptr, device) of every parameter, gradient and optimizer-state storage."""
+        """(data_ptr, device) of every parameter, gradient, buffer and optimizer-state storage."""
         keys: set = set()
         tally(list(self.optimizers), (), keys, modules=list(self._roots))
         return keys
@@ -398,9 +407,7 @@ class Tracker:
         total = 0
         on_cpu = device == "cpu"
         seen: set = set()
-        params = [p for opt in list(self.optimizers) for group in opt.param_groups for p in group["params"]]
-        params += [p for module in list(self._roots) for p in module.parameters()]
-        for p in params:
+        for p in model_parameters(list(self.optimizers), list(self._roots)):
             g = p.grad
             if g is not None and id(g) not in seen and (g.is_cpu if on_cpu else str(g.device) == device):
                 seen.add(id(g))
@@ -669,7 +676,7 @@ class Tracker:
         stats = end.stats or {}
         cuda = end.stats is not None
         self._tracked = end.allocated
-        figure = 0 if cuda else 1
+        figure = LIGHT_FIGURES.index("allocated" if cuda else "host_allocated")
         value = end.allocated if cuda else end.heap
         if value is not None:
             self._evidence_base = (figure, value, self.step_count)
@@ -723,7 +730,7 @@ class Tracker:
         now = light[figure]
         if now is None or step - at < self._evidence_gap:
             return
-        floor = growth_floor(_LIGHT_FIGURES[figure], base)
+        floor = growth_floor(LIGHT_FIGURES[figure], base)
         if now - base >= floor:
             self._evidence_wanted = True
             self.evidence_steps += 1
@@ -732,10 +739,10 @@ class Tracker:
             self._evidence_gap = EVIDENCE_STEPS  # flat again: a new growth is news
 
     def _light_reading(self) -> tuple:
-        """(allocated, host_allocated, host_memory) of an unmeasured step: the one figure a leak
-        verdict is judged on, read at nearly every step so that a leak is seen within dozens of
-        steps. It takes at most half the readings budget, so measured steps keep the rest: where it
-        costs more than that (CUDA's counters in very short steps), every few steps only."""
+        """The LIGHT_FIGURES of an unmeasured step: the one figure a leak verdict is judged on, read
+        at nearly every step so that a leak is seen within dozens of steps. It takes at most half
+        the readings budget, so measured steps keep the rest: where it costs more than that (CUDA's
+        counters in very short steps), every few steps only."""
         if self._light_spent > 0.5 * self.budget * self._elapsed:
             return (None, None, None)
         started = self.clock()
