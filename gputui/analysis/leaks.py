@@ -90,6 +90,7 @@ def leak_verdict(
                            steps_needed=min_steps - len(steps), **base)
 
     window = steps[-WINDOW_STEPS:]
+    span = window[-1].step - window[0].step + 1  # steps the window covers (readings may skip some)
     xs = [float(s.step) for s in window]
     totals = [float(getattr(s, figure)) for s in window]
     floor, confirm = FIGURES[figure]
@@ -116,13 +117,12 @@ def leak_verdict(
     growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
     other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
     base.update(
-        window_steps=window[-1].step - window[0].step + 1, allocated_per_step=slope, reserved_per_step=reserved_slope, inactive_split_per_step=inactive_slope,
-        retries_added=retries_added, growth=growth,
+        window_steps=span, allocated_per_step=slope, reserved_per_step=reserved_slope,
+        inactive_split_per_step=inactive_slope, retries_added=retries_added, growth=growth,
         host_other_per_step=other if figure != "allocated" else None,
     )
 
     if grows:
-        span = window[-1].step - window[0].step + 1
         # Growth far clear of noise needs fewer readings (the probe reads fewer steps where its
         # readings cost more), never fewer steps.
         readings = CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS
@@ -193,7 +193,7 @@ def leak_verdict(
             LEAK_WARMING_UP, warmup_steps=warmup, steps_needed=SETTLE_STEPS - settled,
             reason=f"memory grew over the first steps and has been flat for {settled}; "
             f"{SETTLE_STEPS - settled} more steps to call it settled", **base)
-    reason = f"{name} flat at {size(totals[-1])} over the last {window[-1].step - window[0].step + 1} steps"
+    reason = f"{name} flat at {size(totals[-1])} over the last {span} steps"
     if sawtooth:
         reason += f", released {len(drops)} times (garbage collection)"
     if rose:
