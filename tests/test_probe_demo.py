@@ -17,7 +17,7 @@ from gputui.probe import demo, runtime  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def quick_and_deterministic(tmp_path, monkeypatch):
+def quick_and_deterministic(tmp_path, monkeypatch, one_torch_thread):
     directory = tmp_path / "p"
     directory.mkdir(mode=0o700)
     monkeypatch.setenv(paths.DIR_ENV, str(directory))
@@ -26,10 +26,6 @@ def quick_and_deterministic(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "start", lambda **kw: real_start(**{**kw, "budget": 1.0}))
     monkeypatch.setattr(runtime, "LEAK_CHECK_SHARE", 1.0)
     monkeypatch.setattr(demo, "EVERY", 60)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run(leak) -> list[str]:
@@ -73,3 +69,18 @@ def test_progress_shows_the_figure_the_verdict_is_judged_on():
     cuda = [StepRecord(1, 0.0, device="cuda:0", allocated=3 << 30)]
     assert demo.memory_now(cuda) == "allocated 3072.0 MiB"
     assert demo.memory_now([]) == "memory not read yet"
+
+
+def test_the_demo_loops_leak_holder_is_looked_into_as_the_users_code():
+    # The keeping line of `demo-train --leak` is in gputui's own demo module, which stands in for the
+    # user's code; gputui's other objects (the probe's board) are never looked into.
+    from gputui.probe import board, keepers
+
+    assert keepers._holds_attributes(demo.Leak("graph"))
+    assert not keepers._holds_attributes(board.Board())
+    leak = demo.Leak("outputs")
+    first = keepers.look()
+    leak.outputs.append(torch.zeros(3, requires_grad=True) * 2)
+    grown = keepers.growing(first, keepers.look(), 1)
+    assert grown and grown[0][0][2:] == ("attribute", "leak.outputs")
+    assert keepers.keeping_lines(*grown[0][0]) == [demo.Leak.after_step.__code__.co_firstlineno + 4]

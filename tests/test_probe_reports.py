@@ -22,17 +22,14 @@ import loops  # noqa: E402
 
 
 @pytest.fixture
-def probe(tmp_path, monkeypatch):
+def probe(tmp_path, monkeypatch, one_torch_thread):
     directory = tmp_path / "p"
     directory.mkdir(mode=0o700)
     monkeypatch.setenv(paths.DIR_ENV, str(directory))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     p = runtime.start(budget=1.0, max_steps=50)
     assert p.server is not None
     yield p
     runtime.stop()
-    torch.set_num_threads(threads)
 
 
 def ask(probe, params=None) -> dict:
