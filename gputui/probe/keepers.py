@@ -21,7 +21,6 @@ import torch
 from gputui.model import LeakKeeper
 from gputui.probe.sites import is_user_file
 
-DEMO_MODULE = "gputui.probe.demo"  # `gputui demo-train` stands in for the user's code
 MAX_FRAMES = 4  # user frames looked at, innermost first
 MAX_NAMES = 400  # names sized per look
 MAX_GRAPH = 20_000  # autograd nodes walked per tensor
@@ -60,8 +59,10 @@ def _holds_attributes(value) -> bool:
                           types.FunctionType, types.MethodType, *_CONTAINERS)):
         return False
     module = getattr(type(value), "__module__", "") or ""
-    return hasattr(value, "__dict__") and (module == DEMO_MODULE or not module.startswith(
-        ("torch", "gputui", "builtins")))
+    # (gputui's own classes are not the user's, but for the demo loop's, which sites.is_user_file
+    # counts as the user's code.)
+    return hasattr(value, "__dict__") and (
+        not module.startswith(("torch", "gputui", "builtins")) or _class_file(value) is not None)
 
 
 def _class_file(value) -> str | None:
