@@ -1,5 +1,7 @@
 """Advice rules: what fires, in which order, with which numbers."""
 
+from dataclasses import replace
+
 from gputui.analysis.advice import advise
 from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
@@ -87,7 +89,7 @@ def test_growing_other_tensors_get_the_bounded_cache_advice():
 
 
 def test_evaluation_with_grad_enabled():
-    report = probe_report(categories=cats(activations=3 * GIB), taken_at=50.0)
+    report = replace(probe_report(categories=cats(activations=3 * GIB), taken_at=50.0), started_at=10.0)
     advice = advise(snapshot=snap(), process=job(), report=report)
     assert [a.kind for a in advice] == ["no-grad-eval"]
     assert advice[0].estimated_saving == 3 * GIB
@@ -102,6 +104,27 @@ def test_an_evaluation_phase_after_training_counts_but_training_itself_does_not(
     after = probe_report(steps, categories=cats(activations=GIB), taken_at=1084.5)
     (advice,) = advise(snapshot=snap(), process=job(), report=after)
     assert advice.kind == "no-grad-eval" and "no optimizer step for 75 s" in advice.detail
+
+
+def test_advice_comes_from_settled_evidence_only():
+    # The first training step, two seconds in, has saved 3 GiB and not reached optimizer.step() yet:
+    # that is training, not an evaluation with gradients on.
+    first = replace(probe_report(categories=cats(activations=3 * GIB), taken_at=12.0), started_at=10.0)
+    assert advise(snapshot=snap(), process=job(), report=first) == ()
+    # Long after the last step, the figure is that step's peak (held by nobody now): no advice either.
+    steps = [step(s, 4 * GIB) for s in range(20)]
+    peak = cats(activations=GIB)
+    peak = replace(peak, activations_step=19)
+    assert advise(snapshot=snap(), process=job(), report=probe_report(steps, categories=peak,
+                                                                       taken_at=2000.0)) == ()
+    # Steps without readings between measured ones leave the peak advice where it was.
+    measured = [step(s, 4 * GIB, peak=10 * GIB) if s % 4 == 0 else
+                StepRecord(step=s, ended_at=1000.0 + s * 0.5, duration=0.5, device="cuda:0")
+                for s in range(2, 23)]
+    kinds = {tuple(a.kind for a in advise(snapshot=snap(), process=job(),
+                                          report=probe_report(measured[:n], categories=cats())))
+             for n in range(4, len(measured) + 1)}
+    assert kinds == {("activations",)}
 
 
 def test_activations_dominating_the_peak():

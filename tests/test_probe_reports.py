@@ -90,9 +90,11 @@ def test_the_watcher_merges_new_steps_and_keeps_a_bounded_history(probe, monkeyp
         loops.clean(job, 25)
         merged = watcher.poll()[os.getpid()]
         assert asked == [None, {"since_step": 11, "started_at": probe.started_at}]  # one step back
-        # 37 steps seen, the latest 30 kept; the probe itself keeps 50.
-        assert [s.step for s in merged.steps] == list(range(8, 38))
-        assert merged.steps == probe.report().steps[-30:]
+        # 37 steps seen, the latest 30 kept, and the first two measured ones (the job's start); the
+        # probe itself keeps 50.
+        assert [s.step for s in merged.steps] == [1, 2] + list(range(8, 38))
+        assert merged.steps[2:] == probe.report().steps[-30:]
+        assert merged.steps[:2] == probe.report().steps[:2]
         assert merged.devices == probe.report().devices
         assert watcher.poll()[os.getpid()].steps == merged.steps  # nothing new: nothing lost
     finally:
@@ -156,6 +158,6 @@ def test_measured_steps_outlive_the_window_of_recent_steps(tmp_path, monkeypatch
             held = watcher.poll()[os.getpid()].steps
         finally:
             watcher.close()
-        assert [s.step for s in held] == [8, 9, 10, 11] + list(range(24, 36))
+        assert [s.step for s in held] == [1, 2] + [8, 9, 10, 11] + list(range(24, 36))
     finally:
         runtime.stop()

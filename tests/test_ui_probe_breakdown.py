@@ -26,6 +26,23 @@ def test_items_explain_the_whole_nvml_figure():
     assert b.basis == "NVML per-process memory" and b.note == ""
 
 
+def test_activations_read_between_steps_are_the_last_peak_taken_out_of_the_cache():
+    # At a step's end backward has freed the graph: the allocator counts it in its cache, and the
+    # probe reports step 40's peak, which the next step's forward pass takes again.
+    alloc = AllocatorStats(allocated=8 * GIB, reserved=14 * GIB, inactive_split=GIB)
+    cats = MemoryCategories(parameters=2 * GIB, gradients=2 * GIB, optimizer_state=4 * GIB,
+                            activations=3 * GIB, other=0, activations_step=40)
+    b = explain(device(alloc, cats), nvml=14 * GIB + 500 * MIB)
+    assert [(i.key, i.size) for i in b.items] == [
+        ("parameters", 2 * GIB), ("gradients", 2 * GIB), ("optimizer_state", 4 * GIB),
+        ("activations", 3 * GIB), ("cache", 2 * GIB), ("fragmentation", GIB), ("context", 500 * MIB)]
+    assert b.items[3].label == "activations (step 40's peak; freed to the cache between steps)"
+    assert b.total == b.nvml and b.note == ""
+    # A cache emptied since (torch.cuda.empty_cache()) cannot hold them: said, not hidden.
+    emptied = explain(device(AllocatorStats(allocated=8 * GIB, reserved=9 * GIB), cats), nvml=9 * GIB)
+    assert "the activations of step 40's peak are more than the allocator's cache holds" in emptied.note
+
+
 def test_odd_figures_are_shown_with_a_note_not_hidden():
     alloc = AllocatorStats(allocated=GIB, reserved=2 * GIB)
     cats = MemoryCategories(parameters=GIB + 4 * MIB)  # counted more than the allocator has

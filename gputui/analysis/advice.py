@@ -220,6 +220,11 @@ def _eval_with_grad(seen: _Seen) -> Advice | None:
     cats = seen.probe.categories if seen.probe else None
     if seen.report is None or cats is None or not cats.activations or cats.activations < MIN_ACTIVATIONS:
         return None
+    if cats.activations_step is not None:
+        return None  # a training step's peak, not activations held now
+    if not seen.steps and (seen.report.started_at is None
+                           or seen.report.taken_at - seen.report.started_at < EVAL_GAP):
+        return None  # the first training step may still be on its way to optimizer.step()
     if seen.steps:
         last = seen.steps[-1]
         step_time = (seen.verdict.step_time if seen.verdict else None) or last.duration or 0.0
@@ -243,12 +248,12 @@ def _eval_with_grad(seen: _Seen) -> Advice | None:
 
 
 def _activations_dominate(seen: _Seen) -> Advice | None:
-    if not seen.steps:
+    # Judged on the latest measured step (the only ones with peaks), so that advice does not come
+    # and go with each poll as steps with and without readings alternate.
+    last = next((s for s in reversed(seen.steps) if s.step > 1 and _peaks(s)), None)
+    if last is None or last.allocated is None:
         return None
-    last = seen.steps[-1]
-    peaks = [p for p in (last.peak_forward, last.peak_backward, last.peak_optimizer) if p is not None]
-    if not peaks or last.allocated is None:
-        return None
+    peaks = _peaks(last)
     peak = max(peaks)
     activations = peak - last.allocated  # what a step adds on top of what it keeps: mostly activations
     if peak <= 0 or activations < ACTIVATIONS_SHARE * peak:
@@ -271,6 +276,10 @@ def _activations_dominate(seen: _Seen) -> Advice | None:
         "    with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)",
         estimated_saving=activations // 2,
     )
+
+
+def _peaks(step: StepRecord) -> list[int]:
+    return [p for p in (step.peak_forward, step.peak_backward, step.peak_optimizer) if p is not None]
 
 
 def _optimizer_dominates(seen: _Seen) -> Advice | None:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from gputui.errors import UserError
 from gputui.link import paths, protocol
 from gputui.link.server import peer_credentials
-from gputui.model import ProbeReport, from_jsonable
+from gputui.model import FIRST_STEPS_KEPT, ProbeReport, from_jsonable
 
 # Why a probe could not be reached (ProbeUnavailable.reason).
 NO_PROBE = "no_probe"
@@ -427,8 +427,11 @@ class ProbeWatcher:
         if len(report.steps) > self.keep_steps:
             older, recent = report.steps[:-self.keep_steps], report.steps[-self.keep_steps:]
             measured = [s for s in older if s.allocated is not None]
-            kept = tuple(measured[-self.keep_measured:]) if self.keep_measured > 0 else ()
-            report = dataclasses.replace(report, steps=kept + recent)
+            kept = measured[-self.keep_measured:] if self.keep_measured > 0 else []
+            # The first measured steps stay (what the job's start added), as on the probe's board.
+            first = [s for s in older if s.categories is not None][:FIRST_STEPS_KEPT]
+            first = [s for s in first if s not in kept]
+            report = dataclasses.replace(report, steps=tuple(first + kept) + recent)
         self._reports[pid] = report
         started_at = result.get("probe_started_at") if isinstance(result, dict) else None
         if report.steps and isinstance(started_at, (int, float)):

@@ -23,6 +23,7 @@ from gputui.model.gpu import (
 from gputui.model.probe import (
     AllocatorStats,
     AllocationSite,
+    FIRST_STEPS_KEPT,
     LeakKeeper,
     TENSOR_CATEGORIES,
     MemoryCategories,
@@ -92,6 +93,7 @@ __all__ = [
     "HostProcess",
     "MemoryCategories",
     "TENSOR_CATEGORIES",
+    "FIRST_STEPS_KEPT",
     "MigInstance",
     "OomRecord",
     "ProbeDevice",

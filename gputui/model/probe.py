@@ -19,6 +19,9 @@ class MemoryCategories:
     activations: int | None = None  # tensors saved for backward by autograd
     other: int | None = None  # every other live tensor the allocator holds
     buffers: int | None = None  # the models' buffers: BatchNorm statistics, positional encodings
+    # Set when ``activations`` is not what is held now but the peak of this measured step: read
+    # between steps (the graph is freed by backward), the figure worth showing is the last peak.
+    activations_step: int | None = None
 
     def tensor_bytes(self) -> int | None:
         """What the categories account for in tensors; None when none is known."""
@@ -63,6 +66,12 @@ class ProbeDevice:
     categories: MemoryCategories | None = None
 
 
+# The first measured steps are kept for the life of the job, wherever the probe's and the monitor's
+# windows of recent steps have moved on: they show the model, then its activations, gradients and
+# optimizer state arriving (a job that runs out of memory at its first optimizer.step()).
+FIRST_STEPS_KEPT = 2
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One training step, bounded by optimizer.step() calls."""
@@ -88,6 +97,12 @@ class StepRecord:
     # Bytes this step saved for backward that were still held at its end: a graph kept past its step
     # (a loss summed with its graph, outputs kept in a list). Measured steps only.
     activations_kept: int | None = None
+    # The most bytes saved for backward held at once during the step: what its forward passes kept
+    # for backward at their peak (measured steps).
+    activations_peak: int | None = None
+    # Memory at the start of the step's first forward pass, on the same terms as ``allocated``
+    # (measured steps): where the phases' peaks rise from.
+    allocated_at_start: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,7 @@ class ProbeReport:
     pid: int
     taken_at: float
     torch_version: str | None = None
+    started_at: float | None = None  # when the probe started in the process
     command: tuple[str, ...] = ()
     devices: tuple[ProbeDevice, ...] = ()
     # When the devices' figures were read (on the training thread, at a step end or the next hook after

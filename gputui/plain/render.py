@@ -454,7 +454,10 @@ def _category_chunks(categories: MemoryCategories | None) -> list[Line]:
     named = (("params", categories.parameters), ("grads", categories.gradients),
              ("optimizer", categories.optimizer_state), ("buffers", categories.buffers),
              ("activations", categories.activations), ("other", categories.other))
-    return [text(f"{label} {units.size(value)}") for label, value in named if value is not None]
+    # Read between steps, the activations are the last measured step's peak, not what is held now.
+    peak = "" if categories.activations_step is None else f" (step {categories.activations_step} peak)"
+    return [text(f"{label} {units.size(value)}" + (peak if label == "activations" else ""))
+            for label, value in named if value is not None]
 
 
 def _step_chunks(report: ProbeReport) -> list[Line]:

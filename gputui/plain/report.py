@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import tzinfo
 
 from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
+from gputui.analysis.phases import headline, phase_account
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
 from gputui.plain import units
@@ -86,6 +87,7 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
             lines += _allocator_lines(device.device, device.allocator, width, glyphs)
     if report.steps:
         lines += _step_table(report, width, glyphs)
+        lines += _phase_lines(report, width, glyphs)
     if report.last_oom is not None and report.last_oom.message:
         lines += flow([text(report.last_oom.message, "bad")], width,
                       first=Line().add("OOM message: ", "bold"), indent=2, ellipsis=glyphs.ellipsis)
@@ -179,6 +181,19 @@ def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     for row in rows:
         lines.append(Line().add(" ".join(v.rjust(w) for v, w in zip(row, widths)))
                      .cropped(width, glyphs.ellipsis))
+    return lines
+
+
+def _phase_lines(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
+    """The first measured step and the latest, phase by phase: where each one's peak comes from."""
+    measured = [s for s in report.steps if phase_account(s) is not None]
+    lines: list[Line] = []
+    for i in sorted({0, len(measured) - 1}) if measured else ():
+        step = measured[i]
+        account = phase_account(step, measured[i - 1] if i else None, cpu=step.reserved is None)
+        lines.append(Line().add(headline(account), "head"))
+        lines += flow([text(part + ";") for part in account.lines[:-1]] + [text(account.lines[-1])],
+                      width, first=Line().add("  "), indent=2, ellipsis=glyphs.ellipsis)
     return lines
 
 

@@ -158,9 +158,13 @@ DEFS: dict[str, Any] = {
         "parameters": _nullable("integer", "model parameters (bytes)", **BYTES),
         "gradients": _nullable("integer", "parameter gradients (bytes)", **BYTES),
         "optimizer_state": _nullable("integer", "optimizer state such as Adam's moments (bytes)", **BYTES),
-        "activations": _nullable("integer", "tensors saved for backward (bytes)", **BYTES),
+        "activations": _nullable("integer", "tensors saved for backward: held now, or the peak of "
+                                 "step activations_step where that is set (bytes)", **BYTES),
         "other": _nullable("integer", "every other live tensor (bytes)", **BYTES),
         "buffers": _nullable("integer", "the models' buffers, e.g. BatchNorm statistics (bytes)", **BYTES),
+        "activations_step": _nullable("integer", "set when activations is the peak of this measured "
+                                      "step, read between steps (after backward freed the graph)",
+                                      minimum=0),
     }, "Live tensor bytes by purpose, deduplicated by storage"),
     "AllocatorStats": _obj({
         "allocated": _exact("integer", "bytes in live tensors (bytes)", **BYTES),
@@ -210,6 +214,10 @@ DEFS: dict[str, Any] = {
         "activations_kept": _nullable("integer", "bytes saved for backward during the step and still "
                                       "held at its end: a graph kept past its step (measured steps)",
                                       **BYTES),
+        "activations_peak": _nullable("integer", "the most bytes saved for backward held at once "
+                                      "during the step (measured steps)", **BYTES),
+        "allocated_at_start": _nullable("integer", "memory at the start of the step's first forward "
+                                        "pass, on the same terms as allocated (measured steps)", **BYTES),
     }, "One training step, bounded by optimizer.step() calls"),
     "OomRecord": _obj({
         "at": _exact("number", "when (seconds since the epoch)"),
@@ -239,6 +247,7 @@ DEFS: dict[str, Any] = {
         "pid": _exact("integer", "PID of the probed process (as it sees itself)", **PID),
         "taken_at": _exact("number", "when the report was made (seconds since the epoch)"),
         "torch_version": _nullable("string", "torch.__version__"),
+        "started_at": _nullable("number", "when the probe started in the process (seconds since the epoch)"),
         "command": _strings("command line (argv)"),
         "devices": _list(_ref("ProbeDevice"), "devices the process uses"),
         "read_at": _nullable("number", "when the devices' figures were read (seconds since the epoch); "

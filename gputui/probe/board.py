@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.model import AllocationSite, LeakKeeper, OomRecord, ProbeDevice, StepRecord
+from gputui.model import FIRST_STEPS_KEPT, AllocationSite, LeakKeeper, OomRecord, ProbeDevice, StepRecord
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ class Board:
         # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may hold
         # too few of them for a leak verdict.
         self.measured: deque = deque(maxlen=measured_kept)
+        self.first: tuple[StepRecord, ...] = ()  # the first measured steps, kept for good
         self.problems = Problems()
         self.server_problems: tuple[str, ...] | deque = ()
         # Written by the training thread (and the OOM hooks, on the thread that ran out).
@@ -106,24 +107,35 @@ class Board:
             return 0
         return last[0] if type(last) is tuple else last.step
 
+    def add_measured(self, record: StepRecord) -> None:
+        """A measured step's record, after it was appended to ``steps``."""
+        self.measured.append(record)
+        if len(self.first) < FIRST_STEPS_KEPT:
+            self.first = self.first + (record,)
+
     def entries(self) -> list:
         """The recent steps as kept (StepRecords and plain tuples), oldest first, with measured steps
-        from before the kept window in front of it."""
+        from before the kept window in front of it, and the first measured steps in front of all."""
         recent = list(self.steps)
         if not recent:
             return recent
-        first = recent[0][0] if type(recent[0]) is tuple else recent[0].step
-        return [r for r in list(self.measured) if r.step < first] + recent
+        start = recent[0][0] if type(recent[0]) is tuple else recent[0].step
+        older = [r for r in list(self.measured) if r.step < start]
+        start = older[0].step if older else start
+        return [r for r in self.first if r.step < start] + older + recent
 
     def revise_latest(self, old: StepRecord, new: StepRecord) -> None:
         """Put ``new`` in the place of ``old`` where it is still the latest record of a log."""
         for log in (self.steps, self.measured):
             if log and log[-1] is old:
                 log[-1] = new
+        if self.first and self.first[-1] is old:
+            self.first = self.first[:-1] + (new,)
 
     def clear_steps(self) -> None:
         self.steps.clear()
         self.measured.clear()
+        self.first = ()
 
     @property
     def sites_pending(self) -> bool:

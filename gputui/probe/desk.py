@@ -106,6 +106,7 @@ class Desk:
             pid=board.pid,
             taken_at=time.time(),
             torch_version=board.torch_version,
+            started_at=board.started_at,
             command=board.command,
             devices=reading.devices,
             read_at=reading.read_at,

@@ -247,6 +247,7 @@ class Probe:
             self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
             self.tracker.hook_seconds += time.perf_counter() - started
         devices = []
+        shown, main = self.tracker.activations_shown(), self.tracker.device
         for index in cuda:
             name = f"cuda:{index}"
             stats = allocator.stats_from_memory_stats(
@@ -256,11 +257,13 @@ class Probe:
             )
             devices.append(ProbeDevice(
                 device=name, cuda_index=index, uuid=self._uuid(index), allocator=stats,
-                categories=categories_of(counts.get(name), stats.allocated if stats else None),
+                categories=categories_of(counts.get(name), stats.allocated if stats else None,
+                                         shown if name == main else None),
             ))
         for name in sorted(counts):
             if not name.startswith("cuda"):
-                devices.append(ProbeDevice(device=name, categories=categories_of(counts[name])))
+                devices.append(ProbeDevice(device=name, categories=categories_of(
+                    counts[name], activations=shown if name == main else None)))
         if not devices:
             devices.append(ProbeDevice(device="cpu", categories=categories_of([0] * SLOTS)))
         return tuple(devices)

@@ -137,12 +137,19 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     return {str(device): row for device, row in totals.items()}
 
 
-def categories_of(row: list[int] | None, allocated: int | None = None) -> MemoryCategories | None:
-    """MemoryCategories from a tally row; ``other`` only where the allocator's total is known."""
+def categories_of(row: list[int] | None, allocated: int | None = None,
+                  activations: tuple[int, int] | None = None) -> MemoryCategories | None:
+    """MemoryCategories from a tally row; ``other`` only where the allocator's total is known.
+
+    ``activations``, (bytes, step), reports a measured step's peak in place of what is held now
+    (see Tracker.activations_shown); ``other`` is still what the row leaves of ``allocated`` now.
+    """
     if row is None:
         return None
     other = None if allocated is None else max(0, allocated - sum(row))
-    return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], row[ACTS], other, buffers=row[BUFFERS])
+    acts, step = (row[ACTS], None) if activations is None else activations
+    return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], acts, other, buffers=row[BUFFERS],
+                            activations_step=step)
 
 
 @dataclass
@@ -192,10 +199,9 @@ class Tracker:
         self.problems = self.board.problems
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         # StepRecords of measured steps, and (step, ended_at, duration, device) tuples of the others:
-        # a frozen dataclass per step costs the training thread more than the tuple. Both logs live on
+        # a frozen dataclass per step costs the training thread more than the tuple. The logs live on
         # the board, where the socket thread reads them.
         self._steps: deque = self.board.steps
-        self._measured: deque = self.board.measured
         self.step_count = 0
         self.active = False
         self.hook_seconds = 0.0  # time spent in readings on the training thread
@@ -220,6 +226,9 @@ class Tracker:
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
         self._tracked = 0  # tracked bytes at the latest measured step (CPU: heap figures below it are not ours)
         self._activation_bytes: dict = {}  # torch.device -> bytes saved for backward, live
+        self._acts_now = 0  # the same on every device together
+        self._acts_peak = 0  # the most of it held at once since the running step started
+        self._peak_shown: tuple | None = None  # (bytes, step): the latest measured step's peak
         self._model_keys: frozenset = frozenset()  # storages of parameters, buffers, state
         # (device, parameter bytes, optimizer-state bytes there, torch.device, shape of the model,
         # buffer bytes) at the latest full tally
@@ -351,6 +360,18 @@ class Tracker:
     def activation_bytes(self) -> int:
         return sum(self._activation_bytes.values())
 
+    def activations_shown(self) -> tuple[int, int] | None:
+        """(bytes, step) to report as activations instead of what is held now, or None for "now".
+
+        Inside a measured step's forward or backward the saved tensors held now are the figure;
+        anywhere else (a step's end, after backward freed its graph, or a step the hooks do not
+        watch) it is the latest measured step's peak, named by its step, never a 0 that only
+        means "not watched".
+        """
+        if self._measuring and self._phase in (FORWARD, BACKWARD):
+            return None
+        return self._peak_shown
+
     def _release(self, key) -> None:
         entry = self._live.get(key)
         if entry is None:
@@ -360,6 +381,7 @@ class Tracker:
             del self._live[key]
             device = key[1]
             self._activation_bytes[device] = self._activation_bytes.get(device, 0) - entry[1]
+            self._acts_now -= entry[1]
 
     def model_storages(self) -> set:
         """(data_ptr, device) of every parameter, gradient, buffer and optimizer-state storage."""
@@ -442,7 +464,7 @@ class Tracker:
                 if peak is not None:
                     self._peaks[previous] = max(self._peaks.get(previous, 0), peak)
             self._phase_start = reading
-            self._marks[phase] = reading
+            self._marks.setdefault(phase, reading)  # a phase's first boundary: where the step started
         finally:
             self.hook_seconds += self.clock() - started
 
@@ -523,6 +545,9 @@ class Tracker:
                         whole = True
                     self._live[key] = [1, nbytes]
                     self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
+                    now = self._acts_now = self._acts_now + nbytes
+                    if now > self._acts_peak:
+                        self._acts_peak = now
                     if whole:
                         # (A small slice of a big storage is data that was there before the step,
                         # first seen now: no memory this step kept.)
@@ -540,7 +565,7 @@ class Tracker:
     def _unpack(self, saved):
         if type(saved) is not _Saved:
             return saved
-        if self._phase != BACKWARD and self.active:
+        if self._phase not in (BACKWARD, OPTIMIZER) and self.active:
             try:
                 self._mark(BACKWARD)
             except Exception as exc:
@@ -550,6 +575,8 @@ class Tracker:
     def _enter_forward(self) -> None:
         if self._step_started is None:
             self._start_step()
+        if self._phase == OPTIMIZER:
+            return  # a closure's forward pass (LBFGS): part of optimizer.step(), and its peak
         self._mark(FORWARD)
 
     def _start_step(self, now: float | None = None) -> None:
@@ -558,6 +585,7 @@ class Tracker:
             self._packs = 0
         self._step_started = self.clock() if now is None else now
         self._hook_at_start = self.hook_seconds
+        self._acts_peak = self._acts_now
         if self._saved_this_step:
             self._saved_this_step = {}
         # Readings cost time on the training thread: take them only while the probe's share of
@@ -625,7 +653,7 @@ class Tracker:
             self.last_reading = end
             self._steps.append(record)
             if end is not None:
-                self._measured.append(record)
+                self.board.add_measured(record)
             self.last_measured = end is not None
             if duration is not None and self._typical is not None:
                 # What the readings cost beyond what they timed themselves: module hooks sending
@@ -695,11 +723,15 @@ class Tracker:
             peak_forward=self._peaks.get(FORWARD),
             peak_backward=self._peaks.get(BACKWARD),
             peak_optimizer=self._peaks.get(OPTIMIZER),
+            allocated_at_start=start.allocated if (start := self._marks.get(FORWARD)) else None,
             categories=categories_of(row, end.allocated if cuda else None),
             host_memory=end.host,
             host_allocated=end.heap,
             activations_kept=kept,
+            activations_peak=self._acts_peak if self.activations else None,
         )
+        if self.activations:
+            self._peak_shown = (self._acts_peak, self.step_count)
         if held:
             self._kept_check = (record, held)
         return record

@@ -38,8 +38,14 @@ def _categories(lay: Layout, mem: Memory) -> MemoryCategories:
         parameters = mem.allocated * lay.parameters // max(1, lay.parameters + lay.other)
         return MemoryCategories(parameters, 0, 0, 0, mem.allocated - parameters)
     buffers = _buffers(lay)
+    # Read inside a step's forward or backward (as the allocator's figures are): what is saved now.
     return MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state, mem.activations,
                             lay.other - buffers, buffers=buffers)
+
+
+def _activations_peak(lay: Layout, step: int) -> int:
+    """What step ``step`` held for backward at its peak: its own graph and the ones the leak kept."""
+    return lay.activations + lay.leak_per_step * (step - 1)
 
 
 def _allocator(lay: Layout, mem: Memory, peak_step: int, ooms: int) -> AllocatorStats:
@@ -87,6 +93,7 @@ def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[St
             categories=MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state,
                                         lay.leak_per_step * k, lay.other - _buffers(lay), buffers=_buffers(lay)),
             activations_kept=lay.leak_per_step,
+            activations_peak=_activations_peak(lay, k),
         ))
     return tuple(records)
 
@@ -150,6 +157,7 @@ def report_for(now: JobNow, machine) -> ProbeReport:
         pid=run.pid,
         taken_at=machine.wallclock(),
         torch_version=TORCH_VERSION,
+        started_at=epoch + run.start,
         command=program.cmdline,
         devices=devices,
         # As the real probe: figures read at the end of the last step (or, before one, on request).

@@ -66,8 +66,12 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
             if value:
                 sizes[key] = value
     note = ""
+    # Activations read between steps are the last measured step's peak: not allocated now, but
+    # the room the next step's forward pass will take again, kept in the allocator's cache.
+    between = cats is not None and cats.activations_step is not None
+    in_cache = sizes.get("activations", 0) if between else 0
     if alloc is not None:
-        tracked = sum(sizes.values())
+        tracked = sum(sizes.values()) - in_cache
         if alloc.allocated > tracked:
             sizes["untracked"] = alloc.allocated - tracked
         elif tracked > alloc.allocated:
@@ -76,8 +80,11 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
                     "mid-step)")
         held = max(0, alloc.reserved - alloc.allocated)
         split = min(held, alloc.inactive_split or 0)
-        if held - split:
-            sizes["cache"] = held - split
+        if in_cache > held - split:
+            note = (f"the activations of step {cats.activations_step}'s peak are more than the "
+                    "allocator's cache holds now (it was emptied, or the next step needs new memory)")
+        elif held - split - in_cache:
+            sizes["cache"] = held - split - in_cache
         if split:
             sizes["fragmentation"] = split
         if nvml is not None:
@@ -89,7 +96,7 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
                         "reserves (the two were read at different moments)")
     if not sizes:
         return None
-    items = tuple(Item(key, _SLICE[key][0], sizes[key], _SLICE[key][1], _SLICE[key][2])
+    items = tuple(Item(key, _label(key, cats), sizes[key], _SLICE[key][1], _SLICE[key][2])
                   for key, *_ in SLICES if key in sizes)
     total = sum(i.size for i in items)
     if alloc is not None and nvml is not None and nvml >= alloc.reserved and not note:
@@ -99,6 +106,12 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
     else:
         basis = "tracked tensors; no CUDA allocator"
     return Breakdown(items, total, nvml, basis, note)
+
+
+def _label(key: str, cats) -> str:
+    if key == "activations" and cats is not None and cats.activations_step is not None:
+        return f"activations (step {cats.activations_step}'s peak; freed to the cache between steps)"
+    return _SLICE[key][0]
 
 
 def cells(items: tuple[Item, ...], total: int, width: int) -> list[int]:

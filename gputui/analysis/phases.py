@@ -1,0 +1,87 @@
+"""How a step's memory rose phase by phase: why it jumps after forward, after backward and at the
+first optimizer.step(), and which phase sets the step's peak.
+
+Pure: step records in, plain sentences out, for ``gputui probe`` and the detail screen alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputui.analysis.text import size
+from gputui.model import StepRecord
+
+PHASES = (("forward", "peak_forward"), ("backward", "peak_backward"), ("optimizer.step()", "peak_optimizer"))
+
+
+@dataclass(frozen=True)
+class PhaseAccount:
+    """One measured step's phases, in words."""
+
+    step: int
+    lines: tuple[str, ...]  # where it started, each phase's peak and rise, what appeared
+    peak_phase: str | None  # the phase that sets the step's peak
+    peak: int | None
+
+
+def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bool = False) -> PhaseAccount | None:
+    """The account of ``step``; ``before`` is the measured step before it (None for the first).
+
+    ``cpu``: the figures are the probe's tracked tensors at phase boundaries (CPU has no allocator
+    peak counter), which the last line says.
+    """
+    peaks = [(name, getattr(step, field)) for name, field in PHASES if getattr(step, field) is not None]
+    if not peaks:
+        return None
+    start = step.allocated_at_start
+    lines = []
+    if start is not None:
+        lines.append(f"started at {size(start)}" + _model_of(step, start))
+    for name, peak in peaks:
+        rise = f" ({_signed(peak - start)} over the start)" if start is not None else ""
+        lines.append(f"{name} peak {size(peak)}{rise}")
+    top_name, top = max(peaks, key=lambda p: p[1])
+    appeared = _appeared(step, before)
+    if appeared:
+        lines.append(appeared)
+    if step.activations_peak:
+        lines.append(f"activations saved for backward: {size(step.activations_peak)} at their peak")
+    if step.allocated is not None:
+        lines.append(f"ended at {size(step.allocated)}")
+    if cpu:
+        lines.append("CPU: tensors the probe tracks, at phase boundaries (temporaries inside a phase are not seen)")
+    return PhaseAccount(step.step, tuple(lines), top_name, top)
+
+
+def headline(account: PhaseAccount) -> str:
+    """One line: which phase sets the step's peak."""
+    return f"Step {account.step} peaks in {account.peak_phase} at {size(account.peak)}"
+
+
+def _model_of(step: StepRecord, start: int) -> str:
+    cats = step.categories
+    if cats is None or not cats.parameters:
+        return ""
+    model = cats.parameters + (cats.buffers or 0)
+    return f" (the model: {size(model)})" if model <= start else ""
+
+
+def _appeared(step: StepRecord, before: StepRecord | None) -> str:
+    """What the step left behind that was not there before it: gradients, optimizer state."""
+    cats = step.categories
+    if cats is None:
+        return ""
+    old = before.categories if before is not None else None
+    new = []
+    for label, now, then in (("gradients", cats.gradients, old.gradients if old else 0),
+                             ("optimizer state", cats.optimizer_state, old.optimizer_state if old else 0)):
+        if now and now > (then or 0):
+            new.append(f"{label} +{size(now - (then or 0))}")
+    if not new:
+        return ""
+    where = "created at this step" if before is None else f"since step {before.step}"
+    return "left behind: " + ", ".join(new) + f" ({where})"
+
+
+def _signed(value: int) -> str:
+    return ("+" if value >= 0 else "-") + size(abs(value))
