@@ -86,7 +86,12 @@ def test_leaky_probe_matches_nvml_and_records_the_leak(run):
     assert procs[51200] == device.allocator.reserved + 500 * MiB  # NVML = reserved + CUDA context
     cats = device.categories
     assert cats.tensor_bytes() == device.allocator.allocated
-    steps = report.steps
+    first, steps = report.steps[:2], report.steps[2:]
+    assert [s.step for s in first] == [1, 2]  # the job's start, kept in front of the window
+    # Step 1 makes the gradients in its backward pass and the optimizer state in its step.
+    assert first[0].allocated_at_start == first[0].categories.parameters + first[0].categories.other \
+        + first[0].categories.buffers
+    assert first[1].allocated_at_start == first[0].allocated
     assert len(steps) == 200
     assert [s.step for s in steps] == list(range(76, 276))  # (100 + 30 - 20) / 0.4 = 275 done
     assert steps[-1].ended_at == EPOCH - 30.0 + 20.0 + 275 * 0.4

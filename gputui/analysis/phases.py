@@ -53,6 +53,14 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     return PhaseAccount(step.step, tuple(lines), top_name, top)
 
 
+def accounts(steps) -> tuple[PhaseAccount, ...]:
+    """The first measured step and the latest (the job's start, and how it runs now)."""
+    measured = [s for s in steps if phase_account(s) is not None]
+    picked = sorted({0, len(measured) - 1}) if measured else []
+    return tuple(phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
+                 for i in picked)
+
+
 def headline(account: PhaseAccount) -> str:
     """One line: which phase sets the step's peak."""
     return f"Step {account.step} peaks in {account.peak_phase} at {size(account.peak)}"

@@ -21,7 +21,16 @@ class MemoryCategories:
     buffers: int | None = None  # the models' buffers: BatchNorm statistics, positional encodings
     # Set when ``activations`` is not what is held now but the peak of this measured step: read
     # between steps (the graph is freed by backward), the figure worth showing is the last peak.
+    # 0: the latest forward pass's peak, in a job that has not stepped an optimizer.
     activations_step: int | None = None
+
+    def activations_when(self) -> str:
+        """Whose peak ``activations`` is, in words; "" when it is what is held now."""
+        if self.activations_step is None:
+            return ""
+        if self.activations_step == 0:
+            return "the last forward pass's peak"
+        return f"step {self.activations_step}'s peak"
 
     def tensor_bytes(self) -> int | None:
         """What the categories account for in tensors; None when none is known."""

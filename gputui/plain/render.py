@@ -455,7 +455,7 @@ def _category_chunks(categories: MemoryCategories | None) -> list[Line]:
              ("optimizer", categories.optimizer_state), ("buffers", categories.buffers),
              ("activations", categories.activations), ("other", categories.other))
     # Read between steps, the activations are the last measured step's peak, not what is held now.
-    peak = "" if categories.activations_step is None else f" (step {categories.activations_step} peak)"
+    peak = f" ({categories.activations_when()})" if categories.activations_when() else ""
     return [text(f"{label} {units.size(value)}" + (peak if label == "activations" else ""))
             for label, value in named if value is not None]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import tzinfo
 
 from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
-from gputui.analysis.phases import headline, phase_account
+from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
 from gputui.plain import units
@@ -186,11 +186,8 @@ def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
 
 def _phase_lines(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     """The first measured step and the latest, phase by phase: where each one's peak comes from."""
-    measured = [s for s in report.steps if phase_account(s) is not None]
     lines: list[Line] = []
-    for i in sorted({0, len(measured) - 1}) if measured else ():
-        step = measured[i]
-        account = phase_account(step, measured[i - 1] if i else None, cpu=step.reserved is None)
+    for account in accounts(report.steps):
         lines.append(Line().add(headline(account), "head"))
         lines += flow([text(part + ";") for part in account.lines[:-1]] + [text(account.lines[-1])],
                       width, first=Line().add("  "), indent=2, ellipsis=glyphs.ellipsis)

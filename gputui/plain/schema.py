@@ -163,7 +163,8 @@ DEFS: dict[str, Any] = {
         "other": _nullable("integer", "every other live tensor (bytes)", **BYTES),
         "buffers": _nullable("integer", "the models' buffers, e.g. BatchNorm statistics (bytes)", **BYTES),
         "activations_step": _nullable("integer", "set when activations is the peak of this measured "
-                                      "step, read between steps (after backward freed the graph)",
+                                      "step, read between steps (after backward freed the graph); "
+                                      "0: the latest forward pass's peak, before any optimizer step",
                                       minimum=0),
     }, "Live tensor bytes by purpose, deduplicated by storage"),
     "AllocatorStats": _obj({

@@ -152,6 +152,54 @@ def categories_of(row: list[int] | None, allocated: int | None = None,
                             activations_step=step)
 
 
+class Slices:
+    """The views of one storage saved for backward, when the first one used less than half of it.
+
+    What the graph uses of it is the elements of its views: their bytes added up, but never more
+    than the union of the byte ranges they span (two overlapping slices of a dataset: the
+    inputs and the targets one token later), nor than the storage. q, k and v split out of one
+    projection are three views of a third each: together, the whole storage.
+    """
+
+    __slots__ = ("nbytes", "views", "spans", "used")
+
+    def __init__(self, nbytes: int, tensor):
+        self.nbytes = nbytes
+        self.views: set = set()
+        self.spans: list[tuple[int, int]] = []
+        self.used = 0
+        self.add(tensor)
+
+    def add(self, tensor) -> int:
+        """Take in one more view; the bytes it adds to what is counted."""
+        view = (tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
+        if view in self.views:
+            return 0
+        self.views.add(view)
+        size = tensor.element_size()
+        start = view[0] * size
+        reach = sum((n - 1) * abs(st) for n, st in zip(view[1], view[2]) if n > 0) + 1
+        before = self.counted()
+        self.used += tensor.numel() * size
+        self.spans = _union(self.spans + [(start, start + reach * size)])
+        return self.counted() - before
+
+    def counted(self) -> int:
+        if not self.views:
+            return 0
+        return min(self.used, sum(end - start for start, end in self.spans), self.nbytes)
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 @dataclass
 class _Reading:
     """Memory on the step's device at one phase boundary."""
@@ -480,6 +528,12 @@ class Tracker:
             return None
         if not self._roots_learned:
             self._roots.add(module)
+        if self._phase == BACKWARD and self._primary is None:
+            # No optimizer (yet): a forward pass after a backward is the only boundary there is.
+            # The pass that ended shows its peak, as a step would (step 0: no step counted).
+            self._peak_shown = (self._acts_peak, self.step_count)
+            self._acts_peak = self._acts_now
+            self._phase = IDLE
         if self.on_forward is not None:
             try:
                 self.on_forward()
@@ -540,20 +594,23 @@ class Tracker:
                     # dataset is not an activation: count the slice the graph actually uses.
                     used = tensor.numel() * tensor.element_size()
                     if used < nbytes // 2:
-                        nbytes, whole = used, used * 4 >= nbytes
+                        entry = [1, used, Slices(nbytes, tensor)]
+                        whole = used * 4 >= nbytes
                     else:
-                        whole = True
-                    self._live[key] = [1, nbytes]
-                    self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
-                    now = self._acts_now = self._acts_now + nbytes
-                    if now > self._acts_peak:
-                        self._acts_peak = now
+                        entry, whole = [1, nbytes], True
+                    self._live[key] = entry
+                    self._count_activations(device, entry[1])
                     if whole:
                         # (A small slice of a big storage is data that was there before the step,
                         # first seen now: no memory this step kept.)
                         self._saved_this_step[key] = None
                 else:
                     entry[0] += 1
+                    if len(entry) > 2:  # another view of a sliced storage (q, k and v of one tensor)
+                        grown = entry[2].add(tensor)
+                        if grown:
+                            entry[1] += grown
+                            self._count_activations(device, grown)
                 saved.key = key
             if self.saw_tensor is not None:
                 self.saw_tensor(tensor)
@@ -561,6 +618,12 @@ class Tracker:
         except Exception as exc:
             self.problems.record("saved-tensor hook", exc)
             return tensor
+
+    def _count_activations(self, device, nbytes: int) -> None:
+        self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
+        now = self._acts_now = self._acts_now + nbytes
+        if now > self._acts_peak:
+            self._acts_peak = now
 
     def _unpack(self, saved):
         if type(saved) is not _Saved:

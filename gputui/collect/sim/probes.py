@@ -10,6 +10,7 @@ from gputui.collect.sim.devices import MiB
 from gputui.collect.sim.jobs import Job, Layout, Memory, Run, round_up
 from gputui.collect.sim.state import JobNow
 from gputui.model import (
+    FIRST_STEPS_KEPT,
     AllocationSite,
     AllocatorStats,
     LeakKeeper,
@@ -74,10 +75,15 @@ def _allocator(lay: Layout, mem: Memory, peak_step: int, ooms: int) -> Allocator
 def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[StepRecord, ...]:
     lay = job.layout
     records = []
-    for k in range(max(1, upto - HISTORY + 1), upto + 1):
+    window = range(max(1, upto - HISTORY + 1), upto + 1)
+    # As the real probe, the first two steps stay in front of the window (FIRST_STEPS_KEPT).
+    for k in [k for k in range(1, FIRST_STEPS_KEPT + 1) if k < window.start] + list(window):
         end = lay.step_end(k)
-        before = lay.resting(k - 1) + (lay.gradients + lay.optimizer_state if k == 1 else 0)
+        before = lay.resting(k - 1)
         forward = before + lay.activations
+        # Gradients are kept between steps (zero_grad(set_to_none=False)): the first step makes them
+        # in its backward pass, and its optimizer.step() makes the optimizer state.
+        backward = forward + (lay.gradients if k == 1 else round_up(lay.parameters * 0.05))
         records.append(StepRecord(
             step=k,
             ended_at=epoch + run.start + end,
@@ -88,12 +94,13 @@ def _steps(job: Job, run: Run, upto: int, device: str, epoch: float) -> tuple[St
             inactive_split=(lay.reserved(k - 1, end) - lay.resting(k)) // 5,
             alloc_retries=0,
             peak_forward=forward,
-            peak_backward=forward + round_up(lay.parameters * 0.05),  # gradient buckets being filled
+            peak_backward=backward,
             peak_optimizer=lay.resting(k) + round_up(lay.parameters),  # foreach Adam's temporaries
             categories=MemoryCategories(lay.parameters, lay.gradients, lay.optimizer_state,
                                         lay.leak_per_step * k, lay.other - _buffers(lay), buffers=_buffers(lay)),
             activations_kept=lay.leak_per_step,
             activations_peak=_activations_peak(lay, k),
+            allocated_at_start=before,
         ))
     return tuple(records)
 

@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui.analysis import phases as step_phases
 from gputui.analysis.sites import keeper_text
 from gputui.model import ProbeReport
 from gputui.model.verdicts import (
@@ -58,6 +59,15 @@ class ProcessAnalysis:
     now: float | None = None  # the snapshot's time, to count forecasts from
 
 
+def phases_text(phases: tuple[step_phases.PhaseAccount, ...]) -> Content:
+    """Where the first and the latest measured step's memory went, phase by phase."""
+    parts = [Content.styled("Memory by phase (the first measured step, and the latest)", "bold")]
+    for account in phases:
+        parts.append(Content.styled(step_phases.headline(account), "bold $text-muted"))
+        parts += [Content("  " + line) for line in account.lines]
+    return Content("\n").join(parts)
+
+
 class AnalysisPanel(Vertical):
     """Leak verdict, growing allocation sites, and one title and body per piece of advice."""
 
@@ -75,6 +85,7 @@ class AnalysisPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="analysis-leak")
+        yield Static(id="analysis-phases")
         yield Static(id="analysis-sites")
         with Vertical(id="analysis-advice"):
             yield Static(Content.styled("Advice", "bold"), classes="advice-heading")
@@ -84,8 +95,12 @@ class AnalysisPanel(Vertical):
             return
         self.analysis = analysis
         probed = analysis.report is not None
+        phases = step_phases.accounts(analysis.report.steps) if probed else ()
         self.query_one("#analysis-leak", Static).display = probed
+        self.query_one("#analysis-phases", Static).display = bool(phases)
         self.query_one("#analysis-sites", Static).display = probed
+        if phases:
+            self.query_one("#analysis-phases", Static).update(phases_text(phases))
         if probed:
             self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
             self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))

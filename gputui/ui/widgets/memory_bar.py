@@ -81,7 +81,7 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
         held = max(0, alloc.reserved - alloc.allocated)
         split = min(held, alloc.inactive_split or 0)
         if in_cache > held - split:
-            note = (f"the activations of step {cats.activations_step}'s peak are more than the "
+            note = (f"the activations of {cats.activations_when()} are more than the "
                     "allocator's cache holds now (it was emptied, or the next step needs new memory)")
         elif held - split - in_cache:
             sizes["cache"] = held - split - in_cache
@@ -110,7 +110,7 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
 
 def _label(key: str, cats) -> str:
     if key == "activations" and cats is not None and cats.activations_step is not None:
-        return f"activations (step {cats.activations_step}'s peak; freed to the cache between steps)"
+        return f"activations ({cats.activations_when()}; freed to the cache between steps)"
     return _SLICE[key][0]
 
 
