@@ -23,7 +23,7 @@ from torch.optim.optimizer import (
 
 from gputui.analysis.leaks import growth_floor
 from gputui.model import MemoryCategories, StepRecord
-from gputui.probe import allocator
+from gputui.probe import allocator, compiled
 from gputui.probe.board import (  # noqa: F401 - Problems: the hooks' error log
     LIGHT_FIGURES,
     Board,
@@ -342,6 +342,7 @@ class Tracker:
         if self._roots_learned:
             self._hook_module_roots()
         else:
+            compiled.quiet_global_hooks_warning()
             self._module_handles = [
                 torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
                 torch.nn.modules.module.register_module_forward_hook(
@@ -377,7 +378,11 @@ class Tracker:
         for handle in self._module_handles:
             handle.remove()
         self._module_handles = []
-        for module in list(self._roots):
+        roots = list(self._roots)
+        wrapped = {id(compiled.original(m)) for m in roots if compiled.is_compiled_wrapper(m)}
+        for module in roots:
+            if id(module) in wrapped:
+                continue  # runs inside a compiled wrapper: hooks there would be traced
             self._module_handles.append(module.register_forward_pre_hook(self._module_pre))
             self._module_handles.append(
                 module.register_forward_hook(self._module_post, always_call=True))
@@ -528,6 +533,10 @@ class Tracker:
             return None
         if not self._roots_learned:
             self._roots.add(module)
+            if compiled.is_compiled_wrapper(module):
+                # Before torch.compile traces its forward pass: watch it from outside from now on
+                # (global hooks seen while tracing, removed later, would make it recompile).
+                self._hook_roots()
         if self._phase == BACKWARD and self._primary is None:
             # No optimizer (yet): a forward pass after a backward is the only boundary there is.
             # The pass that ended shows its peak, as a step would (step 0: no step counted).
