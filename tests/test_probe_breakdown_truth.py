@@ -110,3 +110,28 @@ def test_frozen_weights_saved_for_backward_are_parameters_not_activations():
     # output (by the last); the frozen layer saves its weight only (its input needs no gradient), and
     # the weights are parameters. (The loss, computed outside any module, is not seen: issue 12.)
     assert activations == (32 * 64 + 32 * 128) * 4
+
+
+def test_a_model_that_is_no_module_has_unknown_activations_and_says_so():
+    # Weights as plain tensors, no torch.nn.Module: the probe sees the optimizer's steps but no
+    # forward pass, so it cannot know the activations: None (not 0), and the report says why.
+    from gputui.model.probe import LIMIT_NO_FORWARD
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 10, requires_grad=True)
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    probe = runtime.start(serve=False, budget=1.0)
+    try:
+        for _ in range(4):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(x @ w, y).backward()
+            optimizer.step()
+        report = probe.report()
+    finally:
+        runtime.stop()
+    assert report.limits == (LIMIT_NO_FORWARD,)
+    last = report.steps[-1]
+    assert last.categories.parameters == 64 * 10 * 4 and last.categories.activations is None
+    assert last.activations_peak is None
+    assert report.devices[0].categories.activations is None

@@ -81,6 +81,16 @@ class ProbeDevice:
 FIRST_STEPS_KEPT = 2
 
 
+# What a probe cannot see in a job, said in its report (ProbeReport.limits).
+LIMIT_LOSS_OUTSIDE = (
+    "Activations leave out what a loss function saves outside any module (F.cross_entropy in the "
+    "training loop): the probe's hooks there would make torch.func raise.")
+LIMIT_NO_FORWARD = (
+    "No forward pass of a torch.nn.Module seen (a model compiled in place with model.compile(), or a "
+    "model that is no Module): activations are not counted.")
+LIMIT_NOT_WATCHED = "Activations are not watched (the probe was started with activations=False)."
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One training step, bounded by optimizer.step() calls."""
@@ -180,3 +190,4 @@ class ProbeReport:
     recording_cost: float | None = None  # seconds of overhead per step while recording
     probe_cpu_seconds: float | None = None  # CPU the probe itself has used
     problems: tuple[str, ...] = ()  # contained exceptions, for the user to see
+    limits: tuple[str, ...] = ()  # what the probe cannot see in this job, in words

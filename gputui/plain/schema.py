@@ -249,6 +249,7 @@ DEFS: dict[str, Any] = {
         "taken_at": _exact("number", "when the report was made (seconds since the epoch)"),
         "torch_version": _nullable("string", "torch.__version__"),
         "started_at": _nullable("number", "when the probe started in the process (seconds since the epoch)"),
+        "limits": _strings("what the probe cannot see in this job, in words"),
         "command": _strings("command line (argv)"),
         "devices": _list(_ref("ProbeDevice"), "devices the process uses"),
         "read_at": _nullable("number", "when the devices' figures were read (seconds since the epoch); "

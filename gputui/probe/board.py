@@ -86,6 +86,7 @@ class Board:
         self.sites = SitesView()
         self.last_oom: OomRecord | None = None
         self.hook_seconds = 0.0  # the probe's time on the training thread, as of the latest reading
+        self.limits: tuple[str, ...] = ()  # what the probe cannot see in this job (Tracker.limits)
         # Constant once the probe has started.
         self.pid = 0
         self.started_at = time.time()

@@ -118,6 +118,7 @@ class Desk:
             recording_cost=sites.cost,
             probe_cpu_seconds=board.hook_seconds + self.cpu_seconds,
             problems=board.problems.lines() + tuple(board.server_problems),
+            limits=board.limits,
         )
 
     def _sites_json(self) -> bytes:

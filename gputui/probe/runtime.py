@@ -26,7 +26,14 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, SLOTS, Tracker, categories_of
+from gputui.probe.tracking import (
+    DEFAULT_BUDGET,
+    MEASURED_KEPT,
+    SLOTS,
+    Tracker,
+    unseen_activations,
+    categories_of,
+)
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -233,6 +240,7 @@ class Probe:
             devices = ()
         board = self.board
         board.hook_seconds = self.tracker.hook_seconds
+        board.limits = self.tracker.limits()
         board.reading = Reading(devices=devices, read_at=time.time(), step=self.tracker.step_count,
                                 monotonic=time.monotonic())
 
@@ -248,6 +256,7 @@ class Probe:
             self.tracker.hook_seconds += time.perf_counter() - started
         devices = []
         shown, main = self.tracker.activations_shown(), self.tracker.device
+        seen = self.tracker.forward_seen or not self.tracker.step_count  # (before a step: not yet known)
         for index in cuda:
             name = f"cuda:{index}"
             stats = allocator.stats_from_memory_stats(
@@ -257,13 +266,14 @@ class Probe:
             )
             devices.append(ProbeDevice(
                 device=name, cuda_index=index, uuid=self._uuid(index), allocator=stats,
-                categories=categories_of(counts.get(name), stats.allocated if stats else None,
-                                         shown if name == main else None),
+                categories=unseen_activations(categories_of(
+                    counts.get(name), stats.allocated if stats else None, shown if name == main else None),
+                    seen),
             ))
         for name in sorted(counts):
             if not name.startswith("cuda"):
-                devices.append(ProbeDevice(device=name, categories=categories_of(
-                    counts[name], activations=shown if name == main else None)))
+                devices.append(ProbeDevice(device=name, categories=unseen_activations(categories_of(
+                    counts[name], activations=shown if name == main else None), seen)))
         if not devices:
             devices.append(ProbeDevice(device="cpu", categories=categories_of([0] * SLOTS)))
         return tuple(devices)

@@ -23,6 +23,7 @@ from torch.optim.optimizer import (
 
 from gputui.analysis.leaks import growth_floor
 from gputui.model import MemoryCategories, StepRecord
+from gputui.model.probe import LIMIT_LOSS_OUTSIDE, LIMIT_NO_FORWARD, LIMIT_NOT_WATCHED
 from gputui.probe import allocator, compiled
 from gputui.probe.board import (  # noqa: F401 - Problems: the hooks' error log
     LIGHT_FIGURES,
@@ -413,6 +414,19 @@ class Tracker:
     def activation_bytes(self) -> int:
         return sum(self._activation_bytes.values())
 
+    @property
+    def forward_seen(self) -> bool:
+        """Whether the hooks see the models' forward passes, and so the activations they save."""
+        return self.activations and bool(self._roots)
+
+    def limits(self) -> tuple[str, ...]:
+        """What the probe cannot see in this job, said in the report itself."""
+        if not self.activations:
+            return (LIMIT_NOT_WATCHED,)
+        if not self._roots:
+            return (LIMIT_NO_FORWARD,) if self.step_count else ()
+        return (LIMIT_LOSS_OUTSIDE,)
+
     def activations_shown(self) -> tuple[int, int] | None:
         """(bytes, step) to report as activations instead of what is held now, or None for "now".
 
@@ -533,6 +547,8 @@ class Tracker:
             return None
         if not self._roots_learned:
             self._roots.add(module)
+            if not self.board.limits:  # (said as soon as a model is seen, not at the next reading)
+                self.board.limits = self.limits()
             if compiled.is_compiled_wrapper(module):
                 # Before torch.compile traces its forward pass: watch it from outside from now on
                 # (global hooks seen while tracing, removed later, would make it recompile).
@@ -796,11 +812,12 @@ class Tracker:
             peak_backward=self._peaks.get(BACKWARD),
             peak_optimizer=self._peaks.get(OPTIMIZER),
             allocated_at_start=start.allocated if (start := self._marks.get(FORWARD)) else None,
-            categories=categories_of(row, end.allocated if cuda else None),
+            categories=unseen_activations(categories_of(row, end.allocated if cuda else None),
+                                           self.forward_seen),
             host_memory=end.host,
             host_allocated=end.heap,
             activations_kept=kept,
-            activations_peak=self._acts_peak if self.activations else None,
+            activations_peak=self._acts_peak if self.forward_seen else None,
         )
         if self.activations:
             self._peak_shown = (self._acts_peak, self.step_count)
@@ -894,6 +911,13 @@ class Tracker:
     @property
     def phase(self) -> str:
         return self._phase
+
+
+def unseen_activations(categories: MemoryCategories | None, seen: bool) -> MemoryCategories | None:
+    """Activations the hooks do not see are unknown (None), not 0."""
+    if seen or categories is None:
+        return categories
+    return dataclasses.replace(categories, activations=None, activations_step=None)
 
 
 def _get(stats: dict, key: str) -> int | None:

@@ -94,6 +94,8 @@ def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
                             "$text-muted")]
     for problem in report.problems:
         lines.append(Content.styled(f"probe trouble: {problem}", "$warning"))
+    for limit in report.limits:
+        lines.append(Content.styled(f"not seen: {limit}", "$text-muted"))
     return Content("\n").join(lines)
 
 
