@@ -24,7 +24,6 @@ steps: its activations are those a fresh reading shows.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
+from probe_truth import fresh_reading, storage_bytes  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,16 +44,6 @@ ACTIVATIONS_TOLERANCE = 0.02
 
 
 # -- the truth ----------------------------------------------------------------------------------------
-
-
-def storage_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-    return total
 
 
 def state_tensors(optimizer) -> Iterator:
@@ -143,6 +133,12 @@ def cnn_batchnorm() -> Scenario:
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
+
+    return classifier(model, criterion, optimizer, x, y)
+
+
+def classifier(model, criterion, optimizer, x, y) -> Scenario:
+    """The plain loop: one batch, a criterion module, one optimizer step."""
 
     def iteration():
         optimizer.zero_grad()
@@ -360,13 +356,7 @@ def frozen_backbone() -> Scenario:
     optimizer = torch.optim.SGD(head.parameters(), lr=0.1, momentum=0.9)  # the head only
     x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
 
-    def iteration():
-        optimizer.zero_grad()
-        criterion(model(x), y).backward()
-        optimizer.step()
-
-    return Scenario((model, criterion), (optimizer,), iteration,
-                    lambda: iter([criterion(model(x), y)]), lambda: model(x))
+    return classifier(model, criterion, optimizer, x, y)
 
 
 def no_optimizer() -> Scenario:
@@ -420,14 +410,6 @@ def static_truth(scenario: Scenario) -> dict[str, int]:
         "optimizer_state": storage_bytes(t for opt in scenario.optimizers for t in state_tensors(opt)),
         "buffers": storage_bytes(b for m in scenario.models for b in m.buffers()),
     }
-
-
-def fresh_reading(probe, forward):
-    """Ask for a reading as a monitor would, and let the job's next forward take it."""
-    probe.board.reading_wanted = time.monotonic()
-    with torch.no_grad():
-        forward()
-    return probe.report().devices[0].categories
 
 
 @dataclass

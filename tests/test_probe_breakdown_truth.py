@@ -6,35 +6,16 @@ The truth counts each storage once, as the probe does.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
+from probe_truth import fresh_reading, storage_bytes  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def storage_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-    return total
-
-
-def fresh_reading(probe, model, x):
-    """Ask for a reading as a monitor would, and let the job's next forward take it."""
-    probe.board.reading_wanted = time.monotonic()
-    with torch.no_grad():
-        model(x)
-    return probe.report().devices[0].categories
 
 
 def test_frozen_backbone_and_batchnorm_buffers_are_counted_exactly():
@@ -53,7 +34,7 @@ def test_frozen_backbone_and_batchnorm_buffers_are_counted_exactly():
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
         step = probe.report().steps[-1].categories
-        cats = fresh_reading(probe, model, x)
+        cats = fresh_reading(probe, lambda: model(x))
     finally:
         runtime.stop()
     params = storage_bytes(model.parameters())
@@ -79,7 +60,7 @@ def test_a_loop_without_an_optimizer_still_shows_its_model():
             nn.functional.cross_entropy(model(tokens), targets).backward()
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-0.1)
-        cats = fresh_reading(probe, model, tokens)
+        cats = fresh_reading(probe, lambda: model(tokens))
     finally:
         runtime.stop()
     assert cats.parameters == storage_bytes(model.parameters()) == (100 * 32 + 32 * 8 * 100 + 100) * 4

@@ -1,0 +1,27 @@
+"""Helpers for the tests that hold the probe's figures against the truth in the same process."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the tensors' storages, each storage counted once, as the probe counts them."""
+    seen, total = set(), 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def fresh_reading(probe, forward):
+    """Ask for a reading as a monitor would, and let the job's next forward pass (``forward()``,
+    run without autograd) take it; the categories it published."""
+    probe.board.reading_wanted = time.monotonic()
+    with torch.no_grad():
+        forward()
+    return probe.report().devices[0].categories
