@@ -123,3 +123,24 @@ def test_gc_sawtooth_is_seen_as_released():
     v = verdict_of("sawtooth")
     # 64 steps judged, the collector running every 8th: 7 drops inside the window.
     assert v.reason.endswith("released 7 times (garbage collection)")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_rate():
+    # Saved tensors are seen on measured steps only, a few in a hundred at the default budget: the
+    # rate comes from what each of those steps kept (activations_kept), not from the live total,
+    # which would count only the measured steps' graphs and come out many times too low.
+    probe = gputui.probe.start(serve=False)
+    try:
+        kept = loops.run("outputs", 400)
+        report = probe.report()
+        measured = probe.tracker.steps
+    finally:
+        gputui.probe.stop()
+    del kept
+    measured = [s for s in measured if s.categories is not None]
+    assert 3 <= len(measured) < 400 / 2  # sampled, not every step
+    v = leak_verdict(report)
+    assert v.state == "leak" and v.category == "activations"
+    activations = next(g for g in v.growth if g.name == "activations")
+    assert activations.bytes_per_step == 256 * KIB  # exact: within 10 % is the promise
