@@ -52,6 +52,16 @@ def test_odd_figures_are_shown_with_a_note_not_hidden():
     assert b.total == GIB + 4 * MIB + GIB and b.basis == "allocator and NVML figures"
 
 
+def test_a_cpu_jobs_activations_between_steps_are_named_by_their_step():
+    cats = MemoryCategories(parameters=3 * MIB, activations=MIB, activations_step=12)
+    b = explain(ProbeDevice("cpu", categories=cats), None)
+    assert [(i.label, i.size) for i in b.items] == [("parameters", 3 * MIB),
+                                                    ("activations (step 12's peak)", MIB)]
+    first = MemoryCategories(parameters=3 * MIB, activations=MIB, activations_step=0)
+    assert explain(ProbeDevice("cpu", categories=first), None).items[1].label == (
+        "activations (the last forward pass's peak)")
+
+
 def test_cpu_job_and_no_figures():
     b = explain(ProbeDevice("cpu", categories=MemoryCategories(parameters=3 * MIB, gradients=0)), None)
     assert [(i.key, i.size) for i in b.items] == [("parameters", 3 * MIB)]

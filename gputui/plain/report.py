@@ -105,8 +105,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
             for where in keeper.where:
                 lines.append(Line().add(f"    {where}").cropped(width, glyphs.ellipsis))
     for limit in report.limits:
-        lines += flow([text(limit, "dim")], width, first=Line().add("Not seen: ", "dim"), indent=2,
-                      ellipsis=glyphs.ellipsis)
+        lines += flow([text(word, "dim") for word in limit.split(" ")], width, gap=1,
+                      first=Line().add("Not seen: ", "dim"), indent=2, ellipsis=glyphs.ellipsis)
     lines.append(text(figures_age(report.read_at, report.read_at_step, report.taken_at), "dim"))
     if report.probe_cpu_seconds is not None:
         lines.append(text(f"probe CPU time {report.probe_cpu_seconds:.2f}s", "dim"))

@@ -96,7 +96,7 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
                         "reserves (the two were read at different moments)")
     if not sizes:
         return None
-    items = tuple(Item(key, _label(key, cats), sizes[key], _SLICE[key][1], _SLICE[key][2])
+    items = tuple(Item(key, _label(key, cats, alloc is not None), sizes[key], _SLICE[key][1], _SLICE[key][2])
                   for key, *_ in SLICES if key in sizes)
     total = sum(i.size for i in items)
     if alloc is not None and nvml is not None and nvml >= alloc.reserved and not note:
@@ -108,9 +108,10 @@ def explain(device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
     return Breakdown(items, total, nvml, basis, note)
 
 
-def _label(key: str, cats) -> str:
+def _label(key: str, cats, cached: bool) -> str:
     if key == "activations" and cats is not None and cats.activations_step is not None:
-        return f"activations ({cats.activations_when()}; freed to the cache between steps)"
+        where = "; freed to the cache between steps" if cached else ""
+        return f"activations ({cats.activations_when()}{where})"
     return _SLICE[key][0]
 
 
