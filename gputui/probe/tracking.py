@@ -624,7 +624,11 @@ class Tracker:
                     else:
                         entry, whole = [1, nbytes], True
                     self._live[key] = entry
-                    self._count_activations(device, entry[1])
+                    # (inline: this runs for every tensor a watched forward pass saves)
+                    self._activation_bytes[device] = self._activation_bytes.get(device, 0) + entry[1]
+                    now = self._acts_now = self._acts_now + entry[1]
+                    if now > self._acts_peak:
+                        self._acts_peak = now
                     if whole:
                         # (A small slice of a big storage is data that was there before the step,
                         # first seen now: no memory this step kept.)
@@ -635,7 +639,9 @@ class Tracker:
                         grown = entry[2].add(tensor)
                         if grown:
                             entry[1] += grown
-                            self._count_activations(device, grown)
+                            self._activation_bytes[device] += grown
+                            now = self._acts_now = self._acts_now + grown
+                            self._acts_peak = max(self._acts_peak, now)
                 saved.key = key
             if self.saw_tensor is not None:
                 self.saw_tensor(tensor)
@@ -643,12 +649,6 @@ class Tracker:
         except Exception as exc:
             self.problems.record("saved-tensor hook", exc)
             return tensor
-
-    def _count_activations(self, device, nbytes: int) -> None:
-        self._activation_bytes[device] = self._activation_bytes.get(device, 0) + nbytes
-        now = self._acts_now = self._acts_now + nbytes
-        if now > self._acts_peak:
-            self._acts_peak = now
 
     def _unpack(self, saved):
         if type(saved) is not _Saved:
