@@ -284,8 +284,9 @@ class ProbeServer:
                 if now - c.last_seen >= (quiet_enough if c.spoke else EVICT_GRACE)]
         if not idle:
             return False
-        self._drop(min(idle, key=lambda c: (c.spoke, c.last_seen)))
+        # (counted before the drop: whoever sees the connection close sees it counted)
         self.clients_evicted += 1
+        self._drop(min(idle, key=lambda c: (c.spoke, c.last_seen)))
         return True
 
     # --- bounds on what clients may take -------------------------------------------------------
@@ -328,8 +329,8 @@ class ProbeServer:
             limit = self._idle_timeout if client.spoke else self._silent_timeout
             due = client.last_seen + limit
             if now >= due:
-                self._drop(client)
                 self.clients_dropped_idle += 1
+                self._drop(client)
             else:
                 deadlines.append(due)
         # (capped: select() refuses a timeout too large for the OS, as a lifted limit would give)
