@@ -26,14 +26,7 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import (
-    DEFAULT_BUDGET,
-    MEASURED_KEPT,
-    SLOTS,
-    Tracker,
-    unseen_activations,
-    categories_of,
-)
+from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, SLOTS, Tracker, categories_of
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -266,14 +259,13 @@ class Probe:
             )
             devices.append(ProbeDevice(
                 device=name, cuda_index=index, uuid=self._uuid(index), allocator=stats,
-                categories=unseen_activations(categories_of(
-                    counts.get(name), stats.allocated if stats else None, shown if name == main else None),
-                    seen),
+                categories=categories_of(counts.get(name), stats.allocated if stats else None,
+                                         shown if name == main else None, seen),
             ))
         for name in sorted(counts):
             if not name.startswith("cuda"):
-                devices.append(ProbeDevice(device=name, categories=unseen_activations(categories_of(
-                    counts[name], activations=shown if name == main else None), seen)))
+                devices.append(ProbeDevice(device=name, categories=categories_of(
+                    counts[name], activations=shown if name == main else None, seen=seen)))
         if not devices:
             devices.append(ProbeDevice(device="cpu", categories=categories_of([0] * SLOTS)))
         return tuple(devices)

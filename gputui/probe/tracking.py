@@ -139,16 +139,19 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
 
 
 def categories_of(row: list[int] | None, allocated: int | None = None,
-                  activations: tuple[int, int] | None = None) -> MemoryCategories | None:
+                  activations: tuple[int, int] | None = None, seen: bool = True) -> MemoryCategories | None:
     """MemoryCategories from a tally row; ``other`` only where the allocator's total is known.
 
     ``activations``, (bytes, step), reports a measured step's peak in place of what is held now
     (see Tracker.activations_shown); ``other`` is still what the row leaves of ``allocated`` now.
+    Not ``seen`` (no forward pass watched), the activations are unknown: None, not 0.
     """
     if row is None:
         return None
     other = None if allocated is None else max(0, allocated - sum(row))
     acts, step = (row[ACTS], None) if activations is None else activations
+    if not seen:
+        acts, step = None, None
     return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], acts, other, buffers=row[BUFFERS],
                             activations_step=step)
 
@@ -812,8 +815,7 @@ class Tracker:
             peak_backward=self._peaks.get(BACKWARD),
             peak_optimizer=self._peaks.get(OPTIMIZER),
             allocated_at_start=start.allocated if (start := self._marks.get(FORWARD)) else None,
-            categories=unseen_activations(categories_of(row, end.allocated if cuda else None),
-                                           self.forward_seen),
+            categories=categories_of(row, end.allocated if cuda else None, seen=self.forward_seen),
             host_memory=end.host,
             host_allocated=end.heap,
             activations_kept=kept,
@@ -911,13 +913,6 @@ class Tracker:
     @property
     def phase(self) -> str:
         return self._phase
-
-
-def unseen_activations(categories: MemoryCategories | None, seen: bool) -> MemoryCategories | None:
-    """Activations the hooks do not see are unknown (None), not 0."""
-    if seen or categories is None:
-        return categories
-    return dataclasses.replace(categories, activations=None, activations_step=None)
 
 
 def _get(stats: dict, key: str) -> int | None:
