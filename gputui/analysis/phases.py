@@ -30,7 +30,7 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     ``cpu``: the figures are the probe's tracked tensors at phase boundaries (CPU has no allocator
     peak counter), which the last line says.
     """
-    peaks = [(name, getattr(step, field)) for name, field in PHASES if getattr(step, field) is not None]
+    peaks = _peaks(step)
     if not peaks:
         return None
     start = step.allocated_at_start
@@ -55,7 +55,7 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
 
 def accounts(steps) -> tuple[PhaseAccount, ...]:
     """The first measured step and the latest (the job's start, and how it runs now)."""
-    measured = [s for s in steps if phase_account(s) is not None]
+    measured = [s for s in steps if _peaks(s)]
     picked = sorted({0, len(measured) - 1}) if measured else []
     return tuple(phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
                  for i in picked)
@@ -64,6 +64,10 @@ def accounts(steps) -> tuple[PhaseAccount, ...]:
 def headline(account: PhaseAccount) -> str:
     """One line: which phase sets the step's peak."""
     return f"Step {account.step} peaks in {account.peak_phase} at {size(account.peak)}"
+
+
+def _peaks(step: StepRecord) -> list[tuple[str, int]]:
+    return [(name, getattr(step, field)) for name, field in PHASES if getattr(step, field) is not None]
 
 
 def _model_of(step: StepRecord, start: int) -> str:
