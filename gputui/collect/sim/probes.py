@@ -25,7 +25,6 @@ from gputui.model.probe import LIMIT_LOSS_OUTSIDE
 HISTORY = 200  # steps a probe keeps
 RECORDED = 16  # steps of allocation-site recording in the leaky job's report
 TORCH_VERSION = "2.5.1+cu124"
-# (The simulated jobs compute their loss outside the model, as most training scripts do.)
 LEAK_SITE = "train.py:97 in train_step"
 KEEPING_LINE = "train.py:131 in main"  # losses.append(loss): the loss history that keeps each graph
 
@@ -180,6 +179,7 @@ def report_for(now: JobNow, machine) -> ProbeReport:
         keepers=keepers,
         recording_cost=0.0031 if recording else None,
         probe_cpu_seconds=round(0.0004 * (mem.step if mem else 0) + 0.05, 4),
+        # As a real probe that has seen the model (the simulated jobs' losses are computed in the loop).
         limits=(LIMIT_LOSS_OUTSIDE,) if mem is not None and (mem.step or mem.busy) else (),
     )
 
