@@ -106,3 +106,19 @@ def test_memory_the_driver_cannot_report_reads_na_once(mode):
     assert fmt.size_pair(None, None) == "n/a"
     assert fmt.size_pair(None, 80 * GIB) == "n/a/80.0G"
     assert fmt.size_pair(20 * GIB, 80 * GIB) == "20.0G/80.0G"
+
+
+def test_the_step_chart_draws_the_steps_that_carry_figures():
+    from gputui.model import StepRecord
+    from gputui.ui.widgets.step_chart import step_series
+
+    # A CPU job: memory read at every 50th step only; the others carry their time.
+    steps = tuple(StepRecord(s, float(s), 0.004, "cpu", allocated=(s // 50) * 1024, peak_forward=2048)
+                  if s % 50 == 0 else StepRecord(s, float(s), 0.002, "cpu") for s in range(1, 1001))
+    series = step_series(steps, "cpu")
+    assert series.steps == tuple(range(50, 1001, 50))  # not the latest 120 steps, all without figures
+    assert dict(series.values)["allocated"] == tuple(float(s // 50 * 1024) for s in range(50, 1001, 50))
+    assert series.step_time == 0.002  # the step time is still that of the latest steps
+    # No figures at all yet: the latest steps, for their times.
+    assert step_series(tuple(StepRecord(s, float(s), 0.002, "cpu") for s in range(1, 201))).steps == \
+        tuple(range(81, 201))

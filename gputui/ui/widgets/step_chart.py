@@ -40,12 +40,16 @@ class StepSeries:
 
 
 def step_series(steps: tuple[StepRecord, ...], device: str | None = None) -> StepSeries:
-    """The latest steps of one device (records without a device count for every device)."""
-    chosen = [s for s in steps if device is None or s.device in (device, None)][-MAX_STEPS:]
+    """The latest steps of one device (records without a device count for every device) that carry
+    a figure: a CPU job's probe reads memory at a few steps in a hundred, and those are the ones
+    worth drawing (a CUDA job's has the allocator's figure at nearly every step)."""
+    ours = [s for s in steps if device is None or s.device in (device, None)]
+    drawn = [s for s in ours if any(getattr(s, name) is not None for name, *_ in SERIES)] or ours
+    chosen = drawn[-MAX_STEPS:]
     values = tuple(
         (name, tuple(getattr(s, name) for s in chosen))
         for name, *_ in SERIES)
-    times = [s.duration for s in chosen if s.duration is not None]
+    times = [s.duration for s in ours[-MAX_STEPS:] if s.duration is not None]
     return StepSeries(tuple(s.step for s in chosen), values,
                       median(times) if times else None, times[-1] if times else None)
 
