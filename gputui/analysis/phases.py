@@ -85,10 +85,10 @@ def _appeared(step: StepRecord, before: StepRecord | None) -> str:
         return ""
     old = before.categories if before is not None else None
     new = []
-    for label, now, then in (("gradients", cats.gradients, old.gradients if old else 0),
-                             ("optimizer state", cats.optimizer_state, old.optimizer_state if old else 0)):
-        if now and now > (then or 0):
-            new.append(f"{label} +{size(now - (then or 0))}")
+    for label, field in (("gradients", "gradients"), ("optimizer state", "optimizer_state")):
+        now, then = getattr(cats, field) or 0, (getattr(old, field) or 0) if old else 0
+        if now > then:
+            new.append(f"{label} +{size(now - then)}")
     if not new:
         return ""
     where = "created at this step" if before is None else f"since step {before.step}"
@@ -96,4 +96,4 @@ def _appeared(step: StepRecord, before: StepRecord | None) -> str:
 
 
 def _signed(value: int) -> str:
-    return ("+" if value >= 0 else "-") + size(abs(value))
+    return ("+" if value >= 0 else "") + size(value)  # (size() gives a negative its sign)
