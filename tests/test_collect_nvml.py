@@ -123,3 +123,61 @@ def test_old_nvidia_ml_py_driver_versions_fall_back(driver):
     nv = OldBindings("nvmlSystemGetCudaDriverVersion_v2")
     assert read_driver(nv) == read_driver(Proxy())
     assert read_driver(nv).cuda_driver_version is not None
+
+
+def test_pcie_throughput_is_read_every_few_seconds_with_its_time(driver):
+    # Each throughput call blocks ~20 ms in a real driver: asked once per PCIE_EVERY, not per sample.
+    from gputui.collect.nvml import PCIE_EVERY
+
+    nv = Proxy()
+    reader = DeviceReader(nv, 0)
+    first = reader.read(now=100.0, wall=5000.0).device
+    assert nv.calls["nvmlDeviceGetPcieThroughput"] == 2  # rx and tx
+    assert first.pcie_read_at == 5000.0 and first.pcie_rx is not None
+    later = reader.read(now=100.0 + PCIE_EVERY - 1, wall=5000.0 + PCIE_EVERY - 1).device
+    assert nv.calls["nvmlDeviceGetPcieThroughput"] == 2
+    assert (later.pcie_rx, later.pcie_tx, later.pcie_read_at) == (first.pcie_rx, first.pcie_tx, 5000.0)
+    again = reader.read(now=100.0 + PCIE_EVERY, wall=5000.0 + PCIE_EVERY).device
+    assert nv.calls["nvmlDeviceGetPcieThroughput"] == 4
+    assert again.pcie_read_at == 5000.0 + PCIE_EVERY
+    # Fast fields are read at every sample all the same.
+    assert nv.calls["nvmlDeviceGetUtilizationRates"] == 3
+
+
+def test_empty_graphics_list_is_asked_again_only_after_a_while(driver):
+    from gputui.collect.nvml import GRAPHICS_EVERY
+
+    nv = Proxy(nvmlDeviceGetGraphicsRunningProcesses_v3=lambda handle: [])  # a server: no desktop
+    reader = DeviceReader(nv, 0)
+    graphics = "nvmlDeviceGetGraphicsRunningProcesses_v3"
+    for second in (0.0, 1.0, 2.0):
+        reader.read(now=second, wall=second)
+    asked = nv.calls[graphics]
+    assert asked == 1 and nv.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 3
+    reader.read(now=GRAPHICS_EVERY, wall=GRAPHICS_EVERY)
+    assert nv.calls[graphics] == 2
+
+
+def test_a_graphics_list_with_entries_is_read_every_sample(driver):
+    listed = [pynvml.c_nvmlProcessInfo_v3_t(pid=4242, usedGpuMemory=1 << 20,
+                                            gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)]
+    nv = Proxy(nvmlDeviceGetGraphicsRunningProcesses_v3=lambda h: listed)
+    reader = DeviceReader(nv, 0)
+    reader.read(now=0.0, wall=0.0)
+    listed.clear()  # the desktop closed: the next sample must not keep showing it
+    second = reader.read(now=1.0, wall=1.0)
+    assert 4242 not in {p.pid for p in second.processes}
+
+
+def test_nvml_time_is_summed_from_the_calls_themselves(driver):
+    ticks = iter(range(0, 10_000, 1))
+
+    def timer():  # every NVML call takes exactly 1 "second" on this clock
+        return float(next(ticks))
+
+    reader = DeviceReader(pynvml, 0, timer=timer)
+    reader.read(now=0.0, wall=0.0)
+    calls = reader.nvml_seconds
+    assert calls > 10  # handle, static fields, then each dynamic field: one tick each
+    reader.read(now=1.0, wall=1.0)
+    assert reader.nvml_seconds > calls

@@ -354,3 +354,36 @@ def test_real_pynvml_is_restored_after_close(opened):
     collector.close()
     collector.close()  # twice is harmless
     assert pynvml.nvmlLib is None
+
+
+def test_what_a_sample_costs_the_monitor_is_measured_on_its_clocks():
+    from gputui.collect import sim
+    from gputui.collect.collector import Collector
+
+    machine = sim.install("workstation", clock=lambda: 0.0)
+    timer, cpu = [0.0], [10.0]
+
+    def tick():  # every timer reading moves 1 ms on
+        timer[0] += 0.001
+        return timer[0]
+
+    try:
+        collector = Collector(pynvml, machine.psutil, clock=machine.clock, wallclock=machine.wallclock,
+                              proc_root=None, cpu_clock=lambda: cpu[0], timer=tick)
+        first = collector.sample().monitor
+        assert first.cpu_percent is None  # nothing to compare with yet
+        assert first.nvml_ms > 0 and first.sample_ms > first.nvml_ms
+        timer[0] += 0.997  # a second later, during which the monitor used 20 ms of CPU
+        cpu[0] += 0.020
+        second = collector.sample().monitor
+        # CPU over the time between the two samples' ends: 20 ms over 1 s and this sample's ticks.
+        elapsed = second.sample_ms / 1000 + 0.997 + 0.001
+        assert second.cpu_percent == pytest.approx(100 * 0.020 / elapsed, abs=0.01)
+        collector.close()
+    finally:
+        sim.uninstall()
+
+
+def test_a_fake_clock_leaves_the_cost_unmeasured(opened):
+    collector, _ = opened("workstation")
+    assert collector.sample().monitor is None

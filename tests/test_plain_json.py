@@ -167,7 +167,8 @@ def test_schema_has_exactly_the_model_fields(name):
 def test_every_model_type_in_a_snapshot_has_a_schema():
     assert set(DEFS) == {"Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host",
                          "MemoryCategories", "AllocatorStats", "ProbeDevice", "StepRecord",
-                         "OomRecord", "AllocationSite", "LeakKeeper", "ProbeReport", "Snapshot"}
+                         "OomRecord", "AllocationSite", "LeakKeeper", "ProbeReport", "Snapshot",
+                         "MonitorCost"}
 
 
 @pytest.mark.parametrize("name", sorted(DEFS))

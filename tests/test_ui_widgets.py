@@ -122,3 +122,12 @@ def test_the_step_chart_draws_the_steps_that_carry_figures():
     # No figures at all yet: the latest steps, for their times.
     assert step_series(tuple(StepRecord(s, float(s), 0.002, "cpu") for s in range(1, 201))).steps == \
         tuple(range(81, 201))
+
+
+def test_pcie_throughput_read_seconds_ago_says_so():
+    # PCIe rx/tx are read every few seconds (each NVML call blocks ~20 ms): an older figure says its age.
+    d = device(0, pcie_rx=3 * GIB, pcie_tx=GIB)
+    fresh = bars.plain(render_device(d, "normal", 150, pcie_age=1)[1])
+    old = bars.plain(render_device(d, "normal", 150, pcie_age=4)[1])
+    assert "rx 3.0 GiB/s tx 1.0 GiB/s" in fresh and "ago" not in fresh
+    assert "rx 3.0 GiB/s tx 1.0 GiB/s 4s ago" in old

@@ -19,7 +19,7 @@ from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector, signal_zero_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
-from gputui.model import PROCESS_UNMAPPED, GpuProcess, ProbeReport, Snapshot
+from gputui.model import PROCESS_UNMAPPED, GpuProcess, MonitorCost, ProbeReport, Snapshot
 
 
 class Collector:
@@ -37,7 +37,12 @@ class Collector:
         proc_root: str | os.PathLike[str] | None = "/proc",
         source: str = "nvml",
         machine: Any = None,
+        cpu_clock: Callable[[], float] | None = time.process_time,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``cpu_clock`` (this process's CPU seconds) and ``timer`` measure what each sample costs
+        the monitor (Snapshot.monitor); a None ``cpu_clock`` leaves it unmeasured, as a still
+        picture on a fake clock must be."""
         nvml_reading.start(nvml)
         self.nvml = nvml
         self.machine = machine
@@ -50,7 +55,11 @@ class Collector:
         except nvml.NVMLError as exc:
             nvml.nvmlShutdown()
             raise NvmlUnavailable(str(exc)) from None
-        self.readers = [DeviceReader(nvml, i) for i in range(count)]
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.timer = timer
+        self._last_cost: tuple[float, float] | None = None  # (timer, cpu seconds) at the last sample
+        self.readers = [DeviceReader(nvml, i, timer=timer) for i in range(count)]
         # No procfs to consult (the simulator): NVML's PIDs are taken as they are.
         self.namespace = PidNamespace(proc_root) if proc_root is not None else None
         # Signal 0 reaches the real machine's processes, and only by /proc's PIDs when /proc is ours.
@@ -62,12 +71,15 @@ class Collector:
         self._closed = False
 
     def sample(self) -> Snapshot:
+        started = self.timer()
+        nvml_before = sum(r.nvml_seconds for r in self.readers)
         taken_at = self.wallclock()
+        now = self.clock()
         devices = []
         raw_processes = []
         problems: list[str] = []
         for reader in self.readers:
-            reading = reader.read()
+            reading = reader.read(now, taken_at)
             devices.append(reading.device)
             raw_processes.extend(reading.processes)
             problems.extend(reading.problems)
@@ -112,16 +124,30 @@ class Collector:
             ))
         gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
         parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
+        host = self.host.read()
         return Snapshot(
             taken_at=taken_at,
             driver=self.driver,
             devices=with_cuda_indices(devices, self.environ),
             processes=tuple(processes),
             parents=parents,
-            host=self.host.read(),
+            host=host,
             source=self.source,
             problems=tuple(problems),
+            monitor=self._cost(started, sum(r.nvml_seconds for r in self.readers) - nvml_before),
         )
+
+    def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
+        """What this sample cost, and the monitor's CPU since the previous one."""
+        if self.cpu_clock is None:
+            return None
+        ended, cpu = self.timer(), self.cpu_clock()
+        last, self._last_cost = self._last_cost, (ended, cpu)
+        percent = None
+        if last is not None and ended > last[0]:
+            percent = round(100 * (cpu - last[1]) / (ended - last[0]), 2)
+        return MonitorCost(cpu_percent=percent, nvml_ms=round(1000 * nvml_seconds, 3),
+                           sample_ms=round(1000 * (ended - started), 3))
 
     def _driver_name(self, pid: int) -> str | None:
         """The process name the driver knows for a host PID we cannot see (containers)."""
@@ -203,6 +229,9 @@ def open_collector(
             proc_root=None,
             source=f"sim:{demo}",
             machine=machine,
+            # On an injected clock (tests, still pictures) the cost is not measured: it would differ
+            # from run to run.
+            cpu_clock=time.process_time if clock is None else None,
         )
     except BaseException:
         sim.uninstall()

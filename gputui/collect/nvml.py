@@ -3,11 +3,19 @@
 Every field is read in its own guard: a field the card or driver lacks becomes None (and is not asked
 again), a GPU that stops answering is marked lost while the others still report, and versioned NVML
 calls fall back to older ones (process lists v3 -> v2 -> v1, memory info v2 -> v1).
+
+NVML calls are not free on real drivers and serialise through the driver's lock, so each reader
+fetches its handle once, reads the fields that never change once, and reads the costly ones on a
+slower cadence than the sample: PCIe throughput (each call blocks ~20 ms by design) every
+``PCIE_EVERY`` seconds, with the time it was read (``Device.pcie_read_at``), and a graphics-process
+list found empty (as on training servers) every ``GRAPHICS_EVERY`` seconds. Compute-process lists
+are read at every sample: they are the process table and the source of the leak trends.
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -123,15 +131,20 @@ _THROTTLE_BITS = (
     (0x01, "idle"),
 )
 
+PCIE_EVERY = 5.0  # seconds between PCIe throughput reads
+GRAPHICS_EVERY = 10.0  # seconds before an empty graphics-process list is asked for again
+
 _NOT_AVAILABLE = ctypes.c_ulonglong(-1).value  # usedGpuMemory when the driver cannot tell (WDDM)
 
 
 class DeviceReader:
     """Reads one GPU. Remembers its handle, its static facts, and which calls it does not support."""
 
-    def __init__(self, nvml: Any, index: int) -> None:
+    def __init__(self, nvml: Any, index: int, *, timer: Callable[[], float] = time.perf_counter) -> None:
         self.nvml = nvml
         self.index = index
+        self.timer = timer
+        self.nvml_seconds = 0.0  # time spent inside NVML calls, summed over this reader's life
         self._absent = _absent_codes(nvml)
         self._lost = _lost_codes(nvml)
         self._handle: Any = None
@@ -140,6 +153,19 @@ class DeviceReader:
         self._chosen: dict[str, int] = {}  # field -> index of the variant that works here
         self._util_seen: int = 0  # NVML timestamp (us) of the newest per-process sample seen
         self._problems: list[str] = []
+        self._pcie: tuple[Any, Any, float | None] = (None, None, None)  # rx, tx, read at (wall)
+        self._pcie_due = float("-inf")  # monotonic second of the next PCIe read
+        self._graphics: list[Any] = []
+        self._graphics_due = float("-inf")
+        self._now = self._wall = 0.0
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """One NVML call, its time added to ``nvml_seconds`` (raises as the call does)."""
+        started = self.timer()
+        try:
+            return function(*args)
+        finally:
+            self.nvml_seconds += self.timer() - started
 
     # -- guards ---------------------------------------------------------------------------------
 
@@ -153,7 +179,7 @@ class DeviceReader:
             self._unsupported.add(name)
             return None
         try:
-            return function(*args)
+            return self._call(function, *args)
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code in self._lost:
@@ -171,7 +197,7 @@ class DeviceReader:
         start = self._chosen.get(name, 0)
         for i in range(start, len(variants)):
             try:
-                value = variants[i]()
+                value = self._call(variants[i])
             except AttributeError:  # this nvidia-ml-py has no wrapper for the variant
                 continue
             except self.nvml.NVMLError as exc:
@@ -189,13 +215,17 @@ class DeviceReader:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def read(self) -> DeviceReading:
+    def read(self, now: float | None = None, wall: float | None = None) -> DeviceReading:
+        """The device at monotonic second ``now`` (for the slower cadences) and wall-clock second
+        ``wall`` (when the slow fields were read); None: the time module's clocks."""
         self._problems = []
+        self._now = time.monotonic() if now is None else now
+        self._wall = time.time() if wall is None else wall
         static = self._static or {}
         try:
             if self._handle is None:
                 try:
-                    self._handle = self.nvml.nvmlDeviceGetHandleByIndex(self.index)
+                    self._handle = self._call(self.nvml.nvmlDeviceGetHandleByIndex, self.index)
                 except self.nvml.NVMLError as exc:  # lost, or hidden from us (NO_PERMISSION)
                     raise DeviceLost(str(exc)) from None
             if self._static is None:
@@ -248,8 +278,7 @@ class DeviceReader:
             lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
             lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h),
         ])
-        rx = ask("pcie_rx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        tx = ask("pcie_tx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)
+        rx, tx, pcie_read_at = self._read_pcie()
         mig_mode = ask("mig_mode", "nvmlDeviceGetMigMode", h)
         mig_enabled = None if mig_mode is None else mig_mode[0] == nv.NVML_DEVICE_MIG_ENABLE
         compute_mode = ask("compute_mode", "nvmlDeviceGetComputeMode", h)
@@ -284,6 +313,7 @@ class DeviceReader:
             pcie_width_max=static["pcie_width_max"],
             pcie_rx=rx * 1024 if rx is not None else None,  # NVML reports KB/s
             pcie_tx=tx * 1024 if tx is not None else None,
+            pcie_read_at=pcie_read_at,
             throttle_reasons=(
                 tuple(name for bit, name in _THROTTLE_BITS if reasons & bit)
                 if reasons is not None else None
@@ -301,13 +331,24 @@ class DeviceReader:
         )
         return device, self._read_processes()
 
+    def _read_pcie(self) -> tuple[Any, Any, float | None]:
+        """PCIe rx/tx in KB/s and when they were read, asked again once ``PCIE_EVERY`` has passed."""
+        if self._now >= self._pcie_due:
+            nv, h = self.nvml, self._handle
+            rx = self._ask("pcie_rx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            tx = self._ask("pcie_tx", "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)
+            read = rx is not None or tx is not None
+            self._pcie = (rx, tx, self._wall if read else None)
+            self._pcie_due = self._now + PCIE_EVERY
+        return self._pcie
+
     def _read_mig(self) -> tuple[MigInstance, ...]:
         nv, h = self.nvml, self._handle
         count = self._ask("mig_count", "nvmlDeviceGetMaxMigDeviceCount", h) or 0
         instances = []
         for slot in range(count):
             try:
-                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+                mig = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
             except nv.NVMLError as exc:
                 if getattr(exc, "value", None) in self._lost:
                     raise DeviceLost(str(exc)) from None
@@ -335,11 +376,14 @@ class DeviceReader:
             lambda: nv.nvmlDeviceGetComputeRunningProcesses_v2(h),
             lambda: _processes_v1(nv, "nvmlDeviceGetComputeRunningProcesses", h),
         ]) or []
-        graphics = self._ask_first("graphics_processes", [
-            lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v3(h),
-            lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v2(h),
-            lambda: _processes_v1(nv, "nvmlDeviceGetGraphicsRunningProcesses", h),
-        ]) or []
+        if self._graphics or self._now >= self._graphics_due:
+            self._graphics = self._ask_first("graphics_processes", [
+                lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v3(h),
+                lambda: nv.nvmlDeviceGetGraphicsRunningProcesses_v2(h),
+                lambda: _processes_v1(nv, "nvmlDeviceGetGraphicsRunningProcesses", h),
+            ]) or []
+            self._graphics_due = self._now + GRAPHICS_EVERY
+        graphics = self._graphics
         merged: dict[int, RawProcess] = {}
         for kind, entries in (("compute", compute), ("graphics", graphics)):
             for info in entries:
@@ -389,7 +433,7 @@ class DeviceReader:
         samples = None
         for i in range(start, len(variants)):
             try:
-                samples = variants[i]()
+                samples = self._call(variants[i])
             except AttributeError:  # this nvidia-ml-py has no wrapper for the variant
                 continue
             except nv.NVMLError as exc:

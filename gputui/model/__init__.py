@@ -18,6 +18,7 @@ from gputui.model.gpu import (
     Host,
     HostProcess,
     MigInstance,
+    MonitorCost,
     Snapshot,
 )
 from gputui.model.probe import (
@@ -95,6 +96,7 @@ __all__ = [
     "TENSOR_CATEGORIES",
     "FIRST_STEPS_KEPT",
     "MigInstance",
+    "MonitorCost",
     "OomRecord",
     "ProbeDevice",
     "ProbeReport",

@@ -89,6 +89,9 @@ class Device:
     pcie_width_max: int | None = None
     pcie_rx: int | None = None  # bytes/s
     pcie_tx: int | None = None  # bytes/s
+    # When rx/tx were read (seconds since the epoch): NVML blocks ~20 ms per throughput call, so
+    # they are read every few seconds, not every sample (collect/nvml.py PCIE_EVERY).
+    pcie_read_at: float | None = None
 
     throttle_reasons: tuple[str, ...] | None = None  # names from THROTTLE_REASONS; () = full speed
     ecc_corrected: int | None = None  # volatile aggregate counts since the driver loaded
@@ -161,6 +164,15 @@ class Host:
 
 
 @dataclass(frozen=True)
+class MonitorCost:
+    """What taking a snapshot cost the monitor itself: users watch for a monitor slowing training."""
+
+    cpu_percent: float | None = None  # the monitor's process, % of one core since the last sample
+    nvml_ms: float | None = None  # time inside NVML calls for this snapshot
+    sample_ms: float | None = None  # time to take the whole snapshot (NVML, /proc, host)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the monitor knows at one instant. Immutable: widgets render from it."""
 
@@ -174,3 +186,4 @@ class Snapshot:
     probed: tuple[HostProcess, ...] = ()  # /proc's view of the probed processes NVML does not list
     source: str = "nvml"  # "nvml" or "sim:<scenario>"
     problems: tuple[str, ...] = ()  # non-fatal trouble worth telling the user about
+    monitor: MonitorCost | None = None  # None where not measured (a still picture, a fake clock)

@@ -95,6 +95,8 @@ DEFS: dict[str, Any] = {
         "pcie_width_max": _nullable("integer", "maximum PCIe link width (lanes)"),
         "pcie_rx": _nullable("integer", "PCIe receive throughput (bytes/s)", **BYTES),
         "pcie_tx": _nullable("integer", "PCIe transmit throughput (bytes/s)", **BYTES),
+        "pcie_read_at": _nullable("number", "when pcie_rx and pcie_tx were read (seconds since the epoch); "
+                                            "they are read every few seconds, not every sample"),
         "throttle_reasons": {
             "type": ["array", "null"],
             "description": "why the clocks are held down; [] = full speed; null = not reported",
@@ -154,6 +156,12 @@ DEFS: dict[str, Any] = {
             "items": {"type": "number"}, "minItems": 3, "maxItems": 3,
         },
     }, "The machine the GPUs are in"),
+    "MonitorCost": _obj({
+        "cpu_percent": _nullable("number", "gputui's own CPU use since its previous sample (percent of one core)",
+                                 minimum=0),
+        "nvml_ms": _nullable("number", "time spent in NVML calls for this snapshot (milliseconds)", minimum=0),
+        "sample_ms": _nullable("number", "time to take this snapshot (milliseconds)", minimum=0),
+    }, "What taking the snapshot cost gputui itself"),
     "MemoryCategories": _obj({
         "parameters": _nullable("integer", "model parameters (bytes)", **BYTES),
         "gradients": _nullable("integer", "parameter gradients (bytes)", **BYTES),
@@ -278,6 +286,8 @@ DEFS: dict[str, Any] = {
         "probed": _list(_ref("HostProcess"), "probed processes NVML does not list, as /proc sees them"),
         "source": _exact("string", "\"nvml\" or \"sim:<scenario>\" for simulated GPUs"),
         "problems": _strings("non-fatal trouble worth telling the user about"),
+        "monitor": {"anyOf": [_ref("MonitorCost"), {"type": "null"}],
+                    "description": "what the snapshot cost gputui; null where not measured"},
     }, "Everything gputui knows at one instant"),
 }
 

@@ -309,7 +309,17 @@ class GpuTuiApp(App[int]):
         hint = ("Arrows, PgUp/PgDn and Home/End move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
-        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii))
+        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii, cost=self._cost_words()))
+
+    def _cost_words(self) -> str:
+        """What gputui itself costs, for the help screen: the header has it only where there is room."""
+        cost = self.snapshot.monitor if self.snapshot is not None else None
+        if cost is None:
+            return ""
+        cpu = ("not measured yet" if cost.cpu_percent is None
+               else f"{cost.cpu_percent:.1f}% of one CPU core (all its threads)")
+        return (f"gputui itself uses {cpu}; its last sample took {cost.sample_ms:.1f} ms, "
+                f"{cost.nvml_ms:.1f} ms of it in NVML calls, every {self.interval:g} s.")
 
     # -- actions -----------------------------------------------------------------------------
 

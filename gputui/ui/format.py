@@ -92,6 +92,15 @@ def elapsed(seconds: float | None) -> str:
     return f"{minutes}:{secs:02d}"
 
 
+def monitor_cost(cost) -> str:
+    """gputui's own cost (a MonitorCost): "self 0.6% CPU · NVML 1.2ms"; "" when not measured."""
+    if cost is None:
+        return ""
+    cpu = "…" if cost.cpu_percent is None else f"{cost.cpu_percent:.1f}%"
+    nvml = "" if cost.nvml_ms is None else f" · NVML {cost.nvml_ms:.1f}ms"
+    return f"self {cpu} CPU{nvml}"
+
+
 def clock(epoch: float | None) -> str:
     """Wall-clock time of day in the local time zone."""
     return NA if epoch is None else time.strftime("%H:%M:%S", time.localtime(epoch))

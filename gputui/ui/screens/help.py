@@ -75,14 +75,19 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", tooltip="Close this help", id="help.close")]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
-                 *, ascii: bool = False) -> None:
+                 *, ascii: bool = False, cost: str = "") -> None:
+        """``cost``: what the monitor itself costs, in words (narrow panes have no room for it in
+        the header)."""
         super().__init__()
         self.sections = sections
         self.config_hint = config_hint
         self.ascii = ascii
+        self.cost = cost
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
+            if self.cost:
+                yield Static(self.cost, classes="help-hint", id="help-cost", markup=False)
             yield Static("Keys", classes="help-title")
             for title, rows in self.sections:
                 yield Static(title, classes="help-section")

@@ -17,8 +17,9 @@ from gputui.ui.widgets.line import StyledLines
 
 
 def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
-                  selected: bool = False) -> tuple[Words, ...]:
-    """The lines of one device row for a layout mode and width."""
+                  selected: bool = False, pcie_age: int = 0) -> tuple[Words, ...]:
+    """The lines of one device row for a layout mode and width. ``pcie_age``: whole seconds since
+    PCIe throughput was read (it is read every few seconds), said where it is over a second."""
     marker = (">" if ascii else "▶") if selected else " "
     name_width = 5 if mode == "tiny" else 16 if mode == "compact" else 20
     name = fmt.short_gpu_name(d.name)[:name_width].ljust(name_width)
@@ -68,7 +69,8 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         join([label("MEM"), value(fmt.megahertz(d.clock_memory))]),
         value("n/a" if d.performance_state is None else f"P{d.performance_state}"),
         join([label("PCIe"), value(fmt.pcie_link(d.pcie_generation, d.pcie_width)),
-              label("rx"), value(fmt.rate(d.pcie_rx)), label("tx"), value(fmt.rate(d.pcie_tx))]),
+              label("rx"), value(fmt.rate(d.pcie_rx)), label("tx"), value(fmt.rate(d.pcie_tx)),
+              styled(f"{pcie_age}s ago", "$text-muted") if pcie_age > 1 else ""]),
         codecs, slow_part,
     ], "  ")
     return (first, second, *migs)
@@ -104,19 +106,24 @@ class DeviceLines(StyledLines):
         self.width_used = 0
         self._rows: dict[tuple, tuple] = {}  # (device, mode, width, selected) -> its lines
 
-    def show(self, devices: tuple[Device, ...], mode: str, selected: int | None) -> None:
+    def show(self, devices: tuple[Device, ...], mode: str, selected: int | None,
+             now: float | None = None) -> None:
+        """``now``: the snapshot's time, which the age of slower readings is counted from."""
         self.devices = devices
         width = self.width_used = self.content_size.width or self.app.size.width
         rows = {}
         lines = []
         line_devices: list[int] = []
         for device in devices:
-            key = (device, mode, width, device.index == selected)
+            age = (int(now - device.pcie_read_at)
+                   if now is not None and device.pcie_read_at is not None else 0)
+            key = (device, mode, width, device.index == selected, age)
             row = self._rows.get(key)
             if row is None:  # a device whose readings did not change keeps its lines
                 chosen = device.index == selected
                 row = tuple((SELECTED if chosen else "", words) for words in
-                            render_device(device, mode, width, ascii=self.ascii, selected=chosen))
+                            render_device(device, mode, width, ascii=self.ascii, selected=chosen,
+                                          pcie_age=age))
             rows[key] = row
             lines.extend(row)
             line_devices.extend([device.index] * len(row))
@@ -160,4 +167,4 @@ class DeviceList(VerticalScroll):
         yield DeviceLines(ascii=self.ascii)
 
     def show(self, snapshot: Snapshot, mode: str, selected: int | None) -> None:
-        self.query_one(DeviceLines).show(snapshot.devices, mode, selected)
+        self.query_one(DeviceLines).show(snapshot.devices, mode, selected, snapshot.taken_at)

@@ -1,5 +1,6 @@
 """The top lines: host, driver and CUDA versions, the snapshot's time, refresh interval and state,
-and the host's CPU, memory and swap as bars.
+gputui's own cost (where the line has room; the help screen always says it), and the host's CPU,
+memory and swap as bars.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from textual.events import Resize
 
 from gputui.model import Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.bars import Words, join, label, meter, styled
+from gputui.ui.widgets.bars import Words, join, label, meter, plain, styled
 from gputui.ui.widgets.line import StyledLines
 
 
@@ -68,6 +69,9 @@ class HostHeader(StyledLines):
             join([label("CUDA"), driver.cuda_driver_version or fmt.NA]),
             styled(fmt.clock(snap.taken_at), "bold"), state, demo,
         ], "  ")
+        cost = fmt.monitor_cost(snap.monitor)
+        if cost and len(plain(first)) + 2 + len(cost) <= width:
+            first = join([first, styled(cost, "$text-muted")], "  ")
         bar_width = max(4, min(20, (width - 70) // 3))
         second = join([
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
