@@ -292,7 +292,7 @@ def _dispatch(options: Options) -> int:
 
         return getattr(probes, mode)(options)
     if mode == "tui":
-        from gputui.ui.app import run_tui
+        from gputui.ui.launch import run_tui
 
         if terminal.use_ascii(options) and not options.ascii:
             # A terminal whose encoding cannot show bars (LANG=C, latin-1) gets the ASCII look.

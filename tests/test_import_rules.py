@@ -27,7 +27,7 @@ def all_modules() -> list[str]:
 def forbidden(module: str) -> set[str]:
     """Heavy packages that importing ``module`` must not load."""
     banned = {"torch"}
-    if not module.startswith("gputui.ui"):
+    if not module.startswith("gputui.ui") or module in TEXTUAL_FREE_UI_MODULES:
         banned.add("textual")
     if module.startswith(("gputui.model", "gputui.analysis", "gputui.link")):
         banned |= {"pynvml", "psutil"}
@@ -41,6 +41,10 @@ def forbidden(module: str) -> set[str]:
 # importing them must not load torch.
 TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.launch",
                             "gputui.probe.board", "gputui.probe.desk"}
+
+
+# The live monitor's start: the driver opens and the first sample is taken while Textual loads.
+TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.config"}
 
 
 def loaded_by(module: str) -> set[str]:

@@ -56,14 +56,15 @@ async def test_first_sample_fills_the_table_in_memory_order():
 async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
     import dataclasses
 
-    from gputui.ui.sampler import sample_ahead
+    from gputui.ui.launch import open_ahead
     from test_ui_data import ReplaySource
 
     first = training_snapshot()
     later = dataclasses.replace(first, taken_at=first.taken_at + 1)
     source = ReplaySource([first, later])
     sampler = Sampler(source, watch_probes=False)
-    ahead = sample_ahead(sampler)
+    opened, ahead = open_ahead(lambda: (sampler, None))
+    assert opened.result(timeout=10) == (sampler, None)
     assert ahead.result(timeout=10) is first and source.calls == 1  # taken before the app runs
     app = GpuTuiApp(sampler, me="bob", first_sample=ahead, interval=30.0)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -77,7 +78,7 @@ async def test_a_first_sample_that_failed_is_said_and_sampling_goes_on():
 
     failed: Future = Future()
     failed.set_exception(RuntimeError("driver went away"))
-    from gputui.ui.sampler import SampleFailed
+    from gputui.ui.app import SampleFailed
 
     app = make_app(first_sample=failed)
     errors = []

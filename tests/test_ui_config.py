@@ -65,7 +65,7 @@ def test_unknown_binding_id_is_an_error(tmp_path):
 
 def test_run_tui_stops_on_a_bad_config_before_drawing(tmp_path):
     from gputui.cli import parse
-    from gputui.ui.app import run_tui
+    from gputui.ui.launch import run_tui
 
     path = write(tmp_path, 'theme = "pink"')
     with pytest.raises(ConfigError, match="theme"):

@@ -366,21 +366,23 @@ def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkey
     def no_driver(*args, **kwargs):
         raise NvmlUnavailable("NVML Shared Library Not Found: is the NVIDIA driver installed?")
 
+    from gputui.ui import launch
+
     monkeypatch.setattr(gputui.collect, "open_collector", no_driver)
     options = _options()
-    monkeypatch.setattr(app_module, "_probes_reachable", lambda: False)
+    monkeypatch.setattr(launch, "_probes_reachable", lambda: False)
     with pytest.raises(UserError, match="NVIDIA driver"):
-        app_module.run_tui(options)
+        launch.run_tui(options)
 
     started = []
 
     def run(self):
         started.append(self)
 
-    monkeypatch.setattr(app_module, "_probes_reachable", lambda: True)
+    monkeypatch.setattr(launch, "_probes_reachable", lambda: True)
     monkeypatch.setattr(GpuTuiApp, "run", run)
-    monkeypatch.setattr(app_module, "Sampler", lambda collector, **kw: _Closing(collector))
-    assert app_module.run_tui(options) == 0
+    monkeypatch.setattr(launch, "Sampler", lambda collector, **kw: _Closing(collector))
+    assert launch.run_tui(options) == 0
     (app,) = started
     assert isinstance(app.sampler.collector, NoDriverSource)
     assert app.banner == ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes "

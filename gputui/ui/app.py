@@ -1,4 +1,4 @@
-"""The live monitor's Textual app: sampling in a worker, history, actions, and ``run_tui``.
+"""The live monitor's Textual app: sampling in a worker, history, actions (ui/launch.py opens it).
 
 A chained timer starts one sampling worker at a time (the next sample is scheduled only when the last
 one is in), so slow samples never pile up. Widgets only ever see the immutable Snapshot it delivers,
@@ -28,13 +28,8 @@ from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
-from gputui.ui.sampler import (
-    NoDriverSource,
-    SampleFailed,
-    Sampler,
-    SnapshotReady,
-    sample_ahead,
-)
+from gputui.model.verdicts import LeakVerdict
+from gputui.ui.sampler import Sampler
 from gputui.ui.signals import send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import visible, visible_all
@@ -44,6 +39,28 @@ from gputui.untrusted import visible, visible_all
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
+
+class SnapshotReady(Message):
+    """A new Snapshot, how long it took to take (seconds), and its probed processes' leak verdicts."""
+
+    def __init__(self, snapshot: Snapshot, took: float,
+                 leaks: dict[int, LeakVerdict] | None = None) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.took = took
+        self.leaks = leaks or {}
+
+
+class SampleFailed(Message):
+    """Sampling raised: the monitor keeps the last snapshot and says why. ``refusal`` is the
+    UserError when the request itself cannot be met (``--only 99``), which ends the monitor before
+    a first sample as it ends ``--once``."""
+
+    def __init__(self, error: str, refusal: UserError | None = None) -> None:
+        super().__init__()
+        self.error = error
+        self.refusal = refusal
 
 
 class ProbeAnswered(Message):
@@ -428,59 +445,3 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
 def binding_ids() -> set[str]:
     """Every binding id the config's [keys] table may remap."""
     return {b.id for _, bindings in binding_sections() for b in bindings if b.id}
-
-
-def run_tui(options) -> int:
-    """Open the live monitor (gputui with no mode). Bad config, or no driver and no probe to show:
-    UserError before drawing."""
-    from gputui.collect import NvmlUnavailable, open_collector
-    from gputui.ui.config import check_binding_ids, load_config
-
-    config = load_config(options.config)
-    if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
-        check_binding_ids(config, binding_ids())
-    if options.color is False:
-        os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
-    banner = None
-    try:
-        collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
-    except NvmlUnavailable as exc:
-        # No driver: the monitor is still worth opening when probed processes (CPU-only jobs) can
-        # be reached; otherwise the clear message is all there is to say.
-        if options.demo is not None or not _probes_reachable():
-            raise
-        banner = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
-                  "from their probes.")
-        collector = NoDriverSource(str(exc))
-    sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
-                      users=options.users, pids=options.pids, watch_probes=options.demo is None)
-    app = GpuTuiApp(
-        sampler,
-        interval=options.interval or config.interval or 1.0,
-        readonly=options.readonly,
-        simulated=options.demo is not None,
-        ascii=options.ascii,
-        theme=options.theme or config.theme or "dark",
-        columns=config.columns,
-        keymap=config.keys,
-        handle_signals=True,
-        banner=banner,
-        # Sampling takes a while (probes, every device); it overlaps Textual's start-up this way.
-        first_sample=sample_ahead(sampler),
-    )
-    try:
-        app.run()
-    finally:
-        sampler.close()
-    if app.refusal is not None:
-        raise app.refusal  # printed by the CLI once the terminal is restored, exit 2
-    return app.return_code or 0
-
-
-def _probes_reachable() -> bool:
-    from gputui.link.client import discover
-
-    try:
-        return bool(discover())
-    except OSError:
-        return False

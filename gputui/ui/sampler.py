@@ -1,47 +1,21 @@
 """What the monitor's worker thread runs: one collector sample, the probe reports, the CLI filters,
-the probed processes' leak verdicts, and the messages that carry the finished, immutable results to
-the app.
+and the probed processes' leak verdicts, as finished, immutable results for the app.
+
+No Textual here: the first sample is taken while Textual is still being imported (ui/launch.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import socket
-import threading
 import time
-from concurrent.futures import Future
-
-from textual.message import Message
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.collect.host import HostReader
 from gputui.collect.probed import ProbedProcesses
-from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible_all
-
-
-class SnapshotReady(Message):
-    """A new Snapshot, how long it took to take (seconds), and its probed processes' leak verdicts."""
-
-    def __init__(self, snapshot: Snapshot, took: float,
-                 leaks: dict[int, LeakVerdict] | None = None) -> None:
-        super().__init__()
-        self.snapshot = snapshot
-        self.took = took
-        self.leaks = leaks or {}
-
-
-class SampleFailed(Message):
-    """Sampling raised: the monitor keeps the last snapshot and says why. ``refusal`` is the
-    UserError when the request itself cannot be met (``--only 99``), which ends the monitor before
-    a first sample as it ends ``--once``."""
-
-    def __init__(self, error: str, refusal: UserError | None = None) -> None:
-        super().__init__()
-        self.error = error
-        self.refusal = refusal
 
 
 class Sampler:
@@ -118,22 +92,6 @@ class Sampler:
         if close is not None:
             close()
         self.collector.close()
-
-
-def sample_ahead(sampler: Sampler) -> Future:
-    """Take ``sampler``'s first sample in a thread of its own, starting now; the Future holds the
-    Snapshot (or the exception). The app's sampling worker waits for it before sampling again, so the
-    sampler is still used by one thread at a time."""
-    future: Future = Future()
-
-    def take() -> None:
-        try:
-            future.set_result(sampler.sample())
-        except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
-            future.set_exception(exc)
-
-    threading.Thread(target=take, name="gputui-first-sample", daemon=True).start()
-    return future
 
 
 def _open_probe_watcher():

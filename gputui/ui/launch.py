@@ -1,0 +1,110 @@
+"""``gputui`` with no mode: open the driver and take the first sample while Textual loads, then run
+the live monitor.
+
+Importing Textual and the monitor's screens takes a few hundred milliseconds, and opening NVML can
+take as long on a real driver (nvmlInit without the persistence daemon): they overlap here, in a
+thread of their own, instead of following each other. Nothing in this module imports Textual before
+the sampler is on its way.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future
+from typing import Callable
+
+from gputui.ui.sampler import NoDriverSource, Sampler
+
+NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
+                    "from their probes.")
+
+
+def run_tui(options) -> int:
+    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
+    drawing."""
+    from gputui.ui.config import check_binding_ids, load_config
+
+    config = load_config(options.config)
+    if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
+        from gputui.ui.app import binding_ids
+
+        check_binding_ids(config, binding_ids())
+    if options.color is False:
+        os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
+    opened, first_sample = open_ahead(lambda: open_sampler(options))
+    from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
+
+    sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
+    app = GpuTuiApp(
+        sampler,
+        interval=options.interval or config.interval or 1.0,
+        readonly=options.readonly,
+        simulated=options.demo is not None,
+        ascii=options.ascii,
+        theme=options.theme or config.theme or "dark",
+        columns=config.columns,
+        keymap=config.keys,
+        handle_signals=True,
+        banner=banner,
+        first_sample=first_sample,
+    )
+    try:
+        app.run()
+    finally:
+        sampler.close()
+    if app.refusal is not None:
+        raise app.refusal  # printed by the CLI once the terminal is restored, exit 2
+    return app.return_code or 0
+
+
+def open_sampler(options) -> tuple[Sampler, str | None]:
+    """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
+    from gputui.collect import NvmlUnavailable, open_collector
+
+    banner = None
+    try:
+        collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
+    except NvmlUnavailable as exc:
+        # No driver: the monitor is still worth opening when probed processes (CPU-only jobs) can
+        # be reached; otherwise the clear message is all there is to say.
+        if options.demo is not None or not _probes_reachable():
+            raise
+        banner = NO_DRIVER_BANNER
+        collector = NoDriverSource(str(exc))
+    sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
+                      users=options.users, pids=options.pids, watch_probes=options.demo is None)
+    return sampler, banner
+
+
+def open_ahead(opener: Callable[[], tuple[Sampler, str | None]]) -> tuple[Future, Future]:
+    """Open the sampler (``opener``) and take its first sample in a thread, starting now: a Future
+    of (sampler, banner) and a Future of the first Snapshot. The app's sampling worker waits for the
+    second before sampling again, so the sampler is used by one thread at a time."""
+    opened: Future = Future()
+    first: Future = Future()
+
+    def run() -> None:
+        try:
+            sampler, banner = opener()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            opened.set_exception(exc)
+            first.cancel()
+            return
+        opened.set_result((sampler, banner))
+        try:
+            first.set_result(sampler.sample())
+        except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
+            first.set_exception(exc)
+
+    threading.Thread(target=run, name="gputui-open", daemon=True).start()
+    return opened, first
+
+
+def _probes_reachable() -> bool:
+    from gputui.link.client import discover
+
+    try:
+        return bool(discover())
+    except OSError:
+        return False
