@@ -205,8 +205,8 @@ async def test_the_live_monitor_shows_outside_strings_made_visible():
         assert app._notifications and all(visible(n.message) == n.message for n in app._notifications)
         table = app.screen.query_one(ProcessTable)
         pid = app.snapshot.probes[0].pid
-        table.move_cursor(row=next(i for i, r in enumerate(table.ordered_rows)
-                                   if r.key.value.startswith(f"{pid}/")))
+        table.move_cursor(row=next(i for i, key in enumerate(table.row_keys)
+                                   if key.startswith(f"{pid}/")))
         await pilot.press("enter")
         await pilot.pause(0.3)
         assert isinstance(app.screen, ProcessDetail)

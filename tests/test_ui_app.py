@@ -41,7 +41,7 @@ async def settle(pilot, samples: int = 1) -> None:
 
 def table_keys(app) -> list[str]:
     table = app.screen.query_one(ProcessTable)
-    return [row.key.value for row in table.ordered_rows]
+    return list(table.row_keys)
 
 
 async def test_first_sample_fills_the_table_in_memory_order():

@@ -154,7 +154,7 @@ async def test_sort_mark_is_whole_and_the_trend_column_is_as_wide_as_its_trends(
         header = table_lines(app)[0]
         assert "GPU MEM ▼" in header
         table = app.screen.query_one("ProcessTable")
-        widths = {column.key.value: column.width for column in table.columns.values()}
+        widths = table.shown_widths
         assert widths["trend"] == 5  # no trend shown: just its label
         assert widths["command"] == 25 and "user" in widths  # the TREND cells went to USER and COMMAND
         await pilot.press("s")  # next column: TREND, its mark whole too
@@ -165,7 +165,7 @@ async def test_sort_mark_is_whole_and_the_trend_column_is_as_wide_as_its_trends(
         table = leaky.screen.query_one("ProcessTable")
         trend = table.rows_by_key["51200/0"].cells["trend"]
         assert trend.startswith("▲") and trend.endswith(" 85s")
-        assert {c.key.value: c.width for c in table.columns.values()}["trend"] == len(trend)
+        assert table.shown_widths["trend"] == len(trend)
 
 
 async def test_ascii_sort_mark():
@@ -280,8 +280,8 @@ async def test_selected_row_header_and_rows_differ_in_256_colours(theme):
         def in_256(style) -> int:
             return style.bgcolor.downgrade(ColorSystem.EIGHT_BIT).number
 
-        header = in_256(table.get_component_rich_style("datatable--header"))
-        selected = in_256(table.get_component_rich_style("datatable--cursor"))
+        header = in_256(table.get_component_rich_style("processtable--header"))
+        selected = in_256(table.get_component_rich_style("processtable--cursor"))
         rows = in_256(table.rich_style)
         assert len({header, selected, rows}) == 3, (header, selected, rows)
 

@@ -73,7 +73,7 @@ def advice_shown(screen) -> list[str]:
 async def open_detail_of(pilot, pid: int) -> ProcessDetail:
     app = pilot.app
     table = app.screen.query_one(ProcessTable)
-    index = next(i for i, r in enumerate(table.ordered_rows) if r.key.value.startswith(f"{pid}/"))
+    index = next(i for i, key in enumerate(table.row_keys) if key.startswith(f"{pid}/"))
     table.move_cursor(row=index)
     await pilot.pause()
     await pilot.press("enter")
@@ -219,7 +219,7 @@ async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
             "7777", "cpu", "-", "●")
         assert job.cells["command"] == "python examples/train.py --cpu"
         table = app.screen.query_one(ProcessTable)
-        assert [r.key.value for r in table.ordered_rows][-1] == "7777/probe"  # after the GPU processes
+        assert table.row_keys[-1] == "7777/probe"  # after the GPU processes
         screen = await open_detail_of(pilot, 7777)
         assert screen.key == (7777, None)
         assert "Process 7777  on cpu, not listed by NVML" in text(screen, "#detail-title")
@@ -257,7 +257,7 @@ async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot)
             table = app.screen.query_one(ProcessTable)
-            table.move_cursor(row=len(table.ordered_rows) - 1)
+            table.move_cursor(row=len(table.row_keys) - 1)
             await pilot.pause()
             await pilot.press("T")
             await pilot.pause()
@@ -277,7 +277,7 @@ async def test_demo_probed_rows_are_not_signalled():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         table = app.screen.query_one(ProcessTable)
-        table.move_cursor(row=len(table.ordered_rows) - 1)
+        table.move_cursor(row=len(table.row_keys) - 1)
         await pilot.pause()
         await pilot.press("K")
         assert not isinstance(app.screen, ProcessDetail)
@@ -322,7 +322,7 @@ async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
         await settle(pilot)
         header = drawn_text(app.screen.query_one("#header"))
         assert "laptop" in header and "NVML is not available, so no GPU is shown" in header
-        assert [r.key.value for r in app.screen.query_one(ProcessTable).ordered_rows] == ["7777/probe"]
+        assert app.screen.query_one(ProcessTable).row_keys == ["7777/probe"]
         app.sample_now()
         await settle(pilot, 2)
         assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))  # it stays

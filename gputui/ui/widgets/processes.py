@@ -1,29 +1,112 @@
-"""The process table, updated in place: stale rows removed by key, changed cells updated, new rows
-added, and the rows re-ordered only when the order changed; the selected process stays selected.
+"""The process table: a fixed header line and one line per process, drawn through Textual's Line API.
+
+Rows are kept by key: ``show`` takes the rows in their new order, and the selected process stays
+selected when rows come, go or change places. Only the lines in view are drawn, each from a Strip
+cached by what it shows (its cells, the table width, whether it is selected or under the mouse, the
+styles of the theme), so a refresh in which a few cells changed redraws those lines and no others.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len, set_cell_size
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.color import Color, ColorParseError
+from textual.geometry import Region, Size
 from textual.message import Message
-from textual.widgets import DataTable
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
-from gputui.ui.rows import COLUMNS, Row, column_widths, fixed_width
+from gputui.ui.rows import COLUMNS, PADDING, Row, column_widths, fixed_width
+
+# What a line is drawn as, besides its cells: bits of the state in the cache keys.
+SELECTED, HOVERED, HEADER = 1, 2, 4
+PADS = " " * (PADDING // 2)  # the blank cells each side of a column
+FILLER = -1  # the "column" right of the last one, which fills the line to the widget's width
+
+# A cell as the rows give it: its text and a style in Textual's words ("bold $error", "" for none).
+Cell = tuple[str, str]
 
 
+def fit(text: str, width: int, right: bool) -> str:
+    """``text`` made exactly ``width`` cells wide: justified, or cut with an ellipsis."""
+    text = strip_control_codes(text)  # as Rich's Text does: a cell never moves the terminal's cursor
+    length = cell_len(text)
+    if length > width:
+        return set_cell_size(text, width - 1) + "…" if width > 0 else ""
+    if length < width:
+        spaces = " " * (width - length)
+        return spaces + text if right else text + spaces
+    return text
 
-class ProcessTable(DataTable):
-    """A DataTable of Rows from gputui.ui.rows; clicking a header asks the app to sort by it."""
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Rows from gputui.ui.rows, one line each, under a header; clicking a header asks the app to
+    sort by it, Enter (or a click on the selected row) asks for the selected process's details."""
+
+    ALLOW_SELECT = False
+
+    COMPONENT_CLASSES = {
+        "processtable--header",
+        "processtable--cursor",
+        "processtable--hover",
+        "processtable--header-hover",
+    }
+
+    # The look of a Textual table (gputui.tcss picks the app's own colours on top).
+    DEFAULT_CSS = """
+    ProcessTable {
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .processtable--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .processtable--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        & > .processtable--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .processtable--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .processtable--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        & > .processtable--hover {
+            background: $block-hover-background;
+        }
+        & > .processtable--header-hover {
+            background: $accent 30%;
+        }
+    }
+    """
 
     BINDINGS = [
         Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
-        # DataTable's own Home/End scroll sideways, which this table never needs: move the cursor.
         Binding("home", "scroll_top", "First row", show=False, tooltip="Select the first process", id="table.first"),
         Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Select the last process", id="table.last"),
+        # Moving the selection: no ids, so the help screen lists them as it did DataTable's (not at all).
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("ctrl+home", "scroll_top", "Top", show=False),
+        Binding("ctrl+end", "scroll_bottom", "Bottom", show=False),
     ]
 
     class SortRequested(Message):
@@ -44,23 +127,62 @@ class ProcessTable(DataTable):
             self.pid = pid
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable")
+        super().__init__(id=id)
         self.column_ids: tuple[str, ...] = ()
         self.command_width = 0
         self.widths: dict[str, int] = {}
         self.sort_column = "gpu_memory"
         self.sort_reverse = True
-        self._cells: dict[str, dict[str, tuple[str, str]]] = {}  # row key -> column -> (text, style)
-        self._order: list[str] = []
         self.rows_by_key: dict[str, Row] = {}
+        self.row_keys: list[str] = []  # the rows' keys in the order shown
         self.selected_key: str | None = None
-        self._fast_cells: dict = {}
+        self._cursor = 0  # the selected row's index
+        self._hover: int | None = None  # the row under the mouse pointer (-1: the header)
+        # Row key -> (the Row they were read from, its cells column by column), for rows drawn.
+        self._cells: dict[str, tuple[Row, tuple[Cell, ...]]] = {}
+        # (label, width inside the padding, right-justified) per column, and the table's width.
+        self._layout: tuple[tuple[str, int, bool], ...] = ()
+        self._table_width = 0
+        # Drawn lines, valid while the styles are those of ``_look``: row key -> (what it shows, strip).
+        self._strips: dict[str, tuple[tuple, Strip]] = {}
+        self._header: tuple[tuple, Strip] | None = None
+        self._look: tuple | None = None  # (theme, the widget's Rich style) the caches below are for
+        self._base = Style()
+        self._header_style = Style()
+        self._pre: dict[tuple[int, int], Style] = {}  # (column, state) -> style of its blank cells
+        self._own: dict[str, Style] = {}  # a cell's style in Rich's words, theme variables resolved
+        # (column, state, cell) -> the cell's segments: most cells (user, command, GPU) stay the same
+        # from one sample to the next while others in their line change.
+        self._pieces: dict[tuple[int, int, Cell], tuple[Segment, ...]] = {}
+
+    # -- what other code reads ---------------------------------------------------------------
+
+    @property
+    def cursor_row(self) -> int:
+        """The selected row's index (0 when there are no rows)."""
+        return self._cursor
+
+    @property
+    def row_count(self) -> int:
+        return len(self.row_keys)
+
+    @property
+    def shown_widths(self) -> dict[str, int]:
+        """Cells wide each shown column is, inside its padding; the command's included."""
+        return {cid: width for cid, (_, width, _) in zip(self.column_ids, self._layout)}
+
+    def get_cell(self, key: str, column: str) -> Text:
+        """One cell as Rich Text, styled as it is drawn (theme variables resolved)."""
+        text, style = self._cells_of(key)[self.column_ids.index(column)]
+        resolved = Style.parse(self._theme_style(style)) if style else ""
+        return Text(text, style=resolved, justify="right" if COLUMNS[column].numeric else "left",
+                    no_wrap=True, overflow="ellipsis")
 
     # -- columns -----------------------------------------------------------------------------
 
     def set_columns(self, column_ids: tuple[str, ...], sort_column: str, reverse: bool,
                     width: int, widths: dict[str, int] | None = None) -> None:
-        """Change the visible columns (layout, config, pane width) or the sort arrow; rows are re-added.
+        """Change the visible columns (layout, config, pane width) or the sort arrow.
 
         ``widths`` are the fixed columns' widths (rows.column_widths: room for the sort arrow). The
         command column takes whatever width the others leave, so the table never needs a
@@ -72,66 +194,205 @@ class ProcessTable(DataTable):
         if state == (self.column_ids, self.sort_column, self.sort_reverse, self.command_width, self.widths):
             return
         self.column_ids, self.sort_column, self.sort_reverse, self.command_width, self.widths = state
-        rows = [self.rows_by_key[k] for k in self._order]
-        self.clear(columns=True)
-        self._cells.clear()
-        self._order = []
         ascii = getattr(self.app, "ascii", False)
+        layout = []
         for cid in column_ids:
             column = COLUMNS[cid]
             label = column.label
             if cid == sort_column:
                 label += {(True, True): " v", (True, False): " ^",
                           (False, True): " ▼", (False, False): " ▲"}[(ascii, reverse)]
-            self.add_column(Text(label, justify="right" if column.numeric else "left"), key=cid,
-                            width=command_width if cid == "command" else widths.get(cid))
-        self.show(rows)
+            inner = command_width if cid == "command" else widths.get(cid, 0)
+            layout.append((label, inner, column.numeric))
+        self._layout = tuple(layout)
+        self._table_width = sum(inner + PADDING for _, inner, _ in layout)
+        self._cells = {}  # every row's cells are taken again, for these columns
+        self._strips.clear()
+        self._pieces.clear()
+        self._header = None
+        self.show([self.rows_by_key[k] for k in self.row_keys])
+        self.refresh()
 
     # -- rows --------------------------------------------------------------------------------
 
     def show(self, rows: list[Row]) -> None:
-        """Bring the table to exactly these rows in this order, touching only what changed."""
-        keys = [r.key for r in rows]
-        wanted = set(keys)
-        self.rows_by_key = {r.key: r for r in rows}
-        selected = self.selected_key
-        with self.app.batch_update():
-            for key in [k for k in self._cells if k not in wanted]:
-                self.remove_row(key)
-                del self._cells[key]
-            for row in rows:
-                cells = {cid: (row.cells.get(cid, ""), row.styles.get(cid, "")) for cid in self.column_ids}
-                old = self._cells.get(row.key)
-                if old is None:
-                    self.add_row(*(self._cell(cid, *cells[cid]) for cid in self.column_ids), key=row.key)
-                else:
-                    for cid, cell in cells.items():
-                        if old[cid] != cell:
-                            self.update_cell(row.key, cid, self._cell(cid, *cell))
-                self._cells[row.key] = cells
-            if keys != self._order and keys:
-                self._reorder(keys)
-            self._order = keys
-            if selected in wanted:
-                index = self.get_row_index(selected)
-                if index != self.cursor_row:
-                    self.move_cursor(row=index, scroll=False)
-            self.selected_key = self._key_at_cursor()
+        """Bring the table to exactly these rows in this order; redraw only the lines that changed.
 
-    def _reorder(self, keys: list[str]) -> None:
-        # DataTable.sort orders rows by a key function over cell values; the first column's cell
-        # objects are unique per row, so their identity maps each row to its wanted position.
-        first = self.column_ids[0]
-        rank = {id(self.get_cell(key, first)): i for i, key in enumerate(keys)}
-        self.sort(first, key=lambda cell: rank[id(cell)])
+        A row's cells are read when its line is drawn (or compared, in view): rows out of view cost
+        no more than their key.
+        """
+        old_keys = self.row_keys
+        top, height = self.scroll_offset.y, self._rows_in_view()
+        # What the lines in view show now, to tell which of them the new rows change.
+        before = [self._cells.get(key, (None, None))[1] for key in old_keys[top:top + height]]
+        keys = [row.key for row in rows]
+        self.rows_by_key = rows_by_key = {row.key: row for row in rows}
+        self.row_keys = keys
+        if len(self._cells) > len(keys):  # rows gone: forget them
+            self._cells = {k: v for k, v in self._cells.items() if k in rows_by_key}
+            self._strips = {k: v for k, v in self._strips.items() if k in rows_by_key}
 
-    def _cell(self, cid: str, text: str, style: str) -> Text:
-        resolved = Style.parse(self._theme_style(style)) if style else ""
-        return Text(text, style=resolved, justify="right" if COLUMNS[cid].numeric else "left",
-                    no_wrap=True, overflow="ellipsis")
+        old_cursor = self._cursor
+        if self.selected_key in rows_by_key:
+            cursor = keys.index(self.selected_key)
+        else:  # gone (or none yet): the selection stays on the same line, as DataTable's did
+            cursor = min(old_cursor, max(0, len(keys) - 1))
+        self._cursor = cursor
+        self.selected_key = keys[cursor] if keys else None
+
+        size = Size(self._table_width, len(keys) + 1)
+        if size != self.virtual_size:
+            self.virtual_size = size  # a reactive with layout=True: lays out and redraws it all
+        else:  # the same number of rows: redraw the lines in view whose row, cells or selection changed
+            for index in range(top, min(len(keys), top + height)):
+                key = keys[index]
+                if (key != old_keys[index] or self._cells_of(key) is not before[index - top]
+                        or (cursor != old_cursor and index in (cursor, old_cursor))):
+                    self.refresh(Region(0, index + 1 - top, self.size.width, 1))
+        if cursor != old_cursor:
+            self._keep_cursor_visible()
+
+    def _cells_of(self, key: str) -> tuple[Cell, ...]:
+        """The row's cells in the shown columns' order, read again when the row is a new one."""
+        row = self.rows_by_key[key]
+        known = self._cells.get(key)
+        if known is not None and known[0] is row:
+            return known[1]
+        texts, styles = row.cells, row.styles
+        cells = tuple((texts.get(cid, ""), styles.get(cid, "")) for cid in self.column_ids)
+        if known is not None and known[1] == cells:
+            cells = known[1]  # unchanged: the same tuple, which the cached strip's key matches by identity
+        self._cells[key] = (row, cells)
+        return cells
+
+    def _rows_in_view(self) -> int:
+        return max(0, self.scrollable_content_region.height - 1)  # the header is the first line
+
+    # -- the selection -----------------------------------------------------------------------
+
+    def move_cursor(self, *, row: int, scroll: bool = True) -> None:
+        """Select the row at this index (clamped to the rows there are)."""
+        row = min(max(row, 0), max(0, len(self.row_keys) - 1))
+        old, self._cursor = self._cursor, row
+        self.selected_key = self.row_keys[row] if self.row_keys else None
+        if old != row:
+            self._refresh_row(old)
+            self._refresh_row(row)
+        if scroll:
+            self._keep_cursor_visible()
+
+    def _keep_cursor_visible(self) -> None:
+        rows = self._rows_in_view()
+        if not rows:
+            return
+        top = self.scroll_offset.y
+        if self._cursor < top:
+            self.scroll_to(y=self._cursor, animate=False, force=True)
+        elif self._cursor >= top + rows:
+            self.scroll_to(y=self._cursor - rows + 1, animate=False, force=True)
+
+    def _refresh_row(self, index: int | None) -> None:
+        """Redraw one row's line (-1: the header) if it is in view."""
+        if index == -1:
+            self.refresh(Region(0, 0, self.size.width, 1))
+        elif index is not None:
+            y = index + 1 - self.scroll_offset.y
+            if 1 <= y < self.size.height:
+                self.refresh(Region(0, y, self.size.width, 1))
+
+    def _set_hover(self, index: int | None) -> None:
+        if index != self._hover:
+            old, self._hover = self._hover, index
+            self._refresh_row(old)
+            self._refresh_row(index)
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def action_cursor_up(self) -> None:
+        self._set_hover(None)  # the keyboard took over: no hover highlight, as in DataTable
+        self.move_cursor(row=self._cursor - 1)
+
+    def action_cursor_down(self) -> None:
+        self._set_hover(None)
+        self.move_cursor(row=self._cursor + 1)
+
+    def action_page_up(self) -> None:
+        self._set_hover(None)
+        page = max(1, self._rows_in_view())
+        self.scroll_to(y=self.scroll_y - page, animate=False, force=True)
+        self.move_cursor(row=self._cursor - page)
+
+    def action_page_down(self) -> None:
+        self._set_hover(None)
+        page = max(1, self._rows_in_view())
+        self.scroll_to(y=self.scroll_y + page, animate=False, force=True)
+        self.move_cursor(row=self._cursor + page)
+
+    def action_scroll_top(self) -> None:
+        self._set_hover(None)
+        self.move_cursor(row=0)
+
+    def action_scroll_bottom(self) -> None:
+        self._set_hover(None)
+        self.move_cursor(row=len(self.row_keys) - 1)
+
+    def action_open_detail(self) -> None:
+        self._set_hover(None)
+        if self.selected_key is not None:
+            self._ask_detail(self.selected_key)
+
+    def _ask_detail(self, key: str) -> None:
+        row = self.rows_by_key.get(key)
+        if row is not None and row.process is None and row.report is not None:
+            self.post_message(self.ProbeDetailRequested(row.pid))
+        else:
+            self.post_message(self.DetailRequested(key))
+
+    # -- the mouse ---------------------------------------------------------------------------
+
+    def _line_at(self, event: events.MouseEvent) -> tuple[int | None, int]:
+        """The row under the pointer (-1: the header, None: no row) and the x in the table."""
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return None, 0
+        x = offset.x + self.scroll_offset.x
+        if offset.y == 0:
+            return -1, x
+        index = offset.y - 1 + self.scroll_offset.y
+        return (index if index < len(self.row_keys) else None), x
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        self._set_hover(self._line_at(event)[0])
+
+    def on_leave(self, event: events.Leave) -> None:
+        self._set_hover(None)
+
+    def on_click(self, event: events.Click) -> None:
+        index, x = self._line_at(event)
+        self._set_hover(index)
+        if index is None:
+            return
+        event.stop()
+        if index == -1:
+            left = 0
+            for cid, (_, inner, _) in zip(self.column_ids, self._layout):
+                left += inner + PADDING
+                if x < left:
+                    self.post_message(self.SortRequested(cid))
+                    break
+            return
+        # As DataTable: a click selects a row, a click on the selected row opens it (so does a
+        # double click, its second click landing on the row the first selected).
+        again = index == self._cursor
+        self.move_cursor(row=index)
+        if again:
+            self._ask_detail(self.row_keys[index])
+
+    # -- styles ------------------------------------------------------------------------------
 
     def _theme_style(self, style: str) -> str:
-        # Cells are Rich Text, which does not know Textual's theme variables: resolve them here.
+        # Cells are drawn with Rich styles, which do not know Textual's theme variables: resolve
+        # them here.
         variables = self.app.theme_variables
         if self.app.no_color and any(word in ("$error", "$warning") for word in style.split()):
             # NO_COLOR turns every colour grey: a leak marker or a rising trend would be grey on
@@ -151,95 +412,107 @@ class ProcessTable(DataTable):
         return " ".join(words)
 
     def refresh_styles(self) -> None:
-        """Theme changed: re-colour every styled cell."""
-        with self.app.batch_update():
-            for key, cells in self._cells.items():
-                for cid, (text, style) in cells.items():
-                    if style:
-                        self.update_cell(key, cid, self._cell(cid, text, style))
+        """Theme changed: re-colour every cell (drawing notices a new theme by itself too)."""
+        self._look = None
+        self.refresh()
 
-    def _key_at_cursor(self) -> str | None:
-        if not self.row_count:
-            return None
-        try:
-            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # cursor outside the rows while the table is being rebuilt
-            return None
+    def notify_style_update(self) -> None:
+        # Focus, theme or CSS changed: the component classes' styles may have too.
+        super().notify_style_update()
+        self._look = None
+
+    def _take_styles(self) -> None:
+        """Start a frame: when the styles changed since the last, forget what was drawn with them."""
+        look = (self.app.theme, self.rich_style)
+        if look == self._look:
+            return
+        self._look = look
+        self._base = look[1]
+        self._header_style = self.get_component_styles("processtable--header").rich_style
+        self._pre.clear()
+        self._own.clear()
+        self._pieces.clear()
+        self._strips.clear()
+        self._header = None
+
+    def _pre_style(self, column: int, state: int) -> Style:
+        """The style of a column's blank cells (and unstyled text) in a line of this state."""
+        found = self._pre.get((column, state))
+        if found is None:
+            header = state & HEADER
+            component = Style()
+            if state & HOVERED:
+                component += self.get_component_rich_style("processtable--hover")
+                if header:
+                    component += self.get_component_rich_style("processtable--header-hover")
+            if state & SELECTED:
+                component += self.get_component_rich_style("processtable--cursor")
+            # The column in the style's meta keeps the columns' segments apart when their styles
+            # are alike, so the lines break into segments where DataTable's did (same pictures).
+            meta = Style.from_meta({"out_of_bounds": True} if column == FILLER else {"column": column})
+            found = (self._header_style if header else self._base) + meta + component
+            self._pre[(column, state)] = found
+        return found
+
+    def _piece(self, column: int, state: int, text: str, style: str) -> tuple[Segment, ...]:
+        """One cell's segments: padded, justified or cut with an ellipsis, in a line of this state."""
+        pre = self._pre_style(column, state)
+        _, inner, right = self._layout[column]
+        body = fit(text, inner, right)
+        if style:
+            own = self._own.get(style)
+            if own is None:
+                own = self._own[style] = Style.parse(self._theme_style(style))
+            styled = pre + own  # the line's look under the cell's colour, as DataTable drew it
+            if styled != pre:  # the justifying blanks take the cell's style, the padding the line's
+                return (Segment(PADS, pre), Segment(body, styled), Segment(PADS, pre))
+        return (Segment(f"{PADS}{body}{PADS}", pre),)
 
     # -- drawing -----------------------------------------------------------------------------
 
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False):
-        # DataTable redraws every visible cell through Rich's Padding/Styled pipeline whenever any
-        # cell changes (its caches are keyed by a global update count), which made the table most
-        # of the monitor's CPU. Our body cells are one-line Texts: draw their segments directly and
-        # cache them by what they show, so a refresh costs only the cells that changed. Anything
-        # else (header, labels, other cell types) takes DataTable's own path.
-        if row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        try:
-            row_key = self._row_locations.get_key(row_index)
-            cell = self._data[row_key][self._column_locations.get_key(column_index)]
-        except (AttributeError, KeyError):
-            cell = None
-        if not isinstance(cell, Text):
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        key = (row_index, column_index, cell.plain, cell.style, cell.justify, base_style, width,
-               cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
-        lines = self._fast_cells.get(key)
-        if lines is None:
-            if len(self._fast_cells) > 20000:
-                self._fast_cells.clear()
-            component_style, post_style = self._get_styles_to_render_cell(
-                False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-                self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-            # The row/column meta is how a click finds its cell, as in DataTable's own path.
-            pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index})
-            lines = [_one_line(cell, width, self.cell_padding, pre_style + component_style,
-                               post_style, self.app.console)]
-            self._fast_cells[key] = lines
-        return lines
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._take_styles()
+        return super().render_lines(crop)
 
-    # -- events ------------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        if self._look is None:
+            self._take_styles()
+        width = self.size.width
+        if y == 0:
+            state = HEADER | (HOVERED if self._hover == -1 else 0)
+            want = (self._layout, state, width)
+            if self._header is None or self._header[0] != want:
+                self._header = (want, self._draw([(label, "") for label, _, _ in self._layout], state, width))
+            return self._header[1]
+        index = y - 1 + self.scroll_offset.y
+        if index >= len(self.row_keys):
+            return Strip.blank(width, self._base)
+        key = self.row_keys[index]
+        cells = self._cells_of(key)
+        state = (SELECTED if index == self._cursor else 0) | (HOVERED if index == self._hover else 0)
+        want = (cells, state, width)
+        cached = self._strips.get(key)
+        if cached is not None and cached[0] == want:
+            return cached[1]
+        strip = self._draw(cells, state, width)
+        self._strips[key] = (want, strip)
+        return strip
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        # The event may be older than the last update: trust where the cursor is now.
-        self.selected_key = self._key_at_cursor()
-
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        event.stop()
-        self.post_message(self.SortRequested(event.column_key.value))
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        self._ask_detail(event.row_key.value)
-
-    def action_open_detail(self) -> None:
-        if self.selected_key is not None:
-            self._ask_detail(self.selected_key)
-
-    def _ask_detail(self, key: str) -> None:
-        row = self.rows_by_key.get(key)
-        if row is not None and row.process is None and row.report is not None:
-            self.post_message(self.ProbeDetailRequested(row.pid))
-        else:
-            self.post_message(self.DetailRequested(key))
-
-
-def _one_line(cell: Text, width: int, padding: int, pre_style: Style, post_style: Style, console):
-    """A one-line cell as segments: padded, justified, cut with an ellipsis, styled like Styled()."""
-    inner = max(0, width - 2 * padding)
-    text = cell.copy()
-    length = text.cell_len
-    if length > inner:
-        text.truncate(inner, overflow="ellipsis")
-    elif length < inner:
-        if cell.justify == "right":
-            text.pad_left(inner - length)
-        else:
-            text.pad_right(inner - length)
-    # Text.render applies the spans but not the Text's own style: apply it under them.
-    own = console.get_style(cell.style) if cell.style else Style.null()
-    body = Segment.apply_style(text.render(console, end=""), own)
-    segments = [Segment(" " * padding), *body, Segment(" " * padding)]
-    return list(Segment.apply_style(segments, pre_style, post_style))
+    def _draw(self, cells, state: int, width: int) -> Strip:
+        """One line of cells as a Strip ``width`` wide."""
+        pieces = self._pieces
+        if len(pieces) > 8192:  # readings change: forget old ones now and then
+            pieces.clear()
+        segments: list[Segment] = []
+        for column, cell in enumerate(cells):
+            key = (column, state, cell)
+            found = pieces.get(key)
+            if found is None:
+                found = pieces[key] = self._piece(column, state, *cell)
+            segments += found
+        table = self._table_width
+        if table < width:  # the line's look runs on to the widget's edge
+            segments.append(Segment(" " * (width - table), self._pre_style(FILLER, state)))
+        elif table > width:
+            return Strip(segments, table).crop(0, width)
+        return Strip(segments, width)
