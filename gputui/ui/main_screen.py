@@ -149,7 +149,7 @@ class MainScreen(Screen):
             snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view,
             trends=self.app.trends, leaks=self.app.leaks, ascii=self.ascii)
-        trend_width = max((len(r.cells.get("trend", "")) for r in found), default=0)
+        trend_width = max((len(r.trend) for r in found), default=0)
         if trend_width != self.trend_width:  # a trend came or went: give the command the room
             self.trend_width = trend_width
             self._set_columns()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
@@ -93,7 +94,7 @@ WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7,
           "started": 19}
 GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
 COMMAND_MIN = 22
-PADDING = 2  # DataTable's cell padding, both sides together
+PADDING = 2  # blank cells around each column, both sides together
 
 
 def column_widths(column_ids, sort_column: str | None = None,
@@ -138,18 +139,37 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
     return picked
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class Row:
-    """One line of the table: a GPU process on one device, or (tree view) a parent holding no GPU."""
+    """One line of the table: a GPU process on one device, or (tree view) a parent holding no GPU.
+
+    Its cells are formatted when first asked for: the table draws only the rows in view, so with a
+    thousand processes the other rows cost their sorting and little more.
+    """
 
     key: str
     pid: int
     device_index: int | None
-    cells: dict  # column id -> text
-    styles: dict  # column id -> style (theme variables, e.g. "$warning")
+    look: Callable[[], tuple[dict, dict]] = field(repr=False)  # -> (cells, styles)
     process: GpuProcess | None = None
     parent: HostProcess | None = None
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
+    trend: str = ""  # the trend cell's text, known up front: the column is as wide as the widest
+    _looked: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def cells(self) -> dict:
+        """Column id -> text."""
+        if self._looked is None:
+            self._looked = self.look()
+        return self._looked[0]
+
+    @property
+    def styles(self) -> dict:
+        """Column id -> style (theme variables, e.g. "$warning")."""
+        if self._looked is None:
+            self._looked = self.look()
+        return self._looked[1]
 
 
 def row_key(pid: int, device_index: int | None) -> str:
@@ -278,10 +298,11 @@ def gpu_text(p: GpuProcess) -> str:
     return f"{p.device_index}:{p.gpu_instance_id}"
 
 
-def parent_cells(h: HostProcess) -> tuple[dict, dict]:
+def parent_cells(h: HostProcess, prefix: str = "") -> tuple[dict, dict]:
+    """Texts and styles of a tree's parent that holds no GPU memory (``prefix``: its branch)."""
     cells = {c: "" for c in COLUMNS}
     cells.update(pid=str(h.pid), user=h.user or fmt.NA, gpu="-",
-                 command=fmt.command_line(h.command, h.name))
+                 command=prefix + fmt.command_line(h.command, h.name))
     return cells, {"pid": "$text-muted", "user": "$text-muted", "command": "$text-muted"}
 
 
@@ -297,16 +318,13 @@ def matches(p: GpuProcess, text: str) -> bool:
 def sort_processes(procs, column: str, reverse: bool, ctx: Context) -> list[GpuProcess]:
     """Sorted by one column; unknown values always last, ties by pid then device."""
     key = COLUMNS[column].sort_key
-
-    def value(p):
-        return key(p, ctx) if key else None
-
-    known = [p for p in procs if value(p) is not None]
-    unknown = [p for p in procs if value(p) is None]
-    known.sort(key=lambda p: (p.pid, p.device_index))
-    known.sort(key=value, reverse=reverse)
+    valued = [(key(p, ctx) if key else None, p) for p in procs]  # each value worked out once
+    known = [vp for vp in valued if vp[0] is not None]
+    unknown = [p for value, p in valued if value is None]
+    known.sort(key=lambda vp: (vp[1].pid, vp[1].device_index))
+    known.sort(key=lambda vp: vp[0], reverse=reverse)
     unknown.sort(key=lambda p: (p.pid, p.device_index))
-    return known + unknown
+    return [p for _, p in known] + unknown
 
 
 def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = True,
@@ -340,6 +358,14 @@ def probe_only_row(report: ProbeReport, ctx: Context, proc: HostProcess | None =
     """A row for a probed process that NVML does not list, from its probe's own report and what
     /proc says of it (``proc``: user, CPU, RSS, start time)."""
     leak = ctx.leaks.get(report.pid)
+    trend = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
+    return Row(f"{report.pid}/probe", report.pid, None, lambda: probe_only_cells(report, ctx, proc),
+               report=report, trend=trend)
+
+
+def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None) -> tuple[dict, dict]:
+    """Texts and styles of every column for a probed process NVML does not list."""
+    leak = ctx.leaks.get(report.pid)
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii)
     trend, trend_style = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
     trend_mark = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at, short=True)[0]
@@ -360,7 +386,7 @@ def probe_only_row(report: ProbeReport, ctx: Context, proc: HostProcess | None =
     styles = {"probe": mark_style, "gpu": "$text-muted"}
     if trend_style:
         styles["trend"] = styles["trend_mark"] = trend_style
-    return Row(f"{report.pid}/probe", report.pid, None, cells, styles, report=report)
+    return cells, styles
 
 
 def probe_device_text(report: ProbeReport) -> str:
@@ -379,12 +405,17 @@ def _report_matches(report: ProbeReport, text: str, proc: HostProcess | None = N
 
 
 def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
-    cells, styles = process_cells(p, ctx)
-    if prefix:
-        cells["command"] = prefix + cells["command"]
-    report = ctx.probes.get(own_pid(p))
-    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, cells, styles, process=p,
-               report=report)
+    def look() -> tuple[dict, dict]:
+        cells, styles = process_cells(p, ctx)
+        if prefix:
+            cells["command"] = prefix + cells["command"]
+        return cells, styles
+
+    mark, leak = ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(own_pid(p))
+    trend = "" if mark is None and leak is None else \
+        trend_text(mark, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
+    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, look, process=p,
+               report=ctx.probes.get(own_pid(p)), trend=trend)
 
 
 def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:
@@ -432,9 +463,8 @@ def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: C
             for p in by_pid[pid]:
                 rows.append(_process_row(p, ctx, lead + branch))
         else:
-            cells, styles = parent_cells(hosts[pid])
-            cells["command"] = lead + branch + cells["command"]
-            rows.append(Row(row_key(pid, None), pid, None, cells, styles, parent=hosts[pid]))
+            rows.append(Row(row_key(pid, None), pid, None, partial(parent_cells, hosts[pid], lead + branch),
+                            parent=hosts[pid]))
         kids = children.get(pid, [])
         below = lead + ((blank if branch == last else pipe) if branch else "")
         for i, kid in enumerate(kids):
