@@ -105,15 +105,16 @@ class Nvml:
         self.initialized = 0
         self.handles: dict[int, tuple[Gpu, MigSlot | None]] = {}
         for gpu in self.scenario.gpus:
-            self.handles[self._handle_of(gpu)] = (gpu, None)
+            self.handles[self.handle_of(gpu)] = (gpu, None)
             for slot in gpu.mig:
-                self.handles[self._handle_of(gpu, slot)] = (gpu, slot)
+                self.handles[self.handle_of(gpu, slot)] = (gpu, slot)
         self._cache_state = None
         self._cache: dict = {}
 
     # ------------------------------------------------------------------ plumbing
 
-    def _handle_of(self, gpu: Gpu, slot: MigSlot | None = None) -> int:
+    def handle_of(self, gpu: Gpu, slot: MigSlot | None = None) -> int:
+        """The handle value of a whole GPU or of one of its MIG devices."""
         return self.HANDLE_BASE + gpu.index * 0x100 + (0x10 + slot.index if slot else 0)
 
     def _device(self, handle, symbol: str):
@@ -206,7 +207,7 @@ class Nvml:
         index = _value(index)
         if not 0 <= index < len(self.scenario.gpus):
             return N.NVML_ERROR_INVALID_ARGUMENT
-        _set_handle(out, self._handle_of(self.scenario.gpus[index]))
+        _set_handle(out, self.handle_of(self.scenario.gpus[index]))
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetHandleByIndex(self, index, out) -> int:
@@ -284,6 +285,13 @@ class Nvml:
 
     def nvmlDeviceGetComputeMode(self, handle, out) -> int:
         return self._simple(handle, out, "nvmlDeviceGetComputeMode", lambda g, now: g.compute_mode)
+
+    # datacenter boards drive no display (nvitop's Disp.A column asks)
+    def nvmlDeviceGetDisplayMode(self, handle, out) -> int:
+        return self._simple(handle, out, "nvmlDeviceGetDisplayMode", lambda g, now: N.NVML_FEATURE_DISABLED)
+
+    def nvmlDeviceGetDisplayActive(self, handle, out) -> int:
+        return self._simple(handle, out, "nvmlDeviceGetDisplayActive", lambda g, now: N.NVML_FEATURE_DISABLED)
 
     # ------------------------------------------------------------------ memory
 
@@ -501,7 +509,7 @@ class Nvml:
             return N.NVML_ERROR_INVALID_ARGUMENT
         if index >= len(gpu.mig):
             return N.NVML_ERROR_NOT_FOUND
-        _set_handle(out, self._handle_of(gpu, gpu.mig[index]))
+        _set_handle(out, self.handle_of(gpu, gpu.mig[index]))
         return N.NVML_SUCCESS
 
     def nvmlDeviceIsMigDeviceHandle(self, handle, out) -> int:
@@ -532,7 +540,7 @@ class Nvml:
             return code
         if slot is None:
             return N.NVML_ERROR_INVALID_ARGUMENT
-        _set_handle(out, self._handle_of(gpu))
+        _set_handle(out, self.handle_of(gpu))
         return N.NVML_SUCCESS
 
     # ------------------------------------------------------------------ processes
