@@ -44,7 +44,7 @@ TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.l
 
 
 # The live monitor's start: the driver opens and the first sample is taken while Textual loads.
-TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.config"}
+TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.config", "gputui.ui.early_frame"}
 
 
 def loaded_by(module: str) -> set[str]:

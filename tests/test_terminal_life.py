@@ -21,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = (b"\x1b[?1049l", b"\x1b[?1000l")  # left the alternate screen, mouse reporting off
 COLOUR = re.compile(rb"\x1b\[[0-9;]*(?:38|48);[25];")
+MONITOR_STARTED = b"\x1b[?1000h"  # Textual turns mouse reporting on
 
 
 @pytest.fixture
@@ -71,9 +72,15 @@ class Terminal:
         return None
 
     def drawn(self) -> None:
-        """Wait for the first full frame (the process table's header)."""
-        self.read(30, until=b"COMMAND")
-        assert b"COMMAND" in self.out, bytes(self.out[-500:])
+        """Wait for the monitor's first full frame (the process table's header once Textual runs:
+        mouse reporting on), past the early frame that the plain renderer drew before."""
+        self.read(30, until=MONITOR_STARTED)
+        assert MONITOR_STARTED in self.out, bytes(self.out[-500:])
+        started = self.out.index(MONITOR_STARTED)
+        end = time.monotonic() + 30
+        while b"COMMAND" not in self.out[started:] and time.monotonic() < end:
+            self.read(0.1)
+        assert b"COMMAND" in self.out[started:], bytes(self.out[-500:])
         self.read(0.5)
 
 
@@ -86,6 +93,19 @@ def test_a_signal_ends_the_monitor_with_the_terminal_restored_and_the_shells_sta
     tail = bytes(term.out[-400:])
     assert all(code in tail for code in RESTORED), tail
     assert b"Traceback" not in term.out
+
+
+def test_the_first_sample_is_on_screen_before_the_monitor_has_loaded(env):
+    term = Terminal(env, "--demo", "training-node")
+    term.drawn()
+    out = bytes(term.out)
+    entered, started = out.index(b"\x1b[?1049h"), out.index(MONITOR_STARTED)
+    early = out[entered:started]
+    assert b"dgx-sim-01" in early and b"H100" in early and b"COMMAND" in early  # --once's picture
+    assert early.count(b"\r\n") < 30  # cut to the 30-line window
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert all(code in bytes(term.out[-400:]) for code in RESTORED)
 
 
 def test_q_still_exits_0(env):

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import functools
 import os
-import signal
 import time
 
 from textual import work
@@ -30,13 +29,10 @@ from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
 from gputui.model.verdicts import LeakVerdict
 from gputui.ui.sampler import Sampler
-from gputui.ui.signals import send
+from gputui.ui.signals import EXIT_SIGNALS, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import visible, visible_all
 
-# Signals that end the monitor: 128 + the signal is its exit status (143 for SIGTERM), as for a
-# process the signal killed, so scripts and shells read it the usual way.
-EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 

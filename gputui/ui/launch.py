@@ -3,19 +3,23 @@ the live monitor.
 
 Importing Textual and the monitor's screens takes a few hundred milliseconds, and opening NVML can
 take as long on a real driver (nvmlInit without the persistence daemon): they overlap here, in a
-thread of their own, instead of following each other. Nothing in this module imports Textual before
-the sampler is on its way.
+thread of their own, instead of following each other, and the first sample is drawn as ``--once``
+draws it (ui/early_frame.py) until the monitor's own first frame replaces it. Nothing in this module
+imports Textual before the sampler is on its way.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Callable
 
+from gputui.model import Snapshot
+from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler
 
+EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
 NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
                     "from their probes.")
 
@@ -32,23 +36,29 @@ def run_tui(options) -> int:
         check_binding_ids(config, binding_ids())
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
-    opened, first_sample = open_ahead(lambda: open_sampler(options))
-    from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
+    early = EarlyFrame.for_terminal(options)
+    with until_the_monitor_starts(early):
+        opened, first_sample = open_ahead(lambda: open_sampler(options), early.draw if early else None)
+        if early:
+            # Importing Textual now would slow the first sample down (both want the GIL), and with
+            # it the early frame; a driver slow to open is left to overlap the import after all.
+            wait([first_sample], timeout=EARLY_WAIT)
+        from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
 
-    sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
-    app = GpuTuiApp(
-        sampler,
-        interval=options.interval or config.interval or 1.0,
-        readonly=options.readonly,
-        simulated=options.demo is not None,
-        ascii=options.ascii,
-        theme=options.theme or config.theme or "dark",
-        columns=config.columns,
-        keymap=config.keys,
-        handle_signals=True,
-        banner=banner,
-        first_sample=first_sample,
-    )
+        sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
+        app = GpuTuiApp(
+            sampler,
+            interval=options.interval or config.interval or 1.0,
+            readonly=options.readonly,
+            simulated=options.demo is not None,
+            ascii=options.ascii,
+            theme=options.theme or config.theme or "dark",
+            columns=config.columns,
+            keymap=config.keys,
+            handle_signals=True,
+            banner=banner,
+            first_sample=first_sample,
+        )
     try:
         app.run()
     finally:
@@ -77,10 +87,12 @@ def open_sampler(options) -> tuple[Sampler, str | None]:
     return sampler, banner
 
 
-def open_ahead(opener: Callable[[], tuple[Sampler, str | None]]) -> tuple[Future, Future]:
+def open_ahead(opener: Callable[[], tuple[Sampler, str | None]],
+               show: Callable[[Snapshot], None] | None = None) -> tuple[Future, Future]:
     """Open the sampler (``opener``) and take its first sample in a thread, starting now: a Future
-    of (sampler, banner) and a Future of the first Snapshot. The app's sampling worker waits for the
-    second before sampling again, so the sampler is used by one thread at a time."""
+    of (sampler, banner) and a Future of the first Snapshot, which ``show`` (if given) draws at once.
+    The app's sampling worker waits for the second before sampling again, so the sampler is used by
+    one thread at a time."""
     opened: Future = Future()
     first: Future = Future()
 
@@ -93,9 +105,13 @@ def open_ahead(opener: Callable[[], tuple[Sampler, str | None]]) -> tuple[Future
             return
         opened.set_result((sampler, banner))
         try:
-            first.set_result(sampler.sample())
+            snapshot = sampler.sample()
         except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
             first.set_exception(exc)
+            return
+        if show is not None:
+            show(snapshot)
+        first.set_result(snapshot)
 
     threading.Thread(target=run, name="gputui-open", daemon=True).start()
     return opened, first

@@ -1,10 +1,15 @@
-"""Sending a signal to a process on the user's behalf, with refusals as words instead of exceptions."""
+"""Signals: those that end the monitor, and sending one to a process on the user's behalf, with
+refusals as words instead of exceptions."""
 
 from __future__ import annotations
 
 import os
 import signal
 from dataclasses import dataclass
+
+# Signals that end the monitor: 128 + the signal is its exit status (143 for SIGTERM), as for a
+# process the signal killed, so scripts and shells read it the usual way.
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
