@@ -1,0 +1,134 @@
+"""Where a refresh's milliseconds go on the UI thread, headless, at 120x40.
+
+A simulated machine is sampled ahead on a fake clock; the snapshots are then handed to the live
+monitor one by one (``app.accept`` as the sampling thread does) and each refresh is timed in CPU
+time of the UI thread (time.thread_time), split into:
+
+- history and trends (the app's bookkeeping before any widget sees the snapshot);
+- each widget's update (header, devices, charts, process rows built, the table given them);
+- each widget's drawing (its ``render_lines``: the lines Textual asks it for);
+- Textual's frame: the rest (messages, layout, compositing, the driver writing to the terminal).
+
+The sampling thread's own cost (the collector, not counting the simulator) is bench_collect.py's.
+
+    python bench/bench_refresh.py [--refreshes 60] [--processes 64 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from textual.widget import Widget  # noqa: E402
+
+from gputui.collect import open_collector  # noqa: E402
+from gputui.ui import main_screen  # noqa: E402
+from gputui.ui.app import GpuTuiApp  # noqa: E402
+from gputui.ui.sampler import Sampler  # noqa: E402
+from gputui.ui.still import FrozenSource  # noqa: E402
+from gputui.ui.widgets.charts import DeviceHistory  # noqa: E402
+from gputui.ui.widgets.devices import DeviceList  # noqa: E402
+from gputui.ui.widgets.header import HostHeader  # noqa: E402
+from gputui.ui.widgets.processes import ProcessTable  # noqa: E402
+
+spent: defaultdict[str, float] = defaultdict(float)
+_depth = [0]  # nested timed calls count once, in the outermost bucket
+
+
+def timed(owner, name: str, bucket) -> None:
+    """Wrap ``owner.name`` so its CPU time adds to ``bucket`` (a name, or a function of self)."""
+    original = getattr(owner, name)
+
+    def wrapper(self, *args, **kwargs):
+        if _depth[0]:
+            return original(self, *args, **kwargs)
+        _depth[0] += 1
+        start = time.thread_time()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _depth[0] -= 1
+            spent[bucket(self) if callable(bucket) else bucket] += time.thread_time() - start
+
+    setattr(owner, name, wrapper)
+
+
+def instrument() -> None:
+    timed(GpuTuiApp, "_judge_trends", "history and trends")
+    timed(HostHeader, "show", "update: header")
+    timed(DeviceList, "show", "update: devices")
+    timed(DeviceHistory, "show", "update: charts")
+    original_build = main_screen.table_rows.build_rows
+
+    def build_rows(*args, **kwargs):  # a function, not a method: wrapped by hand
+        start = time.thread_time()
+        try:
+            return original_build(*args, **kwargs)
+        finally:
+            spent["update: process rows"] += time.thread_time() - start
+
+    main_screen.table_rows.build_rows = build_rows
+    timed(ProcessTable, "show", "update: process table")
+    timed(Widget, "render_lines", lambda widget: f"draw: {type(widget).__name__}")
+
+
+def snapshots(processes: int, count: int):
+    now = [0.0]
+    sampler = Sampler(open_collector("training-node", seed=0, clock=lambda: now[0], processes=processes),
+                      watch_probes=False)
+    taken = []
+    for second in range(count):
+        now[0] = float(second)
+        taken.append(sampler.sample())
+    sampler.close()
+    return taken
+
+
+async def measure(processes: int, refreshes: int) -> tuple[dict[str, float], float]:
+    """ms per refresh in each bucket, and the UI thread's median ms per refresh in all."""
+    taken = snapshots(processes, refreshes + 5)
+    app = GpuTuiApp(Sampler(FrozenSource(taken[0]), watch_probes=False), me="lena",
+                    simulated=True, interval=3600)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not app.samples:
+            await pilot.pause(0.05)
+        for snapshot in taken[1:5]:  # warm up: caches filled, history started
+            app.accept(snapshot)
+            await pilot.pause()
+        spent.clear()
+        whole = []
+        for snapshot in taken[5:]:
+            start = time.thread_time()
+            app.accept(snapshot)
+            await pilot.pause()  # the refresh drawn
+            whole.append(time.thread_time() - start)
+    per = {bucket: 1000 * seconds / refreshes for bucket, seconds in spent.items()}
+    per["Textual's frame (the rest)"] = 1000 * sum(whole) / refreshes - sum(per.values())
+    return per, 1000 * statistics.median(whole)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--refreshes", type=int, default=60)
+    parser.add_argument("--processes", type=int, nargs="+", default=[64, 1000])
+    args = parser.parse_args()
+    instrument()
+    for processes in args.processes:
+        per, median = asyncio.run(measure(processes, args.refreshes))
+        print(f"8 GPUs x {processes} processes: UI thread {sum(per.values()):.2f} ms per refresh "
+              f"(mean; median {median:.2f} ms)")
+        for bucket, ms in sorted(per.items(), key=lambda item: -item[1]):
+            if ms >= 0.005:
+                print(f"  {ms:7.2f} ms  {bucket}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
