@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.segment import Segment
+from rich.style import Style as RichStyle
 from textual.content import Content
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
@@ -75,6 +76,7 @@ class StyledLines(Widget):
         super().__init__(id=id, classes=classes)
         self.lines: tuple[tuple[str, tuple[Piece, ...]], ...] = ()  # (line background, pieces)
         self._segments: dict[tuple[str, str, str], Segment] = {}
+        self._styles: dict[tuple[str, str], RichStyle] = {}  # (background, style) -> resolved
         self._segments_for: tuple | None = None
 
     def show_lines(self, lines) -> None:
@@ -105,6 +107,7 @@ class StyledLines(Widget):
         key = (self.app.theme, self.visual_style)
         if key != self._segments_for:  # theme or CSS changed: resolve the colours again
             self._segments.clear()
+            self._styles.clear()
             self._segments_for = key
         segment = self._segment
         segments = [segment(background, text, style) for text, style in pieces]
@@ -126,11 +129,25 @@ class StyledLines(Widget):
         if found is None:
             if len(self._segments) > 4096:  # readings change: forget old ones now and then
                 self._segments.clear()
-            base = self.visual_style
-            layers = [base]
-            if background:
-                layers.append(self._get_style(background))
-            if style:
-                layers.append(self._get_style(style))
-            found = self._segments[key] = Segment(text, (base + VisualStyle.combine(layers)).rich_style)
+            found = self._segments[key] = Segment(text, self._style(background, style))
         return found
+
+    def _style(self, background: str, style: str) -> RichStyle:
+        """A piece's style resolved against the theme, once per (background, style): readings change
+        every sample, the few styles they are drawn in do not."""
+        key = (background, style)
+        found = self._styles.get(key)
+        if found is None:
+            base = self.visual_style
+            layers = [base] + [_parse(s) for s in (background, style) if s]
+            found = self._styles[key] = (base + VisualStyle.combine(layers)).rich_style
+        return found
+
+
+def _parse(style: str) -> VisualStyle:
+    """A style in Textual's words ("bold $text-muted") against the running app's theme; one that
+    does not parse draws plain, as in Content."""
+    try:
+        return VisualStyle.parse(style)
+    except Exception:  # noqa: BLE001 - Textual raises several kinds for a bad style string
+        return VisualStyle.null()
