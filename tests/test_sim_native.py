@@ -296,3 +296,33 @@ def test_feed_refuses_bad_arguments(tmp_path, capsys):
             parse_args(argv)
         assert exit.value.code == 2
         assert problem in capsys.readouterr().err
+
+
+def test_feed_stands_real_processes_in_for_the_simulated_ones(tmp_path):
+    import psutil
+
+    state = tmp_path / "state"
+    feed = subprocess.Popen(
+        [sys.executable, "-m", "gputui.collect.sim.feed", "training-node", "--state", str(state),
+         "--processes", "5", "--spawn", "--interval", "0.2"], stdout=subprocess.PIPE, text=True)
+    try:
+        announced = feed.stdout.readline()
+        assert announced == f"state written to {state}: 8 GPUs, 5 processes\n"
+        pids = native.state_pids(state)
+        children = {c.pid: c for c in psutil.Process(feed.pid).children()}
+        assert len(pids) == 5 and set(pids) <= set(children)  # every listed pid is a real child
+        assert all(children[p].name() == "sleep" for p in pids)
+    finally:
+        feed.terminate()
+        assert feed.wait(timeout=30) == 0
+    gone, alive = psutil.wait_procs([children[p] for p in pids], timeout=5)
+    assert not alive  # they went with the feeder
+
+
+def test_feed_once_writes_the_simulated_pids(tmp_path):
+    state = tmp_path / "state"
+    out = _run([sys.executable, "-m", "gputui.collect.sim.feed", "leaky", "--state", str(state), "--once"])
+    machine = SimulatedMachine("leaky")
+    machine.freeze(60.0)  # where --demo leaky begins, and so the feeder
+    assert out.startswith(f"state written to {state}:")
+    assert native.state_pids(state) == sorted(listed_pids(machine))
