@@ -108,6 +108,16 @@ def test_the_first_sample_is_on_screen_before_the_monitor_has_loaded(env):
     assert all(code in bytes(term.out[-400:]) for code in RESTORED)
 
 
+def test_q_typed_while_the_monitor_loads_quits_it(env):
+    """The user sees the early frame and presses q before Textual runs: q quits (it once went into
+    the filter box, which had the focus for a moment at start)."""
+    term = Terminal(env, "--demo", "training-node")
+    term.read(30, until=b"COMMAND")  # the early frame
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert all(code in bytes(term.out[-400:]) for code in RESTORED)
+
+
 def test_q_still_exits_0(env):
     term = Terminal(env, "--demo")
     term.drawn()

@@ -41,6 +41,10 @@ def layout_for(width: int, height: int) -> str:
 class MainScreen(Screen):
     """Devices and processes at a glance."""
 
+    # The table has the keys from the first moment: a key typed while the monitor loads (the user
+    # has the early frame to look at by then) must reach the bindings, not the hidden filter box.
+    AUTO_FOCUS = "#processes"
+
     BINDINGS = [
         Binding("slash", "filter", "Filter", tooltip="Filter processes as you type: command, user or pid", id="filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the filter", id="filter.clear"),
@@ -77,13 +81,14 @@ class MainScreen(Screen):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceHistory(ascii=self.ascii, id="charts")
         yield Line(id="table-status")
-        yield Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
+        box = Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
                     tooltip="Filter processes as you type: command, user or pid", id="filter")
+        box.display = False  # until `/`
+        yield box
         yield ProcessTable(id="processes")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#filter", Input).display = False
         self.apply_layout(self.app.size.width, self.app.size.height)
         self.query_one(ProcessTable).focus()
 
