@@ -62,7 +62,8 @@ QUERY = textwrap.dedent("""
                   "MemoryInfo", "DisplayMode", "DisplayActive"):
             d[f] = ask(getattr(N, "nvmlDevice" + ("" if f.startswith("Is") else "Get") + f), h)
         d["MemoryInfo_v2"] = ask(N.nvmlDeviceGetMemoryInfo, h, N.nvmlMemory_v2)
-        d["TemperatureV"] = ask(N.nvmlDeviceGetTemperatureV, h, 0)
+        if hasattr(N, "nvmlDeviceGetTemperatureV"):  # nvidia-ml-py 12.570 and newer
+            d["TemperatureV"] = ask(N.nvmlDeviceGetTemperatureV, h, 0)
         for k in range(5):
             d[f"Clock{k}"] = ask(N.nvmlDeviceGetClockInfo, h, k)
             d[f"MaxClock{k}"] = ask(N.nvmlDeviceGetMaxClockInfo, h, k)

@@ -17,6 +17,9 @@ from gputui.collect.sim.scenarios import DENIED, VANISHED, Gpu, MigSlot
 from gputui.collect.sim.state import GpuNow, UseNow
 
 NA_UINT = 0xFFFFFFFF  # "not applicable": instance ids of a process outside MIG
+# nvmlTemperature_v1: sizeof(nvmlTemperature_v1_t) | 1 << 24. The driver's ABI; nvidia-ml-py before
+# 12.570 has no name for it (nor a wrapper for nvmlDeviceGetTemperatureV).
+TEMPERATURE_V1 = 12 | 1 << 24
 
 # Calls a MIG device handle answers; anything else on it is NOT_SUPPORTED, as on real MIG devices.
 MIG_CALLS = frozenset(
@@ -365,7 +368,7 @@ class Nvml:
         if code:
             return code
         temp = _target(out)
-        if temp.version != N.nvmlTemperature_v1:
+        if temp.version != TEMPERATURE_V1:
             return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         if temp.sensorType != N.NVML_TEMPERATURE_GPU:
             return N.NVML_ERROR_INVALID_ARGUMENT

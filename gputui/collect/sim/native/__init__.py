@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pynvml as N
 
-from gputui.collect.sim.library import Nvml
+from gputui.collect.sim.library import TEMPERATURE_V1, Nvml
 
 STATE_VARIABLE = "GPUTUI_SIM_STATE"  # the environment variable naming the state file
 LIBRARY = "libnvidia-ml.so.1"
@@ -94,6 +94,12 @@ RUNNING = {
 
 class _ProcessInfoV1(ctypes.Structure):
     _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong)]
+
+
+class _TemperatureV1(ctypes.Structure):
+    """nvmlTemperature_v1_t, which nvidia-ml-py before 12.570 does not define."""
+
+    _fields_ = [("version", c_uint), ("sensorType", c_int), ("temperature", c_int)]
 
 
 def build(directory: Path | str) -> Path:
@@ -174,8 +180,7 @@ def _device_lines(nv: Nvml, handle: int, sections: Mapping[int, int], pid: Mappi
     util = N.c_nvmlUtilization_t()
     yield _line("nvmlDeviceGetUtilizationRates", nv.nvmlDeviceGetUtilizationRates(handle, byref(util)),
                 util.gpu, util.memory)
-    temp = N.c_nvmlTemperature_v1_t()
-    temp.version, temp.sensorType = N.nvmlTemperature_v1, N.NVML_TEMPERATURE_GPU
+    temp = _TemperatureV1(TEMPERATURE_V1, N.NVML_TEMPERATURE_GPU, 0)
     yield _line("nvmlDeviceGetTemperatureV", nv.nvmlDeviceGetTemperatureV(handle, byref(temp)), temp.temperature)
     for i in range(MIG_SLOTS):
         out = c_void_p()
