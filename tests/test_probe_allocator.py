@@ -1,7 +1,8 @@
 """torch.cuda readings parsed from recorded memory_stats()/memory_snapshot() outputs, and OOM records.
 
-The recordings in tests/fixtures/torch are synthetic (see the README there) until a GPU session
-records real ones; the values asserted here are the ones written into them.
+Most recordings in tests/fixtures/torch are synthetic (see the README there), made to hold cases a
+healthy job rarely shows (retries, OOMs, two devices); ``real-h100-*`` were recorded on an H100 by
+bench/validate_gpu.py. The values asserted here are the ones in the files.
 """
 
 from __future__ import annotations
@@ -50,6 +51,25 @@ def test_largest_free_block_counts_only_inactive_blocks_of_the_device():
     assert allocator.largest_free_block(segments, 0) == 20 * MiB  # not the block awaiting free
     assert allocator.largest_free_block(segments, 1) == 56 * MiB
     assert allocator.largest_free_block(segments, 2) is None
+
+
+def test_real_h100_memory_stats_become_allocator_stats():
+    # Recorded at the end of bench/validate_gpu.py's training job (torch 2.11, H100, 2026-11-25).
+    stats = allocator.stats_from_memory_stats(load("real-h100-memory_stats.json"))
+    assert (stats.allocated, stats.reserved) == (280_215_040, 497_025_024)
+    assert stats.active == stats.allocated  # nothing freed but not yet reused at a step's end
+    assert stats.inactive_split == 36_454_912 and stats.inactive_split_peak == 49_848_832
+    assert stats.requested == 280_213_004 and stats.requested_peak == 356_542_096
+    assert (stats.allocated_peak, stats.reserved_peak) == (356_807_168, 497_025_024)
+    assert (stats.alloc_retries, stats.ooms, stats.segments) == (0, 0, 28)
+    assert stats.expandable_segments is False
+
+
+def test_largest_free_block_of_a_real_h100_snapshot():
+    segments = load("real-h100-memory_snapshot.json")
+    # A 34 MiB segment whose single block is free; the small pool's free blocks are 2 MiB at most.
+    assert allocator.largest_free_block(segments, 0) == 35_651_584
+    assert allocator.largest_free_block(segments, 1) is None
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -111,9 +131,36 @@ def test_cuda_oom_message_is_parsed():
     assert record.requested == 2 * GiB
     assert record.free == int(1.5 * GiB)
     assert record.allocated == 70 * GiB
-    assert record.reserved == 6 * GiB
+    assert record.reserved == 76 * GiB  # allocated + "reserved by PyTorch but unallocated"
     assert record.message.startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert record.where[-1].endswith(f"in {test_cuda_oom_message_is_parsed.__name__}")
+
+
+# torch 2.11's message on an H100 under set_per_process_memory_fraction(0.02) (bench/validate_gpu.py);
+# the OOM observer's record of the same failure, from memory_stats(), was allocated 1100437504 and
+# reserved 1130364928.
+REAL_CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total capacity of 79.18 GiB of "
+    "which 77.39 GiB is free. Including non-PyTorch memory, this process has 1.78 GiB memory in use. "
+    "1.58 GiB allowed; Of the allocated memory 1.02 GiB is allocated by PyTorch, and 28.54 MiB is "
+    "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+    "Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage"
+    "-with-pytorch-cuda-alloc-conf)"
+)
+
+
+def test_a_real_cuda_oom_message_agrees_with_the_observers_figures():
+    torch = pytest.importorskip("torch")
+    try:
+        raise torch.OutOfMemoryError(REAL_CUDA_OOM)
+    except torch.OutOfMemoryError as exc:
+        record = oom.record_from_exception(exc, at=1.0)
+    assert (record.device, record.requested) == ("cuda:0", 768 * MiB)
+    # The message rounds to two decimals: within 0.5 % of what memory_stats() said.
+    assert abs(record.allocated - 1_100_437_504) < 0.005 * 1_100_437_504
+    assert abs(record.reserved - 1_130_364_928) < 0.005 * 1_130_364_928
+    assert record.reserved - record.allocated == int(28.54 * MiB)
 
 
 def test_a_real_cpu_oom_is_recognised_with_its_size_and_line():

@@ -58,13 +58,18 @@ def record_from_exception(exc: BaseException, tb=None, *, at: float | None = Non
     else:
         device = "cpu" if "CPU" in text or "alloc_cpu" in text else None
     frames = traceback.extract_tb(tb if tb is not None else exc.__traceback__)
+    allocated = _size(_CUDA_ALLOCATED.search(text))
+    # torch says how much of its reserve is *unallocated*; the record's reserved is the whole reserve,
+    # as memory_stats() gives it on the observer's path.
+    unallocated = _size(_CUDA_RESERVED.search(text))
+    reserved = None if allocated is None or unallocated is None else allocated + unallocated
     return OomRecord(
         at=time.time() if at is None else at,
         device=device,
         requested=requested,
         free=_size(_CUDA_FREE.search(text)),
-        allocated=_size(_CUDA_ALLOCATED.search(text)),
-        reserved=_size(_CUDA_RESERVED.search(text)),
+        allocated=allocated,
+        reserved=reserved,
         message=text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__,
         where=format_frames(frames),
     )
