@@ -125,7 +125,7 @@ def test_memory_v2_and_v1_agree(machine_at):
     v2 = N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2)
     v1 = N.nvmlDeviceGetMemoryInfo(h)
     assert v2.total == v1.total == 81559 * MiB
-    assert v2.reserved == 512 * MiB
+    assert v2.reserved == 480 * MiB  # as a real H100 reports it
     assert v2.used + v2.reserved == v1.used  # v1 counts the reservation as used
     assert v2.free == v1.free == v2.total - v2.reserved - v2.used
     procs = N.nvmlDeviceGetComputeRunningProcesses(h)
@@ -153,7 +153,7 @@ def test_training_rank_ramps_up_over_the_first_minute(machine_at, clock):
         seen.append((proc.usedGpuMemory, N.nvmlDeviceGetUtilizationRates(h).gpu))
     memory = [m for m, _ in seen]
     assert memory == sorted(memory)
-    assert memory[0] == 500 * MiB  # the context only
+    assert memory[0] == 742 * MiB  # the context only (torch 2.11, CUDA 13 on a real H100)
     assert memory[-1] > 58 * 1024 * MiB
     assert seen[0][1] == 0 and seen[-1][1] >= 90
 

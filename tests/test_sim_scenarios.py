@@ -111,7 +111,7 @@ def test_training_node_probes_rank_zero(run):
     assert report.command[2] == "train.py"
     (device,) = report.devices
     (proc,) = N.nvmlDeviceGetComputeRunningProcesses(N.nvmlDeviceGetHandleByIndex(0))
-    assert proc.usedGpuMemory == device.allocator.reserved + 500 * MiB
+    assert proc.usedGpuMemory == device.allocator.reserved + 742 * MiB  # an H100's CUDA context
     assert device.allocator.allocated <= device.allocator.reserved
     assert report.steps[-1].step == 161  # (120 - 20) / 0.62 steps done
     assert report.last_oom is None and not report.recording

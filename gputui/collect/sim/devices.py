@@ -52,10 +52,13 @@ class GpuModel:
     unsupported: frozenset[str] = field(default_factory=frozenset)
 
 
+# Figures as a real H100 SXM gave them (docs/validation.md, 2026-11-25): total and reserved from
+# memory info v2, idle and maximum clocks, no fan, and the CUDA context with its libraries as torch
+# 2.11 on CUDA 13 loads them.
 H100_SXM = GpuModel(
     name="NVIDIA H100 80GB HBM3",
     memory_total=81559 * MiB,
-    memory_reserved=512 * MiB,
+    memory_reserved=480 * MiB,
     power_limit=700.0,
     power_idle=71.0,
     sm_max=1980,
@@ -76,6 +79,7 @@ H100_SXM = GpuModel(
         MigProfile("7g.80gb", 7, 80896 * MiB),
     ),
     compute_capability=(9, 0),
+    context_memory=742 * MiB,
     unsupported=frozenset({"nvmlDeviceGetFanSpeed"}),
 )
 
