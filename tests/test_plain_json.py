@@ -168,7 +168,7 @@ def test_every_model_type_in_a_snapshot_has_a_schema():
     assert set(DEFS) == {"Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host",
                          "MemoryCategories", "AllocatorStats", "ProbeDevice", "StepRecord",
                          "OomRecord", "AllocationSite", "LeakKeeper", "ProbeReport", "Snapshot",
-                         "MonitorCost"}
+                         "MonitorCost", "Breakdown", "BreakdownItem"}
 
 
 @pytest.mark.parametrize("name", sorted(DEFS))

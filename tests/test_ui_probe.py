@@ -31,7 +31,7 @@ from gputui.ui.widgets.processes import ProcessTable
 
 from test_ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
-CONTEXT = 500 * MIB  # the simulator's CUDA context per process: NVML = reserved + context
+CONTEXT = 742 * MIB  # the simulated H100's CUDA context per process (as measured): NVML = reserved + context
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -143,6 +143,32 @@ async def test_the_demo_record_key_says_its_sites_are_simulated():
 
 # -- training-node's probed rank --------------------------------------------------------------
 
+async def test_the_live_bar_once_json_and_gputui_probe_show_the_same_breakdown():
+    """The breakdown is the product's central figure: every view shows the same parts, in bytes."""
+    import json
+
+    from gputui.plain import units
+    from gputui.plain.document import dumps, snapshot_document
+    from gputui.plain.render import ALLOCATOR_WORDS, TENSOR_WORDS, render
+    from gputui.plain.report import render_probe
+
+    app = still_app("leaky", seconds=120)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        (report,) = app.snapshot.probes
+        screen = await open_detail_of(pilot, report.pid)
+        live = [(item.key, item.size) for item in screen.query_one(MemoryBreakdown).breakdown.items]
+        snapshot = app.snapshot
+    assert {key for key, _ in live} >= {"parameters", "activations", "cache", "fragmentation", "context"}
+    (document,) = json.loads(dumps(snapshot_document(snapshot)))["breakdowns"]
+    assert [(item["key"], item["size"]) for item in document["items"]] == live
+    words = {**TENSOR_WORDS, **ALLOCATOR_WORDS}
+    for text in (render(snapshot, width=200), render_probe(report, snapshot, width=200)):
+        flat = " ".join(text.split())
+        for key, size in live:
+            assert f"{words[key]} {units.size(size)}" in flat, (key, size)
+
+
 async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():
     app = still_app("training-node", seconds=120)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -153,7 +179,7 @@ async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():
         screen = await open_detail_of(pilot, report.pid)
         breakdown = screen.query_one(MemoryBreakdown).breakdown
         sizes = {item.key: item.size for item in breakdown.items}
-        assert breakdown.nvml == breakdown.total == proc.gpu_memory == 62_782_439_424
+        assert breakdown.nvml == breakdown.total == proc.gpu_memory == 63_036_194_816
         assert sum(sizes.values()) == proc.gpu_memory
         assert sizes == {
             "parameters": cats.parameters,
@@ -172,8 +198,8 @@ async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():
         assert cats.tensor_bytes() == alloc.allocated == 48_872_869_067
         assert (alloc.reserved, alloc.inactive_split) == (62_258_151_424, 2_677_056_471)
         legend = text(screen, "#probe-breakdown")
-        assert "Where its memory goes: 58.5 GiB (NVML per-process memory)" in legend
-        assert "500 MiB   0.8%  CUDA context and libraries (NVML - reserved)" in legend
+        assert "Where its memory goes: 58.7 GiB (NVML per-process memory)" in legend
+        assert "742 MiB   1.2%  CUDA context and libraries (NVML - reserved)" in legend
         allocator = text(screen, "#probe-allocator")
         assert "allocated  45.5 GiB (peak 54.7 GiB)" in allocator and "segments  2968" in allocator
 

@@ -3,6 +3,7 @@
 Pure data: nothing here imports another gputui package, textual, torch, psutil or pynvml.
 """
 
+from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
 from gputui.model.codec import from_jsonable, to_jsonable
 from gputui.model.gpu import (
     COMPUTE_MODES,
@@ -57,6 +58,9 @@ from gputui.model.verdicts import (
 )
 
 __all__ = [
+    "BREAKDOWN_ITEMS",
+    "Breakdown",
+    "BreakdownItem",
     "TREND_UNKNOWN",
     "TREND_STEADY",
     "TREND_WARMING_UP",

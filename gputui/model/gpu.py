@@ -133,6 +133,11 @@ class GpuProcess:
     started_at: float | None = None  # seconds since the epoch
     note: str | None = None  # why something is missing, for people ("exited", "access denied")
 
+    @property
+    def own_pid(self) -> int:
+        """The pid a probe inside this process reports: the one in the monitor's PID namespace."""
+        return self.local_pid if self.local_pid is not None else self.pid
+
 
 @dataclass(frozen=True)
 class HostProcess:

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from gputui import __version__
+from gputui.analysis.breakdown import breakdowns
 from gputui.model import ProbeReport, Snapshot, to_jsonable
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
@@ -26,11 +27,15 @@ def _envelope(kind: str) -> dict[str, Any]:
 
 
 def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
-    return {**_envelope(SNAPSHOT), "snapshot": to_jsonable(snapshot)}
+    """The snapshot, and the breakdown of every probed process's memory (the live monitor's bar)."""
+    return {**_envelope(SNAPSHOT), "snapshot": to_jsonable(snapshot),
+            "breakdowns": [to_jsonable(b) for report in snapshot.probes for b in breakdowns(report, snapshot)]}
 
 
-def probe_document(report: ProbeReport) -> dict[str, Any]:
-    return {**_envelope(PROBE_REPORT), "report": to_jsonable(report)}
+def probe_document(report: ProbeReport, snapshot: Snapshot | None = None) -> dict[str, Any]:
+    """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one."""
+    return {**_envelope(PROBE_REPORT), "report": to_jsonable(report),
+            "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)]}
 
 
 def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from gputui.collect.host import HostReader
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.users import current_user
 from gputui.model import ProbeReport, Snapshot
-from gputui.plain.render import own_pid
 
 # Process CPU % is measured between two samples; --once takes a first sample this long before the
 # one it prints, so the figure covers a real interval instead of being n/a.
@@ -110,8 +109,8 @@ def apply_filters(snapshot: Snapshot, options: Any) -> Snapshot:
     """The CLI filters on devices and processes, and the same choice for probe reports."""
     chosen = select(snapshot, only=options.only, only_visible=options.only_visible,
                     users=options.users, pids=options.pids)
-    listed_before = {own_pid(p) for p in snapshot.processes}
-    listed_after = {own_pid(p) for p in chosen.processes}
+    listed_before = {p.own_pid for p in snapshot.processes}
+    listed_after = {p.own_pid for p in chosen.processes}
     probes = tuple(r for r in snapshot.probes
                    if _keep_probe(r, options, listed_before, listed_after))
     return dataclasses.replace(chosen, probes=probes)

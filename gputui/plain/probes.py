@@ -34,7 +34,7 @@ def probe(options: Any) -> int:
     """Print the current report of the probe in process ``options.pid``, with verdict and advice."""
     report = _one_report(options)
     if options.json:
-        out = dumps(probe_document(report)) + "\n"
+        out = dumps(probe_document(report, _gpus_now(options))) + "\n"
     else:
         out = render_probe(report, _gpus_now(options), color=terminal.use_color(options),
                            ascii=terminal.use_ascii(options), width=terminal.width())

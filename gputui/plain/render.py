@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from gputui.analysis.advice import advise
-from gputui.analysis.leaks import snapshot_leak_verdict
-from gputui.analysis.sites import growing_sites
+from gputui.analysis.breakdown import explain, nvml_memory
+from gputui.analysis.process import analyse
 from gputui.model import (
-    PROCESS_OK, Device, GpuProcess, MemoryCategories, MigInstance, ProbeDevice, ProbeReport, Snapshot,
+    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, ProbeReport, Snapshot,
 )
+from gputui.model.breakdown import Breakdown
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
@@ -313,16 +313,12 @@ def _process_table(snapshot: Snapshot, width: int, glyphs: Glyphs, tz: tzinfo | 
             line.add(_pad(value, widths[i], _COLUMNS[i].align), style).add(" ")
         line.extend(_command(process, glyphs))
         lines.append(line.cropped(width, glyphs.ellipsis))
-        report = probes.get(own_pid(process))
+        report = probes.get(process.own_pid)
         if report is not None and report.pid not in probed_seen:
             probed_seen.add(report.pid)
             lines += probe_summary(report, snapshot, width, glyphs, tz)
     return lines
 
-
-def own_pid(process: GpuProcess) -> int:
-    """The pid a probe inside this process reports: the one in the monitor's PID namespace."""
-    return process.local_pid if process.local_pid is not None else process.pid
 
 
 def _table_width(widths: list[int], shown: list[int]) -> int:
@@ -382,13 +378,17 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
                   ellipsis=glyphs.ellipsis)
     for probe_device in report.devices:
         label = Line().add(pad + "  ").add(probe_device.device + ":", "bold")
-        memory = _allocator_chunks(report.pid, probe_device, snapshot)
-        tensors = _category_chunks(probe_device.categories)
+        breakdown = explain(report.pid, probe_device, nvml_memory(snapshot, report.pid, probe_device.uuid))
+        memory = _allocator_chunks(probe_device.allocator, breakdown)
+        tensors = _tensor_chunks(breakdown)
         if memory:
             lines += flow(memory, width, first=label, indent=indent + 4, ellipsis=glyphs.ellipsis)
         if tensors:
             first = Line().add(pad + "    ") if memory else label
             lines += flow(tensors, width, first=first, indent=indent + 4, ellipsis=glyphs.ellipsis)
+        if breakdown is not None and breakdown.note:
+            lines += flow([text(f"note: {breakdown.note}", "dim")], width, first=Line().add(pad + "    "),
+                          indent=indent + 4, ellipsis=glyphs.ellipsis)
     if report.last_oom is not None:
         lines += _oom_lines(report, width, glyphs, tz, indent + 2)
     if snapshot is not None and report.steps:
@@ -409,10 +409,13 @@ ADVICE_SHOWN = 2
 def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: Glyphs,
                    indent: int) -> list[Line]:
     """The per-step leak verdict with its OOM forecast, then the first pieces of advice."""
-    verdict = snapshot_leak_verdict(report, snapshot)
+    process = next((p for p in snapshot.processes if p.own_pid == report.pid), None)
+    analysis = analyse(snapshot, process, report)
+    verdict = analysis.leak
     pad = " " * indent
     lines: list[Line] = []
-    if verdict.state != LEAK_COLLECTING:  # "too few steps yet" says nothing a one-shot reader can use
+    # "Too few steps yet" says nothing a one-shot reader can use.
+    if verdict is not None and verdict.state != LEAK_COLLECTING:
         style = _VERDICT_STYLE.get(verdict.state)
         # The reason's clauses are separate chunks, so a narrow screen wraps between them.
         chunks = [text(part, style) for part in verdict.reason.split("; ") if part]
@@ -422,42 +425,40 @@ def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: 
         label = verdict.state.replace("_", " ") + ": "
         lines += flow(chunks, width, first=Line().add(pad).add(label, style or "bold"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
-    process = next((p for p in snapshot.processes if own_pid(p) == report.pid), None)
-    advice = advise(snapshot=snapshot, process=process, report=report, verdict=verdict,
-                    sites=growing_sites(report))
-    for item in advice[:ADVICE_SHOWN]:
+    for item in analysis.advice[:ADVICE_SHOWN]:
         lines += flow([text(item.title)], width,
                       first=Line().add(pad).add(f"advice {item.rank}: ", "accent"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
     return lines
 
 
-def _allocator_chunks(pid: int, probe_device: ProbeDevice, snapshot: Snapshot | None) -> list[Line]:
-    stats = probe_device.allocator
+# The breakdown's parts as --once words them, in its order (gputui.analysis.breakdown): the tensors
+# on one line, what the allocator and the driver add on the allocator's line.
+TENSOR_WORDS = {"parameters": "params", "gradients": "grads", "optimizer_state": "optimizer",
+                "buffers": "buffers", "activations": "activations", "other": "other",
+                "untracked": "not categorised"}
+ALLOCATOR_WORDS = {"cache": "cache", "fragmentation": "fragmented", "context": "context+libs"}
+
+
+def _allocator_chunks(stats: AllocatorStats | None, breakdown: Breakdown | None) -> list[Line]:
     if stats is None:
         return []
-    chunks = [text(f"allocated {units.size(stats.allocated)}"),
-              text(f"reserved {units.size(stats.reserved)}"),
-              text(f"cache {units.size(stats.reserved - stats.allocated)}")]
-    nvml = _nvml_memory(pid, probe_device.uuid, snapshot)
-    if nvml is not None and nvml >= stats.reserved:
-        chunks.append(text(f"context+libs {units.size(nvml - stats.reserved)}"))
-    if stats.inactive_split:
-        chunks.append(text(f"fragmented {units.size(stats.inactive_split)}",
-                           "warn" if stats.inactive_split > stats.reserved // 4 else None))
+    chunks = [text(f"allocated {units.size(stats.allocated)}"), text(f"reserved {units.size(stats.reserved)}")]
+    for item in breakdown.items if breakdown is not None else ():
+        if item.key in ALLOCATOR_WORDS:
+            alarm = item.key == "fragmentation" and item.size > stats.reserved // 4
+            chunks.append(text(f"{ALLOCATOR_WORDS[item.key]} {units.size(item.size)}", "warn" if alarm else None))
     return chunks
 
 
-def _category_chunks(categories: MemoryCategories | None) -> list[Line]:
-    if categories is None:
-        return []
-    named = (("params", categories.parameters), ("grads", categories.gradients),
-             ("optimizer", categories.optimizer_state), ("buffers", categories.buffers),
-             ("activations", categories.activations), ("other", categories.other))
-    # Read between steps, the activations are the last measured step's peak, not what is held now.
-    peak = f" ({categories.activations_when()})" if categories.activations_when() else ""
-    return [text(f"{label} {units.size(value)}" + (peak if label == "activations" else ""))
-            for label, value in named if value is not None]
+def _tensor_chunks(breakdown: Breakdown | None) -> list[Line]:
+    chunks = []
+    for item in breakdown.items if breakdown is not None else ():
+        if item.key in TENSOR_WORDS:
+            # Read between steps, the activations are the last measured step's peak: the label says so.
+            when = item.label[len("activations"):] if item.key == "activations" else ""
+            chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size(item.size)}{when}"))
+    return chunks
 
 
 def _step_chunks(report: ProbeReport) -> list[Line]:
@@ -492,20 +493,10 @@ def _oom_lines(report: ProbeReport, width: int, glyphs: Glyphs, tz: tzinfo | Non
                 indent=indent + 2, ellipsis=glyphs.ellipsis)
 
 
-def _nvml_memory(pid: int, uuid: str | None, snapshot: Snapshot | None) -> int | None:
-    """GPU memory NVML charges to ``pid`` on the device with ``uuid``."""
-    if snapshot is None or uuid is None:
-        return None
-    indices = {d.index for d in snapshot.devices if d.uuid == uuid}
-    total = [p.gpu_memory for p in snapshot.processes
-             if own_pid(p) == pid and p.device_index in indices and p.gpu_memory is not None]
-    return sum(total) if total else None
-
-
 def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
                      tz: tzinfo | None) -> list[Line]:
     """Probed processes NVML does not list (CPU-only jobs, no driver): shown from their reports."""
-    listed = {own_pid(p) for p in snapshot.processes}
+    listed = {p.own_pid for p in snapshot.processes}
     unlisted = [r for r in snapshot.probes if r.pid not in listed]
     if not unlisted:
         return []

@@ -275,6 +275,25 @@ DEFS: dict[str, Any] = {
         "probe_cpu_seconds": _nullable("number", "CPU the probe itself has used (seconds)", minimum=0),
         "problems": _strings("exceptions the probe contained, for people"),
     }, "What a probe inside a PyTorch process reports"),
+    "BreakdownItem": _obj({
+        "key": {"enum": ["parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
+                         "untracked", "cache", "fragmentation", "context"],
+                "description": "the part: a tensor category, bytes allocated but not categorised, the "
+                               "allocator's reusable cache, its fragmentation, or the CUDA context"},
+        "label": _exact("string", "the part in words, as the monitor shows it"),
+        "size": _exact("integer", "bytes", **BYTES),
+    }, "One part of a probed process's memory on one device"),
+    "Breakdown": _obj({
+        "pid": _exact("integer", "PID of the probed process (as it sees itself)", **PID),
+        "device": _exact("string", "the probe's name for the device: \"cuda:0\", \"cpu\""),
+        "uuid": _nullable("string", "the device's UUID, to join with Device.uuid"),
+        "items": _list(_ref("BreakdownItem"), "the parts, in the order every view lists them"),
+        "total": _exact("integer", "NVML's per-process figure when the parts add up to it, else the "
+                                   "parts' sum (bytes)", **BYTES),
+        "nvml": _nullable("integer", "NVML's per-process memory on the device (bytes)", **BYTES),
+        "basis": _exact("string", "what the total is, in words"),
+        "note": _exact("string", "why the parts do not quite add up; empty when they do"),
+    }, "Where a probed process's memory on one device goes: the live monitor's bar"),
     "Snapshot": _obj({
         "taken_at": _exact("number", "when the snapshot was taken (seconds since the epoch)"),
         "driver": _ref("Driver"),
@@ -306,13 +325,15 @@ def _envelope(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+BREAKDOWNS = _list(_ref("Breakdown"), "each probed process's memory on each device, explained")
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": SCHEMA_ID,
     "title": "gputui JSON output",
     "oneOf": [
-        _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot")}),
-        _envelope("gputui.probe-report", {"report": _ref("ProbeReport")}),
+        _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS}),
+        _envelope("gputui.probe-report", {"report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS}),
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(_obj({

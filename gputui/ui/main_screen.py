@@ -160,7 +160,7 @@ class MainScreen(Screen):
             self._set_columns()
         self.query_one(ProcessTable).show(found)
         # Probed processes NVML does not list are rows of their own, counted like the rest.
-        listed = {table_rows.own_pid(p) for p in snap.processes}
+        listed = {p.own_pid for p in snap.processes}
         unlisted = sum(1 for r in snap.probes if r.pid not in listed)
         shown = sum(1 for r in found if r.process is not None or r.report is not None)
         self._render_status(shown, len(snap.processes) + unlisted)

@@ -44,22 +44,18 @@ class Context:
     leaks: Mapping = field(default_factory=dict)  # own pid -> LeakVerdict
 
 
-def own_pid(p: GpuProcess) -> int:
-    """The pid a probe inside this process reports: the one in the monitor's PID namespace."""
-    return p.local_pid if p.local_pid is not None else p.pid
-
 
 def _elapsed(p: GpuProcess, ctx: Context) -> float | None:
     return None if p.started_at is None else ctx.taken_at - p.started_at
 
 
 def _trend_rank(p: GpuProcess, ctx: Context) -> float | None:
-    return growth_of(ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(own_pid(p)))[0]
+    return growth_of(ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(p.own_pid))[0]
 
 
 COLUMNS: dict[str, Column] = {c.id: c for c in (
     Column("pid", "PID", lambda p, c: p.pid, numeric=True),
-    Column("probe", "P", lambda p, c: own_pid(p) in c.probes),
+    Column("probe", "P", lambda p, c: p.own_pid in c.probes),
     Column("user", "USER", lambda p, c: p.user or ""),
     Column("gpu", "GPU", lambda p, c: (p.device_index, p.gpu_instance_id or -1), numeric=True),
     Column("type", "TYPE", lambda p, c: p.kind),
@@ -258,11 +254,11 @@ def probe_mark(leak: LeakVerdict | None, *, ascii: bool = False) -> tuple[str, s
 
 def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     """Texts and styles of every column for one GPU process."""
-    leak = ctx.leaks.get(own_pid(p))
+    leak = ctx.leaks.get(p.own_pid)
     mark_of_trend = ctx.trends.get((p.pid, p.device_index))
     trend, trend_style = trend_text(mark_of_trend, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)
     trend_mark = trend_text(mark_of_trend, ascii=ctx.ascii, leak=leak, now=ctx.taken_at, short=True)[0]
-    probed = own_pid(p) in ctx.probes
+    probed = p.own_pid in ctx.probes
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii) if probed else ("", "")
     cells = {
         "pid": str(p.pid),
@@ -342,7 +338,7 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
              if matches(p, filter_text) and (only_user is None or p.user == only_user)]
     procs = sort_processes(procs, sort, reverse, ctx)
     rows = [_process_row(p, ctx) for p in procs] if not tree else _tree_rows(procs, snapshot.parents, ctx)
-    listed = {own_pid(p) for p in snapshot.processes}
+    listed = {p.own_pid for p in snapshot.processes}
     # A probe the driver does not know of (a CPU-only job, no driver) is still a process worth
     # seeing. Probes are found in this user's own socket directory, so "only mine" keeps them.
     seen = {h.pid: h for h in snapshot.probed}
@@ -411,11 +407,11 @@ def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
             cells["command"] = prefix + cells["command"]
         return cells, styles
 
-    mark, leak = ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(own_pid(p))
+    mark, leak = ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(p.own_pid)
     trend = "" if mark is None and leak is None else \
         trend_text(mark, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
     return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, look, process=p,
-               report=ctx.probes.get(own_pid(p)), trend=trend)
+               report=ctx.probes.get(p.own_pid), trend=trend)
 
 
 def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:

@@ -18,8 +18,9 @@ from textual.widgets import Footer, Static
 from gputui.analysis.history import History
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.rows import GROWTH_STATES, own_pid, probe_device_text, trend_text
-from gputui.ui.widgets.analysis_panel import AnalysisPanel, ProcessAnalysis, headline, trend_words
+from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
+from gputui.analysis.process import ProcessAnalysis, analyse
+from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
 
@@ -89,7 +90,7 @@ class ProcessDetail(Screen):
         """
         mine = [p for p in snapshot.processes if p.pid == self.pid]
         proc = next((p for p in mine if p.device_index == self.device_index), None)
-        local = own_pid(proc) if proc is not None else self.pid
+        local = proc.own_pid if proc is not None else self.pid
         report = next((r for r in snapshot.probes if r.pid == local), None)
         if report is None and self.device_index is None:
             report = self.report  # the probe went away: its last report is all there is
@@ -118,7 +119,7 @@ class ProcessDetail(Screen):
                                                (trend_words(trend, probe_forecast=forecasts_oom(leak)),
                                                 style or "$text-muted")))
         self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device)
-        self.analysis = analyse(snapshot, proc, report, trend, leak)
+        self.analysis = analyse(snapshot, proc, report, trend=trend, leak=leak)
         self.query_one(AnalysisPanel).show(self.analysis)
         top = headline(self.analysis)
         self.query_one("#detail-headline", Static).display = bool(top)
@@ -151,19 +152,6 @@ class ProcessDetail(Screen):
 def forecasts_oom(leak) -> bool:
     """Whether the probe's leak verdict says when the process runs out of memory."""
     return leak is not None and leak.state in GROWTH_STATES and leak.oom_step is not None
-
-
-def analyse(snapshot: Snapshot, proc: GpuProcess | None, report: ProbeReport | None, trend,
-            leak) -> ProcessAnalysis:
-    """Growing sites and advice for one process, from verdicts already made."""
-    from gputui.analysis.advice import advise
-    from gputui.analysis.sites import growing_sites
-
-    sites = growing_sites(report) if report is not None else ()
-    advice = advise(snapshot=snapshot, process=proc, report=report, trend=trend, verdict=leak,
-                    sites=sites)
-    return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
-                           now=snapshot.taken_at)
 
 
 def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) -> Content:

@@ -5,14 +5,13 @@ analysis already made; it judges nothing itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
 from gputui.analysis import phases as step_phases
+from gputui.analysis.process import ProcessAnalysis
 from gputui.analysis.sites import keeper_text
 from gputui.model import ProbeReport
 from gputui.model.verdicts import (
@@ -45,18 +44,6 @@ STATE_WORDS = {
 }
 
 SEVERITY_STYLES = {"critical": "bold $error", "warning": "bold $warning", "info": "bold"}
-
-
-@dataclass(frozen=True)
-class ProcessAnalysis:
-    """Everything the analysis said about one process, for the detail screen."""
-
-    trend: ProcessTrend | None = None
-    leak: LeakVerdict | None = None
-    sites: tuple[GrowingSite, ...] = ()
-    advice: tuple[Advice, ...] = ()
-    report: ProbeReport | None = None
-    now: float | None = None  # the snapshot's time, to count forecasts from
 
 
 def phases_text(phases: tuple[step_phases.PhaseAccount, ...]) -> Content:

@@ -9,10 +9,11 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui.analysis.breakdown import explain
 from gputui.analysis.text import figures_age
 from gputui.model import AllocatorStats, Device, OomRecord, ProbeDevice, ProbeReport
 from gputui.ui import format as fmt
-from gputui.ui.widgets.memory_bar import MemoryBreakdown, explain
+from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.step_chart import StepChart, step_series
 
 HOW_TO_ATTACH = (
@@ -74,7 +75,7 @@ class ProbePanel(Vertical):
             return
         pd = probe_device(report, device)
         summary.update(headline(report, pd))
-        self.query_one(MemoryBreakdown).show(explain(pd, nvml))
+        self.query_one(MemoryBreakdown).show(explain(report.pid, pd, nvml))
         self.query_one(StepChart).show(step_series(report.steps, pd.device if pd else None))
         alloc = pd.allocator if pd else None
         self.query_one("#probe-allocator", Static).update(allocator_text(alloc))

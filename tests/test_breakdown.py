@@ -2,10 +2,16 @@
 to NVML's per-process memory; and how the bar shares its cells out."""
 
 from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice
-from gputui.ui.widgets.memory_bar import Item, cells, explain
+from gputui.analysis.breakdown import explain as explain_for
+from gputui.model.breakdown import BreakdownItem
+from gputui.ui.widgets.memory_bar import cells
 
 MIB = 1 << 20
 GIB = 1 << 30
+
+
+def explain(device, nvml):
+    return explain_for(4242, device, nvml)
 
 
 def device(allocator=None, categories=None) -> ProbeDevice:
@@ -48,7 +54,7 @@ def test_odd_figures_are_shown_with_a_note_not_hidden():
     cats = MemoryCategories(parameters=GIB + 4 * MIB)  # counted more than the allocator has
     b = explain(device(alloc, cats), nvml=GIB)  # NVML read before the cache grew
     assert [(i.key, i.size) for i in b.items] == [("parameters", GIB + 4 * MIB), ("cache", GIB)]
-    assert "NVML counts 1.0 GiB less than the allocator reserves" in b.note
+    assert "NVML counts 1.00 GiB less than the allocator reserves" in b.note
     assert b.total == GIB + 4 * MIB + GIB and b.basis == "allocator and NVML figures"
 
 
@@ -71,7 +77,7 @@ def test_cpu_job_and_no_figures():
 
 
 def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
-    items = tuple(Item(k, k, size, "", "x") for k, size in
+    items = tuple(BreakdownItem(k, k, size) for k, size in
                   (("a", 1000), ("b", 1), ("c", 499)))
     assert cells(items, 1500, 10) == [6, 1, 3]
     assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item

@@ -1,0 +1,43 @@
+"""Everything the analysis says about one process, put together once for every view.
+
+The live detail screen, ``--once`` and ``gputui probe`` all show a process's leak verdict, its
+growing allocation sites and its advice; they get them from :func:`analyse` so they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputui.analysis.advice import advise
+from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.analysis.sites import growing_sites
+from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
+
+
+@dataclass(frozen=True)
+class ProcessAnalysis:
+    """What the analysis said about one process."""
+
+    trend: ProcessTrend | None = None  # NVML's memory trend (the live monitor keeps the history)
+    leak: LeakVerdict | None = None  # the probe's per-step verdict
+    sites: tuple[GrowingSite, ...] = ()
+    advice: tuple[Advice, ...] = ()
+    report: ProbeReport | None = None
+    now: float | None = None  # the snapshot's time, to count forecasts from
+
+
+def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport | None = None, *,
+            trend: ProcessTrend | None = None, leak: LeakVerdict | None = None) -> ProcessAnalysis:
+    """The verdicts, growing sites and advice for one process.
+
+    ``leak`` is the probe's verdict when the caller already has it (the live monitor judges each
+    report once); without it, a probed process is judged here against the snapshot's devices.
+    """
+    if leak is None and report is not None and report.steps:
+        leak = snapshot_leak_verdict(report, snapshot)
+    sites = growing_sites(report) if report is not None else ()
+    advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,
+                    sites=sites)
+    return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
+                           now=snapshot.taken_at)
