@@ -1,8 +1,8 @@
 """The memory breakdown of a probed device: every item from the probe's figures and NVML's, adding up
 to NVML's per-process memory; and how the bar shares its cells out."""
 
-from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice
-from gputui.analysis.breakdown import explain as explain_for
+from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice, ProbeReport
+from gputui.analysis.breakdown import breakdowns, devices_shown, explain as explain_for
 from gputui.model.breakdown import BreakdownItem
 from gputui.ui.widgets.memory_bar import cells
 
@@ -82,3 +82,16 @@ def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
     assert cells(items, 1500, 10) == [6, 1, 3]
     assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
     assert sum(cells(items, 1500, 77)) == 77
+
+
+def test_a_gpu_jobs_host_crumbs_are_not_listed_but_a_cpu_job_and_real_host_memory_are():
+    # As on a real H100: AdamW's step counters are CPU tensors, 24 bytes beside 53 MiB on cuda:0.
+    gpu = device(AllocatorStats(allocated=GIB, reserved=GIB), MemoryCategories(parameters=GIB))
+    crumbs = ProbeDevice("cpu", categories=MemoryCategories(parameters=0, optimizer_state=24))
+    report = ProbeReport(pid=1, taken_at=0.0, devices=(gpu, crumbs))
+    assert devices_shown(report) == (gpu,)
+    assert [b.device for b in breakdowns(report, None)] == ["cuda:0"]
+    offloaded = ProbeDevice("cpu", categories=MemoryCategories(optimizer_state=2 * GIB))  # ZeRO-Offload
+    assert devices_shown(ProbeReport(pid=1, taken_at=0.0, devices=(gpu, offloaded))) == (gpu, offloaded)
+    cpu_job = ProbeReport(pid=1, taken_at=0.0, devices=(crumbs,))
+    assert devices_shown(cpu_job) == (crumbs,)

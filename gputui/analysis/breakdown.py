@@ -21,7 +21,7 @@ LABELS = {
     "activations": "activations",
     "other": "other tensors",
     "untracked": "allocated, not categorised",
-    "cache": "allocator cache (reserved - allocated)",
+    "cache": "allocator cache (reserved, free to reuse)",
     "fragmentation": "fragmentation (inactive split blocks)",
     "context": "CUDA context and libraries (NVML - reserved)",
 }
@@ -101,7 +101,27 @@ def nvml_memory(snapshot: Snapshot | None, pid: int, uuid: str | None) -> int | 
     return sum(charged) if charged else None
 
 
+# A GPU job keeps a little on the host by design: Adam and AdamW keep each parameter's step counter
+# there (4 bytes each, on a real H100 job "optimizer 24B" beside gigabytes on cuda:0). Under this, a
+# host entry beside a CUDA device explains nothing and is left out of what the views list.
+HOST_SHOWN_FROM = 1 << 20
+
+
+def devices_shown(report: ProbeReport) -> tuple[ProbeDevice, ...]:
+    """The probe's devices worth listing: every CUDA device, and the host unless it only holds crumbs
+    beside a CUDA device (a CPU-only job's host entry is always shown)."""
+    on_cuda = any(d.allocator is not None for d in report.devices)
+
+    def worth(device: ProbeDevice) -> bool:
+        if device.allocator is not None or not on_cuda:
+            return True
+        held = device.categories.tensor_bytes() if device.categories is not None else None
+        return (held or 0) >= HOST_SHOWN_FROM
+
+    return tuple(d for d in report.devices if worth(d))
+
+
 def breakdowns(report: ProbeReport, snapshot: Snapshot | None) -> tuple[Breakdown, ...]:
-    """The breakdown of every device the probe reports, with NVML's figures from ``snapshot``."""
-    found = (explain(report.pid, pd, nvml_memory(snapshot, report.pid, pd.uuid)) for pd in report.devices)
+    """The breakdown of every device worth listing, with NVML's figures from ``snapshot``."""
+    found = (explain(report.pid, pd, nvml_memory(snapshot, report.pid, pd.uuid)) for pd in devices_shown(report))
     return tuple(b for b in found if b is not None)

@@ -83,8 +83,8 @@ FIRST_STEPS_KEPT = 2
 
 # What a probe cannot see in a job, said in its report (ProbeReport.limits).
 LIMIT_LOSS_OUTSIDE = (
-    "Activations leave out what a loss function saves outside any module (F.cross_entropy in the "
-    "training loop): the probe's hooks there would make torch.func raise.")
+    "Activations leave out what a loss function saves outside any module, if the job calls one in "
+    "its training loop (F.cross_entropy there): the probe's hooks there would make torch.func raise.")
 LIMIT_NO_FORWARD = (
     "No forward pass of a torch.nn.Module seen (a model compiled in place with model.compile(), or a "
     "model that is no Module): activations are not counted.")

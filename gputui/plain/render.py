@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from gputui.analysis.breakdown import explain, nvml_memory
+from gputui.analysis.breakdown import devices_shown, explain, nvml_memory
 from gputui.analysis.process import analyse
 from gputui.model import (
     PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, ProbeReport, Snapshot,
@@ -376,7 +376,7 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
         head.append(text("recording allocation sites", "accent"))
     lines += flow(head, width, first=Line().add(pad).add("probe ", "accent"), indent=indent + 2,
                   ellipsis=glyphs.ellipsis)
-    for probe_device in report.devices:
+    for probe_device in devices_shown(report):
         label = Line().add(pad + "  ").add(probe_device.device + ":", "bold")
         breakdown = explain(report.pid, probe_device, nvml_memory(snapshot, report.pid, probe_device.uuid))
         memory = _allocator_chunks(probe_device.allocator, breakdown)
