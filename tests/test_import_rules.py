@@ -39,8 +39,8 @@ def forbidden(module: str) -> set[str]:
 # Probe modules that run before torch is known to be wanted, and the socket thread's side of the probe
 # (the board it reads and the desk that answers), which must not be able to reach torch at all:
 # importing them must not load torch.
-TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.launch",
-                            "gputui.probe.board", "gputui.probe.desk"}
+TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.board",
+                            "gputui.probe.desk"}
 
 
 # The live monitor's start: the driver opens and the first sample is taken while Textual loads.
