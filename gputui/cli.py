@@ -299,11 +299,11 @@ def _dispatch(options: Options) -> int:
             options = dataclasses.replace(options, ascii=True)
         return run_tui(options)
     if mode == "run":
-        from gputui.probe.launch import run_command
+        from gputui.launch.run import run_command
 
         return run_command(options)
     if mode == "attach":
-        from gputui.probe.attach import attach
+        from gputui.launch.attach import attach
 
         return attach(options)
     if mode == "demo-train":

@@ -19,8 +19,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+from gputui.launch import attach  # noqa: E402
 from gputui.link import client  # noqa: E402
-from gputui.probe import attach, hook, pth  # noqa: E402
+from gputui.probe import hook, pth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -1,7 +1,9 @@
 """The in-process PyTorch probe: ``gputui.probe.start()`` in a training script, or ``with probing():``.
 
-This module and its entry points (hook, launch) import torch only when the probe really starts, so
-they are cheap to import anywhere; the working parts live in ``gputui.probe.runtime``.
+This module and its entry point ``hook`` (what GPUTUI_PROBE's .pth line, ``gputui run`` and
+``gputui attach`` import in the job) import torch only when the probe really starts, so they are cheap
+to import anywhere; the working parts live in ``gputui.probe.runtime``. The commands that start a job
+with the probe from outside it live in ``gputui.launch``; what stays here runs in the job.
 
 THE RULE. The probe lives in someone else's training job and must never harm it. PyTorch objects are
 not safe to read from one thread while another frees or replaces them (reading gradient storages from

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from gputui.errors import UserError
 
-BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+# The sitecustomize shim runs inside the job, so it lives with the probe; found by path, not imported.
+BOOTSTRAP = Path(__file__).resolve().parents[1] / "probe" / "bootstrap"
 GPUTUI_HOME = str(Path(__file__).resolve().parents[2])  # the directory that holds the gputui package
 _FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 
