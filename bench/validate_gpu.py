@@ -77,7 +77,7 @@ def compare_devices(smi: list[dict], snapshot: dict) -> list[dict]:
     """One row per device: each nvidia-smi field beside gputui's, and whether they agree."""
     rows = []
     for gpu, dev in zip(smi, snapshot["devices"]):
-        def pair(field, ours, tolerance, scale=1.0):
+        def pair(field, ours, tolerance, scale=1.0, gpu=gpu):
             theirs = number(gpu[field])
             value = None if ours is None else ours / scale
             ok = (theirs is None and value is None) or (
@@ -421,7 +421,7 @@ def part_job_checks(seconds: float, work: Path, out: Path) -> dict:
     at_end = {int(k): tuple(v) for k, v in truth["at_end"].items()}
     at_forward = {int(k): tuple(v) for k, v in truth["at_forward"].items()}
     matched = {"step_end": 0, "next_forward": 0, "neither": []}
-    for key, item in seen.items():
+    for item in seen.values():
         figures = tuple(item["figures"])
         step = item["step"]
         if at_end.get(step) == figures:
@@ -562,7 +562,7 @@ def part_compile() -> int:
     probe = gputui.probe.start()
     model, optimizer = build_job()
     compiled = torch.compile(model)
-    for step in range(30):
+    for _ in range(30):
         x = torch.randn(32, 16, 256, device="cuda")
         y = torch.randint(0, 64, (32,), device="cuda")
         optimizer.zero_grad()
@@ -619,6 +619,40 @@ def part_leak(steps: int) -> int:
                       "growth_per_step": per_step, "activations_kept": kept_figures,
                       "step_figures_equal": same, "step_figures": len(recorded),
                       "problems": list(report.problems)}))
+    return 0
+
+
+def part_run() -> int:
+    """`gputui run -- python examples/train.py` on CUDA, read with `gputui probes` and `gputui probe`."""
+    job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable, "examples/train.py",
+                            "--steps", "200000", "--every", "1000000"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result: dict = {}
+    try:
+        probes: list = []
+        for _ in range(60):
+            time.sleep(0.5)
+            listed = gputui("probes", "--json")
+            probes = json.loads(listed.stdout).get("probes", []) if listed.returncode == 0 else []
+            if probes and probes[0].get("steps"):
+                break
+        result["probes"] = [(p["pid"], p["command"]) for p in probes]
+        if probes:
+            one = gputui("probe", str(probes[0]["pid"]), "--json")
+            document = json.loads(one.stdout)
+            result["devices"] = document["report"]["devices"]
+            result["breakdowns"] = document.get("breakdowns")
+            result["problems"] = document["report"]["problems"]
+            # examples/train.py: Linear(256, 512), Linear(512, 512), Linear(512, 10), fp32, Adam
+            params = (256 * 512 + 512) + (512 * 512 + 512) + (512 * 10 + 10)
+            result["expected"] = {"parameters": 4 * params, "gradients": 4 * params, "optimizer_state": 8 * params}
+            text = gputui("probe", str(probes[0]["pid"]))
+            result["text"] = text.stdout[-4000:]
+    finally:
+        job.terminate()
+        _, err = job.communicate(timeout=30)
+        result["rc"], result["stderr"] = job.returncode, err[-2000:]
+    print(json.dumps(result))
     return 0
 
 
