@@ -62,7 +62,8 @@ def test_activation_leak_names_the_category_and_forecasts_the_oom_step():
     assert v.oom_step == 39 + 384 + 1
     assert v.oom_in == 384 * 0.5
     assert v.oom_at == 1000.0 + 39 * 0.5 + 192.0
-    assert v.reason == "allocated grows 24.0 MiB per step over the last 40 steps (activations +24.0 MiB/step); now 4.91 GiB"
+    assert v.reason == ("allocated grows 24.0 MiB per step over the last 40 steps "
+                        "(activations +24.0 MiB/step); now 4.91 GiB")
 
 
 def test_forecast_from_the_total_assumes_the_job_is_alone():
