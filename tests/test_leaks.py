@@ -148,7 +148,7 @@ def test_a_sawtooth_read_every_few_steps_is_clean_though_the_readings_miss_troug
         while s < 120:
             read.add(s)
             s += rng.choice((2, 3, 3, 4))
-        verdicts = [leak_verdict(sparse(full, lambda s, n=n: s in read and s <= n)) for n in range(20, 120)]
+        verdicts = [leak_verdict(sparse(full, lambda s, n=n, read=read: s in read and s <= n)) for n in range(20, 120)]
         assert [v.state for v in verdicts if v.state == "leak"] == [], seed
         assert verdicts[-1].state == "clean" and "garbage collection" in verdicts[-1].reason
 
