@@ -94,7 +94,7 @@ def bench_trends(processes: int, seconds: int) -> None:
     steady = []
     for t in range(1, 31):
         later = Snapshot(taken_at=snap.taken_at + t, devices=snap.devices, processes=snap.processes)
-        steady += timed(lambda: trends(history, later, cache=cache), 1)
+        steady += timed(lambda later=later: trends(history, later, cache=cache), 1)
     print(f"trends() cached, first refresh:     {cold:7.2f} ms")
     print(f"trends() cached, 1 refresh/s:       median {statistics.median(steady):7.2f} ms, "
           f"max {max(steady):7.2f} ms over {len(steady)} refreshes")

@@ -75,7 +75,8 @@ def main() -> int:
     import leak_corpus
 
     names = args.patterns or list(leak_corpus.PATTERNS)
-    print(f"budget {'default' if args.budget is None else f'{args.budget:g}'}, {args.steps} steps per pattern, one thread, {os.cpu_count()} CPUs")
+    print(f"budget {'default' if args.budget is None else f'{args.budget:g}'}, "
+          f"{args.steps} steps per pattern, one thread, {os.cpu_count()} CPUs")
     print(f"{'pattern':18} {'verdict at':>16} {'category':22} {'measured':>9}  keeps / allocates")
     for name in names:
         budget = [] if args.budget is None else ["--budget", str(args.budget)]

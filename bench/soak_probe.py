@@ -91,7 +91,8 @@ def main() -> int:
                 print("   wrong:", p["wrong"])
         if code != 0:
             print("   stderr:", job.stderr.read()[-1500:])
-    print(f"done in {time.monotonic() - started:.0f} s: {'all jobs finished with true reports' if not failed else 'FAILURES'}")
+    print(f"done in {time.monotonic() - started:.0f} s: "
+          f"{'all jobs finished with true reports' if not failed else 'FAILURES'}")
     return 1 if failed else 0
 
 

@@ -317,7 +317,8 @@ def fixtures(torch, model, optimizer) -> dict:
         for segment in snapshot[:8]:
             blocks = [{**b, "frames": [anonymise(f) for f in b.get("frames", [])[:6]]} if history else b
                       for b in segment["blocks"][:24]]
-            segments.append({**segment, "blocks": blocks, "frames": [anonymise(f) for f in segment.get("frames", [])[:6]]})
+            frames = [anonymise(f) for f in segment.get("frames", [])[:6]]
+            segments.append({**segment, "blocks": blocks, "frames": frames})
         return segments
 
     plain = torch.cuda.memory_snapshot()
@@ -614,7 +615,8 @@ def part_leak(steps: int) -> int:
     print(json.dumps({"sites": [(s.where, s.live_bytes[-3:]) for s in report.sites[:5]],
                       "recorded_steps": list(report.recorded_steps), "recording": report.recording,
                       "keepers": [(k.name, k.what, k.per_step, list(k.where)) for k in report.keepers[:3]],
-                      "recording_cost": report.recording_cost,"first_leak_step": first, "category": category, "state": verdict.state,
+                      "recording_cost": report.recording_cost, "first_leak_step": first,
+                      "category": category, "state": verdict.state,
                       "reason": verdict.reason, "verdict_per_step": verdict.allocated_per_step,
                       "growth_per_step": per_step, "activations_kept": kept_figures,
                       "step_figures_equal": same, "step_figures": len(recorded),

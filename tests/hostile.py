@@ -55,7 +55,8 @@ def assert_plain_output_safe(out: bytes) -> None:
     shown in its escaped form (so the test saw it go through)."""
     bare = _OWN_ESCAPE.sub(b"", out)
     found = _CONTROL.search(bare)
-    assert found is None, f"control byte {found.group()!r} in output near {bare[max(0, found.start() - 40):found.end() + 40]!r}"
+    assert found is None, (
+        f"control byte {found.group()!r} in output near {bare[max(0, found.start() - 40):found.end() + 40]!r}")
     assert not re.search(rb"(^|\n)FORGED", bare), "a forged line"
     assert SHOWN.encode() in bare, "the hostile string is not shown"
 

@@ -3,6 +3,8 @@
 Drives the real collector over the simulator with a fake clock, one sample a second, as the monitor does.
 """
 
+from collections import deque
+
 import pytest
 
 from gputui.analysis.advice import advise
@@ -33,8 +35,8 @@ def run(scenario, seconds, every=None):
 
 def test_leaky_job_is_caught_named_located_and_forecast():
     leak = leaky_layout().leak_per_step
-    for t, snap, judged, reports in run("leaky", 150):
-        pass
+    # the last sample (running to the end, which closes the collector)
+    _, snap, judged, reports = deque(run("leaky", 150), maxlen=1).pop()
     (report,) = reports
     device = snap.devices[0]
     verdict = leak_verdict(report, device_free=device.memory_free)
@@ -58,7 +60,7 @@ def test_leaky_job_is_caught_named_located_and_forecast():
 
 
 def test_leaky_job_is_flagged_within_a_few_dozen_steps():
-    for t, snap, judged, reports in run("leaky", 60, every=2):
+    for _t, _snap, _judged, reports in run("leaky", 60, every=2):
         verdict = leak_verdict(reports[0])
         if verdict.state == "leak":
             assert verdict.steps_seen <= 40
@@ -67,7 +69,7 @@ def test_leaky_job_is_flagged_within_a_few_dozen_steps():
 
 
 def test_training_node_warm_up_raises_no_alarm():
-    for t, snap, judged, reports in run("training-node", 240, every=5):
+    for t, _snap, judged, reports in run("training-node", 240, every=5):
         assert {tr.verdict for tr in judged.values()} <= {"unknown", "steady", "warming_up"}, t
         for report in reports:
             assert leak_verdict(report).state in ("collecting", "warming_up", "clean"), t

@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-from test_cli_plain import ROOT, gputui, no_traceback, probed_process  # noqa: F401
+import test_cli_plain
+from test_cli_plain import ROOT, gputui, no_traceback
+
+# The fixture (a CPU job running the probe), made this module's by name; its `env` is the one below.
+probed_process = test_cli_plain.probed_process
 
 FFMPEG = "ffmpeg -hwaccel cuda -i lecture-04.mkv -c:v h264_nvenc -preset p5 lecture-04.mp4"
 

@@ -62,7 +62,8 @@ def test_activation_leak_names_the_category_and_forecasts_the_oom_step():
     assert v.oom_step == 39 + 384 + 1
     assert v.oom_in == 384 * 0.5
     assert v.oom_at == 1000.0 + 39 * 0.5 + 192.0
-    assert v.reason == "allocated grows 24.0 MiB per step over the last 40 steps (activations +24.0 MiB/step); now 4.91 GiB"
+    assert v.reason == ("allocated grows 24.0 MiB per step over the last 40 steps "
+                        "(activations +24.0 MiB/step); now 4.91 GiB")
 
 
 def test_forecast_from_the_total_assumes_the_job_is_alone():
@@ -147,7 +148,7 @@ def test_a_sawtooth_read_every_few_steps_is_clean_though_the_readings_miss_troug
         while s < 120:
             read.add(s)
             s += rng.choice((2, 3, 3, 4))
-        verdicts = [leak_verdict(sparse(full, lambda s, n=n: s in read and s <= n)) for n in range(20, 120)]
+        verdicts = [leak_verdict(sparse(full, lambda s, n=n, read=read: s in read and s <= n)) for n in range(20, 120)]
         assert [v.state for v in verdicts if v.state == "leak"] == [], seed
         assert verdicts[-1].state == "clean" and "garbage collection" in verdicts[-1].reason
 

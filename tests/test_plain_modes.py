@@ -309,7 +309,8 @@ def test_probe_of_an_unknown_pid_is_a_clear_user_error(monkeypatch):
 
 
 def test_demo_probe_of_an_unknown_pid_names_the_probed_ones(fake):
-    with pytest.raises(UserError, match=r"no probe in process 5 in the workstation demo \(probed processes there: 4242, 777\)"):
+    with pytest.raises(UserError, match=r"no probe in process 5 in the workstation demo "
+                                        r"\(probed processes there: 4242, 777\)"):
         probes.probe(demo(mode="probe", pid=5))
 
 

@@ -21,7 +21,6 @@ from gputui.model import (
     ProbeReport,
     StepRecord,
 )
-from gputui.ui import app as app_module
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail

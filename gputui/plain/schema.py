@@ -139,7 +139,8 @@ DEFS: dict[str, Any] = {
         "name": _nullable("string", "process name"),
         "command": _strings("command line (argv)"),
         "user": _nullable("string", "owner's user name"),
-        "cpu_percent": _nullable("number", "probed processes: CPU use since the previous sample (percent of one core)", minimum=0),
+        "cpu_percent": _nullable(
+            "number", "probed processes: CPU use since the previous sample (percent of one core)", minimum=0),
         "host_memory": _nullable("integer", "probed processes: resident host memory, RSS (bytes)", **BYTES),
         "started_at": _nullable("number", "probed processes: start time (seconds since the epoch)"),
     }, "A process holding no GPU: an ancestor of a GPU process, or a probed process NVML does not list"),

@@ -89,12 +89,17 @@ class GpuTuiApp(App[int]):
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
         Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
-        Binding("p,space", "toggle_pause", "Pause", tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
-        Binding("plus,equals_sign", "interval(1)", "Slower", show=False, tooltip="Sample less often (+)", id="interval.longer"),
+        Binding("p,space", "toggle_pause", "Pause",
+                tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
+        Binding("plus,equals_sign", "interval(1)", "Slower", show=False,
+                tooltip="Sample less often (+)", id="interval.longer"),
         Binding("minus", "interval(-1)", "Faster", show=False, tooltip="Sample more often (-)", id="interval.shorter"),
-        Binding("I", "signal('SIGINT')", "Interrupt", show=False, tooltip="Send SIGINT to the selected process, after confirmation", id="signal.interrupt"),
-        Binding("T", "signal('SIGTERM')", "Terminate", show=False, tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
-        Binding("K", "signal('SIGKILL')", "Kill", show=False, tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
+        Binding("I", "signal('SIGINT')", "Interrupt", show=False,
+                tooltip="Send SIGINT to the selected process, after confirmation", id="signal.interrupt"),
+        Binding("T", "signal('SIGTERM')", "Terminate", show=False,
+                tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
+        Binding("K", "signal('SIGKILL')", "Kill", show=False,
+                tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
     ]
 
     def __init__(self, sampler: Sampler, *, interval: float = 1.0, readonly: bool = False,

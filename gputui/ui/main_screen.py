@@ -46,15 +46,19 @@ class MainScreen(Screen):
     AUTO_FOCUS = "#processes"
 
     BINDINGS = [
-        Binding("slash", "filter", "Filter", tooltip="Filter processes as you type: command, user or pid", id="filter"),
+        Binding("slash", "filter", "Filter",
+                tooltip="Filter processes as you type: command, user or pid", id="filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the filter", id="filter.clear"),
-        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False, tooltip="Sort by the column to the left", id="sort.previous"),
-        Binding("greater_than_sign,s", "sort_step(1)", "Sort", tooltip="Sort by the column to the right", id="sort.next"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False,
+                tooltip="Sort by the column to the left", id="sort.previous"),
+        Binding("greater_than_sign,s", "sort_step(1)", "Sort",
+                tooltip="Sort by the column to the right", id="sort.next"),
         Binding("r", "sort_reverse", "Reverse sort", show=False, tooltip="Reverse the sort order", id="sort.reverse"),
         Binding("t", "toggle_tree", "Tree", tooltip="Show GPU processes under their parent processes", id="tree"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
         Binding("g", "next_gpu", "Chart GPU", show=False, tooltip="Chart the next GPU's history", id="charts.gpu"),
-        Binding("c", "toggle_charts", "Charts", show=False, tooltip="Show or hide the history charts", id="charts.toggle"),
+        Binding("c", "toggle_charts", "Charts", show=False,
+                tooltip="Show or hide the history charts", id="charts.toggle"),
     ]
 
     def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,

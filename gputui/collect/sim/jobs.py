@@ -171,7 +171,8 @@ class Job:
             k = run.oom_step
             lay = self.layout
             failed = t >= run.oom_at
-            live = 0 if failed else round_up(lay.activations * (t - run.start - lay.step_end(k)) / (FORWARD * lay.step_time))
+            live = 0 if failed else round_up(
+                lay.activations * (t - run.start - lay.step_end(k)) / (FORWARD * lay.step_time))
             return Memory(k, lay.resting(k) + live, lay.reserved(k - 1, u), live + lay.leak_per_step * k,
                           lay.leak_per_step * k, not failed)
         return memory_at(self.layout, u)

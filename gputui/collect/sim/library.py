@@ -171,7 +171,9 @@ class Nvml:
         return N.NVMLError._errcode_to_string.get(_value(result), "Unknown Error").encode()
 
     def nvmlSystemGetDriverVersion(self, buf, length) -> int:
-        return _put_string(buf, length, self.scenario.driver.version) if self.initialized else N.NVML_ERROR_UNINITIALIZED
+        if not self.initialized:
+            return N.NVML_ERROR_UNINITIALIZED
+        return _put_string(buf, length, self.scenario.driver.version)
 
     def nvmlSystemGetNVMLVersion(self, buf, length) -> int:
         return _put_string(buf, length, self.scenario.driver.nvml_version)

@@ -136,8 +136,8 @@ def report_for(now: JobNow, machine) -> ProbeReport:
     devices: tuple[ProbeDevice, ...] = ()
     steps: tuple[StepRecord, ...] = ()
     if mem is not None:
-        devices = (ProbeDevice(device, gpu.index, gpu.uuid, _allocator(lay, mem, mem.step + 1 if mem.busy or failed else mem.step, int(failed)),
-                               _categories(lay, mem)),)
+        allocator = _allocator(lay, mem, mem.step + 1 if mem.busy or failed else mem.step, int(failed))
+        devices = (ProbeDevice(device, gpu.index, gpu.uuid, allocator, _categories(lay, mem)),)
         steps = _steps(job, run, mem.step, device, epoch)
     last_oom = None
     if failed:

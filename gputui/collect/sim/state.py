@@ -116,8 +116,10 @@ def _uses(scenario: Scenario, seed: int, t: float) -> tuple[list[list[UseNow]], 
                 memory, sm = _job_use(p, use, now, seed, t)
             else:
                 memory, sm = use.memory, _fixed_sm(use, pid, seed, t)
-            enc = int(round(clamp(use.encoder + (3 * noise(seed, stream("enc", pid), t) if use.encoder else 0), 0, 100)))
-            dec = int(round(clamp(use.decoder + (3 * noise(seed, stream("dec", pid), t) if use.decoder else 0), 0, 100)))
+            enc_noise = 3 * noise(seed, stream("enc", pid), t) if use.encoder else 0
+            dec_noise = 3 * noise(seed, stream("dec", pid), t) if use.decoder else 0
+            enc = int(round(clamp(use.encoder + enc_noise, 0, 100)))
+            dec = int(round(clamp(use.decoder + dec_noise, 0, 100)))
             by_gpu[use.device].append(UseNow(pid, use.device, use.kind, memory, sm, int(sm * use.mem_ratio), enc, dec,
                                              use.gpu_instance_id, use.compute_instance_id))
     return by_gpu, jobs
@@ -166,7 +168,8 @@ def _sensors(gpu: Gpu, uses: list[UseNow], seed: int, t: float) -> GpuNow:
     sm_clock = sm_clock // 15 * 15  # boost bins are 15 MHz apart
     fan = int(clamp(30 + (temperature - 40) * 1.8, 30, 100)) if m.has_fan else 0
     busy = util > 0 or memory > gpu.base_memory + 600 * (1 << 20)
-    rx = int((1_800_000 * load + 250 + 120 * noise(seed, key + 3, t)) if busy else 40 + 20 * (noise(seed, key + 3, t) + 1))
+    rx = int((1_800_000 * load + 250 + 120 * noise(seed, key + 3, t)) if busy
+             else 40 + 20 * (noise(seed, key + 3, t) + 1))
     tx = int(rx * 0.31)
     compute = tuple(u for u in uses if u.kind in (COMPUTE, BOTH))
     graphics = tuple(u for u in uses if u.kind in (GRAPHICS, BOTH))

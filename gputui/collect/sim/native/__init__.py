@@ -217,7 +217,8 @@ def _process_lines(nv: Nvml, handle: int, pid: Mapping[int, int], stamp_us: int 
     yield _line("nvmlDeviceGetProcessUtilization", _asked(code))
     info = N.c_nvmlProcessesUtilizationInfo_v1_t()
     info.version = N.ProcessesUtilizationInfo_v1
-    yield _line("nvmlDeviceGetProcessesUtilizationInfo", _asked(nv.nvmlDeviceGetProcessesUtilizationInfo(handle, byref(info))))
+    yield _line("nvmlDeviceGetProcessesUtilizationInfo",
+                _asked(nv.nvmlDeviceGetProcessesUtilizationInfo(handle, byref(info))))
     samples = []
     if code == N.NVML_ERROR_INSUFFICIENT_SIZE:
         array = (N.c_nvmlProcessUtilizationSample_t * count.value)()
