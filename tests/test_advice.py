@@ -150,7 +150,7 @@ def test_fragmented_cache_suggests_expandable_segments_unless_already_on():
     frag = AllocatorStats(allocated=10 * GIB, reserved=20 * GIB, inactive_split=6 * GIB, alloc_retries=12)
     (advice,) = advise(snapshot=snap(), process=job(), report=probe_report(allocator=frag))
     assert advice.kind == "expandable-segments" and advice.estimated_saving == 6 * GIB
-    assert advice.detail.startswith("Reserved 20.00 GiB but allocated 10.00 GiB: 10.00 GiB cached, 6.00 GiB")
+    assert advice.detail.startswith("Reserved 20.0 GiB but allocated 10.0 GiB: 10.0 GiB cached, 6.00 GiB")
     assert "expandable_segments:True" in advice.action
     on = AllocatorStats(allocated=10 * GIB, reserved=20 * GIB, inactive_split=6 * GIB, alloc_retries=12,
                         expandable_segments=True)
@@ -169,10 +169,10 @@ def test_other_processes_on_the_same_gpu_and_where_to_go():
     (advice,) = advise(snapshot=crowded, process=mine)
     assert advice.kind == "other-processes" and advice.severity == "warning"
     assert advice.estimated_saving == 50 * GIB
-    assert advice.title == "Other processes hold 50.00 GiB on GPU 0"
-    assert advice.detail == ("2 other processes on this GPU: 7 (alice, python) 30.00 GiB, "
-                             "8 (bob, jupyter) 20.00 GiB.")
-    assert "CUDA_VISIBLE_DEVICES=1 python train.py   # GPU 1: 70.00 GiB free" in advice.action
+    assert advice.title == "Other processes hold 50.0 GiB on GPU 0"
+    assert advice.detail == ("2 other processes on this GPU: 7 (alice, python) 30.0 GiB, "
+                             "8 (bob, jupyter) 20.0 GiB.")
+    assert "CUDA_VISIBLE_DEVICES=1 python train.py   # GPU 1: 70.0 GiB free" in advice.action
 
 
 def test_a_growing_process_without_probe_is_told_to_attach_it():
@@ -181,7 +181,7 @@ def test_a_growing_process_without_probe_is_told_to_attach_it():
     advice = advise(snapshot=snap(), process=proc, trend=trend)
     assert [a.kind for a in advice] == ["oom-soon", "attach-probe"]
     assert advice[0].severity == "warning" and advice[0].title == "Out of memory in about 60 min"
-    assert advice[0].detail == "Its memory grows 60 MiB/min and 60.00 GiB is left."
+    assert advice[0].detail == "Its memory grows 60 MiB/min and 60.0 GiB is left."
     assert "gputui run -- python train.py --lr 0.1" in advice[1].action
     far = ProcessTrend("growing", rate=MIB, level=8 * GIB, time_to_oom=7 * 3600.0)
     assert [a.kind for a in advise(snapshot=snap(), process=proc, trend=far)] == ["attach-probe"]
@@ -245,4 +245,4 @@ def test_a_leak_read_every_few_steps_says_over_how_many_steps_not_readings():
     verdict = leak_verdict(report)
     assert verdict.state == "leak" and verdict.window_steps == 157
     fix = advise(snapshot=snap(), process=job(), report=report, verdict=verdict)[0]
-    assert fix.detail.startswith("Allocated memory grows 6.0 MiB per step over 157 steps"), fix.detail
+    assert fix.detail.startswith("Allocated memory grows 6.00 MiB per step over 157 steps"), fix.detail

@@ -35,7 +35,7 @@ def test_a_growing_dict_of_tensors_on_cpu_is_a_leak_of_other_tensors():
     assert v.host_memory == TRACKED + BASE + 400 * MIB  # resident, as people know it from top
     assert v.reason == (
         "host memory in use grows 64.0 KiB per step over the last 64 steps (other +64.0 KiB/step); "
-        "now 311.0 MiB")
+        "now 311 MiB")
 
 
 def test_the_oom_forecast_uses_the_free_memory_given():

@@ -15,7 +15,6 @@ from gputui.model import (
     AllocatorStats, Device, Driver, GpuProcess, Host, MemoryCategories, MigInstance, OomRecord,
     ProbeDevice, ProbeReport, Snapshot, StepRecord,
 )
-from gputui.plain import units
 from gputui.plain.render import render
 from gputui.plain.report import render_probe, render_probe_list
 from gputui.plain.styled import Line, flow, text
@@ -103,49 +102,6 @@ def show(snapshot, **kw):
     return render(snapshot, tz=timezone.utc, **{"width": 100, **kw})
 
 
-# ------------------------------------------------------------------------------------ units
-
-@pytest.mark.parametrize("value, shown", [
-    (None, None), (0, "0B"), (1023, "1023B"), (1024, "1.00KiB"), (512 * MiB, "512MiB"),
-    (int(10.24 * GiB), "10.2GiB"), (80 * GiB, "80.0GiB"), (1023 * MiB, "1023MiB"), (-2 * MiB, "-2.00MiB"),
-])
-def test_sizes_are_binary_with_three_figures(value, shown):
-    assert units.size(value) == shown
-
-
-def test_size_pair_shares_the_unit_only_when_nothing_is_lost():
-    assert units.size_pair(int(21.6 * GiB), 128 * GiB) == "21.6/128.0GiB"
-    assert units.size_pair(504 * MiB, int(79.6 * GiB)) == "504MiB/79.6GiB"  # was 0.0/79.6GiB
-    assert units.size_pair(137 * GiB, 2048 * GiB) == "137GiB/2.00TiB"  # was 0.1/2.0TiB
-    assert units.size_pair(512 * MiB, 80 * GiB) == "512MiB/80.0GiB"
-    assert units.size_pair(0, 80 * GiB) == "0B/80.0GiB"
-    assert units.size_pair(None, 80 * GiB) == "n/a/80.0GiB"
-    assert units.size_pair(3 * MiB, None) == "3.00MiB"
-
-
-def test_size_never_rounds_up_to_1024_of_a_unit():
-    assert units.size(int(1023.6 * MiB)) == "1.00GiB"
-    assert units.size(int(1023.4 * MiB)) == "1023MiB"
-    assert units.size(1023) == "1023B"
-
-
-@pytest.mark.parametrize("seconds, shown", [
-    (None, None), (0, "0s"), (59.9, "59s"), (60, "1:00"), (3723, "1:02:03"), (2 * 86400 + 5, "2-00:00:05"),
-    (-5, "0s"),
-])
-def test_durations_read_like_ps(seconds, shown):
-    assert units.duration(seconds) == shown
-
-
-def test_step_times_keep_precision():
-    assert [units.step_time(s) for s in (0.0048, 0.21, 12.54)] == ["4.8ms", "0.21s", "12.5s"]
-
-
-def test_clock_time_in_a_given_zone():
-    assert units.clock_time(T, timezone.utc, date=True, zone=True) == "2026-01-05 09:00:00 UTC"
-    assert units.clock_time(T + 61, timezone.utc) == "09:01:01"
-
-
 # ------------------------------------------------------------------------------------ lines
 
 def test_flow_wraps_whole_chunks_and_crops_only_what_cannot_fit():
@@ -202,7 +158,7 @@ def test_process_rows_carry_every_column_and_notes():
     assert any(line.startswith("7777 ?") and line.endswith("[exited]") for line in lines)
     assert any(line.startswith("6666 ?     2:1 C") and "[host pid not visible in this container]" in line
                for line in lines)
-    assert any(line.startswith("1001 root") and " G " in line and "3-00:00:00" in line for line in lines)
+    assert any(line.startswith("1001 root") and " G " in line and "3d 00h" in line for line in lines)
 
 
 def test_processes_sorted_by_gpu_then_memory():

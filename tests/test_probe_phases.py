@@ -48,12 +48,12 @@ def test_the_first_step_is_kept_and_says_where_its_peak_comes_from():
     assert first.peak_forward == params + first.activations_peak
     assert first.peak_optimizer == first.allocated == 4 * params + 16
     account = phase_account(first, None, cpu=True)
-    assert headline(account) == "Step 1 peaks in optimizer.step() at 300.2 KiB"
-    assert "left behind: gradients +75.0 KiB, optimizer state +150.1 KiB (created at this step)" in account.lines
+    assert headline(account) == "Step 1 peaks in optimizer.step() at 300 KiB"
+    assert "left behind: gradients +75.0 KiB, optimizer state +150 KiB (created at this step)" in account.lines
     assert account.lines[0] == "started at 75.0 KiB (the model: 75.0 KiB)"
     # Later steps start with the state already there, and add no new state.
     later = phase_account(steps[-1], steps[-2], cpu=True)
-    assert later.lines[0] == "started at 225.1 KiB (the model: 75.0 KiB)"
+    assert later.lines[0] == "started at 225 KiB (the model: 75.0 KiB)"
     assert not any(line.startswith("left behind") for line in later.lines)
 
 

@@ -107,7 +107,7 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         verdict = text(screen, "#analysis-leak")
         assert "allocated grows 48.0 MiB per step" in verdict
         assert "growing: activations (tensors saved for backward) grows 48.0 MiB per step" in verdict
-        assert "(7.0 GiB/min at 0.40 s per step)" in verdict
+        assert "(7.03 GiB/min at 0.40 s per step)" in verdict
         assert "out of memory: at step 538, in about 1:25 at 09:03:24" in verdict
         sites = text(screen, "#analysis-sites")
         assert "recording (16 steps recorded, steps 310-325, costs 3.1 ms per step)" in sites
@@ -123,7 +123,7 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         assert len(advice) == 7
         trend = text(screen, "#detail-trend")
         # One time to OOM on the screen: NVML's straight line (1:08) gives way to the probe's (85 s).
-        assert trend.endswith("growing at 7.5 GiB/min; time to out of memory: the probe's forecast, below")
+        assert trend.endswith("growing at 7.46 GiB/min; time to out of memory: the probe's forecast, below")
         assert "1:08" not in screen_text_all(screen)
 
 
@@ -146,7 +146,7 @@ async def test_the_live_bar_once_json_and_gputui_probe_show_the_same_breakdown()
     """The breakdown is the product's central figure: every view shows the same parts, in bytes."""
     import json
 
-    from gputui.plain import units
+    from gputui import units
     from gputui.plain.document import dumps, snapshot_document
     from gputui.plain.render import ALLOCATOR_WORDS, TENSOR_WORDS, render
     from gputui.plain.report import render_probe
@@ -165,7 +165,7 @@ async def test_the_live_bar_once_json_and_gputui_probe_show_the_same_breakdown()
     for text in (render(snapshot, width=200), render_probe(report, snapshot, width=200)):
         flat = " ".join(text.split())
         for key, size in live:
-            assert f"{words[key]} {units.size(size)}" in flat, (key, size)
+            assert f"{words[key]} {units.size_compact(size)}" in flat, (key, size)
 
 
 async def test_training_node_rank_breakdown_adds_up_to_the_nvml_figure():

@@ -127,10 +127,6 @@ def test_column_widths_fit_the_sort_mark_and_the_trends_shown():
 
 
 def test_formatting_words():
-    assert fmt.size(None) == "n/a"
-    assert fmt.size(1536 * MIB) == "1.5 GiB"
-    assert fmt.size(300 * MIB, short=True) == "300M"
-    assert fmt.elapsed(59) == "0:59" and fmt.elapsed(3725) == "1:02:05" and fmt.elapsed(90000) == "1d 01h"
     assert fmt.bar(0.5, 10) == ("█████", "░░░░░")
     assert fmt.bar(0.01, 10, ascii=True) == ("#", ".........")
     assert fmt.bar(None, 3) == ("", "···")
@@ -189,12 +185,6 @@ def test_trend_prefers_the_probes_forecast_and_counts_it_from_now():
     assert growth_of(None, _leak(state="clean")) == (None, None)
     assert trend_text(ProcessTrend("warming_up"), leak=_leak(), now=T0) == ("▲7.0G/m 90s", "$error")
 
-
-def test_short_durations():
-    from gputui.ui.rows import short_duration
-
-    assert [short_duration(s) for s in (0.4, 85, 99.6, 840, 5 * 3600, 3 * 86400)] == [
-        "0s", "85s", "100s", "14m", "5h", "3d"]
 
 
 def test_probed_process_nvml_does_not_list_is_a_row_at_the_end():

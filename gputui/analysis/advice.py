@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
-from gputui.analysis.text import duration, size
+from gputui.units import size, span
 from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -118,7 +118,7 @@ def _oom_soon(seen: _Seen) -> Advice | None:
         return None
     return Advice(
         kind="oom-soon", severity="critical" if seconds < OOM_CRITICAL else "warning",
-        title=f"Out of memory in about {duration(seconds)}",
+        title=f"Out of memory in about {span(seconds)}",
         detail=f"{why[0].upper()}{why[1:]}.",
         action="Apply the fix below before then, or save a checkpoint now so the run can resume.",
     )
@@ -231,7 +231,7 @@ def _eval_with_grad(seen: _Seen) -> Advice | None:
         idle = seen.report.taken_at - last.ended_at
         if idle < max(EVAL_GAP, EVAL_GAP_STEPS * step_time):
             return None
-        when = f"no optimizer step for {duration(idle)}"
+        when = f"no optimizer step for {span(idle)}"
     else:
         when = "no optimizer step seen at all"
     return Advice(

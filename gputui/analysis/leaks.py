@@ -14,7 +14,7 @@ import math
 from statistics import median
 
 from gputui.analysis.robust import releases, settled_count, spread, theil_sen
-from gputui.analysis.text import size
+from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputui.analysis.text import size
+from gputui.units import size
 from gputui.model import StepRecord
 
 PHASES = (("forward", "peak_forward"), ("backward", "peak_backward"), ("optimizer.step()", "peak_optimizer"))

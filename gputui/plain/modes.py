@@ -14,7 +14,7 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import Source
 from gputui.plain.render import render
-from gputui.plain.units import clock_time
+from gputui.units import clock_time
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wide as a pipe

@@ -18,7 +18,7 @@ from gputui.model.breakdown import Breakdown
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
-from gputui.plain import units
+from gputui import units
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
 
@@ -334,16 +334,16 @@ def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
     gpu = str(p.device_index)
     if p.gpu_instance_id is not None:
         gpu += f":{p.gpu_instance_id}"  # MIG: GPU index and GPU instance, as nvidia-smi pairs them
-    elapsed = None if p.started_at is None else units.duration(now - p.started_at)
+    elapsed = None if p.started_at is None else units.elapsed(now - p.started_at)
     return [
         (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
         ((p.user or "?")[:10], None if p.user else "dim"),
         (gpu, None),
         (_KIND_LETTERS.get(p.kind, p.kind), None),
-        (units.size(p.gpu_memory), None) if p.gpu_memory is not None else na,
+        (units.size_compact(p.gpu_memory), None) if p.gpu_memory is not None else na,
         (f"{p.sm_util}%", _level(p.sm_util)) if p.sm_util is not None else na,
         (f"{p.cpu_percent:.1f}", _level(p.cpu_percent)) if p.cpu_percent is not None else na,
-        (units.size(p.host_memory), None) if p.host_memory is not None else na,
+        (units.size_compact(p.host_memory), None) if p.host_memory is not None else na,
         (elapsed, None) if elapsed is not None else na,
     ]
 
@@ -420,7 +420,7 @@ def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: 
         # The reason's clauses are separate chunks, so a narrow screen wraps between them.
         chunks = [text(part, style) for part in verdict.reason.split("; ") if part]
         if verdict.oom_step is not None:
-            when = "" if verdict.oom_in is None else f" in {units.duration(round(verdict.oom_in))}"
+            when = "" if verdict.oom_in is None else f" in {units.elapsed(round(verdict.oom_in))}"
             chunks.append(text(f"out of memory at step {verdict.oom_step}{when}", "bad"))
         label = verdict.state.replace("_", " ") + ": "
         lines += flow(chunks, width, first=Line().add(pad).add(label, style or "bold"),
@@ -443,11 +443,13 @@ ALLOCATOR_WORDS = {"cache": "cache", "fragmentation": "fragmented", "context": "
 def _allocator_chunks(stats: AllocatorStats | None, breakdown: Breakdown | None) -> list[Line]:
     if stats is None:
         return []
-    chunks = [text(f"allocated {units.size(stats.allocated)}"), text(f"reserved {units.size(stats.reserved)}")]
+    chunks = [text(f"allocated {units.size_compact(stats.allocated)}"),
+              text(f"reserved {units.size_compact(stats.reserved)}")]
     for item in breakdown.items if breakdown is not None else ():
         if item.key in ALLOCATOR_WORDS:
             alarm = item.key == "fragmentation" and item.size > stats.reserved // 4
-            chunks.append(text(f"{ALLOCATOR_WORDS[item.key]} {units.size(item.size)}", "warn" if alarm else None))
+            figure = f"{ALLOCATOR_WORDS[item.key]} {units.size_compact(item.size)}"
+            chunks.append(text(figure, "warn" if alarm else None))
     return chunks
 
 
@@ -457,7 +459,7 @@ def _tensor_chunks(breakdown: Breakdown | None) -> list[Line]:
         if item.key in TENSOR_WORDS:
             # Read between steps, the activations are the last measured step's peak: the label says so.
             when = item.label[len("activations"):] if item.key == "activations" else ""
-            chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size(item.size)}{when}"))
+            chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size_compact(item.size)}{when}"))
     return chunks
 
 
@@ -466,12 +468,12 @@ def _step_chunks(report: ProbeReport) -> list[Line]:
     chunks = [text(f"step {last.step}" + (f" in {units.step_time(last.duration)}"
                                           if last.duration is not None else ""))]
     if last.allocated is not None:
-        chunks.append(text(f"end {units.size(last.allocated)}"))
+        chunks.append(text(f"end {units.size_compact(last.allocated)}"))
     peaks = [(name, value) for name, value in (("fwd", last.peak_forward),
                                                 ("bwd", last.peak_backward),
                                                 ("opt", last.peak_optimizer)) if value is not None]
     for i, (name, value) in enumerate(peaks):  # separate chunks, so a narrow screen wraps them
-        chunks.append(text(("peak " if i == 0 else "") + f"{name} {units.size(value)}"))
+        chunks.append(text(("peak " if i == 0 else "") + f"{name} {units.size_compact(value)}"))
     return chunks
 
 
@@ -482,11 +484,11 @@ def _oom_lines(report: ProbeReport, width: int, glyphs: Glyphs, tz: tzinfo | Non
     if oom.device:
         chunks.append(text(oom.device))
     if oom.requested is not None:
-        chunks.append(text(f"asked {units.size(oom.requested)}"))
+        chunks.append(text(f"asked {units.size_compact(oom.requested)}"))
     if oom.free is not None:
-        chunks.append(text(f"free {units.size(oom.free)}"))
+        chunks.append(text(f"free {units.size_compact(oom.free)}"))
     if oom.allocated is not None:
-        chunks.append(text(f"allocated {units.size(oom.allocated)}"))
+        chunks.append(text(f"allocated {units.size_compact(oom.allocated)}"))
     if oom.where:
         chunks.append(text(f"at {oom.where[-1]}"))
     return flow(chunks, width, first=Line().add(" " * indent).add("last OOM", "alert"),
@@ -510,7 +512,7 @@ def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
             if proc.cpu_percent is not None:
                 figures.append(f"CPU {proc.cpu_percent:.0f}%")
             if proc.host_memory is not None:
-                figures.append(f"RSS {units.size(proc.host_memory)}")
+                figures.append(f"RSS {units.size_compact(proc.host_memory)}")
             row.add("  ".join(figures) + "  ", "dim")
         row.add(" ".join(report.command) or "?")
         lines.append(row.cropped(width, glyphs.ellipsis))

@@ -11,7 +11,7 @@ from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
-from gputui.plain import units
+from gputui import units
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
@@ -60,8 +60,8 @@ def _list_row(report: ProbeReport) -> list[str]:
     return [
         str(report.pid),
         report.torch_version or "?",
-        units.size(sum(allocated)) if allocated else "n/a",
-        units.size(sum(reserved)) if reserved else "n/a",
+        units.size_compact(sum(allocated)) if allocated else "n/a",
+        units.size_compact(sum(reserved)) if reserved else "n/a",
         step,
     ]
 
@@ -96,7 +96,7 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     if report.sites:
         lines.append(Line().add("Allocation sites (live bytes at the last recorded step)", "head"))
         for site in report.sites:
-            live = units.size(site.live_bytes[-1]) if site.live_bytes else "n/a"
+            live = units.size_compact(site.live_bytes[-1]) if site.live_bytes else "n/a"
             lines.append(Line().add(f"  {live:>9} ").add(site.where).cropped(width, glyphs.ellipsis))
     if report.keepers:
         lines.append(Line().add("Kept by (names that held more at each recorded step)", "head"))
@@ -125,12 +125,12 @@ def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Gly
     for label, now, peak in pairs:
         if now is None:
             continue
-        figure = f"{label} {units.size(now)}"
+        figure = f"{label} {units.size_compact(now)}"
         if peak is not None:
-            figure += f" (peak {units.size(peak)})"
+            figure += f" (peak {units.size_compact(peak)})"
         chunks.append(text(figure))
     if stats.largest_free_block is not None:
-        chunks.append(text(f"largest free block {units.size(stats.largest_free_block)}"))
+        chunks.append(text(f"largest free block {units.size_compact(stats.largest_free_block)}"))
     for label, count in (("segments", stats.segments), ("alloc retries", stats.alloc_retries),
                          ("OOMs", stats.ooms)):
         if count is not None:
@@ -146,13 +146,13 @@ def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Gly
 # Step-table columns: (title, value of a step). A column no step has a figure for is left out, so a
 # CPU-only job (no CUDA allocator) shows its host memory instead of a row of n/a.
 _STEP_COLUMNS = (
-    ("ALLOCATED", lambda s: units.size(s.allocated)),
-    ("RESERVED", lambda s: units.size(s.reserved)),
-    ("PEAK FWD", lambda s: units.size(s.peak_forward)),
-    ("PEAK BWD", lambda s: units.size(s.peak_backward)),
-    ("PEAK OPT", lambda s: units.size(s.peak_optimizer)),
-    ("TENSORS", lambda s: units.size(_tensor_bytes(s.categories))),
-    ("HOST MEM", lambda s: units.size(s.host_memory)),
+    ("ALLOCATED", lambda s: s.allocated),
+    ("RESERVED", lambda s: s.reserved),
+    ("PEAK FWD", lambda s: s.peak_forward),
+    ("PEAK BWD", lambda s: s.peak_backward),
+    ("PEAK OPT", lambda s: s.peak_optimizer),
+    ("TENSORS", lambda s: _tensor_bytes(s.categories)),
+    ("HOST MEM", lambda s: s.host_memory),
 )
 
 
@@ -166,12 +166,12 @@ def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     measured = [s for s in report.steps if any(value(s) is not None for _, value in _STEP_COLUMNS)]
     steps = (measured or list(report.steps))[-STEPS_SHOWN:]
     columns = [("STEP", lambda s: str(s.step)), ("TIME", lambda s: units.step_time(s.duration))]
-    columns += [(title, value) for title, value in _STEP_COLUMNS
+    columns += [(title, lambda s, value=value: units.size_compact(value(s))) for title, value in _STEP_COLUMNS
                 if any(value(s) is not None for s in steps)]
     if any(title == "ALLOCATED" for title, _ in columns):
         columns = [c for c in columns if c[0] != "TENSORS"]  # the allocator's figures say more
     titles = [title for title, _ in columns]
-    rows = [[value(s) or "n/a" for _, value in columns] for s in steps]
+    rows = [[value(s) for _, value in columns] for s in steps]
     widths = [max(len(t), *(len(r[i]) for r in rows)) for i, t in enumerate(titles)]
     if measured and len(measured) < len(report.steps):
         heading = (f"Last {len(rows)} of {len(measured)} measured steps "

@@ -1,4 +1,6 @@
-"""Turning model values into short text for the screen: sizes, rates, percents, bars, times.
+"""Turning model values into short text for the screen: temperatures, watts, clocks, bars, levels.
+
+Sizes, rates, percents and times come from gputui.units, as in every view.
 
 Pure functions of their arguments (no Textual), so every widget words things the same way and the
 tests can check the wording exactly. A value of ``None`` (unsupported, unknown) reads "n/a".
@@ -6,11 +8,8 @@ tests can check the wording exactly. A value of ``None`` (unsupported, unknown) 
 
 from __future__ import annotations
 
-import time
+from gputui.units import NA
 
-NA = "n/a"
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 # Reasons that mean the GPU is being held back; idle/app/display clocks are normal life.
 SLOWDOWN_WORDS = {
@@ -20,43 +19,6 @@ SLOWDOWN_WORDS = {
     "sw_thermal": "thermal",
     "sw_power_cap": "power cap",
 }
-
-
-def size_pair(used: float | None, total: float | None) -> str:
-    """"12.3G/80.0G" in short units; "n/a" once when neither is known (not "n/a/n/a")."""
-    if used is None and total is None:
-        return NA
-    return f"{size(used, short=True)}/{size(total, short=True)}"
-
-
-def size(value: float | None, *, short: bool = False) -> str:
-    """Bytes in binary units: "45.1 GiB" (or "45.1G" when short)."""
-    if value is None:
-        return NA
-    amount = float(value)
-    unit = 0
-    # 1023.6 MiB reads 1.0 GiB, not 1024 MiB: the unit is the one the rounded figure fits.
-    while abs(amount) >= 1023.5 and unit < len(_UNITS) - 1:
-        amount /= 1024
-        unit += 1
-    if unit == 0:
-        text = f"{int(amount)}"
-    elif abs(amount) >= 100:
-        text = f"{amount:.0f}"
-    else:
-        text = f"{amount:.1f}"
-    if short:
-        return text + ("" if unit == 0 else _UNITS[unit][0])
-    return f"{text} {_UNITS[unit]}"
-
-
-def rate(value: float | None) -> str:
-    """Bytes per second: "1.2 GiB/s"."""
-    return NA if value is None else size(value) + "/s"
-
-
-def percent(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}%"
 
 
 def temperature(value: int | None) -> str:
@@ -77,21 +39,6 @@ def megahertz(value: int | None, maximum: int | None = None) -> str:
     return f"{value}MHz" if maximum is None else f"{value}/{maximum}MHz"
 
 
-def elapsed(seconds: float | None) -> str:
-    """A duration the way ps shows it: "42:07", "3:04:05", "2d 03h"."""
-    if seconds is None:
-        return NA
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
-
-
 def monitor_cost(cost) -> str:
     """gputui's own cost (a MonitorCost): "self 0.6% CPU · NVML 1.2ms"; "" when not measured."""
     if cost is None:
@@ -99,15 +46,6 @@ def monitor_cost(cost) -> str:
     cpu = "…" if cost.cpu_percent is None else f"{cost.cpu_percent:.1f}%"
     nvml = "" if cost.nvml_ms is None else f" · NVML {cost.nvml_ms:.1f}ms"
     return f"self {cpu} CPU{nvml}"
-
-
-def clock(epoch: float | None) -> str:
-    """Wall-clock time of day in the local time zone."""
-    return NA if epoch is None else time.strftime("%H:%M:%S", time.localtime(epoch))
-
-
-def date_time(epoch: float | None) -> str:
-    return NA if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 def fraction(used: float | None, total: float | None) -> float | None:
@@ -200,11 +138,3 @@ def ascii_spark(values: list[float], width: int) -> str:
     text = "".join(ASCII_LEVELS[max(1, round((v - low) / span * top))] for v in values)
     return text.rjust(width, " ")
 
-
-def span_words(seconds: float) -> str:
-    """How long a chart covers: "45s", "4m", "1h 5m"."""
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    return f"{int(seconds // 3600)}h {int(seconds % 3600 // 60)}m"

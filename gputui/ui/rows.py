@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
+from gputui import units
 from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -181,9 +182,9 @@ def trend_text(mark: ProcessTrend | None, *, ascii: bool = False,
     rate, oom_in = growth_of(mark, leak, now)
     if rate is not None:
         arrow = "^" if ascii else "▲"
-        text = arrow if short else arrow + fmt.size(rate * 60, short=True) + "/m"
+        text = arrow if short else arrow + units.size_short(rate * 60) + "/m"
         if oom_in is not None:
-            text += ("" if short else " ") + short_duration(oom_in)
+            text += ("" if short else " ") + units.span_short(oom_in)
         return (text, "$error" if oom_in is not None else "$warning")
     if mark is None or mark.verdict in ("unknown", "steady"):
         return ("", "")
@@ -227,16 +228,6 @@ def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
     return (rate, oom_in)
 
 
-def short_duration(seconds: float) -> str:
-    """A forecast in a few cells: "85s", "14m", "5h", "3d"."""
-    if seconds < 100:
-        return f"{seconds:.0f}s"
-    if seconds < 100 * 60:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
-
 
 # The probe column: a dot for a probed process, the growing category's letter when its leak verdict
 # finds growth (the detail screen spells it out).
@@ -263,18 +254,18 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     cells = {
         "pid": str(p.pid),
         "probe": mark,
-        "user": p.user or fmt.NA,
+        "user": p.user or units.NA,
         "gpu": gpu_text(p),
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
-        "gpu_memory": fmt.size(p.gpu_memory, short=True),
+        "gpu_memory": units.size_short(p.gpu_memory),
         "trend": trend,
         "trend_mark": trend_mark,
-        "sm": fmt.percent(p.sm_util),
-        "memory_util": fmt.percent(p.memory_util),
-        "cpu": fmt.NA if p.cpu_percent is None else f"{p.cpu_percent:.0f}%",
-        "host_memory": fmt.size(p.host_memory, short=True),
-        "elapsed": fmt.elapsed(_elapsed(p, ctx)),
-        "started": fmt.date_time(p.started_at),
+        "sm": units.percent(p.sm_util),
+        "memory_util": units.percent(p.memory_util),
+        "cpu": units.NA if p.cpu_percent is None else f"{p.cpu_percent:.0f}%",
+        "host_memory": units.size_short(p.host_memory),
+        "elapsed": units.elapsed(_elapsed(p, ctx)),
+        "started": units.clock_time(p.started_at, date=True),
         "command": fmt.command_line(p.command, p.name) if p.state == PROCESS_OK or p.command
         else f"[{p.note or p.state}]",
     }
@@ -297,7 +288,7 @@ def gpu_text(p: GpuProcess) -> str:
 def parent_cells(h: HostProcess, prefix: str = "") -> tuple[dict, dict]:
     """Texts and styles of a tree's parent that holds no GPU memory (``prefix``: its branch)."""
     cells = {c: "" for c in COLUMNS}
-    cells.update(pid=str(h.pid), user=h.user or fmt.NA, gpu="-",
+    cells.update(pid=str(h.pid), user=h.user or units.NA, gpu="-",
                  command=prefix + fmt.command_line(h.command, h.name))
     return cells, {"pid": "$text-muted", "user": "$text-muted", "command": "$text-muted"}
 
@@ -372,11 +363,11 @@ def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None
         getattr(last, "host_memory", None)
     started = None if proc is None or proc.started_at is None else ctx.taken_at - proc.started_at
     cells.update(
-        pid=str(report.pid), probe=mark, user=(proc.user if proc is not None else None) or fmt.NA,
-        gpu=probe_device_text(report), gpu_memory=fmt.size(sum(gpu_memory), short=True) if gpu_memory else "-",
-        trend=trend, trend_mark=trend_mark, host_memory=fmt.size(host_memory, short=True),
-        cpu=fmt.NA if proc is None or proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
-        elapsed=fmt.elapsed(started) if started is not None else "",
+        pid=str(report.pid), probe=mark, user=(proc.user if proc is not None else None) or units.NA,
+        gpu=probe_device_text(report), gpu_memory=units.size_short(sum(gpu_memory)) if gpu_memory else "-",
+        trend=trend, trend_mark=trend_mark, host_memory=units.size_short(host_memory),
+        cpu=units.NA if proc is None or proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
+        elapsed=units.elapsed(started) if started is not None else "",
         command=fmt.command_line(report.command) if report.command else f"[probed process {report.pid}]",
     )
     styles = {"probe": mark_style, "gpu": "$text-muted"}

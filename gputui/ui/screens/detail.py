@@ -15,6 +15,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from gputui import units
 from gputui.analysis.history import History
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.ui import format as fmt
@@ -25,10 +26,10 @@ from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
 
 PROCESS_CHARTS = (
-    ("gpu_memory", "GPU MEM", lambda v: fmt.size(v, short=True)),
-    ("sm_util", "SM", fmt.percent),
-    ("cpu_percent", "CPU", fmt.percent),
-    ("host_memory", "HOST MEM", lambda v: fmt.size(v, short=True)),
+    ("gpu_memory", "GPU MEM", lambda v: units.size_short(v)),
+    ("sm_util", "SM", units.percent),
+    ("cpu_percent", "CPU", units.percent),
+    ("host_memory", "HOST MEM", lambda v: units.size_short(v)),
 )
 
 RECORD_STEPS = 16  # steps of allocation-site recording one press of the key asks for
@@ -162,14 +163,14 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
         d = devices.get(p.device_index)
         cuda = "" if d is None or d.cuda_index is None else f", cuda:{d.cuda_index} here"
         name = fmt.short_gpu_name(d.name) if d else "?"
-        used.append(f"GPU {p.device_index} ({name}{cuda}) {fmt.size(p.gpu_memory, short=True)}")
-    started = fmt.date_time(proc.started_at)
-    age = "" if proc.started_at is None else f" ({fmt.elapsed(snapshot.taken_at - proc.started_at)} ago)"
+        used.append(f"GPU {p.device_index} ({name}{cuda}) {units.size_short(p.gpu_memory)}")
+    started = units.clock_time(proc.started_at, date=True)
+    age = "" if proc.started_at is None else f" ({units.elapsed(snapshot.taken_at - proc.started_at)} ago)"
     rows = [
-        ("command", " ".join(proc.command) if proc.command else (proc.name or fmt.NA)),
-        ("user", proc.user or fmt.NA),
+        ("command", " ".join(proc.command) if proc.command else (proc.name or units.NA)),
+        ("user", proc.user or units.NA),
         ("started", started + age),
-        ("parent", fmt.NA if proc.ppid is None else str(proc.ppid)),
+        ("parent", units.NA if proc.ppid is None else str(proc.ppid)),
         ("devices", "; ".join(used)),
         ("type", proc.kind + ("" if proc.gpu_instance_id is None
                               else f", MIG GI {proc.gpu_instance_id} CI {proc.compute_instance_id}")),
@@ -183,7 +184,7 @@ def probe_only_info(report: ProbeReport) -> Content:
     """What the probe says of a process the driver does not list."""
     devices = ", ".join(d.device for d in report.devices) or "none in use yet"
     return _rows([
-        ("command", " ".join(report.command) or fmt.NA),
+        ("command", " ".join(report.command) or units.NA),
         ("devices", devices),
         ("NVML", "does not list this process (a CPU-only job, or no NVIDIA driver here): "
                  "these figures come from its probe"),

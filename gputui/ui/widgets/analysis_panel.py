@@ -10,6 +10,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui import units
 from gputui.analysis import phases as step_phases
 from gputui.analysis.process import ProcessAnalysis
 from gputui.analysis.sites import keeper_text
@@ -26,7 +27,6 @@ from gputui.model.verdicts import (
     LeakVerdict,
     ProcessTrend,
 )
-from gputui.ui import format as fmt
 
 CATEGORY_WORDS = {"parameters": "parameters", "gradients": "gradients",
                   "optimizer_state": "optimizer state", "buffers": "buffers",
@@ -132,7 +132,7 @@ def headline(analysis: ProcessAnalysis) -> Content:
     trend = analysis.trend
     if trend is not None and trend.verdict == "growing" and trend.mib_per_min is not None:
         parts.append(Content.assemble(("NVML: ", "$text-muted"),
-                                      (f"growing {fmt.size(trend.rate * 60)}/min", "$warning")))
+                                      (f"growing {units.size(trend.rate * 60)}/min", "$warning")))
     if analysis.advice:
         first = analysis.advice[0]
         parts.append(Content.assemble(("advice 1: ", "$text-muted"),
@@ -151,11 +151,11 @@ def trend_words(trend: ProcessTrend | None, *, probe_forecast: bool = False) -> 
              "sawtooth": "sawtooth (grows and is released)", "growing": "growing",
              "unknown": "not enough history yet"}.get(trend.verdict, trend.verdict)
     if trend.verdict == "growing" and trend.rate is not None:
-        words += f" at {fmt.size(trend.rate * 60)}/min"
+        words += f" at {units.size(trend.rate * 60)}/min"
         if probe_forecast:
             words += "; time to out of memory: the probe's forecast, below"
         elif trend.time_to_oom is not None:
-            words += f"; the GPU runs out of memory in about {fmt.elapsed(trend.time_to_oom)} at this rate"
+            words += f"; the GPU runs out of memory in about {units.elapsed(trend.time_to_oom)} at this rate"
     return words
 
 
@@ -170,23 +170,23 @@ def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
         per_step = {LEAK_LEAK: leak.allocated_per_step, LEAK_CACHE_GROWTH: leak.reserved_per_step,
                     LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
         what = CATEGORY_WORDS.get(leak.category or "", leak.category or "allocated memory")
-        growth = f"grows {fmt.size(per_step)} per step" if per_step is not None else "grows"
+        growth = f"grows {units.size(per_step)} per step" if per_step is not None else "grows"
         if per_step and leak.step_time:
-            growth += f" ({fmt.size(per_step / leak.step_time * 60)}/min at {leak.step_time:.2f} s per step)"
+            growth += f" ({units.size(per_step / leak.step_time * 60)}/min at {leak.step_time:.2f} s per step)"
         lines.append(Content.assemble(("  growing: ", "$text-muted"), (what, "bold"), f" {growth}"))
         if leak.oom_step is not None:
             left = leak.oom_in
             if leak.oom_at is not None and now is not None:
                 left = max(0.0, leak.oom_at - now)
             # Rounded as the table's "85s" and the advice's "85 s" are: 84.8 s reads 1:25 here too.
-            when = "" if left is None else f", in about {fmt.elapsed(round(left))}"
-            at = "" if leak.oom_at is None else f" at {fmt.clock(leak.oom_at)}"
+            when = "" if left is None else f", in about {units.elapsed(round(left))}"
+            at = "" if leak.oom_at is None else f" at {units.clock_time(leak.oom_at)}"
             lines.append(Content.assemble(("  out of memory: ", "$text-muted"),
                                           (f"at step {leak.oom_step}{when}{at}", "bold $error")))
     growing = [g for g in leak.growth if g.bytes_per_step > 0]
     if growing:
         parts = ", ".join(f"{g.name.replace('_', ' ')} {'+' if g.bytes_per_step >= 0 else ''}"
-                          f"{fmt.size(g.bytes_per_step)}/step" for g in growing[:4])
+                          f"{units.size(g.bytes_per_step)}/step" for g in growing[:4])
         lines.append(Content.assemble(("  per category: ", "$text-muted"), parts))
     return Content("\n").join(lines)
 
@@ -208,8 +208,8 @@ def sites_text(report: ProbeReport | None, sites: tuple[GrowingSite, ...]) -> Co
         for site in sites[:6]:
             lines.append(Content.assemble(
                 ("  " + site.where, "bold"),
-                f"  +{fmt.size(site.bytes_per_step)}/step over {site.steps} steps, "
-                f"{fmt.size(site.live_bytes)} live"))
+                f"  +{units.size(site.bytes_per_step)}/step over {site.steps} steps, "
+                f"{units.size(site.live_bytes)} live"))
     elif report is not None and report.recorded_steps:
         lines.append(Content.styled("  no site grows over the recorded steps", "$text-muted"))
     for keeper in report.keepers if report is not None else ():
@@ -226,6 +226,6 @@ def advice_item(a: Advice) -> tuple[Content, Content]:
     lines = [Content.assemble(("saw: ", "$text-muted"), a.detail),
              Content.assemble(("do: ", "$text-muted"), a.action.replace("\n", "\n    "))]
     if a.estimated_saving is not None:
-        lines.append(Content.assemble(("saves about ", "$text-muted"), (fmt.size(a.estimated_saving), "bold")))
+        lines.append(Content.assemble(("saves about ", "$text-muted"), (units.size(a.estimated_saving), "bold")))
     return head, Content("\n").join(lines)
 

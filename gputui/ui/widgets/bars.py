@@ -7,6 +7,7 @@ apply without a hex literal in the code.
 
 from __future__ import annotations
 
+from gputui import units
 from gputui.ui import format as fmt
 
 LEVEL_STYLES = {"low": "$success", "mid": "$warning", "high": "$error", "none": "$text-muted"}
@@ -65,7 +66,7 @@ def label(text: str) -> Words:
 
 def value(text: str, level: str | None = None) -> Words:
     """A reading; unknown ("n/a") is dimmed, a level colours it."""
-    if text == fmt.NA:
+    if text == units.NA:
         return styled(text, "$text-muted")
     return styled(text, LEVEL_STYLES[level] if level else "")
 

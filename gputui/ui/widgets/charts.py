@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Sparkline
 
+from gputui import units
 from gputui.analysis.history import History, Series
 from gputui.model import Device
 from gputui.ui import format as fmt
@@ -17,8 +18,8 @@ from gputui.ui.widgets.line import Line, StyledLines
 
 # (metric, title, how to word a value)
 DEVICE_CHARTS = (
-    ("gpu_util", "UTIL", fmt.percent),
-    ("memory_used", "MEM", lambda v: fmt.size(v, short=True)),
+    ("gpu_util", "UTIL", units.percent),
+    ("memory_used", "MEM", lambda v: units.size_short(v)),
     ("power_draw", "POWER", lambda v: fmt.watts(v)),
     ("temperature", "TEMP", lambda v: fmt.temperature(None if v is None else int(v))),
 )
@@ -70,7 +71,7 @@ class Chart(Vertical):
         if len(points) > 1:
             # Sparklines scale to their data: say what the bottom and top are.
             title = Content.assemble(title, (f" {self.words(min(points))}..{self.words(max(points))}"
-                                             f" {fmt.span_words(covered)}", "$text-muted"))
+                                             f" {units.span_short(covered)}", "$text-muted"))
         self.query_one(".chart-title", Line).show(title)
         if self.ascii:
             self.query_one(".chart-ascii", Line).show(fmt.ascii_spark(points, width))
@@ -122,7 +123,7 @@ class DeviceHistory(StyledLines):
         if state == self._state:
             return
         self._state = state
-        self.border_title = f"GPU {device.index} history, last {fmt.span_words(covered)} (g: next GPU)"
+        self.border_title = f"GPU {device.index} history, last {units.span_short(covered)} (g: next GPU)"
         lines = []
         for row in range(0, len(charts), columns):
             parts = [chart_line(*chart, chart_width, ascii=self.ascii)
@@ -164,7 +165,7 @@ def chart_line(title: str, value: str, latest: float | None, points: tuple[float
     bottom, top, warn, high = scale
     cells = max(1, width - TITLE_WIDTH)
     span = top - bottom
-    if value == fmt.NA:
+    if value == units.NA:
         value_style = "$text-muted"
     elif latest is None or span <= 0:
         value_style = "bold"

@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.events import Click, Resize
 from textual.message import Message
 
+from gputui import units
 from gputui.model import Device, MigInstance, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, meter, styled, value
@@ -29,7 +30,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
 
     mem_f = fmt.fraction(d.memory_used, d.memory_total)
     util_f = None if d.gpu_util is None else d.gpu_util / 100
-    mem_text = fmt.size_pair(d.memory_used, d.memory_total)
+    mem_text = units.size_pair_short(d.memory_used, d.memory_total)
     temp_level = None
     if d.temperature is not None and d.temperature_slowdown:
         temp_level = fmt.level(d.temperature / d.temperature_slowdown, warn=0.85, high=0.95)
@@ -39,9 +40,9 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
 
     if mode == "tiny":
         bar_w = max(3, (width - 32) // 2)
-        used = fmt.size(d.memory_used, short=True)
+        used = units.size_short(d.memory_used)
         return (join([head, meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{used:>5}",
-                      meter(util_f, bar_w, ascii=ascii), f"{fmt.percent(d.gpu_util):>4}", temp]),)
+                      meter(util_f, bar_w, ascii=ascii), f"{units.percent(d.gpu_util):>4}", temp]),)
 
     migs = tuple(render_mig(d.index, mig, mode, width, ascii=ascii) for mig in d.mig_instances)
 
@@ -51,25 +52,25 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         bar_w = max(4, min(30, (width - 64) // 2))
         return (join([head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95),
                       f"{mem_text:>11}", label("UTIL"), meter(util_f, bar_w, ascii=ascii),
-                      f"{fmt.percent(d.gpu_util):>4}", temp, value(fmt.watts(d.power_draw)),
+                      f"{units.percent(d.gpu_util):>4}", temp, value(fmt.watts(d.power_draw)),
                       slow_short]), *migs)
 
     bar_w = max(6, min(40, (width - 79) // 2))
     first = join([
         head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{mem_text:>11}",
-        label("UTIL"), meter(util_f, bar_w, ascii=ascii), f"{fmt.percent(d.gpu_util):>4}",
-        temp, join([label("fan"), value(fmt.percent(d.fan_speed))]), value(power),
+        label("UTIL"), meter(util_f, bar_w, ascii=ascii), f"{units.percent(d.gpu_util):>4}",
+        temp, join([label("fan"), value(units.percent(d.fan_speed))]), value(power),
     ])
     codecs = ""
     if d.encoder_util or d.decoder_util:  # only worth a place while a codec is busy
-        codecs = join([label("ENC"), fmt.percent(d.encoder_util), label("DEC"), fmt.percent(d.decoder_util)])
+        codecs = join([label("ENC"), units.percent(d.encoder_util), label("DEC"), units.percent(d.decoder_util)])
     second = join([
         " " * (len(str(d.index)) + 2),
         join([label("SM"), value(fmt.megahertz(d.clock_sm, d.clock_sm_max))]),
         join([label("MEM"), value(fmt.megahertz(d.clock_memory))]),
         value("n/a" if d.performance_state is None else f"P{d.performance_state}"),
         join([label("PCIe"), value(fmt.pcie_link(d.pcie_generation, d.pcie_width)),
-              label("rx"), value(fmt.rate(d.pcie_rx)), label("tx"), value(fmt.rate(d.pcie_tx)),
+              label("rx"), value(units.rate(d.pcie_rx)), label("tx"), value(units.rate(d.pcie_tx)),
               styled(f"{pcie_age}s ago", "$text-muted") if pcie_age > 1 else ""]),
         codecs, slow_part,
     ], "  ")
@@ -81,14 +82,14 @@ def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: b
     (GPU index:GPU instance), with its profile and memory."""
     name = f"{parent}:{mig.gpu_instance_id}" if mig.gpu_instance_id is not None else f"{parent}:?"
     mem_f = fmt.fraction(mig.memory_used, mig.memory_total)
-    mem_text = fmt.size_pair(mig.memory_used, mig.memory_total)
+    mem_text = units.size_pair_short(mig.memory_used, mig.memory_total)
     bar_w = max(4, min(30, (width - 64) // 2)) if mode == "compact" else max(6, min(40, (width - 79) // 2))
     placement = " ".join(part for part in (
         f"GI {mig.gpu_instance_id}" if mig.gpu_instance_id is not None else "",
         f"CI {mig.compute_instance_id}" if mig.compute_instance_id is not None else "") if part)
     return join([
         assemble("   ", (f"MIG {name:<5}", "$accent")),
-        value((mig.profile or fmt.NA).ljust(8)),
+        value((mig.profile or units.NA).ljust(8)),
         join([label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{mem_text:>11}"]),
         styled(placement, "$text-muted"),
         styled(f"cuda:{mig.cuda_index}", "$accent") if mig.cuda_index is not None else "",

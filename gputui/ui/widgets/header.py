@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from textual.events import Resize
 
+from gputui import units
 from gputui.model import Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, join, label, meter, plain, styled
@@ -59,15 +60,15 @@ class HostHeader(StyledLines):
         mem_f = fmt.fraction(host.memory_used, host.memory_total)
         swap_f = fmt.fraction(host.swap_used, host.swap_total)
         if self.compact:
-            first = join([styled(host.hostname or "?", "bold"), fmt.clock(snap.taken_at),
-                          label("CPU"), fmt.percent(host.cpu_percent), label("MEM"),
-                          fmt.percent(None if mem_f is None else mem_f * 100), state])
+            first = join([styled(host.hostname or "?", "bold"), units.clock_time(snap.taken_at),
+                          label("CPU"), units.percent(host.cpu_percent), label("MEM"),
+                          units.percent(None if mem_f is None else mem_f * 100), state])
             return self._with_problem((first,))
         first = join([
             styled(host.hostname or "?", "bold"),
-            join([label("driver"), driver.driver_version or fmt.NA]),
-            join([label("CUDA"), driver.cuda_driver_version or fmt.NA]),
-            styled(fmt.clock(snap.taken_at), "bold"), state, demo,
+            join([label("driver"), driver.driver_version or units.NA]),
+            join([label("CUDA"), driver.cuda_driver_version or units.NA]),
+            styled(units.clock_time(snap.taken_at), "bold"), state, demo,
         ], "  ")
         cost = fmt.monitor_cost(snap.monitor)
         if cost and len(plain(first)) + 2 + len(cost) <= width:
@@ -75,11 +76,11 @@ class HostHeader(StyledLines):
         bar_width = max(4, min(20, (width - 70) // 3))
         second = join([
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
-                  f"{fmt.percent(host.cpu_percent):>4}"]),
+                  f"{units.percent(host.cpu_percent):>4}"]),
             join([label("MEM"), meter(mem_f, bar_width, ascii=self.ascii),
-                  fmt.size_pair(host.memory_used, host.memory_total)]),
+                  units.size_pair_short(host.memory_used, host.memory_total)]),
             join([label("SWP"), meter(swap_f, bar_width, ascii=self.ascii),
-                  fmt.size_pair(host.swap_used, host.swap_total)]),
+                  units.size_pair_short(host.swap_used, host.swap_total)]),
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widget import Widget
 
+from gputui import units
 from gputui.model.breakdown import Breakdown, BreakdownItem
-from gputui.ui import format as fmt
 
 
 # How each part of the breakdown is drawn: its theme colour, and its letter in --ascii (the bar's
@@ -70,13 +70,13 @@ class MemoryBreakdown(Widget):
         bar = Content.assemble(*[
             ((STYLES[item.key][1] if self.ascii else "█") * n, STYLES[item.key][0])
             for item, n in zip(b.items, cells(b.items, b.total, width))])
-        lines = [Content.assemble(("Where its memory goes: ", "bold"), (fmt.size(b.total), "bold"),
+        lines = [Content.assemble(("Where its memory goes: ", "bold"), (units.size(b.total), "bold"),
                                   (f" ({b.basis})", "$text-muted")), bar]
         for item in b.items:
             style, letter = STYLES[item.key]
             key = f"[{letter}]" if self.ascii else "██"
             share = f"{100 * item.size / b.total:5.1f}%" if b.total else ""
-            lines.append(Content.assemble((key, style), " ", (f"{fmt.size(item.size):>10}", "bold"),
+            lines.append(Content.assemble((key, style), " ", (f"{units.size(item.size):>10}", "bold"),
                                           f" {share}  ", item.label))
         if b.note:
             lines.append(Content.styled(f"Note: {b.note}.", "$text-muted"))

@@ -9,10 +9,10 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from gputui import units
 from gputui.analysis.breakdown import explain
 from gputui.analysis.text import figures_age
 from gputui.model import AllocatorStats, Device, OomRecord, ProbeDevice, ProbeReport
-from gputui.ui import format as fmt
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.step_chart import StepChart, step_series
 
@@ -89,8 +89,8 @@ def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
     where = pd.device if pd else "no device in use yet"
     cpu = "" if report.probe_cpu_seconds is None else f", the probe used {report.probe_cpu_seconds:.2f} s CPU"
     lines = [Content.assemble(("Probe attached", "bold $accent"),
-                              f" (torch {report.torch_version or fmt.NA}) on {where}, report at "
-                              f"{fmt.clock(report.taken_at)}{cpu}"),
+                              f" (torch {report.torch_version or units.NA}) on {where}, report at "
+                              f"{units.clock_time(report.taken_at)}{cpu}"),
              Content.styled(figures_age(report.read_at, report.read_at_step, report.taken_at),
                             "$text-muted")]
     for problem in report.problems:
@@ -101,8 +101,8 @@ def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
 
 
 def _with_peak(now: int | None, peak: int | None) -> str:
-    text = fmt.size(now)
-    return text if peak is None else f"{text} (peak {fmt.size(peak)})"
+    text = units.size(now)
+    return text if peak is None else f"{text} (peak {units.size(peak)})"
 
 
 def allocator_text(alloc: AllocatorStats | None) -> Content:
@@ -116,15 +116,15 @@ def allocator_text(alloc: AllocatorStats | None) -> Content:
         ("active", _with_peak(alloc.active, alloc.active_peak)),
         ("inactive split", _with_peak(alloc.inactive_split, alloc.inactive_split_peak)),
         ("requested", _with_peak(alloc.requested, alloc.requested_peak)),
-        ("segments", fmt.NA if alloc.segments is None else str(alloc.segments)),
-        ("largest free block", fmt.size(alloc.largest_free_block)),
-        ("alloc retries", fmt.NA if alloc.alloc_retries is None else str(alloc.alloc_retries)),
-        ("OOMs", fmt.NA if alloc.ooms is None else str(alloc.ooms)),
+        ("segments", units.NA if alloc.segments is None else str(alloc.segments)),
+        ("largest free block", units.size(alloc.largest_free_block)),
+        ("alloc retries", units.NA if alloc.alloc_retries is None else str(alloc.alloc_retries)),
+        ("OOMs", units.NA if alloc.ooms is None else str(alloc.ooms)),
         ("settings", _settings(alloc)),
     ]
     lines = [Content.styled("Caching allocator", "bold")]
     for name, value in rows:
-        style = "$error" if name in ("alloc retries", "OOMs") and value not in ("0", fmt.NA) else ""
+        style = "$error" if name in ("alloc retries", "OOMs") and value not in ("0", units.NA) else ""
         lines.append(Content.assemble((f"{name:>18}  ", "$text-muted"), (value, style)))
     return Content("\n").join(lines)
 
@@ -140,10 +140,10 @@ def _settings(alloc: AllocatorStats) -> str:
 
 def oom_text(oom: OomRecord) -> Content:
     """The last out-of-memory error: what was asked, what was free, where in the code."""
-    lines = [Content.styled(f"Last OOM at {fmt.date_time(oom.at)}" + (f" on {oom.device}" if oom.device else ""),
-                            "bold $error")]
-    figures = [f"asked for {fmt.size(oom.requested)}", f"free {fmt.size(oom.free)}",
-               f"allocated {fmt.size(oom.allocated)}", f"reserved {fmt.size(oom.reserved)}"]
+    where = f" on {oom.device}" if oom.device else ""
+    lines = [Content.styled(f"Last OOM at {units.clock_time(oom.at, date=True)}{where}", "bold $error")]
+    figures = [f"asked for {units.size(oom.requested)}", f"free {units.size(oom.free)}",
+               f"allocated {units.size(oom.allocated)}", f"reserved {units.size(oom.reserved)}"]
     lines.append(Content("  " + ", ".join(figures)))
     for frame in reversed(oom.where):  # innermost first: the line that asked
         lines.append(Content.styled(f"  at {frame}", "$text-muted"))

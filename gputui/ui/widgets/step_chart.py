@@ -13,6 +13,7 @@ from textual.content import Content
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from gputui import units
 from gputui.model import StepRecord
 from gputui.ui import format as fmt
 from gputui.ui.widgets.line import Line
@@ -71,7 +72,7 @@ def summary(series: StepSeries) -> Content:
         parts.append(Content(f"step time {series.step_time * 1000:.0f} ms"))
     for name, legend, *_ in SERIES:
         if latest[name] is not None:
-            parts.append(Content.assemble((f"{legend} ", "$text-muted"), fmt.size(latest[name])))
+            parts.append(Content.assemble((f"{legend} ", "$text-muted"), units.size(latest[name])))
     return Content("  ").join(parts)
 
 
