@@ -1,0 +1,120 @@
+"""torch's private APIs, each behind one small module of the probe: where a function is missing or its
+signature changed, the module answers "not available", the probe's problems say why, and nothing is
+raised into the job, whose training loop goes on under the probe."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gputui.model.probe import LIMIT_HOOKS_UNAVAILABLE, LIMIT_LOSS_OUTSIDE  # noqa: E402
+from gputui.probe import runtime, saved_tensor_hooks  # noqa: E402
+from gputui.probe.board import Problems  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import loops  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+_AUTOGRAD = torch._C._autograd
+_TOP = "_top_saved_tensors_default_hooks"
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_left():
+    yield
+    runtime.stop()
+
+
+def not_available(problems: Problems, where: str) -> list[str]:
+    return [line for line in problems.lines() if line.startswith(f"{where}: not available: ")]
+
+
+def test_a_state_not_available_is_said_once():
+    problems = Problems()
+    for _ in range(3):
+        problems.unavailable("OOM observer", "missing")
+    problems.record("pack", ValueError("x"))
+    problems.record("pack", ValueError("x"))
+    assert problems.lines() == ("OOM observer: not available: missing", "pack: ValueError: x (x2)")
+
+
+# -- saved-tensor hooks: the look at the top of autograd's hook stack --------------------------------
+
+def _pair():
+    return (lambda tensor: tensor), (lambda packed: packed)
+
+
+@pytest.mark.parametrize("replacement, why", [
+    (None, "has no torch._C._autograd._top_saved_tensors_default_hooks"),
+    (lambda a, b: None, "takes neither (ignore_is_tracing) nor no argument"),
+    (lambda *args: "hooks", "answered a str, not None or a (pack, unpack) pair"),
+])
+def test_saved_tensor_hooks_without_a_look_at_the_stack_are_not_available(monkeypatch, replacement, why):
+    if replacement is None:
+        monkeypatch.delattr(_AUTOGRAD, _TOP)
+    else:
+        monkeypatch.setattr(_AUTOGRAD, _TOP, replacement, raising=False)
+    problems = Problems()
+    hooks = saved_tensor_hooks.SavedTensorHooks(*_pair(), problems)
+    assert hooks.available is False
+    assert hooks.push() is False  # nothing pushed, nothing raised
+    hooks.pop()
+    (line,) = not_available(problems, "saved-tensor hooks")
+    assert why in line and "activations are not watched" in line
+
+
+def test_saved_tensor_hooks_of_older_torch_take_no_argument(monkeypatch):
+    real = getattr(_AUTOGRAD, _TOP)
+    monkeypatch.setattr(_AUTOGRAD, _TOP, lambda: real(False))
+    problems = Problems()
+    hooks = saved_tensor_hooks.SavedTensorHooks(*_pair(), problems)
+    assert hooks.available and hooks.push() and hooks.on_top()
+    hooks.pop()
+    assert not hooks.on_top() and problems.lines() == ()
+
+
+def test_the_users_own_saved_tensor_hooks_win():
+    problems = Problems()
+    hooks = saved_tensor_hooks.SavedTensorHooks(*_pair(), problems)
+    with torch.autograd.graph.save_on_cpu():
+        assert hooks.push() is False  # theirs stays the one applied
+        hooks.pop()  # and is not popped by the probe
+        assert saved_tensor_hooks.any_on_top() is True
+    assert saved_tensor_hooks.any_on_top() is False and problems.lines() == ()
+
+
+def test_a_push_refused_by_torch_is_a_problem_not_an_exception():
+    problems = Problems()
+    hooks = saved_tensor_hooks.SavedTensorHooks(*_pair(), problems)
+    with torch.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+        assert hooks.push() is False
+    assert problems.lines() == ("saved-tensor hooks (push): RuntimeError: no hooks here",)
+
+
+def test_the_probe_trains_on_without_saved_tensor_hooks_and_says_why(monkeypatch):
+    monkeypatch.delattr(_AUTOGRAD, _TOP)
+    job = loops.make_job()
+    probe = runtime.start(serve=False)
+    loops.clean(job, 6)
+    report = probe.report()
+    assert len(report.steps) == 6
+    assert report.limits == (LIMIT_HOOKS_UNAVAILABLE,)
+    assert report.devices[0].categories.activations is None  # unknown, not 0
+    assert report.devices[0].categories.parameters > 0
+    assert any("saved-tensor hooks: not available" in line for line in report.problems)
+
+
+def test_the_probe_with_saved_tensor_hooks_sees_activations_and_leaves_none_behind():
+    job = loops.make_job()
+    probe = runtime.start(serve=False)
+    loops.clean(job, 4)
+    report = probe.report()
+    assert report.limits == (LIMIT_LOSS_OUTSIDE,) and report.problems == ()
+    assert report.steps[0].activations_peak > 0
+    runtime.stop()
+    assert saved_tensor_hooks.any_on_top() is False
