@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gputui.model.probe import LIMIT_HOOKS_UNAVAILABLE, LIMIT_LOSS_OUTSIDE  # noqa: E402
-from gputui.probe import runtime, saved_tensor_hooks  # noqa: E402
+from gputui.probe import allocator_history, runtime, saved_tensor_hooks, sites  # noqa: E402
 from gputui.probe.board import Problems  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -118,3 +118,72 @@ def test_the_probe_with_saved_tensor_hooks_sees_activations_and_leaves_none_behi
     assert report.steps[0].activations_peak > 0
     runtime.stop()
     assert saved_tensor_hooks.any_on_top() is False
+
+
+# -- the CUDA allocator's history (site recording) ----------------------------------------------------
+
+class Calls:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, enabled="all", context="all", stacks="all", max_entries=1, device=None):
+        self.calls.append(dict(enabled=enabled, context=context, stacks=stacks, max_entries=max_entries))
+
+
+def test_allocator_history_is_switched_on_and_off_with_the_probes_settings(monkeypatch):
+    record = Calls()
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    problems = Problems()
+    assert allocator_history.start(500, problems) is True
+    allocator_history.stop(problems)
+    assert record.calls == [
+        dict(enabled="state", context="state", stacks="python", max_entries=500),
+        dict(enabled=None, context="all", stacks="all", max_entries=1),
+    ]
+    assert problems.lines() == ()
+
+
+def _old_form(enabled, record_context=True, trace_alloc_max_entries=1):  # torch 2.0's
+    raise AssertionError("must not be called")
+
+
+def _fails(enabled="all", context="all", stacks="all", max_entries=1):
+    raise RuntimeError("Recording memory history requires CUDA")
+
+
+@pytest.mark.parametrize("replacement, why", [
+    (None, "has no torch.cuda.memory._record_memory_history"),
+    (_old_form, "takes no context, stacks, max_entries"),
+    (_fails, "failed: RuntimeError: Recording memory history requires CUDA"),
+])
+def test_allocator_history_missing_or_changed_is_not_available(monkeypatch, replacement, why):
+    if replacement is None:
+        monkeypatch.delattr(torch.cuda.memory, "_record_memory_history")
+    else:
+        monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", replacement)
+    problems = Problems()
+    assert allocator_history.start(500, problems) is False
+    (line,) = not_available(problems, "CUDA allocator history")
+    assert why in line
+
+
+def test_without_allocator_history_a_cuda_job_records_sites_by_watching_tensors(monkeypatch):
+    monkeypatch.delattr(torch.cuda.memory, "_record_memory_history")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # a CUDA job, as far as it knows
+    problems = Problems()
+    recorder = sites.SiteRecorder(problems)
+    recorder.request(2)
+    recorder.step_end(1, [0.01], "cuda:0")
+    assert recorder.on and recorder.cuda_device is None  # the tensor watch instead
+    kept = []
+    try:
+        for step in (2, 3):
+            kept.append(torch.ones(1024))
+            recorder.step_end(step, [0.01], "cuda:0")
+    finally:
+        recorder.request(0, on=False)
+        recorder.step_end(4, [0.01], "cuda:0")
+    assert not recorder.on and not torch.overrides._get_current_function_mode_stack()
+    assert recorder.recorded_steps == [2, 3]
+    assert max(recorder.sites()[0].live_bytes) == 2 * 1024 * 4
+    assert len(not_available(problems, "CUDA allocator history")) == 1

@@ -147,6 +147,17 @@ def read_device(index: int, *, with_snapshot: bool = False) -> AllocatorStats | 
     )
 
 
+def memory_snapshot() -> list:
+    """The allocator's segments on every device, each block with the Python frames that asked for it
+    while the allocator's history is on (see allocator_history), without the history's event log."""
+    import torch
+
+    try:
+        return torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:  # torch before 2.6 has no include_traces
+        return torch.cuda.memory_snapshot()
+
+
 def device_uuid(index: int) -> str | None:
     """The device's UUID as NVML spells it ("GPU-..."), to join probe and NVML views."""
     import torch

@@ -244,7 +244,7 @@ class Probe:
             # so now and then, and charged to the probe's budget like every reading.
             started = time.perf_counter()
             self._snapshot_at = time.monotonic()
-            segments = _memory_snapshot()
+            segments = allocator.memory_snapshot()
             self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
             self.tracker.hook_seconds += time.perf_counter() - started
         devices = []
@@ -318,13 +318,6 @@ class Probe:
     def report(self) -> ProbeReport:
         """What the probe last published, as the monitor would get it."""
         return self.desk.report_now()
-
-
-def _memory_snapshot() -> list:
-    try:
-        return torch.cuda.memory_snapshot(include_traces=False)
-    except TypeError:  # torch before 2.6 has no include_traces
-        return torch.cuda.memory_snapshot()
 
 
 # -- the one probe of this process ----------------------------------------------------------------
