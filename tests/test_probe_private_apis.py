@@ -12,8 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gputui.model.probe import LIMIT_HOOKS_UNAVAILABLE, LIMIT_LOSS_OUTSIDE  # noqa: E402
-from gputui.probe import allocator_history, runtime, saved_tensor_hooks, sites  # noqa: E402
-from gputui.probe.board import Problems  # noqa: E402
+from gputui.probe import (  # noqa: E402
+    allocator_history,
+    oom_observer,
+    runtime,
+    saved_tensor_hooks,
+    sites,
+)
+from gputui.probe.board import Board, Problems  # noqa: E402
+from gputui.probe.oom import OomWatch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -187,3 +194,84 @@ def test_without_allocator_history_a_cuda_job_records_sites_by_watching_tensors(
     assert recorder.recorded_steps == [2, 3]
     assert max(recorder.sites()[0].live_bytes) == 2 * 1024 * 4
     assert len(not_available(problems, "CUDA allocator history")) == 1
+
+
+# -- the CUDA allocator's OOM observer -----------------------------------------------------------------
+
+class Attach:
+    def __init__(self, fail: bool = False):
+        self.observers, self.fail = [], fail
+
+    def __call__(self, observer):
+        if self.fail:
+            raise RuntimeError("no CUDA allocator")
+        self.observers.append(observer)
+
+
+def test_oom_observer_missing_is_not_available(monkeypatch):
+    monkeypatch.delattr(torch._C, "_cuda_attach_out_of_memory_observer", raising=False)
+    problems = Problems()
+    assert oom_observer.attach(lambda *a: None, problems) is False
+    (line,) = not_available(problems, "OOM observer")
+    assert "has no torch._C._cuda_attach_out_of_memory_observer" in line
+
+
+def test_oom_observer_that_cannot_attach_is_not_available(monkeypatch):
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", Attach(fail=True), raising=False)
+    problems = Problems()
+    assert oom_observer.attach(lambda *a: None, problems) is False
+    assert "failed: RuntimeError: no CUDA allocator" in not_available(problems, "OOM observer")[0]
+
+
+def test_the_oom_observer_never_raises_into_the_allocator(monkeypatch):
+    attach = Attach()
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attach, raising=False)
+    problems, seen = Problems(), []
+
+    def on_oom(device, requested, total, free):
+        if requested < 0:
+            raise ValueError("bad figures")
+        seen.append((device, requested, total, free))
+
+    assert oom_observer.attach(on_oom, problems) is True
+    (observer,) = attach.observers
+    observer(0, 1 << 30, 80 << 30, 1 << 20)  # as torch 2.11 calls it
+    assert seen == [(0, 1 << 30, 80 << 30, 1 << 20)]
+    observer(0, 1 << 30)  # a changed call: fewer arguments
+    observer(0, 1.5, "80G", None)  # other types
+    observer(0, -1, 0, 0)  # the probe's own observer fails
+    assert len(seen) == 1
+    lines = problems.lines()
+    assert "OOM observer: not available: the allocator of torch" in lines[0]
+    assert "called it with (int, int), not (device, requested, total, free)" in lines[0]
+    assert "called it with (int, float, str, NoneType)" in lines[1]
+    assert lines[2] == "OOM observer: ValueError: bad figures"
+
+
+def test_oom_watch_on_a_cuda_job_without_the_observer_is_told_once(monkeypatch):
+    monkeypatch.delattr(torch._C, "_cuda_attach_out_of_memory_observer", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    watch = OomWatch(Board())
+    for _ in range(3):
+        watch.attach_cuda_observer()
+    assert watch.observer_attached is False and watch.observer_unavailable is True
+    assert len(not_available(watch.problems, "OOM observer")) == 1
+
+
+def test_oom_watch_waits_for_cuda_before_attaching(monkeypatch):
+    attach = Attach()
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attach, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    watch = OomWatch(Board())
+    watch.attach_cuda_observer()
+    assert attach.observers == [] and not watch.observer_unavailable
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    watch.attach_cuda_observer()
+    watch.attach_cuda_observer()
+    assert len(attach.observers) == 1 and watch.observer_attached
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device: {
+        "allocated_bytes.all.current": 70 << 30, "reserved_bytes.all.current": 79 << 30})
+    attach.observers[0](0, 2 << 30, 80 << 30, 1 << 20)
+    last = watch.last
+    assert (last.device, last.requested, last.free, last.allocated) == ("cuda:0", 2 << 30, 1 << 20, 70 << 30)
+    assert watch.problems.lines() == ()

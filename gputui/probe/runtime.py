@@ -209,7 +209,7 @@ class Probe:
         if not self.serve and self.server is None and self.running:
             self.serve = True  # a helper process that trains after all: a real training process
             self._start_server()
-        if not self.oom.observer_attached:  # CUDA may come up any time
+        if not (self.oom.observer_attached or self.oom.observer_unavailable):  # CUDA may come up any time
             try:
                 self.oom.attach_cuda_observer()
             except Exception as exc:
