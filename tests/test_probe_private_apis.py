@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from gputui.model.probe import LIMIT_HOOKS_UNAVAILABLE, LIMIT_LOSS_OUTSIDE  # noqa: E402
 from gputui.probe import (  # noqa: E402
     allocator_history,
+    compiled,
     oom_observer,
     runtime,
     saved_tensor_hooks,
@@ -25,7 +26,11 @@ from gputui.probe.oom import OomWatch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),
+    # (what importing torch._dynamo says of torch.jit on torch 2.13, not of the probe)
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
 
 _AUTOGRAD = torch._C._autograd
 _TOP = "_top_saved_tensors_default_hooks"
@@ -275,3 +280,44 @@ def test_oom_watch_waits_for_cuda_before_attaching(monkeypatch):
     last = watch.last
     assert (last.device, last.requested, last.free, last.allocated) == ("cuda:0", 2 << 30, 1 << 20, 70 << 30)
     assert watch.problems.lines() == ()
+
+
+# -- torch.compile's wrapper ----------------------------------------------------------------------------
+
+def test_torch_compile_wrapper_class_missing_is_not_available(monkeypatch):
+    import torch._dynamo
+
+    monkeypatch.delattr(torch._dynamo, "OptimizedModule")
+    problems = Problems()
+    assert compiled.is_compiled_wrapper(torch.nn.Linear(2, 2), problems) is False
+    assert compiled.is_compiled_wrapper(torch.nn.Linear(2, 2), problems) is False
+    (line,) = not_available(problems, "torch.compile")
+    assert "has no torch._dynamo.OptimizedModule" in line
+
+
+def test_torch_compile_wrapper_without_its_model_is_not_available():
+    problems = Problems()
+    assert compiled.original(object(), problems) is None
+    assert "has no _orig_mod" in not_available(problems, "torch.compile")[0]
+    model = torch.nn.Linear(2, 2)
+    assert compiled.original(torch.compile(model), problems) is model
+
+
+# -- all of them missing at once ------------------------------------------------------------------------
+
+def test_the_probe_in_a_training_loop_with_every_private_function_missing(monkeypatch):
+    import torch._dynamo
+
+    monkeypatch.delattr(_AUTOGRAD, _TOP)
+    monkeypatch.delattr(torch.cuda.memory, "_record_memory_history")
+    monkeypatch.delattr(torch._C, "_cuda_attach_out_of_memory_observer", raising=False)
+    monkeypatch.delattr(torch._dynamo, "OptimizedModule")
+    job = loops.make_job()
+    probe = runtime.start(serve=False)
+    loops.clean(job, 3)
+    probe.desk.record_sites({"steps": 3})
+    loops.leak_cache(job, 6)
+    report = probe.report()
+    assert len(report.steps) == 9 and len(report.recorded_steps) == 3 and report.sites
+    assert report.limits == (LIMIT_HOOKS_UNAVAILABLE,)
+    assert any("saved-tensor hooks: not available" in line for line in report.problems)

@@ -392,7 +392,9 @@ class Tracker:
             handle.remove()
         self._module_handles = []
         roots = list(self._roots)
-        wrapped = {id(compiled.original(m)) for m in roots if compiled.is_compiled_wrapper(m)}
+        problems = self.problems
+        wrapped = {id(compiled.original(m, problems)) for m in roots
+                   if compiled.is_compiled_wrapper(m, problems)}
         for module in roots:
             if id(module) in wrapped:
                 continue  # runs inside a compiled wrapper: hooks there would be traced
@@ -561,7 +563,7 @@ class Tracker:
             self._roots.add(module)
             if not self.board.limits:  # (said as soon as a model is seen, not at the next reading)
                 self.board.limits = self.limits()
-            if compiled.is_compiled_wrapper(module):
+            if compiled.is_compiled_wrapper(module, self.problems):
                 # Before torch.compile traces its forward pass: watch it from outside from now on
                 # (global hooks seen while tracing, removed later, would make it recompile).
                 self._hook_roots()
