@@ -1,8 +1,9 @@
 """Read the CUDA caching allocator: turn torch.cuda.memory_stats() and memory_snapshot() into AllocatorStats.
 
 The parsing functions take the plain dicts and lists torch returns, so they are tested against recorded
-outputs on machines without a GPU; only :func:`read_device` touches torch, and only for a device the
-process has already initialised.
+outputs on machines without a GPU. The few that call torch (:func:`devices_in_use`,
+:func:`memory_snapshot`, :func:`device_uuid`) use its public API only, and only once the process has
+initialised CUDA itself.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def allocator_settings(environ=None) -> str | None:
     return None
 
 
-def expandable_from_settings(settings: str | None) -> bool | None:
-    """Whether ``expandable_segments:True`` is set; None when no settings are known.
+def expandable_from_settings(settings: str | None) -> bool:
+    """Whether the allocator settings turn ``expandable_segments`` on (the last mention wins).
 
-    Without settings the allocator runs its defaults, which do not expand segments.
+    No settings (None) means the allocator's defaults, which do not expand segments: False.
     """
     if settings is None:
         return False
@@ -132,19 +133,6 @@ def devices_in_use() -> list[int]:
         if stats.get("reserved_bytes.all.peak", 0) or stats.get("allocated_bytes.all.peak", 0):
             used.append(index)
     return used
-
-
-def read_device(index: int, *, with_snapshot: bool = False) -> AllocatorStats | None:
-    """Current AllocatorStats for an initialised CUDA device (snapshot only when asked: it costs)."""
-    import torch
-
-    free_block = None
-    if with_snapshot:
-        snapshot = torch.cuda.memory_snapshot(include_traces=False)
-        free_block = largest_free_block(snapshot, index)
-    return stats_from_memory_stats(
-        torch.cuda.memory_stats(index), largest_free_block=free_block, settings=allocator_settings()
-    )
 
 
 def memory_snapshot() -> list:
