@@ -68,6 +68,20 @@ def _pid(text: str) -> int:
     return value
 
 
+def _count(one: str, many: str, hint: str = ""):
+    """An argparse type: a whole number of things, 1 or more (``hint`` said when it is less)."""
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number of {many}: {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"at least 1 {one}, not {text!r}{hint}")
+        return value
+
+    return count
+
+
 def _pid_list(text: str) -> tuple[int, ...]:
     return tuple(_pid(part) for part in text.split(",") if part.strip())
 
@@ -129,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
     )
     source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    source.add_argument("--demo-processes", type=_pid, metavar="N", help=argparse.SUPPRESS)
+    source.add_argument("--demo-processes", type=_count("process", "processes"), metavar="N", help=argparse.SUPPRESS)
     filters = parser.add_argument_group("filters")
     filters.add_argument("--only", type=_name_list, default=(), metavar="GPUS", nargs="+",
                          action=_Joined,
@@ -158,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("target", type=_pid, metavar="PID")
     probe.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     demo_train = sub.add_parser("demo-train", help="a small PyTorch training loop with the probe")
-    demo_train.add_argument("--steps", type=_pid, default=None, help="stop after N steps")
+    until = "; leave --steps out to train until interrupted"
+    demo_train.add_argument("--steps", type=_count("step", "steps", until), default=None, metavar="N",
+                            help="stop after N steps (default: train until interrupted)")
     demo_train.add_argument(
         "--leak", nargs="?", const="graph", choices=("graph", "outputs", "cache"), metavar="KIND",
         help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "

@@ -148,6 +148,22 @@ def test_a_stray_number_gets_a_helpful_error(env):
         "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train)")
 
 
+@pytest.mark.parametrize("steps, said", [
+    ("0", "at least 1 step, not '0'; leave --steps out to train until interrupted"),
+    ("-5", "at least 1 step, not '-5'; leave --steps out to train until interrupted"),
+    ("ten", "not a whole number of steps: 'ten'"),
+])
+def test_demo_train_steps_is_a_number_of_steps_not_a_process_id(capsys, steps, said):
+    from gputui import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.parse(["demo-train", "--steps", steps])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"gputui demo-train: error: argument --steps: {said}"
+    assert cli.parse(["demo-train", "--steps", "1"]).extra["steps"] == 1
+    assert cli.parse(["demo-train"]).extra["steps"] is None  # until interrupted
+
+
 # ------------------------------------------------------------------------------------ empty screens
 
 def test_a_user_with_no_gpu_process_is_told(env):

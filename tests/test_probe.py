@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from gputui.probe import runtime, tracking  # noqa: E402
+from gputui.probe import runtime, saved_tensor_hooks, tracking  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -186,7 +186,7 @@ def test_stop_removes_every_hook():
     job = loops.make_job()
     loops.clean(job, 2)
     assert p.tracker.step_count == 0
-    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    assert saved_tensor_hooks.any_on_top() is False
     assert not torch.nn.modules.module._global_forward_hooks
 
 

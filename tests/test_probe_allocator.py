@@ -95,7 +95,7 @@ def test_live_bytes_by_site_from_a_recorded_history_snapshot():
     pytest.importorskip("torch")
     from gputui.probe.sites import live_bytes_by_site
 
-    totals, stacks = live_bytes_by_site(load("snapshot_with_history.json"), device=0)
+    totals, stacks = live_bytes_by_site(load("snapshot_with_history.json")["segments"], device=0)
     # Inactive blocks and blocks from before recording (no frames) do not count; cuda:1 neither.
     assert totals == {
         "/home/ana/proj/model.py:31 in forward": 8 * MiB,

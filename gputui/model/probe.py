@@ -89,6 +89,9 @@ LIMIT_NO_FORWARD = (
     "No forward pass of a torch.nn.Module seen (a model compiled in place with model.compile(), or a "
     "model that is no Module): activations are not counted.")
 LIMIT_NOT_WATCHED = "Activations are not watched (the probe was started with activations=False)."
+LIMIT_HOOKS_UNAVAILABLE = (
+    "Activations are not watched: this torch gives the probe no look at autograd's saved-tensor "
+    "hooks (the probe's problems say why).")
 
 
 @dataclass(frozen=True)

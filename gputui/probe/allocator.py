@@ -1,8 +1,9 @@
 """Read the CUDA caching allocator: turn torch.cuda.memory_stats() and memory_snapshot() into AllocatorStats.
 
 The parsing functions take the plain dicts and lists torch returns, so they are tested against recorded
-outputs on machines without a GPU; only :func:`read_device` touches torch, and only for a device the
-process has already initialised.
+outputs on machines without a GPU. The few that call torch (:func:`devices_in_use`,
+:func:`memory_snapshot`, :func:`device_uuid`) use its public API only, and only once the process has
+initialised CUDA itself.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def allocator_settings(environ=None) -> str | None:
     return None
 
 
-def expandable_from_settings(settings: str | None) -> bool | None:
-    """Whether ``expandable_segments:True`` is set; None when no settings are known.
+def expandable_from_settings(settings: str | None) -> bool:
+    """Whether the allocator settings turn ``expandable_segments`` on (the last mention wins).
 
-    Without settings the allocator runs its defaults, which do not expand segments.
+    No settings (None) means the allocator's defaults, which do not expand segments: False.
     """
     if settings is None:
         return False
@@ -134,17 +135,15 @@ def devices_in_use() -> list[int]:
     return used
 
 
-def read_device(index: int, *, with_snapshot: bool = False) -> AllocatorStats | None:
-    """Current AllocatorStats for an initialised CUDA device (snapshot only when asked: it costs)."""
+def memory_snapshot() -> list:
+    """The allocator's segments on every device, each block with the Python frames that asked for it
+    while the allocator's history is on (see allocator_history), without the history's event log."""
     import torch
 
-    free_block = None
-    if with_snapshot:
-        snapshot = torch.cuda.memory_snapshot(include_traces=False)
-        free_block = largest_free_block(snapshot, index)
-    return stats_from_memory_stats(
-        torch.cuda.memory_stats(index), largest_free_block=free_block, settings=allocator_settings()
-    )
+    try:
+        return torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:  # torch before 2.6 has no include_traces
+        return torch.cuda.memory_snapshot()
 
 
 def device_uuid(index: int) -> str | None:

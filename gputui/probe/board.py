@@ -58,7 +58,18 @@ class Problems:
         self._limit = limit
 
     def record(self, where: str, exc: BaseException) -> None:
-        key = f"{where}: {type(exc).__name__}: {exc}"[:300]
+        self._count(f"{where}: {type(exc).__name__}: {exc}")
+
+    def unavailable(self, where: str, why: str) -> None:
+        """Something of torch's the probe relies on is missing or changed in this version: what
+        needs it is not available, and the report says why. A state, not an event: said once,
+        however often it is found again."""
+        key = f"{where}: not available: {why}"[:300]
+        if key not in self._counts and len(self._counts) < self._limit:
+            self._counts[key] = 1
+
+    def _count(self, key: str) -> None:
+        key = key[:300]
         if key in self._counts or len(self._counts) < self._limit:
             self._counts[key] = self._counts.get(key, 0) + 1
 

@@ -1,7 +1,8 @@
 """Notice out-of-memory errors without getting in their way: the allocator's OOM observer and excepthooks.
 
 On CUDA the caching allocator calls an observer at the moment it gives up (even when the program
-catches the error and carries on); for errors that end the program, on CPU too, a chained
+catches the error and carries on; attached by ``oom_observer``, the one module that calls torch's
+private API for it); for errors that end the program, on CPU too, a chained
 ``sys.excepthook``/``threading.excepthook`` sees them on the way out. Either way the error itself
 reaches the user unchanged.
 """
@@ -99,6 +100,7 @@ class OomWatch:
         self.board = board
         self.problems = board.problems
         self.observer_attached = False
+        self.observer_unavailable = False  # this torch has no observer to attach: not tried again
         self._previous_excepthook = None
         self._previous_thread_hook = None
 
@@ -129,14 +131,15 @@ class OomWatch:
         Before initialisation the allocator has no per-device state to attach to, and attaching must
         never be what initialises CUDA.
         """
-        if self.observer_attached:
+        if self.observer_attached or self.observer_unavailable:
             return
         torch = sys.modules.get("torch")
-        attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
-        if attach is None or not torch.cuda.is_initialized():
+        if torch is None or not torch.cuda.is_initialized():
             return
-        attach(self._cuda_observer)
-        self.observer_attached = True
+        from gputui.probe import oom_observer
+
+        self.observer_attached = oom_observer.attach(self._cuda_observer, self.problems)
+        self.observer_unavailable = not self.observer_attached
 
     def _cuda_observer(self, device, requested, total, free) -> None:
         # Called by the allocator when it is about to raise OutOfMemoryError, outside its lock, on

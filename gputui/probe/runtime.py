@@ -209,7 +209,7 @@ class Probe:
         if not self.serve and self.server is None and self.running:
             self.serve = True  # a helper process that trains after all: a real training process
             self._start_server()
-        if not self.oom.observer_attached:  # CUDA may come up any time
+        if not (self.oom.observer_attached or self.oom.observer_unavailable):  # CUDA may come up any time
             try:
                 self.oom.attach_cuda_observer()
             except Exception as exc:
@@ -244,7 +244,7 @@ class Probe:
             # so now and then, and charged to the probe's budget like every reading.
             started = time.perf_counter()
             self._snapshot_at = time.monotonic()
-            segments = _memory_snapshot()
+            segments = allocator.memory_snapshot()
             self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
             self.tracker.hook_seconds += time.perf_counter() - started
         devices = []
@@ -318,13 +318,6 @@ class Probe:
     def report(self) -> ProbeReport:
         """What the probe last published, as the monitor would get it."""
         return self.desk.report_now()
-
-
-def _memory_snapshot() -> list:
-    try:
-        return torch.cuda.memory_snapshot(include_traces=False)
-    except TypeError:  # torch before 2.6 has no include_traces
-        return torch.cuda.memory_snapshot()
 
 
 # -- the one probe of this process ----------------------------------------------------------------

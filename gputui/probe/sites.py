@@ -1,9 +1,10 @@
 """Allocation-site recording, on demand: which lines of user code hold the live memory, step by step.
 
-Bounded in steps, entries and seconds, and off again by itself. On CUDA it uses the allocator's own
-history (``torch.cuda.memory._record_memory_history``) and attributes live blocks at each step end;
-on CPU it watches tensors being created (a torch function mode, active only while recording) and
-saved for backward, and sums the live bytes of each site through weak references to their storages.
+Bounded in steps, entries and seconds, and off again by itself. On CUDA it switches the allocator's
+own history on (``allocator_history``) and attributes the live blocks of ``memory_snapshot()`` at
+each step end; on CPU, and on CUDA where this torch has no history to switch on, it watches tensors
+being created (a torch function mode, active only while recording) and saved for backward, and sums
+the live bytes of each site through weak references to their storages.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 import gputui
 from gputui.model import AllocationSite
+from gputui.probe import allocator, allocator_history
 
 MAX_STEPS = 50
 MAX_SITES = 100  # sites in a report, largest first
@@ -85,15 +87,16 @@ def user_stack_from_frames(frames: list[dict], depth: int = STACK_DEPTH) -> tupl
     return tuple(reversed(found))
 
 
-def live_bytes_by_site(snapshot: dict, device: int | None = None) -> tuple[dict, dict]:
-    """Live block bytes per innermost user frame in a ``torch.cuda.memory._snapshot()``.
+def live_bytes_by_site(segments: list, device: int | None = None) -> tuple[dict, dict]:
+    """Live block bytes per innermost user frame in ``torch.cuda.memory_snapshot()``'s segments,
+    taken while the allocator's history is on.
 
     Returns (bytes by site, a stack per site). Blocks allocated before recording began carry no
     frames and are left out: they are not what grows while recording.
     """
     totals: dict[str, int] = {}
     stacks: dict[str, tuple[str, ...]] = {}
-    for segment in snapshot.get("segments", ()):
+    for segment in segments:
         if device is not None and segment.get("device") != device:
             continue
         for block in segment.get("blocks", ()):
@@ -183,11 +186,9 @@ class SiteRecorder:
         self.steps_left = steps
         self.started_at = self.clock()
         self.cuda_device = None
-        if device and device.startswith("cuda") and torch.cuda.is_initialized():
+        if (device and device.startswith("cuda") and torch.cuda.is_initialized()
+                and allocator_history.start(self.max_entries, self.problems)):
             self.cuda_device = torch.device(device).index or 0
-            torch.cuda.memory._record_memory_history(
-                enabled="state", context="state", stacks="python", max_entries=self.max_entries
-            )
         else:
             self._mode = _CreationWatch(self)
             self._mode.__enter__()
@@ -203,16 +204,13 @@ class SiteRecorder:
             except Exception as exc:
                 self.problems.record("site recording (leaving)", exc)
         if self.cuda_device is not None:
-            try:
-                torch.cuda.memory._record_memory_history(enabled=None)
-            except Exception as exc:
-                self.problems.record("site recording (CUDA history off)", exc)
+            allocator_history.stop(self.problems)
         self._entries = {}  # the weak references are not needed once the columns are closed
 
     def _close_column(self, step: int, durations: list[float]) -> None:
         started = self.clock()
         if self.cuda_device is not None:
-            totals, stacks = live_bytes_by_site(torch.cuda.memory._snapshot(), self.cuda_device)
+            totals, stacks = live_bytes_by_site(allocator.memory_snapshot(), self.cuda_device)
         else:
             totals, stacks = self._live_cpu()
         n = len(self.recorded_steps)

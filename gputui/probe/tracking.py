@@ -23,7 +23,12 @@ from torch.optim.optimizer import (
 
 from gputui.analysis.leaks import growth_floor
 from gputui.model import MemoryCategories, StepRecord
-from gputui.model.probe import LIMIT_LOSS_OUTSIDE, LIMIT_NO_FORWARD, LIMIT_NOT_WATCHED
+from gputui.model.probe import (
+    LIMIT_HOOKS_UNAVAILABLE,
+    LIMIT_LOSS_OUTSIDE,
+    LIMIT_NO_FORWARD,
+    LIMIT_NOT_WATCHED,
+)
 from gputui.probe import allocator, compiled
 from gputui.probe.board import (  # noqa: F401 - Problems: the hooks' error log
     LIGHT_FIGURES,
@@ -32,6 +37,7 @@ from gputui.probe.board import (  # noqa: F401 - Problems: the hooks' error log
     step_record,
 )
 from gputui.probe.host import MallocInUse, ResidentMemory
+from gputui.probe.saved_tensor_hooks import SavedTensorHooks
 
 IDLE, FORWARD, BACKWARD, OPTIMIZER = "idle", "forward", "backward", "optimizer"
 # What one saved tensor costs the training thread with the hooks on (pack, unpack and release, each a
@@ -50,7 +56,6 @@ BASELINE_EVERY = 8  # measured steps in a row before one without readings (budge
 EVIDENCE_STEPS = 16
 EVIDENCE_MAX = 512
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
-_autograd = torch._C._autograd
 
 
 class _Saved:
@@ -315,6 +320,11 @@ class Tracker:
         self._packs = 0  # saved tensors seen since the last step started
         self.resident = ResidentMemory()
         self.malloc = MallocInUse()
+        # The pack/unpack pair, pushed only inside watched forward passes. Where this torch gives
+        # no look at autograd's hook stack, activations are not watched (a problem says why).
+        self.saved_hooks = SavedTensorHooks(self._pack, self._unpack, self.problems)
+        if not self.saved_hooks.available:
+            self.activations = False
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -365,8 +375,7 @@ class Tracker:
         local.depth = 0
         if getattr(local, "pushed", False):  # a step ended inside a forward pass: leave no hooks behind
             local.pushed = False
-            if _autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
-                _autograd._pop_saved_tensors_default_hooks()
+            self.saved_hooks.pop()
 
     def _hook_roots(self) -> None:
         """Swap the global module hooks for hooks on the top-level modules seen so far.
@@ -383,7 +392,9 @@ class Tracker:
             handle.remove()
         self._module_handles = []
         roots = list(self._roots)
-        wrapped = {id(compiled.original(m)) for m in roots if compiled.is_compiled_wrapper(m)}
+        problems = self.problems
+        wrapped = {id(compiled.original(m, problems)) for m in roots
+                   if compiled.is_compiled_wrapper(m, problems)}
         for module in roots:
             if id(module) in wrapped:
                 continue  # runs inside a compiled wrapper: hooks there would be traced
@@ -425,7 +436,7 @@ class Tracker:
     def limits(self) -> tuple[str, ...]:
         """What the probe cannot see in this job, said in the report itself."""
         if not self.activations:
-            return (LIMIT_NOT_WATCHED,)
+            return (LIMIT_NOT_WATCHED if self.saved_hooks.available else LIMIT_HOOKS_UNAVAILABLE,)
         if not self._roots:
             return (LIMIT_NO_FORWARD,) if self.step_count else ()
         return (LIMIT_LOSS_OUTSIDE,)
@@ -552,7 +563,7 @@ class Tracker:
             self._roots.add(module)
             if not self.board.limits:  # (said as soon as a model is seen, not at the next reading)
                 self.board.limits = self.limits()
-            if compiled.is_compiled_wrapper(module):
+            if compiled.is_compiled_wrapper(module, self.problems):
                 # Before torch.compile traces its forward pass: watch it from outside from now on
                 # (global hooks seen while tracing, removed later, would make it recompile).
                 self._hook_roots()
@@ -572,19 +583,11 @@ class Tracker:
                 self._enter_forward()
             except Exception as exc:
                 self.problems.record("forward pre-hook", exc)
-        try:
-            # Saved-tensor hooks only while a model's forward runs: outside it they would get in the
-            # way of torch.func transforms, and a user's own hooks (save_on_cpu, checkpointing) win.
-            if (
-                self.activations
-                and self._measuring
-                and torch.is_grad_enabled()
-                and _autograd._top_saved_tensors_default_hooks(False) is None
-            ):
-                _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
-                local.pushed = True
-        except Exception as exc:
-            self.problems.record("forward pre-hook (saved tensors)", exc)
+        # Saved-tensor hooks only while a model's forward runs: outside it they would get in the
+        # way of torch.func transforms, and a user's own hooks (save_on_cpu, checkpointing) win.
+        # (push and pop never raise: saved_tensor_hooks records what goes wrong.)
+        if self.activations and self._measuring and torch.is_grad_enabled():
+            local.pushed = self.saved_hooks.push()
         return None
 
     def _module_post(self, module, args, output):
@@ -595,11 +598,7 @@ class Tracker:
         local.depth = max(depth, 0)
         if depth <= 0 and getattr(local, "pushed", False):
             local.pushed = False
-            try:
-                if _autograd._top_saved_tensors_default_hooks(False) == (self._pack, self._unpack):
-                    _autograd._pop_saved_tensors_default_hooks()
-            except Exception as exc:
-                self.problems.record("forward hook", exc)
+            self.saved_hooks.pop()
         return None
 
     def _pack(self, tensor):

@@ -95,11 +95,9 @@ class Sampler:
 
 
 def _open_probe_watcher():
-    """The link client's watcher of real probes, or None while that module is not available."""
-    try:
-        from gputui.link.client import ProbeWatcher
-    except ImportError:
-        return None
+    """The link client's watcher of real probes."""
+    from gputui.link.client import ProbeWatcher
+
     return ProbeWatcher()
 
 
