@@ -1,10 +1,9 @@
 """The JSON documents: envelope, schema (checked by a small validator here and by jsonschema where
-installed), every field's meaning written once in the model, and docs/json-schema.md in step with it."""
+installed), every field's meaning written once in the model, and docs/json-schema.md generated from it."""
 
 import dataclasses
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -157,7 +156,7 @@ def test_schema_rejects_wrong_documents(change, complaint):
 
 # ------------------------------------------------------------------------------------ one place per field
 # The schema's properties are the dataclasses' fields by construction (gputui/plain/schema.py reads them);
-# what can still go wrong is a field without a meaning, a keyword with a typo, or docs without the field.
+# what can still go wrong is a field without a meaning, a keyword with a typo, or stale docs.
 
 SCHEMA_TYPES = schema_module.model_types()
 
@@ -199,13 +198,32 @@ def test_a_field_without_a_meaning_stops_the_schema():
         schema_module.object_schema(Bare)
 
 
-@pytest.mark.parametrize("name", sorted(DEFS))
-def test_docs_describe_every_field(name):
+def test_docs_tables_are_generated_from_the_model():
     text = DOCS.read_text(encoding="utf-8")
-    section = re.search(rf"^## {name}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert section, f"docs/json-schema.md has no section for {name}"
-    documented = set(re.findall(r"^\| `(\w+)` \|", section.group(1), re.M))
-    assert documented == set(DEFS[name]["properties"])
+    assert sorted(schema_module.documented_types(text)) == sorted(DEFS), (
+        "docs/json-schema.md needs one '<!-- fields: NAME -->' table per schema type")
+    assert text == schema_module.update_docs(text), (
+        f"docs/json-schema.md is out of date with the model's field metadata: run {schema_module.DOCS_COMMAND}")
+
+
+def test_docs_command_rewrites_only_the_tables(tmp_path, capsys):
+    text = DOCS.read_text(encoding="utf-8")
+    stale = text.replace("| `memory_total` | integer or null | total memory (bytes) |", "| `vram` | ? | ? |")
+    assert stale != text
+    path = tmp_path / "json-schema.md"
+    path.write_text(stale, encoding="utf-8")
+    assert schema_module.main(["--docs", str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == text
+    assert schema_module.main(["--docs", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("up to date")
+
+
+def test_docs_tables_read_the_types():
+    text = DOCS.read_text(encoding="utf-8")
+    assert "| `load_average` | list of 3 numbers or null | 1, 5 and 15 minute load averages |" in text
+    assert "| `monitor` | [MonitorCost](#monitorcost) or null |" in text
+    assert "| `mig_instances` | list of [MigInstance](#miginstance) |" in text
+    assert "`compute_mode` | string or null | compute mode. Values: `default`, `exclusive_thread`," in text
 
 
 def test_schema_is_valid_for_jsonschema_too():

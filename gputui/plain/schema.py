@@ -2,16 +2,21 @@
 
 Generated from the model: every dataclass field is a property, its type from the type hints and its
 description and constraints from its metadata (``gputui.model.fielddoc.doc``), so each field's meaning
-and unit are written once, beside the field. ``python -m gputui.plain.schema`` prints it.
+and unit are written once, beside the field. The field tables of docs/json-schema.md are generated from
+the same metadata. ``python -m gputui.plain.schema`` prints the schema;
+``python -m gputui.plain.schema --docs docs/json-schema.md`` rewrites the tables in that file.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
+import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from gputui.model import Breakdown, ProbeReport, Snapshot
@@ -204,5 +209,81 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+# ------------------------------------------------------------------------------------ Markdown
+
+DOCS_COMMAND = "python -m gputui.plain.schema --docs docs/json-schema.md"
+
+# A generated table sits between these lines in docs/json-schema.md; everything else there is prose.
+_TABLE = re.compile(r"^(<!-- fields: (\w+) -->\n)(.*?)^(<!-- end of fields -->)$", re.M | re.S)
+
+
+def _markdown_type(tp: Any) -> str:
+    tp, optional = _split_optional(tp)
+    items = _items(tp)
+    if items is not None:
+        item_type, length = items
+        word = _markdown_type(item_type)
+        text = f"list of {length} {word}s" if length is not None else f"list of {word}"
+    elif dataclasses.is_dataclass(tp):
+        text = f"[{tp.__name__}](#{tp.__name__.lower()})"
+    else:
+        text = _SCALARS[tp]
+    return f"{text} or null" if optional else text
+
+
+def markdown_meaning(f: dataclasses.Field) -> str:
+    """The field's meaning as docs/json-schema.md shows it: its words, named where it does not name them."""
+    meaning, keywords = field_doc(f)
+    words = keywords.get("enum")
+    if words and not any(f"`{word}`" in meaning for word in words):
+        meaning = f"{meaning.rstrip('.')}. Values: {', '.join(f'`{word}`' for word in words)}"
+    return meaning.replace("|", "\\|")
+
+
+def markdown_table(cls: type) -> str:
+    """The field table of one model type."""
+    rows = ["| field | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{f.name}` | {_markdown_type(hint)} | {markdown_meaning(f)} |" for f, hint in fields_of(cls)]
+    return "\n".join(rows) + "\n"
+
+
+def update_docs(text: str) -> str:
+    """``text`` (docs/json-schema.md) with every generated table made from the model as it is now."""
+    types_by_name = {cls.__name__: cls for cls in model_types()}
+
+    def table(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in types_by_name:
+            raise ValueError(f"docs: no model type {name!r} in the JSON output")
+        return f"{match.group(1)}{markdown_table(types_by_name[name])}{match.group(4)}"
+
+    return _TABLE.sub(table, text)
+
+
+def documented_types(text: str) -> list[str]:
+    """The model types docs/json-schema.md has a generated table for, in its order."""
+    return [match.group(2) for match in _TABLE.finditer(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gputui.plain.schema", description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", metavar="PATH", type=Path,
+                        help="rewrite the generated field tables in this Markdown file (docs/json-schema.md)")
+    args = parser.parse_args(argv)
+    if args.docs is None:
+        print(json.dumps(SCHEMA, indent=2))
+        return 0
+    old = args.docs.read_text(encoding="utf-8")
+    new = update_docs(old)
+    missing = [name for name in DEFS if name not in documented_types(new)]
+    if missing:
+        print(f"{args.docs}: no '<!-- fields: NAME -->' table for {', '.join(missing)}", file=sys.stderr)
+        return 1
+    if new != old:
+        args.docs.write_text(new, encoding="utf-8")
+    print(f"{args.docs}: {'updated' if new != old else 'up to date'}")
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(SCHEMA, indent=2))
+    sys.exit(main())
