@@ -1,16 +1,17 @@
 """The JSON documents: envelope, schema (checked by a small validator here and by jsonschema where
-installed), the schema and docs/json-schema.md kept in step with the model."""
+installed), every field's meaning written once in the model, and docs/json-schema.md generated from it."""
 
 import dataclasses
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
 
 import gputui.model as model
+import gputui.plain.schema as schema_module
 from gputui.model import Device, GpuProcess, Host, Snapshot
+from gputui.model import fielddoc
 from gputui.plain.document import (
     dumps, probe_document, probe_list_document, snapshot_document,
 )
@@ -153,31 +154,76 @@ def test_schema_rejects_wrong_documents(change, complaint):
     assert problems and any(complaint in p for p in problems), problems
 
 
-# ------------------------------------------------------------------------------------ kept in step
+# ------------------------------------------------------------------------------------ one place per field
+# The schema's properties are the dataclasses' fields by construction (gputui/plain/schema.py reads them);
+# what can still go wrong is a field without a meaning, a keyword with a typo, or stale docs.
 
-MODEL_TYPES = {name: getattr(model, name) for name in DEFS}
+SCHEMA_TYPES = schema_module.model_types()
 
-
-@pytest.mark.parametrize("name", sorted(DEFS))
-def test_schema_has_exactly_the_model_fields(name):
-    fields = {f.name for f in dataclasses.fields(MODEL_TYPES[name])}
-    assert set(DEFS[name]["properties"]) == fields
+# The JSON Schema keywords a field's doc() may carry; anything else is most likely a typo that jsonschema
+# would silently ignore.
+KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "pattern",
+            "minLength", "maxLength", "minItems", "maxItems"}
 
 
 def test_every_model_type_in_a_snapshot_has_a_schema():
-    assert set(DEFS) == {"Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host",
-                         "MemoryCategories", "AllocatorStats", "ProbeDevice", "StepRecord",
-                         "OomRecord", "AllocationSite", "LeakKeeper", "ProbeReport", "Snapshot",
-                         "MonitorCost", "Breakdown", "BreakdownItem"}
+    assert set(DEFS) == {cls.__name__ for cls in SCHEMA_TYPES} == {
+        "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
+        "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
+        "ProbeReport", "Snapshot", "MonitorCost", "Breakdown", "BreakdownItem"}
 
 
-@pytest.mark.parametrize("name", sorted(DEFS))
-def test_docs_describe_every_field(name):
+@pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)
+def test_every_field_says_what_it_means(cls):
+    for f in dataclasses.fields(cls):
+        assert fielddoc.DOC in f.metadata, f"{cls.__name__}.{f.name}: no metadata=doc(...): say what it means"
+        meaning, keywords = f.metadata[fielddoc.DOC]
+        assert isinstance(meaning, str) and meaning.strip(), f"{cls.__name__}.{f.name}: empty meaning"
+        assert set(keywords) <= KEYWORDS, f"{cls.__name__}.{f.name}: unknown keywords {set(keywords) - KEYWORDS}"
+        words = keywords.get("enum", ())
+        named = [word for word in words if f"`{word}`" in meaning]
+        assert not named or len(named) == len(words), (
+            f"{cls.__name__}.{f.name}: the meaning names some of its words but not {set(words) - set(named)}")
+
+
+def test_a_field_without_a_meaning_stops_the_schema():
+    @dataclasses.dataclass(frozen=True)
+    class Bare:
+        """A type someone forgot to describe."""
+
+        size: int = dataclasses.field(default=0, metadata=fielddoc.doc("bytes", minimum=0))
+        count: int = 0
+
+    with pytest.raises(LookupError, match="'count'"):
+        schema_module.object_schema(Bare)
+
+
+def test_docs_tables_are_generated_from_the_model():
     text = DOCS.read_text(encoding="utf-8")
-    section = re.search(rf"^## {name}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert section, f"docs/json-schema.md has no section for {name}"
-    documented = set(re.findall(r"^\| `(\w+)` \|", section.group(1), re.M))
-    assert documented == set(DEFS[name]["properties"])
+    assert sorted(schema_module.documented_types(text)) == sorted(DEFS), (
+        "docs/json-schema.md needs one '<!-- fields: NAME -->' table per schema type")
+    assert text == schema_module.update_docs(text), (
+        f"docs/json-schema.md is out of date with the model's field metadata: run {schema_module.DOCS_COMMAND}")
+
+
+def test_docs_command_rewrites_only_the_tables(tmp_path, capsys):
+    text = DOCS.read_text(encoding="utf-8")
+    stale = text.replace("| `memory_total` | integer or null | total memory (bytes) |", "| `vram` | ? | ? |")
+    assert stale != text
+    path = tmp_path / "json-schema.md"
+    path.write_text(stale, encoding="utf-8")
+    assert schema_module.main(["--docs", str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == text
+    assert schema_module.main(["--docs", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("up to date")
+
+
+def test_docs_tables_read_the_types():
+    text = DOCS.read_text(encoding="utf-8")
+    assert "| `load_average` | list of 3 numbers or null | 1, 5 and 15 minute load averages |" in text
+    assert "| `monitor` | [MonitorCost](#monitorcost) or null |" in text
+    assert "| `mig_instances` | list of [MigInstance](#miginstance) |" in text
+    assert "`compute_mode` | string or null | compute mode. Values: `default`, `exclusive_thread`," in text
 
 
 def test_schema_is_valid_for_jsonschema_too():
@@ -203,7 +249,7 @@ def test_schema_module_prints_the_schema():
 def test_gpu_process_kinds_in_schema_match_the_model_words():
     assert set(DEFS["GpuProcess"]["properties"]["state"]["enum"]) == {
         model.PROCESS_OK, model.PROCESS_GONE, model.PROCESS_DENIED, model.PROCESS_ZOMBIE,
-        model.PROCESS_UNMAPPED}
+        model.PROCESS_UNMAPPED} == set(model.PROCESS_STATES)
     assert DEFS["Device"]["properties"]["throttle_reasons"]["items"]["enum"] == list(model.THROTTLE_REASONS)
     assert DEFS["Device"]["properties"]["compute_mode"]["enum"][:-1] == list(model.COMPUTE_MODES)
     assert GpuProcess(pid=1, device_index=0).kind in DEFS["GpuProcess"]["properties"]["kind"]["enum"]

@@ -6,7 +6,9 @@ monitor's bar, ``--once``, ``--json`` and ``gputui probe``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gputui.model.fielddoc import doc
 
 # What a breakdown can hold, in the order every view lists it: the probe's tensor categories, then
 # what the allocator and NVML add (bytes allocated but not categorised, the allocator's cache, its
@@ -19,23 +21,34 @@ BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "act
 class BreakdownItem:
     """One part of a breakdown."""
 
-    key: str  # one of BREAKDOWN_ITEMS
-    label: str  # the part in words, e.g. "activations (step 40's peak; freed to the cache between steps)"
-    size: int  # bytes
+    key: str = field(metadata=doc(
+        "`parameters`, `gradients`, `optimizer_state`, `buffers`, `activations`, `other` (the probe's tensor "
+        "categories), `untracked` (allocated but in no category), `cache` (reserved, free and reusable), "
+        "`fragmentation` (free bytes stuck in split blocks), `context` (the CUDA context and libraries: NVML "
+        "less reserved)", enum=BREAKDOWN_ITEMS))
+    # e.g. "activations (step 40's peak; freed to the cache between steps)"
+    label: str = field(metadata=doc(
+        "the part in words, as the monitor shows it (activations read between steps name their step)"))
+    size: int = field(metadata=doc("bytes", minimum=0))
 
 
 @dataclass(frozen=True)
 class Breakdown:
     """The parts of one probed process's memory on one device, and the total they explain."""
 
-    pid: int
-    device: str  # the probe's name for the device: "cuda:0", "cpu"
-    uuid: str | None  # matches Device.uuid
-    items: tuple[BreakdownItem, ...]
-    total: int  # NVML's per-process figure when the parts add up to it, else the parts' sum
-    nvml: int | None  # NVML's per-process memory on this device, when the driver lists the process
-    basis: str  # what the total is, in words
-    note: str = ""  # why the parts do not quite add up, when they do not
+    pid: int = field(metadata=doc("PID of the probed process (as it sees itself)", minimum=1))
+    device: str = field(metadata=doc('the probe\'s name for the device: `"cuda:0"`, `"cpu"`'))
+    uuid: str | None = field(metadata=doc("the device's UUID, to join with `Device.uuid`"))
+    items: tuple[BreakdownItem, ...] = field(metadata=doc("the parts, in the order every view lists them"))
+    total: int = field(metadata=doc(
+        "NVML's per-process figure when the parts add up to it, else the parts' sum (bytes)", minimum=0))
+    nvml: int | None = field(metadata=doc(
+        "NVML's per-process memory on the device (bytes); null when the driver does not list the process",
+        minimum=0))
+    basis: str = field(metadata=doc(
+        'what the total is, in words: `"NVML per-process memory"`, `"what the allocator reserved"` ...'))
+    note: str = field(default="", metadata=doc(
+        "why the parts do not quite add up (figures read at different moments); empty when they do"))
 
     def size_of(self, key: str) -> int:
         """Bytes of one part; 0 when the breakdown has none."""

@@ -6,23 +6,30 @@ CPU-only job), never zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gputui.model.fielddoc import doc
 
 
 @dataclass(frozen=True)
 class MemoryCategories:
     """Live tensor bytes by what they are for, deduplicated by storage."""
 
-    parameters: int | None = None
-    gradients: int | None = None
-    optimizer_state: int | None = None
-    activations: int | None = None  # tensors saved for backward by autograd
-    other: int | None = None  # every other live tensor the allocator holds
-    buffers: int | None = None  # the models' buffers: BatchNorm statistics, positional encodings
-    # Set when ``activations`` is not what is held now but the peak of this measured step: read
-    # between steps (the graph is freed by backward), the figure worth showing is the last peak.
-    # 0: the latest forward pass's peak, in a job that has not stepped an optimizer.
-    activations_step: int | None = None
+    parameters: int | None = field(default=None, metadata=doc("model parameters (bytes)", minimum=0))
+    gradients: int | None = field(default=None, metadata=doc("parameter gradients (bytes)", minimum=0))
+    optimizer_state: int | None = field(default=None, metadata=doc(
+        "optimizer state, e.g. Adam's two moments (bytes)", minimum=0))
+    activations: int | None = field(default=None, metadata=doc(
+        "tensors autograd saved for backward: held now, or the peak of step `activations_step` where that is set "
+        "(bytes)", minimum=0))
+    other: int | None = field(default=None, metadata=doc(
+        "every other live tensor the allocator holds (bytes)", minimum=0))
+    buffers: int | None = field(default=None, metadata=doc(
+        "the models' buffers: BatchNorm statistics, positional encodings (bytes)", minimum=0))
+    activations_step: int | None = field(default=None, metadata=doc(
+        "set when `activations` is not what is held now but the peak of this measured step, read between steps "
+        "(backward had freed the graph, so the last peak is the figure worth showing); `0`: the latest forward "
+        "pass's peak, in a job that has not stepped an optimizer; `null`: held now", minimum=0))
 
     def activations_when(self) -> str:
         """Whose peak ``activations`` is, in words; "" when it is what is held now."""
@@ -46,33 +53,41 @@ TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers", "a
 class AllocatorStats:
     """torch.cuda caching-allocator counters for one device (see torch.cuda.memory_stats)."""
 
-    allocated: int
-    reserved: int
-    active: int | None = None
-    inactive_split: int | None = None  # free bytes stuck inside split blocks: fragmentation
-    requested: int | None = None  # bytes the program asked for, before rounding
-    allocated_peak: int | None = None
-    reserved_peak: int | None = None
-    active_peak: int | None = None
-    inactive_split_peak: int | None = None
-    requested_peak: int | None = None
-    alloc_retries: int | None = None  # cache flushes forced by a failed cudaMalloc
-    ooms: int | None = None
-    segments: int | None = None
-    largest_free_block: int | None = None  # biggest block reusable without a new cudaMalloc
-    settings: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator sees it
-    expandable_segments: bool | None = None
+    allocated: int = field(metadata=doc("bytes in live tensors", minimum=0))
+    reserved: int = field(metadata=doc("bytes the caching allocator holds from CUDA", minimum=0))
+    active: int | None = field(default=None, metadata=doc("bytes in active blocks", minimum=0))
+    inactive_split: int | None = field(default=None, metadata=doc(
+        "free bytes stuck inside split blocks: fragmentation", minimum=0))
+    requested: int | None = field(default=None, metadata=doc(
+        "bytes the program asked for, before rounding", minimum=0))
+    allocated_peak: int | None = field(default=None, metadata=doc("peak of `allocated` (bytes)", minimum=0))
+    reserved_peak: int | None = field(default=None, metadata=doc("peak of `reserved` (bytes)", minimum=0))
+    active_peak: int | None = field(default=None, metadata=doc("peak of `active` (bytes)", minimum=0))
+    inactive_split_peak: int | None = field(default=None, metadata=doc(
+        "peak of `inactive_split` (bytes)", minimum=0))
+    requested_peak: int | None = field(default=None, metadata=doc("peak of `requested` (bytes)", minimum=0))
+    alloc_retries: int | None = field(default=None, metadata=doc(
+        "cache flushes forced by a failed cudaMalloc (count)", minimum=0))
+    ooms: int | None = field(default=None, metadata=doc("out-of-memory errors (count)", minimum=0))
+    segments: int | None = field(default=None, metadata=doc("cudaMalloc segments held (count)", minimum=0))
+    largest_free_block: int | None = field(default=None, metadata=doc(
+        "biggest block reusable without a new cudaMalloc (bytes)", minimum=0))
+    settings: str | None = field(default=None, metadata=doc(
+        "`PYTORCH_CUDA_ALLOC_CONF` as the allocator sees it"))
+    expandable_segments: bool | None = field(default=None, metadata=doc("expandable segments are on"))
 
 
 @dataclass(frozen=True)
 class ProbeDevice:
     """One device a probed process uses ("cuda:0", or "cpu" for a CPU-only job)."""
 
-    device: str
-    cuda_index: int | None = None
-    uuid: str | None = None  # matches Device.uuid, to join with NVML
-    allocator: AllocatorStats | None = None
-    categories: MemoryCategories | None = None
+    device: str = field(metadata=doc('`"cuda:N"` or `"cpu"`'))
+    cuda_index: int | None = field(default=None, metadata=doc("CUDA index inside the probed process"))
+    uuid: str | None = field(default=None, metadata=doc(
+        "GPU UUID; matches `Device.uuid` to join with the GPU and its `GpuProcess`"))
+    allocator: AllocatorStats | None = field(default=None, metadata=doc(
+        "caching-allocator counters; null for the CPU"))
+    categories: MemoryCategories | None = field(default=None, metadata=doc("where the live tensor bytes went"))
 
 
 # The first measured steps are kept for the life of the job, wherever the probe's and the monitor's
@@ -98,47 +113,51 @@ LIMIT_HOOKS_UNAVAILABLE = (
 class StepRecord:
     """One training step, bounded by optimizer.step() calls."""
 
-    step: int
-    ended_at: float
-    duration: float | None = None
-    device: str | None = None
-    allocated: int | None = None  # at the end of the step
-    reserved: int | None = None
-    inactive_split: int | None = None
-    alloc_retries: int | None = None
-    peak_forward: int | None = None
-    peak_backward: int | None = None
-    peak_optimizer: int | None = None
-    categories: MemoryCategories | None = None
-    # The process's resident memory at the end of the step (CPU-only jobs: what tensors outside the
-    # tracked categories hold shows here and nowhere else).
-    host_memory: int | None = None
-    # Bytes the C allocator had handed out at the end of the step (glibc); exact where resident memory
-    # is blurred by freed memory the C library keeps. None elsewhere, and on CUDA jobs.
-    host_allocated: int | None = None
-    # Bytes this step saved for backward that were still held at its end: a graph kept past its step
-    # (a loss summed with its graph, outputs kept in a list). Measured steps only.
-    activations_kept: int | None = None
-    # The most bytes saved for backward held at once during the step: what its forward passes kept
-    # for backward at their peak (measured steps).
-    activations_peak: int | None = None
-    # Memory at the start of the step's first forward pass, on the same terms as ``allocated``
-    # (measured steps): where the phases' peaks rise from.
-    allocated_at_start: int | None = None
+    step: int = field(metadata=doc("step number", minimum=0))
+    ended_at: float = field(metadata=doc("end of the step (seconds since the epoch)"))
+    duration: float | None = field(default=None, metadata=doc("step time (seconds)", minimum=0))
+    device: str | None = field(default=None, metadata=doc("the device the figures are for"))
+    allocated: int | None = field(default=None, metadata=doc("allocated at the end of the step (bytes)", minimum=0))
+    reserved: int | None = field(default=None, metadata=doc("reserved at the end of the step (bytes)", minimum=0))
+    inactive_split: int | None = field(default=None, metadata=doc(
+        "fragmentation at the end of the step (bytes)", minimum=0))
+    alloc_retries: int | None = field(default=None, metadata=doc("allocator retries so far (count)", minimum=0))
+    peak_forward: int | None = field(default=None, metadata=doc(
+        "peak allocated during the forward pass (bytes)", minimum=0))
+    peak_backward: int | None = field(default=None, metadata=doc(
+        "peak allocated during the backward pass (bytes)", minimum=0))
+    peak_optimizer: int | None = field(default=None, metadata=doc(
+        "peak allocated during `optimizer.step()` (bytes)", minimum=0))
+    categories: MemoryCategories | None = field(default=None, metadata=doc("categories at the end of the step"))
+    host_memory: int | None = field(default=None, metadata=doc(
+        "resident memory of the process at the end of the step (bytes; CPU-only jobs: what tensors outside the "
+        "tracked categories hold shows here and nowhere else)", minimum=0))
+    host_allocated: int | None = field(default=None, metadata=doc(
+        "bytes the C allocator had handed out at the end of the step (glibc; CPU-only jobs): exact where "
+        "resident memory is blurred by freed memory the C library keeps", minimum=0))
+    activations_kept: int | None = field(default=None, metadata=doc(
+        "bytes saved for backward during the step and still held at its end: a graph kept past its step (a loss "
+        "summed with its graph, outputs kept in a list; measured steps)", minimum=0))
+    activations_peak: int | None = field(default=None, metadata=doc(
+        "the most bytes saved for backward held at once during the step (measured steps)", minimum=0))
+    allocated_at_start: int | None = field(default=None, metadata=doc(
+        "memory at the start of the step's first forward pass, on the same terms as `allocated`: where the "
+        "phases' peaks rise from (measured steps)", minimum=0))
 
 
 @dataclass(frozen=True)
 class OomRecord:
     """The last out-of-memory error the process hit."""
 
-    at: float
-    device: str | None = None
-    requested: int | None = None
-    free: int | None = None
-    allocated: int | None = None
-    reserved: int | None = None
-    message: str = ""
-    where: tuple[str, ...] = ()  # "file.py:123 in function", innermost last
+    at: float = field(metadata=doc("when (seconds since the epoch)"))
+    device: str | None = field(default=None, metadata=doc("the device that ran out"))
+    requested: int | None = field(default=None, metadata=doc("size of the allocation that failed (bytes)", minimum=0))
+    free: int | None = field(default=None, metadata=doc("free device memory at the time (bytes)", minimum=0))
+    allocated: int | None = field(default=None, metadata=doc("allocated at the time (bytes)", minimum=0))
+    reserved: int | None = field(default=None, metadata=doc("reserved at the time (bytes)", minimum=0))
+    message: str = field(default="", metadata=doc("the error message"))
+    where: tuple[str, ...] = field(default=(), metadata=doc(
+        'Python frames, `"file.py:123 in function"`, innermost last'))
 
 
 @dataclass(frozen=True)
@@ -149,9 +168,10 @@ class AllocationSite:
     analysis decides which sites grow.
     """
 
-    where: str  # "train.py:42 in train_step", the innermost frame in user code
-    live_bytes: tuple[int, ...]  # one entry per ProbeReport.recorded_steps
-    stack: tuple[str, ...] = ()  # a few frames, innermost last
+    where: str = field(metadata=doc('the innermost frame in user code, `"train.py:42 in train_step"`'))
+    live_bytes: tuple[int, ...] = field(metadata=doc(
+        "live bytes at the end of each step in `recorded_steps` (bytes)", minimum=0))
+    stack: tuple[str, ...] = field(default=(), metadata=doc("a few frames, innermost last"))
 
 
 @dataclass(frozen=True)
@@ -162,35 +182,48 @@ class LeakKeeper:
     lines are the statements of the user's code that add to that name (where the fix goes).
     """
 
-    name: str  # "total_loss", "self.history", "trainer.fakes"
-    scope: str  # "local", "attribute" or "global"
-    what: str  # "a list", "a tensor whose autograd graph", "a tensor"
-    size: int  # items, graph nodes or elements at the second look
-    per_step: float  # how much that grew per step between the looks
-    where: tuple[str, ...] = ()  # "train.py:57 in train", the lines that add to it
+    name: str = field(metadata=doc(
+        'the name in the user\'s code, `"total_loss"`, `"self.history"`, `"trainer.fakes"`'))
+    scope: str = field(metadata=doc("where the name lives", enum=("local", "attribute", "global")))
+    what: str = field(metadata=doc(
+        'what it is: `"a list"`, `"a tensor whose autograd graph"`, `"a tensor"`'))
+    size: int = field(metadata=doc("items, graph nodes or elements at the second look", minimum=0))
+    per_step: float = field(metadata=doc("growth of that size per step between the looks"))
+    where: tuple[str, ...] = field(default=(), metadata=doc(
+        'the lines that add to it, `"train.py:57 in train"`'))
 
 
 @dataclass(frozen=True)
 class ProbeReport:
     """Everything one probe knows about its process right now."""
 
-    pid: int
-    taken_at: float
-    torch_version: str | None = None
-    started_at: float | None = None  # when the probe started in the process
-    command: tuple[str, ...] = ()
-    devices: tuple[ProbeDevice, ...] = ()
-    # When the devices' figures were read (on the training thread, at a step end or the next hook after
-    # a monitor asked), and how many steps had been counted then; None when nothing was read yet.
-    read_at: float | None = None
-    read_at_step: int | None = None
-    steps: tuple[StepRecord, ...] = ()  # the most recent steps, oldest first
-    last_oom: OomRecord | None = None
-    recording: bool = False  # allocation-site recording is on
-    recorded_steps: tuple[int, ...] = ()  # step numbers the AllocationSite columns belong to
-    sites: tuple[AllocationSite, ...] = ()  # the largest sites by live bytes, bounded
-    keepers: tuple[LeakKeeper, ...] = ()  # what kept growing while sites were recorded, fastest first
-    recording_cost: float | None = None  # seconds of overhead per step while recording
-    probe_cpu_seconds: float | None = None  # CPU the probe itself has used
-    problems: tuple[str, ...] = ()  # contained exceptions, for the user to see
-    limits: tuple[str, ...] = ()  # what the probe cannot see in this job, in words
+    pid: int = field(metadata=doc("PID of the probed process, as it sees itself", minimum=1))
+    taken_at: float = field(metadata=doc("when the report was made (seconds since the epoch)"))
+    torch_version: str | None = field(default=None, metadata=doc("`torch.__version__`"))
+    started_at: float | None = field(default=None, metadata=doc(
+        "when the probe started in the process (seconds since the epoch)"))
+    command: tuple[str, ...] = field(default=(), metadata=doc("command line (argv)"))
+    devices: tuple[ProbeDevice, ...] = field(default=(), metadata=doc("the devices the process uses"))
+    read_at: float | None = field(default=None, metadata=doc(
+        "when the devices' figures were read, on the training thread (seconds since the epoch); null before the "
+        "first reading. The probe reads at the end of the steps it measures, and at its next hook when a report "
+        "finds the figures older than a second"))
+    read_at_step: int | None = field(default=None, metadata=doc(
+        "training steps counted when the devices' figures were read", minimum=0))
+    steps: tuple[StepRecord, ...] = field(default=(), metadata=doc("recent training steps, oldest first"))
+    last_oom: OomRecord | None = field(default=None, metadata=doc("the last out-of-memory error; null if none"))
+    recording: bool = field(default=False, metadata=doc("allocation-site recording is on"))
+    recorded_steps: tuple[int, ...] = field(default=(), metadata=doc(
+        "the step numbers each site's `live_bytes` entries belong to"))
+    sites: tuple[AllocationSite, ...] = field(default=(), metadata=doc(
+        "the largest allocation sites by live bytes (while recording; bounded)"))
+    keepers: tuple[LeakKeeper, ...] = field(default=(), metadata=doc(
+        "what kept growing while sites were recorded, fastest first"))
+    recording_cost: float | None = field(default=None, metadata=doc(
+        "overhead per step while recording (seconds)", minimum=0))
+    probe_cpu_seconds: float | None = field(default=None, metadata=doc(
+        "CPU time the probe itself has used (seconds)", minimum=0))
+    problems: tuple[str, ...] = field(default=(), metadata=doc("exceptions the probe contained, for people"))
+    limits: tuple[str, ...] = field(default=(), metadata=doc(
+        "what the probe cannot see in this job, in words: activations a loss function saves outside any module; "
+        "no forward pass seen (a model compiled in place)"))
