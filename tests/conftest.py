@@ -1,5 +1,8 @@
 """Fixtures shared by several test modules."""
 
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -26,3 +29,32 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# A CPU job serving a probe's report on the socket, as a real probed process does. The `env` fixture
+# it runs with is the requesting module's own (its probe directory, its settings).
+PROBE_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from gputui.link.server import ProbeServer
+    from gputui.model import ProbeReport, ProbeDevice, StepRecord, to_jsonable
+
+    report = ProbeReport(pid=os.getpid(), taken_at=time.time(), torch_version="2.13.0+cpu",
+                         command=tuple(sys.argv), devices=(ProbeDevice("cpu"),),
+                         steps=(StepRecord(step=7, ended_at=time.time(), duration=0.005),))
+    server = ProbeServer({"report": lambda params: to_jsonable(report)})
+    server.start()
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.fixture
+def probed_process(env, tmp_path):
+    """A running process whose probe answers with a fixed report; killed afterwards."""
+    script = tmp_path / "cpu_job.py"
+    script.write_text(PROBE_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)

@@ -9,11 +9,7 @@ import sys
 
 import pytest
 
-import test_cli_plain
-from test_cli_plain import ROOT, gputui, no_traceback
-
-# The fixture (a CPU job running the probe), made this module's by name; its `env` is the one below.
-probed_process = test_cli_plain.probed_process
+from cli_helpers import ROOT, gputui, no_traceback
 
 FFMPEG = "ffmpeg -hwaccel cuda -i lecture-04.mkv -c:v h264_nvenc -preset p5 lecture-04.mp4"
 

@@ -10,17 +10,15 @@ import select
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from gputui.cli import SCENARIOS
 from gputui.plain.schema import SCHEMA
-from test_plain_json import errors
+from cli_helpers import ROOT, gputui, no_traceback
+from plain_data import errors
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -31,15 +29,6 @@ def env(tmp_path):
     clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
     clean.update(GPUTUI_PROBE_DIR=str(probe_dir), COLUMNS="120", PYTHONPATH=str(ROOT))
     return clean
-
-
-def gputui(env, *args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gputui", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
-def no_traceback(result):
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
 
 
 def snapshot_json(env, *args):
@@ -235,32 +224,6 @@ def test_watch_text_into_a_log_until_ctrl_c(env):
 
 
 # ------------------------------------------------------------------------------------ probes
-
-PROBE_SCRIPT = textwrap.dedent("""
-    import os, sys, time
-    from gputui.link.server import ProbeServer
-    from gputui.model import ProbeReport, ProbeDevice, StepRecord, to_jsonable
-
-    report = ProbeReport(pid=os.getpid(), taken_at=time.time(), torch_version="2.13.0+cpu",
-                         command=tuple(sys.argv), devices=(ProbeDevice("cpu"),),
-                         steps=(StepRecord(step=7, ended_at=time.time(), duration=0.005),))
-    server = ProbeServer({"report": lambda params: to_jsonable(report)})
-    server.start()
-    print("ready", flush=True)
-    time.sleep(60)
-""")
-
-
-@pytest.fixture
-def probed_process(env, tmp_path):
-    script = tmp_path / "cpu_job.py"
-    script.write_text(PROBE_SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "ready"
-    yield proc
-    proc.kill()
-    proc.wait(timeout=10)
-
 
 def test_probes_lists_a_real_probe_and_probe_prints_it(env, probed_process):
     pid = probed_process.pid

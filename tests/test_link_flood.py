@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from test_link_server import connect, read_reply
+from link_helpers import connect, read_reply
 
 from gputui.link import client, paths, protocol
 from gputui.link.server import ProbeServer

@@ -22,6 +22,7 @@ import pytest
 
 from gputui.link import client, paths, protocol
 from gputui.link.server import MAX_CLIENTS, ProbeServer, peer_allowed, peer_credentials
+from link_helpers import connect, read_reply
 
 
 @pytest.fixture
@@ -53,22 +54,6 @@ def server(probe_dir):
     assert srv.start(), srv.error
     yield srv
     srv.stop()
-
-
-def connect(path) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(2.0)
-    sock.connect(os.fspath(path))
-    return sock
-
-
-def read_reply(sock: socket.socket) -> dict:
-    buffer = b""
-    while b"\n" not in buffer:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a full reply; got {buffer!r}"
-        buffer += chunk
-    return json.loads(buffer.split(b"\n", 1)[0])
 
 
 def hung_up(sock: socket.socket) -> bool:

@@ -16,8 +16,8 @@ from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import CPU_WINDOW, Source
 from gputui.plain.render import render
 from gputui.plain.schema import SCHEMA
-from test_plain_json import errors
-from test_plain_render import check_golden
+from plain_data import errors
+from plain_data import check_golden
 
 # Seconds into each scenario worth looking at: jobs running, the training job ramped up, the leaky
 # job well into its growth, before its OOM.

@@ -16,72 +16,9 @@ from gputui.plain.document import (
     dumps, probe_document, probe_list_document, snapshot_document,
 )
 from gputui.plain.schema import DEFS, SCHEMA
-from test_plain_render import T, training_report, workstation
+from plain_data import T, errors, training_report, workstation
 
 DOCS = Path(__file__).parent.parent / "docs" / "json-schema.md"
-
-
-# ------------------------------------------------------------------------------------ validator
-# A small draft 2020-12 validator for the keywords our schema uses, so the checks run on a clean
-# machine without the jsonschema package.
-
-_TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-def errors(value, schema, path="$", root=SCHEMA):
-    """Every way ``value`` breaks ``schema``, as 'path: why' strings."""
-    if "$ref" in schema:
-        name = schema["$ref"].removeprefix("#/$defs/")
-        return errors(value, root["$defs"][name], path, root)
-    found = []
-    if "type" in schema:
-        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_TYPES[k](value) for k in kinds):
-            return [f"{path}: {value!r} is not {kinds}"]
-    if "const" in schema and value != schema["const"]:
-        found.append(f"{path}: {value!r} is not {schema['const']!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        found.append(f"{path}: {value!r} not in {schema['enum']}")
-    if _TYPES["number"](value):
-        if "minimum" in schema and value < schema["minimum"]:
-            found.append(f"{path}: {value} < {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            found.append(f"{path}: {value} > {schema['maximum']}")
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        found += [f"{path}: missing {k}" for k in schema.get("required", ()) if k not in value]
-        for key, item in value.items():
-            if key in props:
-                found += errors(item, props[key], f"{path}.{key}", root)
-            elif schema.get("additionalProperties") is False:
-                found.append(f"{path}: unexpected {key}")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            found.append(f"{path}: fewer than {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            found.append(f"{path}: more than {schema['maxItems']} items")
-        if "items" in schema:
-            for i, item in enumerate(value):
-                found += errors(item, schema["items"], f"{path}[{i}]", root)
-    if "anyOf" in schema:
-        branches = [errors(value, s, path, root) for s in schema["anyOf"]]
-        if all(branches):
-            found += [problem for branch in branches for problem in branch]
-    if "oneOf" in schema:
-        branches = [errors(value, s, path, root) for s in schema["oneOf"]]
-        passing = [b for b in branches if not b]
-        if len(passing) != 1:
-            found.append(f"{path}: matches {len(passing)} of oneOf")
-            found += [problem for branch in branches for problem in branch]
-    return found
 
 
 def assert_valid(document):

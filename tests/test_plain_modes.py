@@ -22,7 +22,7 @@ from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.plain import gather, modes, probes, terminal
 from gputui.plain.render import render
-from test_plain_render import T, training_report, workstation
+from plain_data import T, training_report, workstation
 
 
 class FakeCollector:

@@ -7,7 +7,7 @@ from datetime import timezone
 
 from gputui.model import MemoryCategories, ProbeDevice, ProbeReport, StepRecord
 from gputui.plain.report import render_probe
-from test_cli_plain import ROOT
+from cli_helpers import ROOT
 
 KIB, MIB = 1 << 10, 1 << 20
 BASE = 300 * MIB

@@ -19,29 +19,7 @@ from gputui.ui.signals import Target, send, started_at
 from gputui.ui.widgets.devices import DeviceLines
 from gputui.ui.widgets.processes import ProcessTable
 
-from test_ui_data import T0, process, training_snapshot
-
-
-def make_app(snapshots=None, **options) -> GpuTuiApp:
-    from test_ui_data import ReplaySource
-
-    source = ReplaySource(snapshots or [training_snapshot()])
-    return GpuTuiApp(Sampler(source, watch_probes=False), me="bob", **options)
-
-
-async def settle(pilot, samples: int = 1) -> None:
-    """Wait until the app has taken ``samples`` snapshots and drawn them."""
-    for _ in range(100):
-        if pilot.app.samples >= samples:
-            break
-        await pilot.pause(0.05)
-    assert pilot.app.samples >= samples
-    await pilot.pause()
-
-
-def table_keys(app) -> list[str]:
-    table = app.screen.query_one(ProcessTable)
-    return list(table.row_keys)
+from ui_data import T0, make_app, process, settle, table_keys, training_snapshot
 
 
 async def test_first_sample_fills_the_table_in_memory_order():
@@ -57,7 +35,7 @@ async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
     import dataclasses
 
     from gputui.ui.launch import open_ahead
-    from test_ui_data import ReplaySource
+    from ui_data import ReplaySource
 
     first = training_snapshot()
     later = dataclasses.replace(first, taken_at=first.taken_at + 1)
@@ -378,7 +356,7 @@ def test_a_user_without_a_passwd_entry_is_named_by_uid(monkeypatch):
         raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
 
     monkeypatch.setattr(getpass, "getuser", no_entry)
-    from test_ui_data import ReplaySource
+    from ui_data import ReplaySource
 
     app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False))
     assert app.me == str(os.getuid())

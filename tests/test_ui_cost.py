@@ -11,7 +11,7 @@ from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.bars import plain
 from gputui.ui.widgets.header import HostHeader
 
-from test_ui_data import ReplaySource, training_snapshot
+from ui_data import ReplaySource, training_snapshot
 
 COST = MonitorCost(cpu_percent=0.63, nvml_ms=1.234, sample_ms=4.5)
 

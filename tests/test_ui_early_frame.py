@@ -11,7 +11,7 @@ import pytest
 
 from gputui.ui.early_frame import DONE, ENTER, LEAVE, EarlyFrame, until_the_monitor_starts
 from gputui.ui.signals import EXIT_SIGNALS
-from test_ui_data import training_snapshot
+from ui_data import training_snapshot
 
 PLAIN = SimpleNamespace(color=False, ascii=False)
 

@@ -13,7 +13,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 
-from test_ui_app import make_app, settle, table_keys
+from ui_data import make_app, settle, table_keys
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -311,7 +311,7 @@ async def test_no_color_keeps_the_leak_marker_visible(monkeypatch, no_color):
 async def test_a_problem_with_brackets_is_shown_as_it_is():
     import dataclasses
 
-    from test_ui_data import training_snapshot
+    from ui_data import training_snapshot
 
     problem = "GPU 3: [gpu lost] from /dev/nvidia3 [/bold]"
     app = make_app([dataclasses.replace(training_snapshot(), problems=(problem,))])

@@ -28,7 +28,7 @@ from gputui.ui.still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 
-from test_ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
+from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
 CONTEXT = 742 * MIB  # the simulated H100's CUDA context per process (as measured): NVML = reserved + context
 

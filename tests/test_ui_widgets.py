@@ -13,8 +13,8 @@ from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
 from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
 
-from test_ui_app import make_app, settle
-from test_ui_data import GIB, device
+from ui_data import make_app, settle
+from ui_data import GIB, device
 
 
 def test_words_join_skip_empty_parts_and_merge_one_style():

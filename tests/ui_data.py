@@ -1,4 +1,5 @@
-"""Hand-built snapshots and a replaying snapshot source for the UI tests (no simulator needed).
+"""Hand-built snapshots, a replaying snapshot source and the pilot helpers for the UI tests (no
+simulator needed).
 
 Fixed values and a fixed clock: whatever the tests draw is the same on every run.
 """
@@ -8,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 
 from gputui.model import Device, Driver, GpuProcess, Host, HostProcess, Snapshot
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.sampler import Sampler
+from gputui.ui.widgets.processes import ProcessTable
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -84,3 +88,26 @@ class ReplaySource:
 
     def close(self) -> None:
         self.closed = True
+
+
+# -- the live monitor on these snapshots, driven by Textual's pilot
+
+
+def make_app(snapshots=None, **options) -> GpuTuiApp:
+    source = ReplaySource(snapshots or [training_snapshot()])
+    return GpuTuiApp(Sampler(source, watch_probes=False), me="bob", **options)
+
+
+async def settle(pilot, samples: int = 1) -> None:
+    """Wait until the app has taken ``samples`` snapshots and drawn them."""
+    for _ in range(100):
+        if pilot.app.samples >= samples:
+            break
+        await pilot.pause(0.05)
+    assert pilot.app.samples >= samples
+    await pilot.pause()
+
+
+def table_keys(app) -> list[str]:
+    table = app.screen.query_one(ProcessTable)
+    return list(table.row_keys)
