@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gputui.errors import UserError
-from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance
+from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance, ProcessKind
 
 
 class NvmlUnavailable(UserError):
@@ -98,7 +98,7 @@ class RawProcess:
 
     pid: int
     device_index: int
-    kind: str
+    kind: ProcessKind
     gpu_memory: int | None
     gpu_instance_id: int | None
     compute_instance_id: int | None
@@ -385,7 +385,8 @@ class DeviceReader:
             self._graphics_due = self._now + GRAPHICS_EVERY
         graphics = self._graphics
         merged: dict[int, RawProcess] = {}
-        for kind, entries in (("compute", compute), ("graphics", graphics)):
+        lists: tuple[tuple[ProcessKind, list[Any]], ...] = (("compute", compute), ("graphics", graphics))
+        for kind, entries in lists:
             for info in entries:
                 pid = info.pid
                 memory = info.usedGpuMemory
@@ -400,7 +401,7 @@ class DeviceReader:
                 if before is not None:
                     memory = max((m for m in (before.gpu_memory, memory) if m is not None),
                                  default=None)
-                    kind_now = before.kind if before.kind == kind else "compute+graphics"
+                    kind_now: ProcessKind = before.kind if before.kind == kind else "compute+graphics"
                     merged[pid] = RawProcess(pid, self.index, kind_now, memory,
                                              before.gpu_instance_id, before.compute_instance_id)
                 else:

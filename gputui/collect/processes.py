@@ -16,6 +16,7 @@ from gputui.model import (
     PROCESS_OK,
     PROCESS_ZOMBIE,
     HostProcess,
+    ProcessState,
 )
 
 NOTE_GONE = "exited before its details could be read"
@@ -31,7 +32,7 @@ MAX_PARENT_DEPTH = 8
 class ProcessDetails:
     """psutil's view of one process at one sample."""
 
-    state: str = PROCESS_OK
+    state: ProcessState = PROCESS_OK
     name: str | None = None
     command: tuple[str, ...] = ()
     user: str | None = None
@@ -108,7 +109,7 @@ class ProcessInspector:
             first = False
         process = tracked.process
         static = tracked.static
-        state = PROCESS_OK
+        state: ProcessState = PROCESS_OK
         cpu_percent = host_memory = None
         try:
             with process.oneshot():
@@ -117,7 +118,7 @@ class ProcessInspector:
                 try:
                     times = process.cpu_times()
                     total = times.user + times.system
-                    if tracked.cpu_total is not None and now > tracked.cpu_at:
+                    if tracked.cpu_total is not None and tracked.cpu_at is not None and now > tracked.cpu_at:
                         cpu_percent = max(0.0, 100.0 * (total - tracked.cpu_total)
                                           / (now - tracked.cpu_at))
                     tracked.cpu_total, tracked.cpu_at = total, now
