@@ -11,37 +11,12 @@ import dataclasses
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 
 from gputui import __version__
 from gputui.errors import UserError
+from gputui.options import Options
 
 SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything the user asked for, parsed and checked."""
-
-    mode: str = "tui"  # tui, once, json, watch, run, attach, probes, probe, demo-train
-    demo: str | None = None  # simulated scenario, None for the real NVML
-    seed: int = 0
-    demo_processes: int | None = None  # override the scenario's process count (benchmarks)
-    interval: float | None = None  # seconds between samples; None = config or default
-    watch: float | None = None  # --watch period
-    json: bool = False
-    only: tuple[str, ...] = ()  # NVML indices or UUIDs
-    only_visible: bool = False
-    users: tuple[str, ...] = ()
-    pids: tuple[int, ...] = ()
-    ascii: bool = False
-    color: bool | None = None  # None: decide from the terminal and NO_COLOR
-    readonly: bool = False
-    theme: str | None = None
-    config: str | None = None
-    command: tuple[str, ...] = ()  # for `run`
-    pid: int | None = None  # for `attach` and `probe`
-    extra: dict = field(default_factory=dict)  # mode-specific options (demo-train)
 
 
 def _seconds(text: str) -> float:

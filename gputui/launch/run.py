@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.options import Options
 
 # The sitecustomize shim runs inside the job, so it lives with the probe; found by path, not imported.
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "probe" / "bootstrap"
@@ -44,7 +45,7 @@ def probe_environment(environ=None) -> dict[str, str]:
     return env
 
 
-def run_command(options) -> int:
+def run_command(options: Options) -> int:
     """Run ``options.command`` with the probe; return its exit status (128+N if killed by signal N)."""
     command = list(options.command)
     if not command:
