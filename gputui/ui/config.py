@@ -60,7 +60,7 @@ def default_path(environ=None) -> Path:
 def load_config(path: str | Path | None = None, *, environ=None) -> UiConfig:
     """Read the config file; a missing default file means defaults, a missing explicit one an error."""
     explicit = path is not None
-    file = Path(path) if explicit else default_path(environ)
+    file = Path(path) if path is not None else default_path(environ)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:

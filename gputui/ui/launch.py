@@ -17,7 +17,7 @@ from typing import Callable
 
 from gputui.model import Snapshot
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
-from gputui.ui.sampler import NoDriverSource, Sampler
+from gputui.ui.sampler import NoDriverSource, Sampler, Source
 from gputui.options import Options
 
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
@@ -74,6 +74,7 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     from gputui.collect import NvmlUnavailable, open_collector
 
     banner = None
+    collector: Source
     try:
         collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
     except NvmlUnavailable as exc:

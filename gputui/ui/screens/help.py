@@ -72,7 +72,7 @@ class HelpScreen(ModalScreen[None]):
     """A table per section: keys, the id to remap them in config.toml, and what they do; then what
     the monitor's marks mean."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", tooltip="Close this help", id="help.close")]
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help", tooltip="Close this help", id="help.close")]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
                  *, ascii: bool = False, cost: str = "") -> None:
@@ -99,5 +99,5 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table(("mark", "where", "means"), legend(self.ascii), wrap_column=2),
                          classes="help-table", id="help-legend")
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:  # (Textual's own action_dismiss waits for callbacks first)
         self.dismiss(None)

@@ -41,7 +41,7 @@ Piece = tuple[str, str]
 def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
     """Content as lines of (text, style) pieces; where spans overlap, their styles are joined in
     order, so a later style wins as it does when Content renders."""
-    lines = []
+    lines: list[tuple[Piece, ...]] = []
     for line in content.split("\n", allow_blank=True):
         text = line.plain
         spans = [s for s in line.spans if s.end > s.start]
@@ -49,7 +49,7 @@ def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
             lines.append(((text, ""),) if text else ())
             continue
         cuts = sorted({0, len(text), *(s.start for s in spans), *(s.end for s in spans)})
-        pieces = []
+        pieces: list[Piece] = []
         for start, end in zip(cuts, cuts[1:]):
             style = " ".join(str(s.style) for s in spans if s.start <= start and s.end >= end)
             if pieces and pieces[-1][1] == style:

@@ -480,9 +480,9 @@ class ProcessTable(ScrollView, can_focus=True):
         width = self.size.width
         if y == 0:
             state = HEADER | (HOVERED if self._hover == -1 else 0)
-            want = (self._layout, state, width)
-            if self._header is None or self._header[0] != want:
-                self._header = (want, self._draw([(label, "") for label, _, _ in self._layout], state, width))
+            heading = (self._layout, state, width)
+            if self._header is None or self._header[0] != heading:
+                self._header = (heading, self._draw([(label, "") for label, _, _ in self._layout], state, width))
             return self._header[1]
         index = y - 1 + self.scroll_offset.y
         if index >= len(self.row_keys):
