@@ -88,7 +88,8 @@ def _order(a: Advice) -> tuple:
     return SEVERITIES.index(a.severity), _PRIORITY.get(a.kind, 2), saving, a.kind
 
 
-def _probe_device(report: ProbeReport | None, device: Device | None, verdict: LeakVerdict | None):
+def _probe_device(report: ProbeReport | None, device: Device | None,
+                  verdict: LeakVerdict | None) -> ProbeDevice | None:
     """The probe's view of the device the process is on (by UUID), else of the device judged."""
     if report is None or not report.devices:
         return None

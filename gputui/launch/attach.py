@@ -44,13 +44,13 @@ def injection_script(home: str = GPUTUI_HOME) -> str:
     )
 
 
-def check_supported(version=None) -> None:
+def check_supported(version: tuple[int, ...] | None = None) -> None:
     """Raise AttachFailed unless this Python can inject code into another process."""
-    version = sys.version_info if version is None else version
-    if tuple(version[:2]) < (3, 14) or not hasattr(sys, "remote_exec"):
+    running = tuple(sys.version_info[:2] if version is None else version[:2])
+    if running < (3, 14) or not hasattr(sys, "remote_exec"):
         raise AttachFailed(
             f"gputui attach needs Python 3.14 or newer (it uses sys.remote_exec); gputui runs on "
-            f"Python {version[0]}.{version[1]} here, and the target must run 3.14 too. To probe a "
+            f"Python {running[0]}.{running[1]} here, and the target must run 3.14 too. To probe a "
             f"job, {OTHER_WAYS}."
         )
 

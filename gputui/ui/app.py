@@ -20,6 +20,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
@@ -402,7 +403,7 @@ class GpuTuiApp(App[int]):
 
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
-    def get_system_commands(self, screen):
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         main = self.main
         yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_toggle_pause)

@@ -99,7 +99,7 @@ COMMAND_MIN = 22
 PADDING = 2  # blank cells around each column, both sides together
 
 
-def column_widths(column_ids, sort_column: str | None = None,
+def column_widths(column_ids: Iterable[str], sort_column: str | None = None,
                   trend_width: int | None = None) -> dict[str, int]:
     """Cells wide each column but the command is: room for its content and for its label with
     the sort mark. ``trend_width`` is the widest trend shown now: no trend, no wasted cells."""
@@ -113,7 +113,7 @@ def column_widths(column_ids, sort_column: str | None = None,
     return widths
 
 
-def fixed_width(column_ids, widths: Mapping[str, int] | None = None) -> int:
+def fixed_width(column_ids: Iterable[str], widths: Mapping[str, int] | None = None) -> int:
     widths = widths if widths is not None else WIDTHS
     return sum(widths.get(c, 0) + PADDING for c in column_ids if c != "command")
 

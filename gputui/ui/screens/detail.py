@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.model import GpuProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.analysis.process import ProcessAnalysis, analyse
@@ -155,7 +155,7 @@ class ProcessDetail(Screen):
         cast("GpuTuiApp", self.app).record_sites(self.report.pid, on=on, steps=RECORD_STEPS)  # (Textual: any App)
 
 
-def forecasts_oom(leak) -> bool:
+def forecasts_oom(leak: LeakVerdict | None) -> bool:
     """Whether the probe's leak verdict says when the process runs out of memory."""
     return leak is not None and leak.state in GROWTH_STATES and leak.oom_step is not None
 

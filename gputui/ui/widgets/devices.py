@@ -6,6 +6,7 @@ the layout or the width changes.
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.events import Click, Resize
 from textual.message import Message
@@ -169,7 +170,7 @@ class DeviceList(VerticalScroll):
         super().__init__(id=id, can_focus=False)
         self.ascii = ascii
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield DeviceLines(ascii=self.ascii)
 
     def show(self, snapshot: Snapshot, mode: str, selected: int | None) -> None:

@@ -5,10 +5,13 @@ sample). Static.update() re-lays out the screen (its size may change); these do 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.content import Content
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
@@ -79,7 +82,7 @@ class StyledLines(Widget):
         self._styles: dict[tuple[str, str], RichStyle] = {}  # (background, style) -> resolved
         self._segments_for: tuple | None = None
 
-    def show_lines(self, lines) -> None:
+    def show_lines(self, lines: Iterable[tuple[str, tuple[Piece, ...]]]) -> None:
         """Draw these lines: ``(background style, pieces)`` each. Repaints only on a change, and asks
         for a new layout only when the number of lines changes."""
         lines = tuple(lines)
@@ -89,14 +92,14 @@ class StyledLines(Widget):
         self.lines = lines
         self.refresh(layout=resized)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.lines)
 
     def render(self) -> Content:
         """The lines as Content (what they say; drawing goes through ``render_line``)."""
         return Content("\n").join(Content.assemble(*pieces) for _, pieces in self.lines)
 
-    def get_content_width(self, container, viewport) -> int:
+    def get_content_width(self, container: Size, viewport: Size) -> int:
         return max((sum(cell_len(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
 
     def render_line(self, y: int) -> Strip:
