@@ -8,8 +8,9 @@ an answer with whatever could be read and a note saying why the rest is missing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
+from gputui.collect.interfaces import PsProcess, Psutil
 from gputui.model import (
     PROCESS_DENIED,
     PROCESS_GONE,
@@ -60,7 +61,7 @@ class _Tracked:
 
     __slots__ = ("process", "static", "cpu_total", "cpu_at")
 
-    def __init__(self, process: Any, static: _Static) -> None:
+    def __init__(self, process: PsProcess, static: _Static) -> None:
         self.process = process
         self.static = static
         self.cpu_total: float | None = None
@@ -70,7 +71,7 @@ class _Tracked:
 class ProcessInspector:
     """Looks GPU processes up in psutil, keeping per-process state between samples."""
 
-    def __init__(self, psutil: Any, clock: Callable[[], float],
+    def __init__(self, psutil: Psutil, clock: Callable[[], float],
                  exists: Callable[[int], bool] | None = None) -> None:
         """``exists(pid)`` tells a hidden process (hidepid=2) from an exited one, where /proc cannot."""
         self.psutil = psutil
@@ -152,7 +153,7 @@ class ProcessInspector:
                   PROCESS_ZOMBIE: NOTE_ZOMBIE}.get(state),
         )
 
-    def _read_static(self, process: Any) -> _Static:
+    def _read_static(self, process: PsProcess) -> _Static:
         """Each field in its own guard: hidepid or another user denies some but not others."""
         ps = self.psutil
         static = _Static(create_time=None)

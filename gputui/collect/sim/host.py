@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import namedtuple
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import psutil as _psutil
 
@@ -123,6 +123,7 @@ class SimPsutil:
     ZombieProcess = _psutil.ZombieProcess
     Error = _psutil.Error
     TimeoutExpired = _psutil.TimeoutExpired
+    STATUS_ZOMBIE = _psutil.STATUS_ZOMBIE  # (the other STATUS_* too, set in __init__)
 
     def __init__(self, machine: SimulatedMachine) -> None:
         self.machine = machine
@@ -156,6 +157,12 @@ class SimPsutil:
     def cpu_count(self, logical: bool = True) -> int:
         count = self.machine.plan.cpu_count
         return count if logical else count // 2
+
+    @overload
+    def cpu_percent(self, interval: float | None = None, percpu: Literal[False] = False) -> float: ...
+
+    @overload
+    def cpu_percent(self, interval: float | None, percpu: Literal[True]) -> list[float]: ...
 
     def cpu_percent(self, interval: float | None = None, percpu: bool = False) -> float | list[float]:
         """Whole-machine CPU percent now (never sleeps, even if an interval is given)."""
