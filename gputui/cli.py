@@ -11,37 +11,15 @@ import dataclasses
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
+from gputui.options import Options
 
 SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything the user asked for, parsed and checked."""
-
-    mode: str = "tui"  # tui, once, json, watch, run, attach, probes, probe, demo-train
-    demo: str | None = None  # simulated scenario, None for the real NVML
-    seed: int = 0
-    demo_processes: int | None = None  # override the scenario's process count (benchmarks)
-    interval: float | None = None  # seconds between samples; None = config or default
-    watch: float | None = None  # --watch period
-    json: bool = False
-    only: tuple[str, ...] = ()  # NVML indices or UUIDs
-    only_visible: bool = False
-    users: tuple[str, ...] = ()
-    pids: tuple[int, ...] = ()
-    ascii: bool = False
-    color: bool | None = None  # None: decide from the terminal and NO_COLOR
-    readonly: bool = False
-    theme: str | None = None
-    config: str | None = None
-    command: tuple[str, ...] = ()  # for `run`
-    pid: int | None = None  # for `attach` and `probe`
-    extra: dict = field(default_factory=dict)  # mode-specific options (demo-train)
 
 
 def _seconds(text: str) -> float:
@@ -68,7 +46,7 @@ def _pid(text: str) -> int:
     return value
 
 
-def _count(one: str, many: str, hint: str = ""):
+def _count(one: str, many: str, hint: str = "") -> Callable[[str], int]:
     """An argparse type: a whole number of things, 1 or more (``hint`` said when it is less)."""
     def count(text: str) -> int:
         try:
@@ -93,7 +71,9 @@ def _name_list(text: str) -> tuple[str, ...]:
 class _Joined(argparse.Action):
     """Values given space-separated (nvitop, gpustat) or comma-separated, as one tuple."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        assert isinstance(values, list)  # nargs="+": a list of the tuples _name_list or _pid_list made
         items = tuple(item for value in values for item in value)
         command = next((item for item in items if item in COMMANDS), None)
         if command is not None:  # `--only 0 run -- ...`: the list swallowed the command
@@ -108,7 +88,7 @@ COMMANDS = ("run", "attach", "probes", "probe", "demo-train")
 class _Parser(argparse.ArgumentParser):
     """argparse with a useful word for a stray argument instead of "invalid choice: '1'"."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         stray = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
         if stray:
             word = stray.group(1)
@@ -256,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _no_live_monitor(terminal) -> str | None:
+def _no_live_monitor(terminal: ModuleType) -> str | None:
     """Why the live monitor cannot run here ("" when that needs no saying), or None when it can."""
     if not terminal.is_terminal():
         return ""  # into a pipe or a file (gputui | less): printing is what was asked

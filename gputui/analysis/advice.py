@@ -70,7 +70,7 @@ def advise(
     if process is not None:
         device = next((d for d in snapshot.devices if d.index == process.device_index), None)
     probe = _probe_device(report, device, verdict)
-    steps = ()
+    steps: tuple[StepRecord, ...] = ()
     if report is not None and probe is not None:
         steps = tuple(s for s in report.steps if s.device in (probe.device, None))
     seen = _Seen(snapshot, process, device, report, probe, steps, trend, verdict, tuple(sites))
@@ -88,7 +88,8 @@ def _order(a: Advice) -> tuple:
     return SEVERITIES.index(a.severity), _PRIORITY.get(a.kind, 2), saving, a.kind
 
 
-def _probe_device(report: ProbeReport | None, device: Device | None, verdict: LeakVerdict | None):
+def _probe_device(report: ProbeReport | None, device: Device | None,
+                  verdict: LeakVerdict | None) -> ProbeDevice | None:
     """The probe's view of the device the process is on (by UUID), else of the device judged."""
     if report is None or not report.devices:
         return None
@@ -339,11 +340,11 @@ def _other_processes(seen: _Seen) -> Advice | None:
         p for p in seen.snapshot.processes
         if p.device_index == proc.device_index and p.pid != proc.pid and p.gpu_memory
     ]
-    held = sum(p.gpu_memory for p in others)
+    held = sum(p.gpu_memory or 0 for p in others)  # (every one known: filtered above)
     total = device.memory_total
     if not others or held < (OTHERS_SHARE * total if total else GIB):
         return None
-    others.sort(key=lambda p: -p.gpu_memory)
+    others.sort(key=lambda p: -(p.gpu_memory or 0))
     listed = ", ".join(
         f"{p.pid} ({p.user or '?'}, {p.name or '?'}) {size(p.gpu_memory)}" for p in others[:3]
     )
@@ -352,7 +353,7 @@ def _other_processes(seen: _Seen) -> Advice | None:
     spare = [d for d in seen.snapshot.devices
              if d.index != device.index and d.memory_free is not None and d.lost is None]
     if spare:
-        best = max(spare, key=lambda d: d.memory_free)
+        best = max(spare, key=lambda d: d.memory_free or 0)
         target = best.cuda_index if best.cuda_index is not None else best.index
         action += f":\n    CUDA_VISIBLE_DEVICES={target} python train.py   # GPU {best.index}: " \
                   f"{size(best.memory_free)} free"

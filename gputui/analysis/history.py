@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gputui.model import Snapshot
 
@@ -16,6 +17,7 @@ PROCESS_METRICS = ("gpu_memory", "sm_util", "cpu_percent", "host_memory")
 
 # A GPU process is one pid on one device; a pid on two GPUs has two histories.
 ProcessKey = tuple[int, int]
+K = TypeVar("K", int, ProcessKey)  # what a track is kept under: a device index or a ProcessKey
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class _Track:
 
     def __init__(self, metrics: tuple[str, ...], max_points: int) -> None:
         self.times: deque[float] = deque(maxlen=max_points)
-        self.columns = {m: deque(maxlen=max_points) for m in metrics}
+        self.columns: dict[str, deque[float | None]] = {m: deque(maxlen=max_points) for m in metrics}
         # Series handed out since the last change: charts and trends ask for the same ones many
         # times per refresh, and copying 600-point tuples for 1000 processes adds up.
         self._series: dict[str, Series] = {}
@@ -86,12 +88,8 @@ class History:
             key = (proc.pid, proc.device_index)
             self._track(self._processes, key, PROCESS_METRICS).add(t, proc)
         oldest = t - self.span
-        for tracks in (self._devices, self._processes):
-            for key in list(tracks):
-                track = tracks[key]
-                track.trim(oldest)
-                if not track.times:
-                    del tracks[key]
+        _trim(self._devices, oldest)
+        _trim(self._processes, oldest)
 
     def device(self, index: int, metric: str) -> Series:
         track = self._devices.get(index)
@@ -104,8 +102,17 @@ class History:
     def process_keys(self) -> tuple[ProcessKey, ...]:
         return tuple(self._processes)
 
-    def _track(self, tracks: dict, key, metrics: tuple[str, ...]) -> _Track:
+    def _track(self, tracks: dict[K, _Track], key: K, metrics: tuple[str, ...]) -> _Track:
         track = tracks.get(key)
         if track is None:
             track = tracks[key] = _Track(metrics, self.max_points)
         return track
+
+
+def _trim(tracks: dict[K, _Track], oldest: float) -> None:
+    """Drop the samples older than ``oldest``, and the tracks left with none."""
+    for key in list(tracks):
+        track = tracks[key]
+        track.trim(oldest)
+        if not track.times:
+            del tracks[key]

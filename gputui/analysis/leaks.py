@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from statistics import median
+from typing import Sequence, TypedDict
 
 from gputui.analysis.robust import releases, settled_count, spread, theil_sen
 from gputui.units import size
@@ -52,6 +53,34 @@ RSS_CONFIRM_STEPS = 48
 
 
 
+class _Figures(TypedDict, total=False):
+    """The LeakVerdict fields every verdict on the same steps shares."""
+
+    device: str | None
+    steps_seen: int
+    first_step: int | None
+    last_step: int | None
+    allocated: int | None
+    reserved: int | None
+    step_time: float | None
+    host_memory: int | None
+    window_steps: int | None
+    allocated_per_step: float | None
+    reserved_per_step: float | None
+    inactive_split_per_step: float | None
+    retries_added: int | None
+    growth: tuple[CategoryGrowth, ...]
+    host_other_per_step: float | None
+
+
+class _Forecast(TypedDict, total=False):
+    """The LeakVerdict fields of an OOM forecast."""
+
+    oom_step: int
+    oom_in: float
+    oom_at: float
+
+
 def leak_verdict(
     report: ProbeReport,
     *,
@@ -80,7 +109,7 @@ def leak_verdict(
                            steps_needed=min_steps)
     last = steps[-1]
     measured = [s for s in steps if s.categories is not None or s.reserved is not None]
-    base = dict(
+    base = _Figures(
         device=last.device, steps_seen=len(steps), first_step=steps[0].step, last_step=last.step,
         allocated=int(getattr(last, figure)), reserved=last.reserved, step_time=_step_time(steps),
         host_memory=_latest(steps, "host_memory") if figure != "allocated" or _on_cpu(last) else None,
@@ -116,11 +145,11 @@ def leak_verdict(
     growth = _category_growth(measured[-2 * WINDOW_STEPS:], window[0].step, slope, figure)
     growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
     other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
-    base.update(
-        window_steps=span, allocated_per_step=slope, reserved_per_step=reserved_slope,
-        inactive_split_per_step=inactive_slope, retries_added=retries_added, growth=growth,
-        host_other_per_step=other if figure != "allocated" else None,
-    )
+    base.update({
+        "window_steps": span, "allocated_per_step": slope, "reserved_per_step": reserved_slope,
+        "inactive_split_per_step": inactive_slope, "retries_added": retries_added, "growth": growth,
+        "host_other_per_step": other if figure != "allocated" else None,
+    })
 
     if grows:
         # Growth far clear of noise needs fewer readings (the probe reads fewer steps where its
@@ -245,8 +274,9 @@ def _judged_steps(report: ProbeReport, device: str | None) -> tuple[list[StepRec
     return [by_step[k] for k in sorted(by_step)], figure
 
 
-def _latest(steps: list[StepRecord], name: str):
-    return next((getattr(s, name) for s in reversed(steps) if getattr(s, name) is not None), None)
+def _latest(steps: list[StepRecord], name: str) -> int | None:
+    latest: int | None = next((getattr(s, name) for s in reversed(steps) if getattr(s, name) is not None), None)
+    return latest
 
 
 def _column(steps: list[StepRecord], name: str) -> list[float]:
@@ -289,7 +319,8 @@ def _typical_step(xs: list[float], ys: list[float]) -> float:
     return median(rates) if rates else 0.0
 
 
-def _trough_growth(xs, ys, drops, min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
+def _trough_growth(xs: list[float], ys: list[float], drops: list[tuple[int, int]],
+                   min_growth: float = MIN_GROWTH) -> tuple[float, bool]:
     """Slope of a sawtooth's low points, and whether they rise enough to be a leak of their own.
 
     Whether they rise is judged on the least value in each third of the window, not on the troughs
@@ -327,7 +358,8 @@ def _category_growth(measured: list[StepRecord], since: int, total: float,
     if not cats:
         return ()
     xs = [float(s.step) for s in cats]
-    found, explained = [], 0.0
+    found: list[CategoryGrowth] = []
+    explained = 0.0
     for name in ("parameters", "gradients", "optimizer_state", "buffers", "activations"):
         values = [getattr(s.categories, name) for s in cats]
         if None in values:
@@ -345,7 +377,8 @@ def _category_growth(measured: list[StepRecord], since: int, total: float,
     if found:
         # On CUDA the probe knows the live "other" bytes (allocated beyond the tracked tensors); on
         # CPU host memory holds more than tensors, so no level is claimed.
-        level = cats[-1].categories.other if figure == "allocated" else None
+        latest = cats[-1].categories
+        level = latest.other if figure == "allocated" and latest is not None else None
         found.append(CategoryGrowth("other", max(0.0, total - explained), level))
     return tuple(found)
 
@@ -354,14 +387,15 @@ def _allocator_growth(allocator: list[StepRecord]) -> tuple[CategoryGrowth, ...]
     """The allocator's cache and fragmentation, per step, from the steps that read the allocator."""
     xs = [float(s.step) for s in allocator]
     derived = {
-        "cache": [None if s.reserved is None else s.reserved - s.allocated for s in allocator],
+        "cache": [None if s.reserved is None or s.allocated is None else s.reserved - s.allocated for s in allocator],
         "fragmentation": [s.inactive_split for s in allocator],
     }
+    known = {name: [v for v in values if v is not None] for name, values in derived.items()}
     return tuple(CategoryGrowth(name, theil_sen(xs, values) or 0.0, values[-1])
-                 for name, values in derived.items() if values and None not in values)
+                 for name, values in known.items() if values and len(values) == len(derived[name]))
 
 
-def _leading(growth, names, total_slope: float) -> str | None:
+def _leading(growth: Sequence[CategoryGrowth], names: Sequence[str], total_slope: float) -> str | None:
     """The category that grows fastest among ``names``, if it explains a good part of the growth."""
     for g in growth:
         if g.name in names:
@@ -369,7 +403,7 @@ def _leading(growth, names, total_slope: float) -> str | None:
     return None
 
 
-def _slope_of(growth, name) -> float:
+def _slope_of(growth: Sequence[CategoryGrowth], name: str) -> float:
     return next(g.bytes_per_step for g in growth if g.name == name)
 
 
@@ -393,16 +427,19 @@ def _headroom(last: StepRecord, total: int | None, free: int | None, cache_count
     Growing allocations first reuse the allocator's cache (reserved minus allocated); growing cache
     needs new device memory.
     """
-    cache = (last.reserved - last.allocated) if (cache_counts and last.reserved is not None) else 0
+    cache = 0
+    if cache_counts and last.reserved is not None and last.allocated is not None:
+        cache = last.reserved - last.allocated
     if free is not None:
         return free + cache
     if total is None:
         return None
     held = last.allocated if cache_counts else (last.reserved if last.reserved is not None else last.allocated)
-    return total - held
+    return None if held is None else total - held
 
 
-def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | None, peaks: bool = False) -> dict:
+def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | None,
+              peaks: bool = False) -> _Forecast:
     """The step during which memory no longer fits, and when, at ``rate`` bytes per step.
 
     With ``peaks``, what must fit is the step's peak (forward, backward, optimizer), not its end:
@@ -410,7 +447,7 @@ def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | Non
     Growing cache, by contrast, fills the device (and then forces retries) at its own pace.
     """
     if rate is None or rate <= 0 or headroom is None:
-        return {}
+        return _Forecast()
     last = steps[-1]
     transient = 0
     # The latest measured step's peaks, over its own end: what each step adds on top for a while.
@@ -418,14 +455,14 @@ def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | Non
                      or s.peak_optimizer is not None), None)
     highs = [] if measured is None else [
         p for p in (measured.peak_forward, measured.peak_backward, measured.peak_optimizer) if p is not None]
-    if peaks and highs and measured.allocated is not None:
+    if peaks and highs and measured is not None and measured.allocated is not None:
         transient = max(0, max(highs) - measured.allocated)
     steps_left = max(0.0, headroom - transient) / rate
-    out = {"oom_step": last.step + math.floor(steps_left) + 1}
+    out = _Forecast(oom_step=last.step + math.floor(steps_left) + 1)
     step_time = _step_time(steps)
     if step_time is not None:
-        out["oom_in"] = steps_left * step_time
-        out["oom_at"] = last.ended_at + out["oom_in"]
+        out["oom_in"] = oom_in = steps_left * step_time
+        out["oom_at"] = last.ended_at + oom_in
     return out
 
 
@@ -457,7 +494,7 @@ def snapshot_leak_verdict(report: ProbeReport, snapshot: Snapshot) -> LeakVerdic
 
 def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None:
     """The NVML device holding the probe's busiest CUDA device (joined by UUID), or None."""
-    by_uuid = {d.uuid: d for d in snapshot.devices if d.uuid}
+    by_uuid: dict[str | None, Device] = {d.uuid: d for d in snapshot.devices if d.uuid}
     known = [pd for pd in report.devices if pd.uuid in by_uuid]
     if not known:
         return None

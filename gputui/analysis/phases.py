@@ -6,6 +6,7 @@ Pure: step records in, plain sentences out, for ``gputui probe`` and the detail 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gputui.units import size
@@ -53,12 +54,13 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     return PhaseAccount(step.step, tuple(lines), top_name, top)
 
 
-def accounts(steps) -> tuple[PhaseAccount, ...]:
+def accounts(steps: Sequence[StepRecord]) -> tuple[PhaseAccount, ...]:
     """The first measured step and the latest (the job's start, and how it runs now)."""
     measured = [s for s in steps if _peaks(s)]
     picked = sorted({0, len(measured) - 1}) if measured else []
-    return tuple(phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
-                 for i in picked)
+    found = (phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
+             for i in picked)
+    return tuple(account for account in found if account is not None)  # (all are: measured steps have peaks)
 
 
 def headline(account: PhaseAccount) -> str:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Sequence, TypedDict, cast
 
 from gputui.analysis.history import History, ProcessKey, Series
 from gputui.analysis.robust import releases, theil_sen
-from gputui.model import Snapshot
+from gputui.model import GpuProcess, Snapshot
 from gputui.model.verdicts import (
     TREND_GROWING,
     TREND_SAWTOOTH,
@@ -33,6 +34,16 @@ MIN_RISE = 16 * MIB  # less than this is noise in NVML's page-granular figures
 REL_RISE = 0.01  # ... and so is less than this fraction of the process's memory
 DECELERATION = 0.25  # the latest half growing slower than this fraction of the window: flattening
 MAX_READINGS = 150  # readings analysed per process; longer histories are thinned evenly
+
+
+class _Common(TypedDict):
+    """The ProcessTrend fields every verdict of one series shares."""
+
+    level: int
+    samples: int
+    span: float
+    releases: int
+    computed_at: float | None
 
 
 def rise_threshold(level: float) -> float:
@@ -62,7 +73,7 @@ def process_trend(
     span = times[-1] - _first_known_time(series)
     if now is None:
         now = times[-1]
-    base = dict(level=level, samples=_known_count(series), span=span, computed_at=now)
+    base = _Common(level=level, samples=_known_count(series), span=span, releases=0, computed_at=now)
     if samples < MIN_POINTS or span < MIN_SPAN:
         return ProcessTrend(TREND_UNKNOWN, **base)
 
@@ -120,12 +131,13 @@ def process_trend(
     return ProcessTrend(TREND_STEADY, rate=rate, **base)
 
 
-def _been_this_high(values, before: int, level: float) -> bool:
+def _been_this_high(values: Sequence[float], before: int, level: float) -> bool:
     """Whether the readings before index ``before`` already reached ``level``."""
     return before > 0 and max(values[:before]) >= level
 
 
-def _sawtooth(times, values, drops, threshold, base, device_free, device_total) -> ProcessTrend:
+def _sawtooth(times: list[float], values: list[float], drops: list[tuple[int, int]], threshold: float,
+              base: _Common, device_free: int | None, device_total: int | None) -> ProcessTrend:
     """Released again and again: a sawtooth, unless the low points themselves keep rising."""
     if values[-1] - values[drops[-1][1]] < threshold:
         drops = drops[:-1]  # still falling: where this fall ends is not known yet
@@ -161,7 +173,7 @@ def _readings(series: Series) -> tuple[list[float], list[float]]:
     if None in values:
         pairs = [(t, v) for t, v in zip(times, values) if v is not None]
         return [t for t, _ in pairs], [v for _, v in pairs]
-    return list(times), list(values)
+    return list(times), cast("list[float]", list(values))  # no None among them: checked above
 
 
 def _first_known_time(series: Series) -> float:
@@ -216,11 +228,11 @@ def trends(
                 total[d.index, mig.gpu_instance_id] = mig.memory_total
                 free[d.index, mig.gpu_instance_id] = _free(None, mig.memory_total, mig.memory_used)
 
-    def room(proc) -> tuple[int, int | None]:
+    def room(proc: GpuProcess) -> tuple[int, int | None]:
         where = (proc.device_index, proc.gpu_instance_id)
         return where if where in total else (proc.device_index, None)
 
-    def judge(proc) -> ProcessTrend:
+    def judge(proc: GpuProcess) -> ProcessTrend:
         key = (proc.pid, proc.device_index)
         return process_trend(
             history.process(key, "gpu_memory"),
@@ -235,7 +247,7 @@ def trends(
 
     procs = {(p.pid, p.device_index): p for p in snapshot.processes}
     old = cache.trends
-    due = []
+    due: list[tuple[float, ProcessKey]] = []
     for key in procs:
         trend = old.get(key)
         if trend is None or trend.verdict == TREND_UNKNOWN or trend.computed_at is None:

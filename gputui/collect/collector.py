@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Callable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from gputui.collect import nvml as nvml_reading
 from gputui.collect.host import HostReader
+from gputui.collect.interfaces import Psutil
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
@@ -21,14 +23,17 @@ from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
 from gputui.model import PROCESS_UNMAPPED, GpuProcess, MonitorCost, ProbeReport, Snapshot
 
+if TYPE_CHECKING:  # only --demo and the tests bring the simulated machine
+    from gputui.collect.sim.machine import SimulatedMachine
+
 
 class Collector:
     """Samples the machine. Never raises for device or process trouble: see Snapshot.problems."""
 
     def __init__(
         self,
-        nvml: Any,
-        psutil: Any,
+        nvml: ModuleType,
+        psutil: Psutil,
         *,
         clock: Callable[[], float] = time.monotonic,
         wallclock: Callable[[], float] = time.time,
@@ -36,7 +41,7 @@ class Collector:
         environ: Mapping[str, str] | None = None,
         proc_root: str | os.PathLike[str] | None = "/proc",
         source: str = "nvml",
-        machine: Any = None,
+        machine: SimulatedMachine | None = None,
         cpu_clock: Callable[[], float] | None = time.process_time,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:

@@ -5,15 +5,18 @@ CPU % is psutil's non-blocking form (since the previous call), so the first samp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Callable, TypeVar
 
+from gputui.collect.interfaces import Psutil
 from gputui.model import Host
+
+T = TypeVar("T")
 
 
 class HostReader:
     """Reads host figures; each one in its own guard, since containers hide some of them."""
 
-    def __init__(self, psutil: Any, hostname: str) -> None:
+    def __init__(self, psutil: Psutil, hostname: str) -> None:
         self.psutil = psutil
         self.hostname = hostname
         self._cpu_count = _ask(psutil.cpu_count)
@@ -36,11 +39,11 @@ class HostReader:
             memory_used=memory.total - memory.available if memory is not None else None,
             swap_total=swap.total if swap is not None else None,
             swap_used=swap.used if swap is not None else None,
-            load_average=tuple(load) if load is not None else None,
+            load_average=load,
         )
 
 
-def _ask(fn: Any, *args: Any) -> Any:
+def _ask(fn: Callable[..., T], *args: object) -> T | None:
     try:
         return fn(*args)
     except (OSError, RuntimeError, AttributeError):

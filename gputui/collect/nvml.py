@@ -17,10 +17,11 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
 from gputui.errors import UserError
-from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance
+from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance, ProcessKind
 
 
 class NvmlUnavailable(UserError):
@@ -42,7 +43,7 @@ class DeviceLost(Exception):
 
 
 # Error codes meaning "this field/function does not exist here": ask once, then remember None.
-def _absent_codes(nvml: Any) -> frozenset[int]:
+def _absent_codes(nvml: ModuleType) -> frozenset[int]:
     return frozenset({
         nvml.NVML_ERROR_NOT_SUPPORTED,
         nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -50,7 +51,7 @@ def _absent_codes(nvml: Any) -> frozenset[int]:
     })
 
 
-def _lost_codes(nvml: Any) -> frozenset[int]:
+def _lost_codes(nvml: ModuleType) -> frozenset[int]:
     return frozenset({
         nvml.NVML_ERROR_GPU_IS_LOST,
         nvml.NVML_ERROR_UNKNOWN,
@@ -58,7 +59,7 @@ def _lost_codes(nvml: Any) -> frozenset[int]:
     })
 
 
-def start(nvml: Any) -> None:
+def start(nvml: ModuleType) -> None:
     """Load and initialise NVML, or raise NvmlUnavailable."""
     try:
         nvml.nvmlInit()
@@ -68,7 +69,7 @@ def start(nvml: Any) -> None:
         raise NvmlUnavailable(str(exc)) from None
 
 
-def read_driver(nvml: Any) -> Driver:
+def read_driver(nvml: ModuleType) -> Driver:
     """Driver, CUDA driver and NVML versions; each None when the driver will not say."""
 
     def ask(fn: str) -> Any:
@@ -88,7 +89,7 @@ def read_driver(nvml: Any) -> Driver:
     )
 
 
-def device_count(nvml: Any) -> int:
+def device_count(nvml: ModuleType) -> int:
     return nvml.nvmlDeviceGetCount()
 
 
@@ -98,7 +99,7 @@ class RawProcess:
 
     pid: int
     device_index: int
-    kind: str
+    kind: ProcessKind
     gpu_memory: int | None
     gpu_instance_id: int | None
     compute_instance_id: int | None
@@ -140,7 +141,7 @@ _NOT_AVAILABLE = ctypes.c_ulonglong(-1).value  # usedGpuMemory when the driver c
 class DeviceReader:
     """Reads one GPU. Remembers its handle, its static facts, and which calls it does not support."""
 
-    def __init__(self, nvml: Any, index: int, *, timer: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, nvml: ModuleType, index: int, *, timer: Callable[[], float] = time.perf_counter) -> None:
         self.nvml = nvml
         self.index = index
         self.timer = timer
@@ -385,7 +386,8 @@ class DeviceReader:
             self._graphics_due = self._now + GRAPHICS_EVERY
         graphics = self._graphics
         merged: dict[int, RawProcess] = {}
-        for kind, entries in (("compute", compute), ("graphics", graphics)):
+        lists: tuple[tuple[ProcessKind, list[Any]], ...] = (("compute", compute), ("graphics", graphics))
+        for kind, entries in lists:
             for info in entries:
                 pid = info.pid
                 memory = info.usedGpuMemory
@@ -400,7 +402,7 @@ class DeviceReader:
                 if before is not None:
                     memory = max((m for m in (before.gpu_memory, memory) if m is not None),
                                  default=None)
-                    kind_now = before.kind if before.kind == kind else "compute+graphics"
+                    kind_now: ProcessKind = before.kind if before.kind == kind else "compute+graphics"
                     merged[pid] = RawProcess(pid, self.index, kind_now, memory,
                                              before.gpu_instance_id, before.compute_instance_id)
                 else:
@@ -463,7 +465,7 @@ class DeviceReader:
         return {pid: (sm, mem) for pid, (_, sm, mem) in newest.items()}
 
 
-def _processes_v1(nvml: Any, symbol: str, handle: Any) -> list[Any]:
+def _processes_v1(nvml: ModuleType, symbol: str, handle: Any) -> list[Any]:
     """The v1 process list (drivers before 470), which pynvml 13 no longer wraps."""
     fn = nvml._nvmlGetFunctionPointer(symbol)
     count = ctypes.c_uint(0)

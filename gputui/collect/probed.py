@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable
+from typing import Callable
 
+from gputui.collect.interfaces import Psutil
 from gputui.collect.processes import ProcessInspector
 from gputui.model import PROCESS_OK, HostProcess, Snapshot
 
@@ -14,7 +15,7 @@ from gputui.model import PROCESS_OK, HostProcess, Snapshot
 class ProbedProcesses:
     """Keeps its own CPU % bookkeeping, apart from the GPU processes', between samples."""
 
-    def __init__(self, psutil: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, psutil: Psutil, clock: Callable[[], float] = time.monotonic) -> None:
         self._inspector = ProcessInspector(psutil, clock)
 
     def add_to(self, snapshot: Snapshot) -> Snapshot:

@@ -8,14 +8,16 @@ an answer with whatever could be read and a note saying why the rest is missing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
+from gputui.collect.interfaces import PsProcess, Psutil
 from gputui.model import (
     PROCESS_DENIED,
     PROCESS_GONE,
     PROCESS_OK,
     PROCESS_ZOMBIE,
     HostProcess,
+    ProcessState,
 )
 
 NOTE_GONE = "exited before its details could be read"
@@ -31,7 +33,7 @@ MAX_PARENT_DEPTH = 8
 class ProcessDetails:
     """psutil's view of one process at one sample."""
 
-    state: str = PROCESS_OK
+    state: ProcessState = PROCESS_OK
     name: str | None = None
     command: tuple[str, ...] = ()
     user: str | None = None
@@ -59,7 +61,7 @@ class _Tracked:
 
     __slots__ = ("process", "static", "cpu_total", "cpu_at")
 
-    def __init__(self, process: Any, static: _Static) -> None:
+    def __init__(self, process: PsProcess, static: _Static) -> None:
         self.process = process
         self.static = static
         self.cpu_total: float | None = None
@@ -69,7 +71,7 @@ class _Tracked:
 class ProcessInspector:
     """Looks GPU processes up in psutil, keeping per-process state between samples."""
 
-    def __init__(self, psutil: Any, clock: Callable[[], float],
+    def __init__(self, psutil: Psutil, clock: Callable[[], float],
                  exists: Callable[[int], bool] | None = None) -> None:
         """``exists(pid)`` tells a hidden process (hidepid=2) from an exited one, where /proc cannot."""
         self.psutil = psutil
@@ -108,7 +110,7 @@ class ProcessInspector:
             first = False
         process = tracked.process
         static = tracked.static
-        state = PROCESS_OK
+        state: ProcessState = PROCESS_OK
         cpu_percent = host_memory = None
         try:
             with process.oneshot():
@@ -117,7 +119,7 @@ class ProcessInspector:
                 try:
                     times = process.cpu_times()
                     total = times.user + times.system
-                    if tracked.cpu_total is not None and now > tracked.cpu_at:
+                    if tracked.cpu_total is not None and tracked.cpu_at is not None and now > tracked.cpu_at:
                         cpu_percent = max(0.0, 100.0 * (total - tracked.cpu_total)
                                           / (now - tracked.cpu_at))
                     tracked.cpu_total, tracked.cpu_at = total, now
@@ -151,7 +153,7 @@ class ProcessInspector:
                   PROCESS_ZOMBIE: NOTE_ZOMBIE}.get(state),
         )
 
-    def _read_static(self, process: Any) -> _Static:
+    def _read_static(self, process: PsProcess) -> _Static:
         """Each field in its own guard: hidepid or another user denies some but not others."""
         ps = self.psutil
         static = _Static(create_time=None)

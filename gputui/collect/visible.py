@@ -46,8 +46,8 @@ def _resolve(entry: str, devices: Sequence[Device]) -> Target | None:
                    if m.uuid and m.uuid.upper().startswith(upper)]
         return matches[0] if len(matches) == 1 else None
     if upper.startswith("GPU-"):
-        matches = [d.index for d in devices if d.uuid and d.uuid.upper().startswith(upper)]
-        return matches[0] if len(matches) == 1 else None
+        indices = [d.index for d in devices if d.uuid and d.uuid.upper().startswith(upper)]
+        return indices[0] if len(indices) == 1 else None
     return None
 
 

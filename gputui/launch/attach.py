@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.options import Options
 
 WAIT_FOR_SOCKET = 10.0  # seconds: the script runs when the target next executes Python code
 GPUTUI_HOME = str(Path(__file__).resolve().parents[2])
@@ -43,19 +44,21 @@ def injection_script(home: str = GPUTUI_HOME) -> str:
     )
 
 
-def check_supported(version=None) -> None:
+def check_supported(version: tuple[int, ...] | None = None) -> None:
     """Raise AttachFailed unless this Python can inject code into another process."""
-    version = sys.version_info if version is None else version
-    if tuple(version[:2]) < (3, 14) or not hasattr(sys, "remote_exec"):
+    running = tuple(sys.version_info[:2] if version is None else version[:2])
+    if running < (3, 14) or not hasattr(sys, "remote_exec"):
         raise AttachFailed(
             f"gputui attach needs Python 3.14 or newer (it uses sys.remote_exec); gputui runs on "
-            f"Python {version[0]}.{version[1]} here, and the target must run 3.14 too. To probe a "
+            f"Python {running[0]}.{running[1]} here, and the target must run 3.14 too. To probe a "
             f"job, {OTHER_WAYS}."
         )
 
 
-def attach(options) -> int:
+def attach(options: Options) -> int:
     pid = options.pid
+    if pid is None:  # the CLI requires one
+        raise UserError("attach: give the PID of the process to attach to")
     check_supported()
     try:
         os.kill(pid, 0)
@@ -91,6 +94,8 @@ def attach(options) -> int:
 
 
 def _remote_exec(pid: int, script: str) -> None:
+    if sys.version_info < (3, 14):  # attach() has checked already; this tells the type checker
+        raise AttachFailed("gputui attach needs Python 3.14 or newer (it uses sys.remote_exec)")
     try:
         sys.remote_exec(pid, script)
     except PermissionError:

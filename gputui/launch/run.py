@@ -11,9 +11,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import FrameType
+from typing import Union
 
 from gputui.errors import UserError
+from gputui.options import Options
+
+# What signal.signal() returns: the handler that was there (a function, SIG_DFL/SIG_IGN, or None).
+_Handler = Union[Callable[[int, FrameType | None], object], int, signal.Handlers, None]
 
 # The sitecustomize shim runs inside the job, so it lives with the probe; found by path, not imported.
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "probe" / "bootstrap"
@@ -33,7 +40,7 @@ class CommandNotRunnable(UserError):
     exit_code = 126
 
 
-def probe_environment(environ=None) -> dict[str, str]:
+def probe_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment the command runs in: ours, plus the probe switched on."""
     env = dict(os.environ if environ is None else environ)
     env["GPUTUI_PROBE"] = "1"
@@ -44,7 +51,7 @@ def probe_environment(environ=None) -> dict[str, str]:
     return env
 
 
-def run_command(options) -> int:
+def run_command(options: Options) -> int:
     """Run ``options.command`` with the probe; return its exit status (128+N if killed by signal N)."""
     command = list(options.command)
     if not command:
@@ -118,11 +125,11 @@ def _descends_from(pid: int, root: int) -> bool:
     return False
 
 
-def _forward_signals(child: subprocess.Popen) -> dict:
+def _forward_signals(child: subprocess.Popen[bytes]) -> dict[int, _Handler]:
     """Pass termination signals on to the child; returns the handlers to restore."""
     previous = {}
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and _child_shares_terminal():
             return  # Ctrl-C at the terminal already reached the child's process group
         try:

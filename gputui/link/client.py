@@ -15,7 +15,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from gputui.errors import UserError
 from gputui.link import paths, protocol
@@ -46,7 +46,7 @@ class ProbeUnavailable(UserError):
         self.detail = detail
 
 
-def discover(environ: dict[str, str] | None = None, *,
+def discover(environ: Mapping[str, str] | None = None, *,
              all_users: bool | None = None) -> dict[int, Path]:
     """The probed processes that are alive, by pid as this monitor sees them; sockets of dead pids
     are removed.
@@ -90,7 +90,7 @@ def discover(environ: dict[str, str] | None = None, *,
     return dict(sorted(found.items()))
 
 
-def find_socket(pid: int, environ: dict[str, str] | None = None) -> Path | None:
+def find_socket(pid: int, environ: Mapping[str, str] | None = None) -> Path | None:
     """The socket of process ``pid``'s probe, in this user's directories (every user's for root)."""
     directories = paths.every_users_dirs(environ) if os.getuid() == 0 else paths.search_dirs(environ)
     name = paths.socket_name(pid, paths.pid_namespace())
@@ -103,7 +103,7 @@ def find_socket(pid: int, environ: dict[str, str] | None = None) -> Path | None:
 
 
 def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2.0,
-            environ: dict[str, str] | None = None) -> Any:
+            environ: Mapping[str, str] | None = None) -> Any:
     """Send one request to ``pid``'s probe and return its result; raises ProbeUnavailable."""
     path = find_socket(pid, environ)
     if path is None:
@@ -140,7 +140,7 @@ def _ask_once(pid: int, path: Path, op: str, params: dict | None, deadline: floa
 
 
 def fetch_report(pid: int, timeout: float = 2.0, *,
-                 environ: dict[str, str] | None = None) -> ProbeReport:
+                 environ: Mapping[str, str] | None = None) -> ProbeReport:
     """``pid``'s probe report right now; raises ProbeUnavailable saying why not."""
     return decode_report(pid, request(pid, "report", timeout=timeout, environ=environ))
 
@@ -309,7 +309,7 @@ class ProbeWatcher:
     """
 
     def __init__(self, *, timeout: float = 0.25, rediscover_every: float = 2.0,
-                 give_up_after: float = 10.0, environ: dict[str, str] | None = None,
+                 give_up_after: float = 10.0, environ: Mapping[str, str] | None = None,
                  all_users: bool | None = None, clock: Callable[[], float] = time.monotonic,
                  keep_steps: int = 600, keep_measured: int = 128):
         self.timeout = timeout
@@ -422,8 +422,8 @@ class ProbeWatcher:
         since = result.get("since_step") if isinstance(result, dict) else None
         if isinstance(since, int) and held is not None:
             # Only the steps after ``since``: the ones held up to there, then the new ones.
-            kept = tuple(s for s in held.steps if s.step <= since)
-            report = dataclasses.replace(report, steps=kept + report.steps)
+            held_steps = tuple(s for s in held.steps if s.step <= since)
+            report = dataclasses.replace(report, steps=held_steps + report.steps)
         if len(report.steps) > self.keep_steps:
             older, recent = report.steps[:-self.keep_steps], report.steps[-self.keep_steps:]
             measured = [s for s in older if s.allocated is not None]

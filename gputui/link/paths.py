@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Mapping
 
 from gputui.errors import UserError
 
@@ -41,7 +42,7 @@ class ProbeDirUnsafe(UserError):
     """The probe directory exists but could let another user in; we refuse to use it."""
 
 
-def candidate_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+def candidate_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
     """The directories a probe may use, in order of preference (none created or checked)."""
     env = os.environ if environ is None else environ
     override = env.get(DIR_ENV)
@@ -56,7 +57,7 @@ def candidate_dirs(environ: dict[str, str] | None = None) -> list[Path]:
     return dirs
 
 
-def probe_dir(environ: dict[str, str] | None = None) -> Path:
+def probe_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The directory this user's probes put their sockets in, created 0700 if missing.
 
     Raises ProbeDirUnsafe when it exists but is not ours, is a symlink, or is open to others.
@@ -72,7 +73,7 @@ def probe_dir(environ: dict[str, str] | None = None) -> Path:
     return path
 
 
-def search_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+def search_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
     """The existing, safe directories where this user's probes may be listening.
 
     The monitor looks in all of them because a job started without $XDG_RUNTIME_DIR (cron, a batch
@@ -89,7 +90,7 @@ def search_dirs(environ: dict[str, str] | None = None) -> list[Path]:
     return found
 
 
-def refused_dirs(environ: dict[str, str] | None = None) -> list[tuple[Path, str]]:
+def refused_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """The directories this user's probes may use that exist but are not safe, each with why:
     a probe there cannot start, and no monitor reads them."""
     refused = []
@@ -103,7 +104,7 @@ def refused_dirs(environ: dict[str, str] | None = None) -> list[tuple[Path, str]
     return refused
 
 
-def _looked_in(environ: dict[str, str] | None) -> list[Path]:
+def _looked_in(environ: Mapping[str, str] | None) -> list[Path]:
     dirs = candidate_dirs(environ)
     env = os.environ if environ is None else environ
     logind = RUNTIME_ROOT / str(os.getuid()) / "gputui"
@@ -112,7 +113,7 @@ def _looked_in(environ: dict[str, str] | None) -> list[Path]:
     return dirs
 
 
-def every_users_dirs(environ: dict[str, str] | None = None) -> list[Path]:
+def every_users_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
     """The safe probe directories of every user on the machine (for root, who may reach them all).
 
     A directory counts only when it is owned by the uid its path names and closed to others, so a

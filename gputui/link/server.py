@@ -136,6 +136,7 @@ class ProbeServer:
             self._wake_r.setblocking(False)
             self._wake_w.setblocking(False)
             self._selector = selectors.DefaultSelector()
+            assert self._listener is not None  # _bind() made it
             self._selector.register(self._listener, selectors.EVENT_READ, None)
             self._selector.register(self._wake_r, selectors.EVENT_READ, None)
             self._thread = threading.Thread(target=self._serve, name="gputui-probe-server",
@@ -318,7 +319,7 @@ class ProbeServer:
         deadlines = []
         if self._listening_paused_until is not None:
             if now >= self._listening_paused_until:
-                assert self._selector is not None
+                assert self._selector is not None and self._listener is not None
                 self._selector.register(self._listener, selectors.EVENT_READ, None)
                 self._listening_paused_until = None
             else:

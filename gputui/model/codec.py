@@ -32,7 +32,9 @@ def from_jsonable(cls: type[T], data: Any) -> T:
 
     Raises ValueError when the data does not have the shape the type asks for.
     """
-    return _decoder(cls)(data, cls.__name__)
+    tp: Any = cls  # (functools.cache types its argument Hashable, which a type[T] is not to mypy)
+    decoded: T = _decoder(tp)(data, cls.__name__)
+    return decoded
 
 
 # Decoders are built once per type and cached: the monitor decodes every probe's report every
@@ -43,11 +45,13 @@ Decoder = Callable[[Any, str], Any]
 @cache
 def _decoder(tp: Any) -> Decoder:
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:  # a fixed set of words: decoded as leniently as any string of them
+        return _exact_decoder(literal_type(tp))
     if origin in (typing.Union, types.UnionType):
         return _union_decoder(typing.get_args(tp))
     if origin is tuple:
         return _tuple_decoder(typing.get_args(tp))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_decoder(tp)
     if tp is float:
         return _decode_float
@@ -60,7 +64,15 @@ def _decoder(tp: Any) -> Decoder:
     raise TypeError(f"cannot decode type {tp!r}")
 
 
-def _union_decoder(args: tuple) -> Decoder:
+def literal_type(tp: Any) -> type:
+    """The one type of a ``Literal[...]``'s values (``str`` for ``Literal["ok", "gone"]``)."""
+    kinds = {type(a) for a in typing.get_args(tp)}
+    if len(kinds) != 1:
+        raise TypeError(f"only literals of one type are supported, not {tp!r}")
+    return kinds.pop()
+
+
+def _union_decoder(args: tuple[Any, ...]) -> Decoder:
     optional = type(None) in args
     options = [_decoder(a) for a in args if a is not type(None)]
 
@@ -78,11 +90,11 @@ def _union_decoder(args: tuple) -> Decoder:
     return decode
 
 
-def _tuple_decoder(args: tuple) -> Decoder:
+def _tuple_decoder(args: tuple[Any, ...]) -> Decoder:
     if len(args) == 2 and args[1] is Ellipsis:
         item = _decoder(args[0])
 
-        def decode_any_length(data: Any, path: str) -> tuple:
+        def decode_any_length(data: Any, path: str) -> tuple[Any, ...]:
             if not isinstance(data, list):
                 raise ValueError(f"{path}: expected a list, got {type(data).__name__}")
             return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(data))
@@ -90,7 +102,7 @@ def _tuple_decoder(args: tuple) -> Decoder:
         return decode_any_length
     items = [_decoder(a) for a in args]
 
-    def decode_fixed(data: Any, path: str) -> tuple:
+    def decode_fixed(data: Any, path: str) -> tuple[Any, ...]:
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a list, got {type(data).__name__}")
         if len(items) != len(data):

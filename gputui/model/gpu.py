@@ -7,6 +7,7 @@ epoch). A field the hardware or driver does not report is ``None``: never zero, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from gputui.model.fielddoc import doc
 from gputui.model.probe import ProbeReport
@@ -119,15 +120,19 @@ class Device:
 
 
 # GpuProcess.state values
-PROCESS_OK = "ok"
-PROCESS_GONE = "gone"  # exited between the NVML query and the psutil lookup
-PROCESS_DENIED = "denied"  # another user's process: psutil may not read it
-PROCESS_ZOMBIE = "zombie"
-PROCESS_UNMAPPED = "unmapped"  # NVML's host PID has no PID in this container's namespace
-PROCESS_STATES = (PROCESS_OK, PROCESS_GONE, PROCESS_DENIED, PROCESS_ZOMBIE, PROCESS_UNMAPPED)
+ProcessState = Literal["ok", "gone", "denied", "zombie", "unmapped"]
+PROCESS_OK: Final = "ok"
+PROCESS_GONE: Final = "gone"  # exited between the NVML query and the psutil lookup
+PROCESS_DENIED: Final = "denied"  # another user's process: psutil may not read it
+PROCESS_ZOMBIE: Final = "zombie"
+PROCESS_UNMAPPED: Final = "unmapped"  # NVML's host PID has no PID in this container's namespace
+PROCESS_STATES: tuple[ProcessState, ...] = (
+    PROCESS_OK, PROCESS_GONE, PROCESS_DENIED, PROCESS_ZOMBIE, PROCESS_UNMAPPED,
+)
 
 # GpuProcess.kind values: the context types NVML lists a process under
-PROCESS_KINDS = ("compute", "graphics", "compute+graphics")
+ProcessKind = Literal["compute", "graphics", "compute+graphics"]
+PROCESS_KINDS: tuple[ProcessKind, ...] = ("compute", "graphics", "compute+graphics")
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ class GpuProcess:
     local_pid: int | None = field(default=None, metadata=doc(
         "the same process's PID in gputui's PID namespace (differs inside containers); null when it cannot be "
         "mapped", minimum=1))
-    kind: str = field(default="compute", metadata=doc("context type", enum=PROCESS_KINDS))
+    kind: ProcessKind = field(default="compute", metadata=doc("context type", enum=PROCESS_KINDS))
     gpu_instance_id: int | None = field(default=None, metadata=doc(
         "MIG GPU instance the process runs in; null outside MIG"))
     compute_instance_id: int | None = field(default=None, metadata=doc("MIG compute instance; null outside MIG"))
@@ -150,7 +155,7 @@ class GpuProcess:
     memory_util: int | None = field(default=None, metadata=doc(
         "memory utilisation of this process (percent)", minimum=0))
 
-    state: str = field(default=PROCESS_OK, metadata=doc(
+    state: ProcessState = field(default=PROCESS_OK, metadata=doc(
         "whether the host process could be read: `ok`; `gone` (exited between the NVML query and the process "
         "lookup); `denied` (another user's process: details not readable); `zombie`; `unmapped` (NVML's host "
         "PID has no PID in this container)", enum=PROCESS_STATES))

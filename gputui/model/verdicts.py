@@ -7,25 +7,30 @@ bytes, rates bytes per second or per step, times seconds. Pure data: imports onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from gputui.model.probe import TENSOR_CATEGORIES
 
 # ProcessTrend.verdict values
-TREND_UNKNOWN = "unknown"  # too little history to judge
-TREND_STEADY = "steady"
-TREND_WARMING_UP = "warming_up"  # grew, and is flattening or has just flattened
-TREND_SAWTOOTH = "sawtooth"  # grows and is released, again and again
-TREND_GROWING = "growing"  # keeps growing: a leak, or a job that will not fit
-TREND_VERDICTS = (TREND_UNKNOWN, TREND_STEADY, TREND_WARMING_UP, TREND_SAWTOOTH, TREND_GROWING)
+TrendVerdict = Literal["unknown", "steady", "warming_up", "sawtooth", "growing"]
+TREND_UNKNOWN: Final = "unknown"  # too little history to judge
+TREND_STEADY: Final = "steady"
+TREND_WARMING_UP: Final = "warming_up"  # grew, and is flattening or has just flattened
+TREND_SAWTOOTH: Final = "sawtooth"  # grows and is released, again and again
+TREND_GROWING: Final = "growing"  # keeps growing: a leak, or a job that will not fit
+TREND_VERDICTS: tuple[TrendVerdict, ...] = (
+    TREND_UNKNOWN, TREND_STEADY, TREND_WARMING_UP, TREND_SAWTOOTH, TREND_GROWING,
+)
 
 # LeakVerdict.state values
-LEAK_COLLECTING = "collecting"  # not enough training steps seen yet
-LEAK_CLEAN = "clean"
-LEAK_WARMING_UP = "warming_up"  # grew over the first steps, has not been flat for long yet
-LEAK_LEAK = "leak"  # allocated memory grows step after step
-LEAK_CACHE_GROWTH = "cache_growth"  # reserved grows while allocated stays flat
-LEAK_FRAGMENTATION = "fragmentation"  # free bytes stuck in split blocks grow, the allocator retries
-LEAK_STATES = (
+LeakState = Literal["collecting", "clean", "warming_up", "leak", "cache_growth", "fragmentation"]
+LEAK_COLLECTING: Final = "collecting"  # not enough training steps seen yet
+LEAK_CLEAN: Final = "clean"
+LEAK_WARMING_UP: Final = "warming_up"  # grew over the first steps, has not been flat for long yet
+LEAK_LEAK: Final = "leak"  # allocated memory grows step after step
+LEAK_CACHE_GROWTH: Final = "cache_growth"  # reserved grows while allocated stays flat
+LEAK_FRAGMENTATION: Final = "fragmentation"  # free bytes stuck in split blocks grow, the allocator retries
+LEAK_STATES: tuple[LeakState, ...] = (
     LEAK_COLLECTING, LEAK_CLEAN, LEAK_WARMING_UP, LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION,
 )
 
@@ -33,7 +38,8 @@ LEAK_STATES = (
 CATEGORIES = (*TENSOR_CATEGORIES, "cache", "fragmentation")
 
 # Advice.severity values, most urgent first.
-SEVERITIES = ("critical", "warning", "info")
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 
 _MIB = 1 << 20
 
@@ -42,7 +48,7 @@ _MIB = 1 << 20
 class ProcessTrend:
     """How one GPU process's NVML memory moves over the monitor's recent history."""
 
-    verdict: str  # one of TREND_VERDICTS
+    verdict: TrendVerdict
     rate: float | None = None  # robust slope over the recent window, bytes/s; None when unknown
     level: int | None = None  # the latest known reading, bytes
     samples: int = 0  # known readings in the history
@@ -70,7 +76,7 @@ class CategoryGrowth:
 class LeakVerdict:
     """Whether a probed training job leaks, judged per step at the same point of every step."""
 
-    state: str  # one of LEAK_STATES
+    state: LeakState
     reason: str = ""  # the evidence in one sentence, with numbers
     device: str | None = None  # the device judged ("cuda:0", "cpu")
     steps_seen: int = 0  # steps with an allocated figure
@@ -119,6 +125,6 @@ class Advice:
     title: str
     detail: str  # what the analysis saw, in numbers
     action: str  # what to change; may hold a code snippet
-    severity: str = "info"  # one of SEVERITIES
+    severity: Severity = "info"  # most urgent first: SEVERITIES
     estimated_saving: int | None = None  # bytes, when it can be estimated
     rank: int = 0  # 1 = the first thing to do

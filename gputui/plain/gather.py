@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
@@ -17,6 +17,7 @@ from gputui.collect.host import HostReader
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.users import current_user
 from gputui.model import ProbeReport, Snapshot
+from gputui.options import Options
 
 # Process CPU % is measured between two samples; --once takes a first sample this long before the
 # one it prints, so the figure covers a real interval instead of being n/a.
@@ -27,7 +28,7 @@ PROBE_TIMEOUT = 1.0
 class Source:
     """Samples for one run of a plain mode: filtered snapshots with probe reports attached."""
 
-    def __init__(self, options: Any, *, clock: Callable[[], float] | None = None,
+    def __init__(self, options: Options, *, clock: Callable[[], float] | None = None,
                  pause: Callable[[float], None] | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         """``clock``, ``pause`` and ``environ`` replace the real ones (tests: a fake clock)."""
@@ -82,6 +83,7 @@ class Source:
 
     def _probe_reports(self) -> tuple[list[ProbeReport], tuple[str, ...]]:
         if self.options.demo is not None:
+            assert self.collector is not None  # a demo always has one: open_collector raised otherwise
             return list(self.collector.probe_reports()), ()
         return fetch_real_reports()
 
@@ -105,7 +107,7 @@ def fetch_real_reports() -> tuple[list[ProbeReport], tuple[str, ...]]:
     return reports, tuple(problems)
 
 
-def apply_filters(snapshot: Snapshot, options: Any) -> Snapshot:
+def apply_filters(snapshot: Snapshot, options: Options) -> Snapshot:
     """The CLI filters on devices and processes, and the same choice for probe reports."""
     chosen = select(snapshot, only=options.only, only_visible=options.only_visible,
                     users=options.users, pids=options.pids)
@@ -116,7 +118,7 @@ def apply_filters(snapshot: Snapshot, options: Any) -> Snapshot:
     return dataclasses.replace(chosen, probes=probes)
 
 
-def _keep_probe(report: ProbeReport, options: Any, listed_before: set[int],
+def _keep_probe(report: ProbeReport, options: Options, listed_before: set[int],
                 listed_after: set[int]) -> bool:
     if options.pids and report.pid not in options.pids:
         return False

@@ -7,7 +7,6 @@ as UserError for the CLI to print; a reader closing the pipe ends the output qui
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from gputui.model import Snapshot
 from gputui.plain import terminal
@@ -15,12 +14,13 @@ from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import Source
 from gputui.plain.render import render
 from gputui.units import clock_time
+from gputui.options import Options
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wide as a pipe
 
 
-def once(options: Any) -> int:
+def once(options: Options) -> int:
     """Print one snapshot as text."""
     try:
         with Source(options) as source:
@@ -30,7 +30,7 @@ def once(options: Any) -> int:
     return 0
 
 
-def json(options: Any) -> int:
+def json(options: Options) -> int:
     """Print one snapshot as a JSON document (one line)."""
     try:
         with Source(options) as source:
@@ -40,7 +40,7 @@ def json(options: Any) -> int:
     return 0
 
 
-def watch(options: Any) -> int:
+def watch(options: Options) -> int:
     """Print a snapshot every ``options.watch`` seconds until interrupted; Ctrl-C exits 0.
 
     Text: on a terminal the screen is redrawn; into a file or pipe each print starts with a
@@ -69,12 +69,12 @@ def watch(options: Any) -> int:
         return 0
 
 
-def _text(snapshot: Snapshot, options: Any) -> str:
+def _text(snapshot: Snapshot, options: Options) -> str:
     return render(snapshot, color=terminal.use_color(options), ascii=terminal.use_ascii(options),
                   width=terminal.width())
 
 
-def _separator(snapshot: Snapshot, options: Any) -> str:
+def _separator(snapshot: Snapshot, options: Options) -> str:
     label = f" {clock_time(snapshot.taken_at, date=True, zone=True)} "
     rule = min(terminal.width(), SEPARATOR_WIDTH)
     return "--" + label + "-" * max(2, rule - len(label) - 2) + "\n"

@@ -6,18 +6,18 @@ simulated machine). An unknown pid is a UserError (message and exit code 2).
 
 from __future__ import annotations
 
-from typing import Any
 
 from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
+from gputui.options import Options
 
 PROBE_TIMEOUT = 2.0
 
 
-def probes(options: Any) -> int:
+def probes(options: Options) -> int:
     """List the probed processes this user can reach."""
     reports, unreachable = _all_reports(options)
     if options.demo is None:
@@ -30,7 +30,7 @@ def probes(options: Any) -> int:
     return _print(out)
 
 
-def probe(options: Any) -> int:
+def probe(options: Options) -> int:
     """Print the current report of the probe in process ``options.pid``, with verdict and advice."""
     report = _one_report(options)
     if options.json:
@@ -41,7 +41,7 @@ def probe(options: Any) -> int:
     return _print(out)
 
 
-def _gpus_now(options: Any) -> Snapshot | None:
+def _gpus_now(options: Options) -> Snapshot | None:
     """One sample of the GPUs for the verdict's time to OOM; None without a driver (CPU jobs)."""
     from gputui.collect import NvmlUnavailable, open_collector
 
@@ -56,7 +56,7 @@ def _gpus_now(options: Any) -> Snapshot | None:
         collector.close()
 
 
-def _all_reports(options: Any) -> tuple[list[ProbeReport], dict[int, str]]:
+def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str]]:
     if options.demo is not None:
         return list(_demo_reports(options)), {}
     from gputui.link.client import ProbeUnavailable, discover, fetch_report
@@ -87,7 +87,7 @@ def _say_where_probes_cannot_be(found: bool) -> None:
               "here", file=sys.stderr)
 
 
-def _one_report(options: Any) -> ProbeReport:
+def _one_report(options: Options) -> ProbeReport:
     pid = options.pid
     if options.demo is not None:
         reports = _demo_reports(options)
@@ -99,13 +99,15 @@ def _one_report(options: Any) -> ProbeReport:
                         f"(probed processes there: {known})")
     from gputui.link.client import ProbeUnavailable, fetch_report
 
+    if pid is None:  # the CLI requires one
+        raise UserError("probe: give the PID of the probed process")
     try:
         return fetch_report(pid, timeout=PROBE_TIMEOUT)
     except ProbeUnavailable as exc:
         raise UserError(f"{exc}. `gputui probes` lists the probed processes you can reach.") from None
 
 
-def _demo_reports(options: Any) -> tuple[ProbeReport, ...]:
+def _demo_reports(options: Options) -> tuple[ProbeReport, ...]:
     from gputui.collect import open_collector
 
     collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)

@@ -12,7 +12,7 @@ from datetime import tzinfo
 from gputui.analysis.breakdown import devices_shown, explain, nvml_memory
 from gputui.analysis.process import analyse
 from gputui.model import (
-    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, ProbeReport, Snapshot,
+    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot,
 )
 from gputui.model.breakdown import Breakdown
 from gputui.model.verdicts import (
@@ -390,7 +390,7 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
             lines += flow([text(f"note: {breakdown.note}", "dim")], width, first=Line().add(pad + "    "),
                           indent=indent + 4, ellipsis=glyphs.ellipsis)
     if report.last_oom is not None:
-        lines += _oom_lines(report, width, glyphs, tz, indent + 2)
+        lines += _oom_lines(report.last_oom, width, glyphs, tz, indent + 2)
     if snapshot is not None and report.steps:
         lines += _verdict_lines(report, snapshot, width, glyphs, indent + 2)
     if report.problems:
@@ -477,9 +477,8 @@ def _step_chunks(report: ProbeReport) -> list[Line]:
     return chunks
 
 
-def _oom_lines(report: ProbeReport, width: int, glyphs: Glyphs, tz: tzinfo | None,
+def _oom_lines(oom: OomRecord, width: int, glyphs: Glyphs, tz: tzinfo | None,
                indent: int) -> list[Line]:
-    oom = report.last_oom
     chunks = [text(units.clock_time(oom.at, tz) or "", "bad")]
     if oom.device:
         chunks.append(text(oom.device))

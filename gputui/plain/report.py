@@ -6,8 +6,9 @@ Pure: reports in, a string out, in the same style and width rules as the snapsho
 from __future__ import annotations
 
 from datetime import tzinfo
+from typing import Callable
 
-from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot
+from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot, StepRecord
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
@@ -145,7 +146,7 @@ def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Gly
 
 # Step-table columns: (title, value of a step). A column no step has a figure for is left out, so a
 # CPU-only job (no CUDA allocator) shows its host memory instead of a row of n/a.
-_STEP_COLUMNS = (
+_STEP_COLUMNS: tuple[tuple[str, Callable[[StepRecord], int | None]], ...] = (
     ("ALLOCATED", lambda s: s.allocated),
     ("RESERVED", lambda s: s.reserved),
     ("PEAK FWD", lambda s: s.peak_forward),
@@ -161,13 +162,17 @@ def _tensor_bytes(categories: MemoryCategories | None) -> int | None:
     return None if categories is None else categories.tensor_bytes()
 
 
+def _sized(value: Callable[[StepRecord], int | None]) -> Callable[[StepRecord], str]:
+    return lambda s: units.size_compact(value(s))
+
+
 def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     # The probe reads memory at some steps only (its time budget): those are the rows worth showing.
     measured = [s for s in report.steps if any(value(s) is not None for _, value in _STEP_COLUMNS)]
     steps = (measured or list(report.steps))[-STEPS_SHOWN:]
-    columns = [("STEP", lambda s: str(s.step)), ("TIME", lambda s: units.step_time(s.duration))]
-    columns += [(title, lambda s, value=value: units.size_compact(value(s))) for title, value in _STEP_COLUMNS
-                if any(value(s) is not None for s in steps)]
+    columns: list[tuple[str, Callable[[StepRecord], str]]] = [
+        ("STEP", lambda s: str(s.step)), ("TIME", lambda s: units.step_time(s.duration))]
+    columns += [(title, _sized(value)) for title, value in _STEP_COLUMNS if any(value(s) is not None for s in steps)]
     if any(title == "ALLOCATED" for title, _ in columns):
         columns = [c for c in columns if c[0] != "TENSORS"]  # the allocator's figures say more
     titles = [title for title, _ in columns]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.model import Breakdown, ProbeReport, Snapshot
+from gputui.model.codec import literal_type
 from gputui.model.fielddoc import DOC
 
 SCHEMA_ID = "https://gputui.invalid/schema/v1"  # an identifier, not a URL to fetch
@@ -79,7 +80,7 @@ def model_types(roots: tuple[type, ...] = ROOTS) -> list[type]:
         items = _items(tp)
         if items is not None:
             visit(items[0])
-        elif dataclasses.is_dataclass(tp) and tp not in found:
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and tp not in found:
             found.append(tp)
             for _, hint in fields_of(tp):
                 visit(hint)
@@ -113,20 +114,30 @@ def _value(tp: Any, keywords: dict[str, Any]) -> dict[str, Any]:
     if items is not None:
         item_type, length = items
         for_items = {k: v for k, v in keywords.items() if k in _ITEM_KEYWORDS}
-        spec = {"type": "array", "items": _value(item_type, for_items)}
+        spec: dict[str, Any] = {"type": "array", "items": _value(item_type, for_items)}
         if length is not None:
             spec.update(minItems=length, maxItems=length)
         spec.update((k, v) for k, v in keywords.items() if k not in _ITEM_KEYWORDS)
         return spec
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if keywords:
             raise TypeError(f"{tp.__name__}: a nested dataclass takes no keywords, got {sorted(keywords)}")
         return _ref(tp.__name__)
+    tp = _scalar(tp, keywords)
     if tp not in _SCALARS:
         raise TypeError(f"no JSON type for {tp!r}")
     if "enum" in keywords:  # the words say the type
         return {**keywords, "enum": list(keywords["enum"])}
     return {"type": _SCALARS[tp], **keywords}
+
+
+def _scalar(tp: Any, keywords: dict[str, Any] | None = None) -> Any:
+    """A ``Literal[...]`` as the type of its values, which must be the metadata's enum where it has one."""
+    if typing.get_origin(tp) is not typing.Literal:
+        return tp
+    if keywords is not None and list(keywords.get("enum", typing.get_args(tp))) != list(typing.get_args(tp)):
+        raise TypeError(f"{tp!r}: its values differ from the metadata's enum {keywords['enum']!r}")
+    return literal_type(tp)
 
 
 def _nullable(spec: dict[str, Any]) -> dict[str, Any]:
@@ -224,10 +235,10 @@ def _markdown_type(tp: Any) -> str:
         item_type, length = items
         word = _markdown_type(item_type)
         text = f"list of {length} {word}s" if length is not None else f"list of {word}"
-    elif dataclasses.is_dataclass(tp):
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
         text = f"[{tp.__name__}](#{tp.__name__.lower()})"
     else:
-        text = _SCALARS[tp]
+        text = _SCALARS[_scalar(tp)]
     return f"{text} or null" if optional else text
 
 

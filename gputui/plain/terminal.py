@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from gputui.errors import UserError
 from gputui.plain.render import MIN_WIDTH
+from gputui.options import Options
 
 # Into a file or a pipe nothing is cut: grep and less get whole command lines and messages.
 PIPE_WIDTH = 100_000
@@ -28,7 +29,7 @@ class OutputError(UserError):
     exit_code = 1
 
 
-def use_color(options: Any, stream: TextIO | None = None) -> bool:
+def use_color(options: Options, stream: TextIO | None = None) -> bool:
     """Colour when asked, or by default when writing to a terminal that wants it."""
     if options.color is not None:
         return options.color
@@ -45,7 +46,7 @@ def width(stream: TextIO | None = None) -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
 
 
-def use_ascii(options: Any, stream: TextIO | None = None) -> bool:
+def use_ascii(options: Options, stream: TextIO | None = None) -> bool:
     """ASCII when asked, or when the output's encoding (LANG=C, latin-1) cannot carry FANCY."""
     if options.ascii:
         return True

@@ -13,25 +13,34 @@ import dataclasses
 import functools
 import os
 import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
-from gputui.analysis.history import History
+from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
-from gputui.model.verdicts import LeakVerdict
+from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import visible, visible_all
+
+if TYPE_CHECKING:  # imported when first needed: the first frame does without it
+    from gputui.analysis.trends import TrendCache
+
+# Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
+Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
@@ -62,12 +71,13 @@ class SampleFailed(Message):
 class ProbeAnswered(Message):
     """A probe answered a request (``result``), or could not (``error``)."""
 
-    def __init__(self, pid: int, op: str, params: dict, result=None, error: str | None = None) -> None:
+    def __init__(self, pid: int, op: str, params: dict[str, Any], result: Any = None,
+                 error: str | None = None) -> None:
         super().__init__()
         self.pid, self.op, self.params, self.result, self.error = pid, op, params, result, error
 
 
-def _link_request(pid: int, op: str, params: dict):
+def _link_request(pid: int, op: str, params: dict[str, Any]) -> Any:
     from gputui.link.client import request
 
     return request(pid, op, params)
@@ -104,10 +114,11 @@ class GpuTuiApp(App[int]):
 
     def __init__(self, sampler: Sampler, *, interval: float = 1.0, readonly: bool = False,
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
-                 columns: tuple[str, ...] | None = None, keymap: dict | None = None,
+                 columns: tuple[str, ...] | None = None, keymap: dict[str, str] | None = None,
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
-                 requester=None, banner: str | None = None, first_sample=None) -> None:
+                 requester: Requester | None = None, banner: str | None = None,
+                 first_sample: Future[Snapshot] | None = None) -> None:
         """``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
@@ -127,8 +138,8 @@ class GpuTuiApp(App[int]):
         self.autostart = autostart
         self.history = history or History()
         self.snapshot: Snapshot | None = None
-        self.trends: dict = {}  # NVML memory trends by (pid, device index)
-        self.leaks: dict = {}  # probed processes' leak verdicts by pid
+        self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
+        self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
         self.requester = requester or _link_request
         self.banner = banner
         self.problem: str | None = banner
@@ -139,9 +150,9 @@ class GpuTuiApp(App[int]):
         self._next: Timer | None = None
         self._first_sample = first_sample
         self._told: set[str] = set()
-        self._trend_cache = None
+        self._trend_cache: TrendCache | None = None
         self.theme = THEMES.get(theme, theme)
-        self._scrollbar_renderer = None  # Textual's own, while --ascii swaps it out
+        self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
         if self.keymap:
             self.set_keymap(self.keymap)
 
@@ -269,8 +280,10 @@ class GpuTuiApp(App[int]):
 
         if proc is not None:
             screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
-        else:
+        elif pid is not None:
             screen = ProcessDetail(pid, None, ascii=self.ascii)
+        else:
+            raise TypeError("open_detail: give a process or a pid")
         self.push_screen(screen)
         if self.snapshot is not None:
             self.call_after_refresh(screen.show, self.snapshot, self.history, self.trends, self.leaks)
@@ -290,7 +303,7 @@ class GpuTuiApp(App[int]):
         self._request(pid, "record_sites", {"on": on, "steps": steps})
 
     @work(thread=True, group="probe-requests", exit_on_error=False)
-    def _request(self, pid: int, op: str, params: dict) -> None:
+    def _request(self, pid: int, op: str, params: dict[str, Any]) -> None:
         try:
             result = self.requester(pid, op, params)
         except Exception as exc:  # noqa: BLE001 - a refusal is news for the user, never a crash
@@ -390,7 +403,7 @@ class GpuTuiApp(App[int]):
 
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
-    def get_system_commands(self, screen):
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         main = self.main
         yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_toggle_pause)
@@ -435,12 +448,17 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.help import HelpScreen
 
     return [
-        ("Everywhere", GpuTuiApp.BINDINGS),
-        ("Main screen", MainScreen.BINDINGS + ProcessTable.BINDINGS),
-        ("Process detail", ProcessDetail.BINDINGS),
-        ("Signal confirmation", ConfirmSignal.BINDINGS),
-        ("Help", HelpScreen.BINDINGS),
+        ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
+        ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
+        ("Process detail", _bindings(ProcessDetail.BINDINGS)),
+        ("Signal confirmation", _bindings(ConfirmSignal.BINDINGS)),
+        ("Help", _bindings(HelpScreen.BINDINGS)),
     ]
+
+
+def _bindings(*lists: Iterable[BindingType]) -> list[Binding]:
+    """The bindings of these lists, in order. (Textual also takes tuples; gputui writes Binding()s.)"""
+    return [b for bindings in lists for b in bindings if isinstance(b, Binding)]
 
 
 def binding_ids() -> set[str]:

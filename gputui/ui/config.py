@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,16 +52,16 @@ class UiConfig:
     keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
 
 
-def default_path(environ=None) -> Path:
+def default_path(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "gputui" / "config.toml"
 
 
-def load_config(path: str | Path | None = None, *, environ=None) -> UiConfig:
+def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> UiConfig:
     """Read the config file; a missing default file means defaults, a missing explicit one an error."""
     explicit = path is not None
-    file = Path(path) if explicit else default_path(environ)
+    file = Path(path) if path is not None else default_path(environ)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:

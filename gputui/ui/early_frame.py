@@ -16,12 +16,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from gputui.model import Snapshot
 from gputui.plain import terminal
 from gputui.plain.render import render
 from gputui.ui.signals import EXIT_SIGNALS
+from gputui.options import Options
 
 # alternate screen, no cursor, cleared; lines are not wrapped while the frame is written (a line a
 # column too long must not scroll the screen) and wrapping is back on when it is done
@@ -33,7 +33,7 @@ LEAVE = "\x1b[?25h\x1b[?1049l"
 class EarlyFrame:
     """Draws one snapshot while nobody else owns the terminal; ``hand_over`` ends that."""
 
-    def __init__(self, options: Any, fd: int):
+    def __init__(self, options: Options, fd: int):
         self._options = options
         self._fd = fd
         self._lock = threading.Lock()
@@ -41,7 +41,7 @@ class EarlyFrame:
         self.drawn = False
 
     @classmethod
-    def for_terminal(cls, options: Any) -> EarlyFrame | None:
+    def for_terminal(cls, options: Options) -> EarlyFrame | None:
         """One for standard output when it is a terminal; None otherwise (nothing to draw on)."""
         if not terminal.is_terminal():
             return None

@@ -8,6 +8,9 @@ tests can check the wording exactly. A value of ``None`` (unsupported, unknown) 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from gputui.model import MonitorCost
 from gputui.units import NA
 
 
@@ -39,7 +42,7 @@ def megahertz(value: int | None, maximum: int | None = None) -> str:
     return f"{value}MHz" if maximum is None else f"{value}/{maximum}MHz"
 
 
-def monitor_cost(cost) -> str:
+def monitor_cost(cost: MonitorCost | None) -> str:
     """gputui's own cost (a MonitorCost): "self 0.6% CPU · NVML 1.2ms"; "" when not measured."""
     if cost is None:
         return ""
@@ -110,7 +113,7 @@ def short_gpu_name(name: str | None) -> str:
     return name
 
 
-def resample(values, width: int) -> list[float]:
+def resample(values: Iterable[float | None], width: int) -> list[float]:
     """At most ``width`` points, each the largest of its bucket, so a spike is never averaged away.
 
     Unknown values (None) are left out; an empty list means nothing known yet.

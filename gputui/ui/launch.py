@@ -17,14 +17,15 @@ from typing import Callable
 
 from gputui.model import Snapshot
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
-from gputui.ui.sampler import NoDriverSource, Sampler
+from gputui.ui.sampler import NoDriverSource, Sampler, Source
+from gputui.options import Options
 
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
 NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
                     "from their probes.")
 
 
-def run_tui(options) -> int:
+def run_tui(options: Options) -> int:
     """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
     drawing."""
     from gputui.ui.config import check_binding_ids, load_config
@@ -68,11 +69,12 @@ def run_tui(options) -> int:
     return app.return_code or 0
 
 
-def open_sampler(options) -> tuple[Sampler, str | None]:
+def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
     from gputui.collect import NvmlUnavailable, open_collector
 
     banner = None
+    collector: Source
     try:
         collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
     except NvmlUnavailable as exc:

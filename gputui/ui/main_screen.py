@@ -6,6 +6,8 @@ Snapshot and History; it never samples anything itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,6 +27,9 @@ from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
+
+if TYPE_CHECKING:  # the app imports this module
+    from gputui.ui.app import GpuTuiApp
 
 
 def layout_for(width: int, height: int) -> str:
@@ -123,12 +128,17 @@ class MainScreen(Screen):
                                                  self.pane_width, widths)
 
     @property
+    def monitor(self) -> GpuTuiApp:
+        """The app, which Textual types as any App: this screen is only ever pushed by gputui's."""
+        return cast("GpuTuiApp", self.app)
+
+    @property
     def charts_visible(self) -> bool:
         return self.charts_on and self.layout_mode in ("normal", "wide")
 
     def render_snapshot(self) -> None:
         """Bring every widget up to the app's latest snapshot and history."""
-        app = self.app
+        app = self.monitor
         snap: Snapshot | None = getattr(app, "snapshot", None)
         self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.paused,
                                         compact=self.layout_mode == "tiny", problem=app.problem)
@@ -151,13 +161,13 @@ class MainScreen(Screen):
         self.render_table()
 
     def render_table(self) -> None:
-        snap = self.app.snapshot
+        snap = self.monitor.snapshot
         if snap is None:
             return
         found = table_rows.build_rows(
             snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view,
-            trends=self.app.trends, leaks=self.app.leaks, ascii=self.ascii)
+            trends=self.monitor.trends, leaks=self.monitor.leaks, ascii=self.ascii)
         trend_width = max((len(r.trend) for r in found), default=0)
         if trend_width != self.trend_width:  # a trend came or went: give the command the room
             self.trend_width = trend_width
@@ -279,7 +289,7 @@ class MainScreen(Screen):
             self.notify("This parent process holds no GPU memory: no GPU details to show.",
                         severity="information")
             return
-        self.app.open_detail(row.process)
+        self.monitor.open_detail(row.process)
 
     def action_toggle_tree(self) -> None:
         self.tree_view = not self.tree_view
@@ -296,7 +306,7 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def action_next_gpu(self) -> None:
-        snap = self.app.snapshot
+        snap = self.monitor.snapshot
         if snap is None or not snap.devices:
             return
         indices = [d.index for d in snap.devices]

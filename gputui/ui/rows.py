@@ -6,12 +6,13 @@ ProcessTable widget only turns these rows into cells and updates the ones that c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
 from gputui import units
+from gputui.analysis.history import ProcessKey
 from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -24,13 +25,17 @@ from gputui.model.verdicts import (
 from gputui.ui import format as fmt
 
 
+# What a column sorts by (booleans and ints count as numbers); None: unknown, always last.
+SortValue = float | str | tuple[int, int]
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of the process table."""
 
     id: str
     label: str
-    sort_key: Callable[[GpuProcess, "Context"], object] | None
+    sort_key: Callable[[GpuProcess, "Context"], SortValue | None] | None
     numeric: bool = False  # right-aligned, sorts biggest first
 
 
@@ -39,10 +44,10 @@ class Context:
     """Everything besides the process that a cell needs."""
 
     taken_at: float
-    trends: Mapping = field(default_factory=dict)  # (pid, device) -> ProcessTrend
-    probes: dict = field(default_factory=dict)  # own pid -> ProbeReport
+    trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)
+    probes: dict[int, ProbeReport] = field(default_factory=dict)  # by own pid
     ascii: bool = False
-    leaks: Mapping = field(default_factory=dict)  # own pid -> LeakVerdict
+    leaks: Mapping[int, LeakVerdict] = field(default_factory=dict)  # by own pid
 
 
 
@@ -94,7 +99,7 @@ COMMAND_MIN = 22
 PADDING = 2  # blank cells around each column, both sides together
 
 
-def column_widths(column_ids, sort_column: str | None = None,
+def column_widths(column_ids: Iterable[str], sort_column: str | None = None,
                   trend_width: int | None = None) -> dict[str, int]:
     """Cells wide each column but the command is: room for its content and for its label with
     the sort mark. ``trend_width`` is the widest trend shown now: no trend, no wasted cells."""
@@ -108,7 +113,7 @@ def column_widths(column_ids, sort_column: str | None = None,
     return widths
 
 
-def fixed_width(column_ids, widths: Mapping[str, int] | None = None) -> int:
+def fixed_width(column_ids: Iterable[str], widths: Mapping[str, int] | None = None) -> int:
     widths = widths if widths is not None else WIDTHS
     return sum(widths.get(c, 0) + PADDING for c in column_ids if c != "command")
 
@@ -302,11 +307,11 @@ def matches(p: GpuProcess, text: str) -> bool:
     return any(needle in part.lower() for part in haystack)
 
 
-def sort_processes(procs, column: str, reverse: bool, ctx: Context) -> list[GpuProcess]:
+def sort_processes(procs: Iterable[GpuProcess], column: str, reverse: bool, ctx: Context) -> list[GpuProcess]:
     """Sorted by one column; unknown values always last, ties by pid then device."""
     key = COLUMNS[column].sort_key
     valued = [(key(p, ctx) if key else None, p) for p in procs]  # each value worked out once
-    known = [vp for vp in valued if vp[0] is not None]
+    known = [(value, p) for value, p in valued if value is not None]
     unknown = [p for value, p in valued if value is None]
     known.sort(key=lambda vp: (vp[1].pid, vp[1].device_index))
     known.sort(key=lambda vp: vp[0], reverse=reverse)
@@ -415,8 +420,8 @@ def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: C
         by_pid.setdefault(local(p), []).append(p)
     hosts = {h.pid: h for h in parents}
     parent_of: dict[int, int | None] = {h.pid: h.ppid for h in parents}
-    for pid, rows in by_pid.items():
-        parent_of[pid] = rows[0].ppid
+    for pid, group in by_pid.items():
+        parent_of[pid] = group[0].ppid
 
     # Keep only the ancestors of the processes shown, so a filter also trims the tree.
     keep: set[int] = set()

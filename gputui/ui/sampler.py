@@ -9,13 +9,48 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
+from collections.abc import Iterable, Mapping
+from typing import Callable, Protocol, TypedDict
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.collect.host import HostReader
 from gputui.collect.probed import ProbedProcesses
-from gputui.model import ProbeReport, Snapshot
+from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible_all
+
+
+class Source(Protocol):
+    """What the sampler samples: the collector, NoDriverSource, a test's fake. Where it also has
+    ``probe_reports()`` (the simulator's probes) and ``probed`` (a ProbedProcesses), they are used."""
+
+    def sample(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+class Watcher(Protocol):
+    """What watches the real probes: the link client's ProbeWatcher, a test's fake. Where it also has
+    ``unavailable`` ({pid: why}), ``error`` and ``close()``, they are used."""
+
+    def poll(self) -> Mapping[int, ProbeReport]: ...
+
+
+class HostSource(Protocol):
+    def read(self) -> Host: ...
+
+
+# A probe report's identity for the verdict cache: pid, time taken, steps held, the latest step.
+_ReportKey = tuple[int, float, int, int | None]
+
+
+class _Filters(TypedDict):
+    """The CLI filters, as gputui.collect.filters.select takes them."""
+
+    only: tuple[str, ...]
+    only_visible: bool
+    users: tuple[str, ...]
+    pids: tuple[int, ...]
 
 
 class Sampler:
@@ -25,15 +60,16 @@ class Sampler:
     touched nowhere else.
     """
 
-    def __init__(self, collector, *, only=(), only_visible=False, users=(), pids=(),
-                 watch_probes: bool = True, watcher=None) -> None:
+    def __init__(self, collector: Source, *, only: Iterable[str] = (), only_visible: bool = False,
+                 users: Iterable[str] = (), pids: Iterable[int] = (),
+                 watch_probes: bool = True, watcher: Watcher | None = None) -> None:
         """``watcher`` (anything with ``poll() -> {pid: ProbeReport}``) replaces the link client's
         ProbeWatcher that ``watch_probes`` opens."""
         self.collector = collector
-        self.filters = dict(only=tuple(only), only_visible=only_visible, users=tuple(users),
+        self.filters = _Filters(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
         self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
-        self._verdicts: dict[int, tuple] = {}
+        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
 
     def sample(self) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
@@ -57,9 +93,9 @@ class Sampler:
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid (reports that did not
         change since the last call keep their verdict)."""
-        verdicts = {}
+        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
         for report in snapshot.probes:
-            key = (report.pid, report.taken_at, len(report.steps),
+            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
                    report.steps[-1].step if report.steps else None)
             remembered = self._verdicts.get(report.pid)
             if remembered is None or remembered[0] != key:
@@ -94,14 +130,14 @@ class Sampler:
         self.collector.close()
 
 
-def _open_probe_watcher():
+def _open_probe_watcher() -> Watcher:
     """The link client's watcher of real probes."""
     from gputui.link.client import ProbeWatcher
 
     return ProbeWatcher()
 
 
-def _watched_reports(watcher) -> tuple[ProbeReport, ...]:
+def _watched_reports(watcher: Watcher) -> tuple[ProbeReport, ...]:
     try:
         return tuple(watcher.poll().values())
     except Exception:  # a misbehaving probe must never stop the monitor's sampling
@@ -113,7 +149,8 @@ class NoDriverSource:
     processes, the reason as a standing problem; the host's figures still read through psutil (CPU
     jobs live on them), and probed processes come in through the probe watcher."""
 
-    def __init__(self, reason: str, *, clock=time.time, hostname: str | None = None, host=None) -> None:
+    def __init__(self, reason: str, *, clock: Callable[[], float] = time.time, hostname: str | None = None,
+                 host: HostSource | None = None) -> None:
         self.reason = reason
         self._clock = clock
         self.hostname = hostname or socket.gethostname()
@@ -121,7 +158,7 @@ class NoDriverSource:
 
         if host is None:
             host = HostReader(psutil, self.hostname)
-        self._host = host  # anything with read() -> Host
+        self._host: HostSource = host
         self.probed = ProbedProcesses(psutil)
 
     def sample(self) -> Snapshot:

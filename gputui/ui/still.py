@@ -6,8 +6,10 @@ the history is recorded from the simulator at exact times and the app keeps seei
 
 from __future__ import annotations
 
+from typing import Any
+
 from gputui.analysis.history import History
-from gputui.model import Snapshot
+from gputui.model import ProbeReport, Snapshot
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -21,7 +23,7 @@ class FrozenSource:
     def sample(self) -> Snapshot:
         return self.snapshot
 
-    def probe_reports(self):
+    def probe_reports(self) -> tuple[ProbeReport, ...]:
         return ()
 
     def close(self) -> None:
@@ -50,7 +52,7 @@ def record(scenario: str, *, seconds: float = 120.0, step: float = 2.0, seed: in
     return history, last
 
 
-def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options) -> GpuTuiApp:
+def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options: Any) -> GpuTuiApp:
     """The monitor showing ``scenario`` as it is ``seconds`` in, with that much history behind it."""
     history, last = record(scenario, seconds=seconds, seed=seed)
     options.setdefault("me", "lena")

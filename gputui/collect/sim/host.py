@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import namedtuple
+from typing import TYPE_CHECKING, Literal, overload
 
 import psutil as _psutil
 
 from gputui.collect.sim.devices import GiB, MiB
 from gputui.collect.sim.scenarios import DENIED, VANISHED, ZOMBIE, Program
 from gputui.collect.sim.signals import noise, stream
+
+if TYPE_CHECKING:  # the machine imports this module
+    from gputui.collect.sim.machine import SimulatedMachine
 
 # The Linux shapes of psutil's named tuples.
 pcputimes = namedtuple("pcputimes", "user system children_user children_system iowait")
@@ -57,7 +61,7 @@ class SimProcess:
             raise _psutil.AccessDenied(self.pid)
         return program
 
-    def oneshot(self):
+    def oneshot(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def is_running(self) -> bool:
@@ -119,8 +123,9 @@ class SimPsutil:
     ZombieProcess = _psutil.ZombieProcess
     Error = _psutil.Error
     TimeoutExpired = _psutil.TimeoutExpired
+    STATUS_ZOMBIE = _psutil.STATUS_ZOMBIE  # (the other STATUS_* too, set in __init__)
 
-    def __init__(self, machine):
+    def __init__(self, machine: SimulatedMachine) -> None:
         self.machine = machine
         for name in dir(_psutil):
             if name.startswith("STATUS_"):
@@ -153,7 +158,13 @@ class SimPsutil:
         count = self.machine.plan.cpu_count
         return count if logical else count // 2
 
-    def cpu_percent(self, interval=None, percpu: bool = False):
+    @overload
+    def cpu_percent(self, interval: float | None = None, percpu: Literal[False] = False) -> float: ...
+
+    @overload
+    def cpu_percent(self, interval: float | None, percpu: Literal[True]) -> list[float]: ...
+
+    def cpu_percent(self, interval: float | None = None, percpu: bool = False) -> float | list[float]:
         """Whole-machine CPU percent now (never sleeps, even if an interval is given)."""
         count = self.machine.plan.cpu_count
         value = round(min(100.0, max(0.0, self._busy_cores() / count * 100.0)), 1)

@@ -144,31 +144,32 @@ class Job:
 
     def period(self) -> float | None:
         k = self.oom_step()
-        if k is None:
-            return None
+        return None if k is None else self._period(k)
+
+    def _period(self, k: int) -> float:
         return self.layout.step_end(k) + FORWARD * self.layout.step_time + self.linger + self.restart_delay
 
     def run_at(self, t: float) -> Run | None:
         """The run alive at ``t`` (None before the first start and between runs)."""
         if t < self.start:
             return None
-        period = self.period()
-        if period is None:
+        k = self.oom_step()
+        if k is None:
             return Run(0, self.pid, self.start, None, None, None)
+        period = self._period(k)
         number = int((t - self.start) // period)
         start = self.start + number * period
-        k = self.oom_step()
         oom_at = start + self.layout.step_end(k) + FORWARD * self.layout.step_time
         run = Run(number, self.pid + number * self.pid_stride, start, k, oom_at, oom_at + self.linger)
-        return run if t < run.exit_at else None
+        return run if t < oom_at + self.linger else None
 
     def memory(self, run: Run, t: float) -> Memory | None:
         """The allocator of ``run`` at scenario time ``t``."""
         u = t - run.start
-        if run.oom_at is not None and t >= run.oom_at - self.layout.step_time * FORWARD:
+        k = run.oom_step  # (known when oom_at is)
+        if run.oom_at is not None and k is not None and t >= run.oom_at - self.layout.step_time * FORWARD:
             # The forward pass of the step after oom_step asked for more and failed: the cache stays
             # as it was, the step's activations are freed by the exception, the leak stays alive.
-            k = run.oom_step
             lay = self.layout
             failed = t >= run.oom_at
             live = 0 if failed else round_up(

@@ -124,7 +124,8 @@ class Nvml:
         """(gpu, slot, now, code): the device behind ``handle`` or the code a real driver returns."""
         if not self.initialized:
             return None, None, None, N.NVML_ERROR_UNINITIALIZED
-        found = self.handles.get(_handle_value(handle))
+        value = _handle_value(handle)
+        found = None if value is None else self.handles.get(value)
         if found is None:
             return None, None, None, N.NVML_ERROR_INVALID_ARGUMENT
         gpu, slot = found
@@ -559,6 +560,7 @@ class Nvml:
     def _process_array(self, gpu, slot, now, kind: str, struct):
         def make():
             uses = self._listed(slot, now, kind)
+            rows: list[tuple[int, ...]]
             if struct is ProcessInfoV1:
                 rows = [(u.pid, u.memory) for u in uses]
             else:

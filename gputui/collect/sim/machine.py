@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from gputui.collect.sim import scenarios
+from gputui.collect.sim.jobs import Job
 from gputui.collect.sim.scenarios import Program
 from gputui.collect.sim.state import MachineState, state_at
 
@@ -35,7 +36,8 @@ class SimulatedMachine:
         self._frozen: float | None = None
         self._cached: tuple[int, MachineState] | None = None
         self._programs = {p.pid: p for p in self.plan.programs if p.job is None}
-        self._jobs = tuple(p for p in self.plan.programs if p.job is not None)
+        self._jobs: tuple[tuple[Program, Job], ...] = tuple(
+            (p, p.job) for p in self.plan.programs if p.job is not None)
         self._probe_cache: tuple[int, tuple] | None = None
         from gputui.collect.sim.host import SimPsutil  # host.py needs this module's clock
 
@@ -93,8 +95,8 @@ class SimulatedMachine:
         program = self._programs.get(pid)
         if program is not None:
             return program if program.started <= t else None
-        for p in self._jobs:
-            run = p.job.run_at(t)
+        for p, job in self._jobs:
+            run = job.run_at(t)
             if run is not None and run.pid == pid:
                 return p
         return None
@@ -111,8 +113,8 @@ class SimulatedMachine:
         """Every process alive now (NVML's vanished ones excluded)."""
         t = self.now()
         alive = [p.pid for p in self._programs.values() if p.started <= t and p.access != scenarios.VANISHED]
-        for p in self._jobs:
-            run = p.job.run_at(t)
+        for _, job in self._jobs:
+            run = job.run_at(t)
             if run is not None:
                 alive.append(run.pid)
         return sorted(alive)

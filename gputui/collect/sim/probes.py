@@ -6,6 +6,8 @@ CUDA context), so the monitor can join the two views exactly as it would on a re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gputui.collect.sim.devices import MiB
 from gputui.collect.sim.jobs import Job, Layout, Memory, Run, round_up
 from gputui.collect.sim.state import JobNow
@@ -21,6 +23,9 @@ from gputui.model import (
     StepRecord,
 )
 from gputui.model.probe import LIMIT_LOSS_OUTSIDE
+
+if TYPE_CHECKING:  # machine.py imports this module when asked for reports
+    from gputui.collect.sim.machine import SimulatedMachine
 
 HISTORY = 200  # steps a probe keeps
 RECORDED = 16  # steps of allocation-site recording in the leaky job's report
@@ -125,10 +130,10 @@ def _keepers(lay: Layout, upto: int) -> tuple[LeakKeeper, ...]:
                        where=(KEEPING_LINE,)),)
 
 
-def report_for(now: JobNow, machine) -> ProbeReport:
+def report_for(now: JobNow, machine: SimulatedMachine) -> ProbeReport:
     """The report the probe inside ``now``'s process would send."""
     program, run, mem = now.program, now.run, now.memory
-    job, lay = program.job, program.job.layout
+    job, lay = now.job, now.job.layout
     epoch = machine.wallclock() - machine.elapsed()
     gpu = machine.plan.gpus[program.uses[0].device]
     device = f"cuda:{gpu.index}"
@@ -140,7 +145,7 @@ def report_for(now: JobNow, machine) -> ProbeReport:
         devices = (ProbeDevice(device, gpu.index, gpu.uuid, allocator, _categories(lay, mem)),)
         steps = _steps(job, run, mem.step, device, epoch)
     last_oom = None
-    if failed:
+    if failed and run.oom_at is not None and mem is not None:  # (a failed run has both)
         budget = job.budget or 0
         asked = round_up(lay.activations * 0.25)
         last_oom = OomRecord(
@@ -156,9 +161,11 @@ def report_for(now: JobNow, machine) -> ProbeReport:
             where=("train.py:88 in train_step", "model.py:41 in forward",
                    "torch/nn/functional.py:2573 in layer_norm"),
         )
-    recorded, sites, keepers = ((), (), ())
+    recorded: tuple[int, ...] = ()
+    sites: tuple[AllocationSite, ...] = ()
+    keepers: tuple[LeakKeeper, ...] = ()
     recording = lay.leak_per_step > 0 and mem is not None and mem.step > 0
-    if recording:
+    if recording and mem is not None:
         recorded, sites = _sites(lay, mem.step)
         keepers = _keepers(lay, mem.step)
     return ProbeReport(
@@ -184,7 +191,7 @@ def report_for(now: JobNow, machine) -> ProbeReport:
     )
 
 
-def probe_reports(machine) -> tuple[ProbeReport, ...]:
+def probe_reports(machine: SimulatedMachine) -> tuple[ProbeReport, ...]:
     state = machine.state()
     return tuple(report_for(now, machine) for pid, now in sorted(state.jobs.items()) if now.program.probed)
 

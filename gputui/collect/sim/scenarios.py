@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid as _uuid
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gputui.collect.sim import devices as hw
 from gputui.collect.sim.devices import GiB, MiB, GpuModel, MigProfile
@@ -115,7 +116,7 @@ def gpu_uuid(scenario: str, *where: object) -> str:
     return str(_uuid.UUID(int=mix(stream("gpu", scenario, *where)) << 64 | mix(stream("uuid", scenario, *where))))
 
 
-def _gpu(scenario: str, index: int, model: GpuModel, bus: int, **kw) -> Gpu:
+def _gpu(scenario: str, index: int, model: GpuModel, bus: int, **kw: Any) -> Gpu:
     return Gpu(index, model, "GPU-" + gpu_uuid(scenario, index), bus, **kw)
 
 
@@ -128,7 +129,7 @@ def _system(*extra: Program) -> tuple[Program, ...]:
     return base + extra
 
 
-def _layout(model: GpuModel, **kw) -> Layout:
+def _layout(model: GpuModel, **kw: Any) -> Layout:
     return Layout(context=model.context_memory, **kw)
 
 
@@ -266,7 +267,7 @@ def mig() -> Scenario:
     )
     finetune = Job(training_layout(), start=-600.0, pid=61500)
 
-    def on(slot: int, **kw) -> Use:
+    def on(slot: int, **kw: Any) -> Use:
         return Use(0, gpu_instance_id=slots[slot].gpu_instance_id, compute_instance_id=0, **kw)
 
     programs = _system(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gputui.collect.sim.jobs import Memory, Run
+from gputui.collect.sim.jobs import Job, Memory, Run
 from gputui.collect.sim.scenarios import BOTH, COMPUTE, GRAPHICS, VANISHED, Gpu, Program, Scenario, Use
 from gputui.collect.sim.signals import clamp, noise, ramp, stream
 
@@ -38,6 +38,7 @@ class JobNow:
     program: Program
     run: Run
     memory: Memory | None
+    job: Job  # the program's job
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class GpuNow:
 class MachineState:
     t: float
     gpus: tuple[GpuNow, ...]
-    jobs: dict  # pid -> JobNow
-    gone: frozenset  # pids NVML lists but the host no longer has
+    jobs: dict[int, JobNow]  # by pid
+    gone: frozenset[int]  # pids NVML lists but the host no longer has
 
 
 def _job_use(program: Program, use: Use, now: JobNow, seed: int, t: float) -> tuple[int, int]:
@@ -77,10 +78,10 @@ def _job_use(program: Program, use: Use, now: JobNow, seed: int, t: float) -> tu
     mem = now.memory
     if mem is None:
         return 0, 0
-    memory = program.job.layout.context + mem.reserved
+    memory = now.job.layout.context + mem.reserved
     if not mem.busy:
         return memory, 0
-    lay = program.job.layout
+    lay = now.job.layout
     u = t - now.run.start
     level = use.sm * ramp(u, lay.first_step, lay.first_step + 15.0)
     sm = level + use.jitter * noise(seed, stream("sm", now.run.pid, use.device), t)
@@ -94,9 +95,9 @@ def _fixed_sm(use: Use, pid: int, seed: int, t: float) -> int:
     return int(round(clamp(sm, 0.0, 100.0)))
 
 
-def _uses(scenario: Scenario, seed: int, t: float) -> tuple[list[list[UseNow]], dict]:
+def _uses(scenario: Scenario, seed: int, t: float) -> tuple[list[list[UseNow]], dict[int, JobNow]]:
     by_gpu: list[list[UseNow]] = [[] for _ in scenario.gpus]
-    jobs = {}
+    jobs: dict[int, JobNow] = {}
     for p in scenario.programs:
         if not p.uses or p.started > t:
             continue
@@ -106,7 +107,7 @@ def _uses(scenario: Scenario, seed: int, t: float) -> tuple[list[list[UseNow]], 
             run = p.job.run_at(t)
             if run is None:
                 continue
-            now = JobNow(p, run, p.job.memory(run, t))
+            now = JobNow(p, run, p.job.memory(run, t), p.job)
             pid = run.pid
             jobs[pid] = now
             if now.memory is None:
@@ -130,7 +131,7 @@ def _sensors(gpu: Gpu, uses: list[UseNow], seed: int, t: float) -> GpuNow:
     memory = gpu.base_memory + sum(u.memory for u in uses)
     slot_used = tuple(sum(u.memory for u in uses if u.gpu_instance_id == s.gpu_instance_id) for s in gpu.mig)
     if gpu.mig:  # each instance owns a share of the SMs
-        share = {s.gpu_instance_id: s.profile.slices / 7 for s in gpu.mig}
+        share: dict[int | None, float] = {s.gpu_instance_id: s.profile.slices / 7 for s in gpu.mig}
         util = min(100, int(round(sum(u.sm * share.get(u.gpu_instance_id, 0) for u in uses))))
     else:
         util = min(100, sum(u.sm for u in uses))

@@ -7,6 +7,7 @@ growing allocation sites, advice). A probed process that NVML does not list show
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,13 +18,16 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.model import GpuProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.analysis.process import ProcessAnalysis, analyse
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
+
+if TYPE_CHECKING:  # the app imports this module
+    from gputui.ui.app import GpuTuiApp
 
 PROCESS_CHARTS = (
     ("gpu_memory", "GPU MEM", lambda v: units.size_short(v)),
@@ -110,8 +114,9 @@ class ProcessDetail(Screen):
         charts = self.query_one("#detail-charts")
         charts.display = self.device_index is not None
         if self.device_index is not None:
+            key = (self.pid, self.device_index)
             for metric, _, _ in PROCESS_CHARTS:
-                self.query_one(f"#pchart-{metric}", Chart).show(history.process(self.key, metric))
+                self.query_one(f"#pchart-{metric}", Chart).show(history.process(key, metric))
         trend_line = self.query_one("#detail-trend", Static)
         trend_line.display = self.device_index is not None
         if self.device_index is not None:
@@ -147,10 +152,10 @@ class ProcessDetail(Screen):
                         severity="warning")
             return
         on = not self.report.recording
-        self.app.record_sites(self.report.pid, on=on, steps=RECORD_STEPS)
+        cast("GpuTuiApp", self.app).record_sites(self.report.pid, on=on, steps=RECORD_STEPS)  # (Textual: any App)
 
 
-def forecasts_oom(leak) -> bool:
+def forecasts_oom(leak: LeakVerdict | None) -> bool:
     """Whether the probe's leak verdict says when the process runs out of memory."""
     return leak is not None and leak.state in GROWTH_STATES and leak.oom_step is not None
 

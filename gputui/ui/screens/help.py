@@ -4,16 +4,20 @@ key remaps), so it can never disagree with what the keys do.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 
-def describe_bindings(bindings: list[Binding], keymap: dict[str, str], app) -> list[tuple[str, str, str]]:
+def describe_bindings(bindings: list[Binding], keymap: dict[str, str],
+                      app: App[Any]) -> list[tuple[str, str, str]]:
     """(keys, what it does, binding id) for each binding with an id, keys as the user remapped them."""
     bound = BindingsMap(bindings)
     if keymap:
@@ -54,7 +58,7 @@ def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
     ]
 
 
-def _table(headers: tuple[str, str, str], rows, *, wrap_column: int) -> Table:
+def _table(headers: tuple[str, str, str], rows: Iterable[tuple[str, str, str]], *, wrap_column: int) -> Table:
     # A Rich table wraps the long column to the box's width, so the short ones (keys, ids to remap
     # by) are always whole, at 80x24 as in a wide terminal.
     table = Table(box=None, show_edge=False, pad_edge=False, expand=True, header_style="bold")
@@ -72,7 +76,7 @@ class HelpScreen(ModalScreen[None]):
     """A table per section: keys, the id to remap them in config.toml, and what they do; then what
     the monitor's marks mean."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", tooltip="Close this help", id="help.close")]
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help", tooltip="Close this help", id="help.close")]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
                  *, ascii: bool = False, cost: str = "") -> None:
@@ -99,5 +103,5 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table(("mark", "where", "means"), legend(self.ascii), wrap_column=2),
                          classes="help-table", id="help-legend")
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:  # (Textual's own action_dismiss waits for callbacks first)
         self.dismiss(None)

@@ -82,7 +82,7 @@ class AnalysisPanel(Vertical):
             return
         self.analysis = analysis
         probed = analysis.report is not None
-        phases = step_phases.accounts(analysis.report.steps) if probed else ()
+        phases = step_phases.accounts(analysis.report.steps) if analysis.report is not None else ()
         self.query_one("#analysis-leak", Static).display = probed
         self.query_one("#analysis-phases", Static).display = bool(phases)
         self.query_one("#analysis-sites", Static).display = probed
@@ -130,7 +130,7 @@ def headline(analysis: ProcessAnalysis) -> Content:
         what = "" if not leak.category else f" in {leak.category.replace('_', ' ')}"
         parts.append(Content.assemble(("probe: ", "$text-muted"), (word + what, style)))
     trend = analysis.trend
-    if trend is not None and trend.verdict == "growing" and trend.mib_per_min is not None:
+    if trend is not None and trend.verdict == "growing" and trend.rate is not None:  # (so mib_per_min is)
         parts.append(Content.assemble(("NVML: ", "$text-muted"),
                                       (f"growing {units.size(trend.rate * 60)}/min", "$warning")))
     if analysis.advice:

@@ -7,6 +7,9 @@ apply without a hex literal in the code.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeGuard, cast
+
 from gputui import units
 from gputui.ui import format as fmt
 
@@ -14,26 +17,31 @@ LEVEL_STYLES = {"low": "$success", "mid": "$warning", "high": "$error", "none": 
 
 Piece = tuple[str, str]  # text and its style in Textual's words ("" for plain)
 Words = tuple[Piece, ...]
+Part = str | Piece | Words  # what assemble() and join() take
 
 
 def styled(text: str, style: str = "") -> Words:
     return ((text, style),) if text else ()
 
 
-def assemble(*parts) -> Words:
+def assemble(*parts: Part) -> Words:
     """Words from strings, (text, style) pairs and other Words, in order."""
     pieces: list[Piece] = []
     for part in parts:
         if isinstance(part, str):
             pieces.extend(styled(part))
-        elif part and isinstance(part[0], str):
+        elif _is_piece(part):
             pieces.extend(styled(*part))
         else:
-            pieces.extend(part)
+            pieces.extend(cast(Words, part))  # (a tuple that is no (text, style) pair: words)
     return merged(pieces)
 
 
-def merged(pieces) -> Words:
+def _is_piece(part: Piece | Words) -> TypeGuard[Piece]:
+    return bool(part) and isinstance(part[0], str)
+
+
+def merged(pieces: Iterable[Piece]) -> Words:
     """Neighbouring pieces of one style as one: drawn as one segment, as Textual's Content does."""
     out: list[Piece] = []
     for text, style in pieces:
@@ -71,7 +79,7 @@ def value(text: str, level: str | None = None) -> Words:
     return styled(text, LEVEL_STYLES[level] if level else "")
 
 
-def join(parts, separator: str = " ") -> Words:
+def join(parts: Iterable[Words | str], separator: str = " ") -> Words:
     """Join non-empty words or strings with a separator."""
     pieces: list[Piece] = []
     for part in parts:

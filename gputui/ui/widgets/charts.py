@@ -4,6 +4,8 @@ and temperature (one widget, fixed scales), and the detail screen's per-process 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -35,7 +37,8 @@ class Chart(Vertical):
     Chart > .chart-ascii { height: 1; }
     """
 
-    def __init__(self, title: str, words, *, ascii: bool = False, id: str | None = None) -> None:
+    def __init__(self, title: str, words: Callable[[float | None], str], *, ascii: bool = False,
+                 id: str | None = None) -> None:
         super().__init__(id=id)
         self.chart_title = title
         self.words = words
@@ -155,8 +158,8 @@ def chart_scale(metric: str, device: Device) -> tuple[float, float, float, float
     return 20.0, top, 0.85, 0.95
 
 
-def chart_line(title: str, value: str, latest: float | None, points: tuple[float, ...], scale,
-               width: int, *, ascii: bool = False) -> Words:
+def chart_line(title: str, value: str, latest: float | None, points: tuple[float, ...],
+               scale: tuple[float, float, float, float], width: int, *, ascii: bool = False) -> Words:
     """One chart: "UTIL   92% ▁▂▅▇███…", the newest point at the right edge.
 
     The blocks are drawn in one calm colour so the shape reads at a glance; the latest value

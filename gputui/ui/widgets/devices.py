@@ -6,6 +6,7 @@ the layout or the width changes.
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.events import Click, Resize
 from textual.message import Message
@@ -15,6 +16,11 @@ from gputui.model import Device, MigInstance, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, meter, styled, value
 from gputui.ui.widgets.line import StyledLines
+
+
+# One device's lines as drawn: (background style, words) each; and what they were drawn from.
+_Lines = tuple[tuple[str, Words], ...]
+_RowKey = tuple[Device, str, int, bool, int]
 
 
 def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
@@ -61,7 +67,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         label("UTIL"), meter(util_f, bar_w, ascii=ascii), f"{units.percent(d.gpu_util):>4}",
         temp, join([label("fan"), value(units.percent(d.fan_speed))]), value(power),
     ])
-    codecs = ""
+    codecs: Words | str = ""
     if d.encoder_util or d.decoder_util:  # only worth a place while a codec is busy
         codecs = join([label("ENC"), units.percent(d.encoder_util), label("DEC"), units.percent(d.decoder_util)])
     second = join([
@@ -105,15 +111,15 @@ class DeviceLines(StyledLines):
         self.devices: tuple[Device, ...] = ()
         self.line_devices: list[int] = []  # the device index of each line, for mapping a click
         self.width_used = 0
-        self._rows: dict[tuple, tuple] = {}  # (device, mode, width, selected) -> its lines
+        self._rows: dict[_RowKey, _Lines] = {}  # its lines by (device, mode, width, selected, PCIe age)
 
     def show(self, devices: tuple[Device, ...], mode: str, selected: int | None,
              now: float | None = None) -> None:
         """``now``: the snapshot's time, which the age of slower readings is counted from."""
         self.devices = devices
         width = self.width_used = self.content_size.width or self.app.size.width
-        rows = {}
-        lines = []
+        rows: dict[_RowKey, _Lines] = {}
+        lines: list[tuple[str, Words]] = []
         line_devices: list[int] = []
         for device in devices:
             age = (int(now - device.pcie_read_at)
@@ -164,7 +170,7 @@ class DeviceList(VerticalScroll):
         super().__init__(id=id, can_focus=False)
         self.ascii = ascii
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield DeviceLines(ascii=self.ascii)
 
     def show(self, snapshot: Snapshot, mode: str, selected: int | None) -> None:

@@ -5,10 +5,13 @@ sample). Static.update() re-lays out the screen (its size may change); these do 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.content import Content
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
@@ -41,7 +44,7 @@ Piece = tuple[str, str]
 def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
     """Content as lines of (text, style) pieces; where spans overlap, their styles are joined in
     order, so a later style wins as it does when Content renders."""
-    lines = []
+    lines: list[tuple[Piece, ...]] = []
     for line in content.split("\n", allow_blank=True):
         text = line.plain
         spans = [s for s in line.spans if s.end > s.start]
@@ -49,7 +52,7 @@ def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
             lines.append(((text, ""),) if text else ())
             continue
         cuts = sorted({0, len(text), *(s.start for s in spans), *(s.end for s in spans)})
-        pieces = []
+        pieces: list[Piece] = []
         for start, end in zip(cuts, cuts[1:]):
             style = " ".join(str(s.style) for s in spans if s.start <= start and s.end >= end)
             if pieces and pieces[-1][1] == style:
@@ -79,7 +82,7 @@ class StyledLines(Widget):
         self._styles: dict[tuple[str, str], RichStyle] = {}  # (background, style) -> resolved
         self._segments_for: tuple | None = None
 
-    def show_lines(self, lines) -> None:
+    def show_lines(self, lines: Iterable[tuple[str, tuple[Piece, ...]]]) -> None:
         """Draw these lines: ``(background style, pieces)`` each. Repaints only on a change, and asks
         for a new layout only when the number of lines changes."""
         lines = tuple(lines)
@@ -89,14 +92,14 @@ class StyledLines(Widget):
         self.lines = lines
         self.refresh(layout=resized)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.lines)
 
     def render(self) -> Content:
         """The lines as Content (what they say; drawing goes through ``render_line``)."""
         return Content("\n").join(Content.assemble(*pieces) for _, pieces in self.lines)
 
-    def get_content_width(self, container, viewport) -> int:
+    def get_content_width(self, container: Size, viewport: Size) -> int:
         return max((sum(cell_len(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
 
     def render_line(self, y: int) -> Strip:

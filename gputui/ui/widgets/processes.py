@@ -8,6 +8,8 @@ styles of the theme), so a refresh in which a few cells changed redraws those li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.cells import cell_len, set_cell_size
 from rich.control import strip_control_codes
 from rich.segment import Segment
@@ -480,9 +482,9 @@ class ProcessTable(ScrollView, can_focus=True):
         width = self.size.width
         if y == 0:
             state = HEADER | (HOVERED if self._hover == -1 else 0)
-            want = (self._layout, state, width)
-            if self._header is None or self._header[0] != want:
-                self._header = (want, self._draw([(label, "") for label, _, _ in self._layout], state, width))
+            heading = (self._layout, state, width)
+            if self._header is None or self._header[0] != heading:
+                self._header = (heading, self._draw([(label, "") for label, _, _ in self._layout], state, width))
             return self._header[1]
         index = y - 1 + self.scroll_offset.y
         if index >= len(self.row_keys):
@@ -498,7 +500,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._strips[key] = (want, strip)
         return strip
 
-    def _draw(self, cells, state: int, width: int) -> Strip:
+    def _draw(self, cells: Iterable[Cell], state: int, width: int) -> Strip:
         """One line of cells as a Strip ``width`` wide."""
         pieces = self._pieces
         if len(pieces) > 8192:  # readings change: forget old ones now and then

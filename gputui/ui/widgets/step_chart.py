@@ -126,7 +126,7 @@ class StepChart(Vertical):
         if series.steps:
             # Steps are whole numbers: five evenly spread integer ticks, not plotext's decimals.
             first, last = series.steps[0], series.steps[-1]
-            ticks = sorted({round(first + (last - first) * k / 4) for k in range(5)})
+            ticks: list[float] = sorted({round(first + (last - first) * k / 4) for k in range(5)})
             plt.xticks(ticks, [str(t) for t in ticks])
         plt.xlabel("step")
         plot.refresh()

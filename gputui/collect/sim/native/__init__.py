@@ -133,7 +133,7 @@ def escape(text: str) -> str:
     return "".join(out)
 
 
-def _line(key: str, code: int, *values: object) -> str:
+def _line(key: str, code: int, *values: str | int) -> str:
     parts = [key, str(code)]
     if code == N.NVML_SUCCESS:
         parts += [escape(v) if isinstance(v, str) else str(int(v)) for v in values]
@@ -183,12 +183,12 @@ def _device_lines(nv: Nvml, handle: int, sections: Mapping[int, int], pid: Mappi
     temp = _TemperatureV1(TEMPERATURE_V1, N.NVML_TEMPERATURE_GPU, 0)
     yield _line("nvmlDeviceGetTemperatureV", nv.nvmlDeviceGetTemperatureV(handle, byref(temp)), temp.temperature)
     for i in range(MIG_SLOTS):
-        out = c_void_p()
-        code = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, i, byref(out))
-        yield _line(f"nvmlDeviceGetMigDeviceHandleByIndex.{i}", code, sections.get(out.value or 0, 0))
-    out = c_void_p()
-    code = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle, byref(out))
-    yield _line("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", code, sections.get(out.value or 0, 0))
+        found = c_void_p()
+        code = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, i, byref(found))
+        yield _line(f"nvmlDeviceGetMigDeviceHandleByIndex.{i}", code, sections.get(found.value or 0, 0))
+    parent = c_void_p()
+    code = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle, byref(parent))
+    yield _line("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", code, sections.get(parent.value or 0, 0))
     yield from _process_lines(nv, handle, pid, stamp_us)
 
 
