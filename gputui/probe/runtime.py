@@ -111,10 +111,10 @@ class Probe:
             self.tracker.uninstall()
             self.oom.uninstall()
             self.sites.request(0, on=False)
-            if self.sites.on and self.sites._mode is None:
+            if self.sites.on and self.sites.process_wide:
                 # CUDA history is process-wide and can be switched off from here; a CPU recording's
                 # function mode belongs to the training thread, which ends it at its next step.
-                self.sites._finish()
+                self.sites.finish()
             if self.server is not None and os.getpid() == self.pid:
                 self.server.stop()
             self.server = None
@@ -165,7 +165,7 @@ class Probe:
         if board.sites_wanted[0] != board.sites_taken:
             self._take_sites_request()
         sites = self.sites
-        if sites.on or sites._want is not None:
+        if sites.on or sites.pending:
             durations = [s[2] if isinstance(s, tuple) else s.duration
                          for s in list(tracker._steps)[-21:]]
             was_on = sites.on
