@@ -83,6 +83,9 @@ class Activations:
     callable(tensor) told of each saved tensor while allocation sites are recorded.
     """
 
+    __slots__ = ("problems", "watched", "model_keys", "saw_tensor", "packs", "_live", "_bytes", "_now", "_peak",
+                 "_shown", "_saved_this_step")
+
     def __init__(self, problems, watched: bool = True):
         self.problems = problems
         self.watched = watched

@@ -102,7 +102,7 @@ def categories_of(row: list[int] | None, allocated: int | None = None,
 
 
 class Categories:
-    """The optimizers and top-level models the hooks found, and the step's device: what a tally counts.
+    """The optimizers and top-level models the hooks found: what a tally counts.
 
     ``optimizers`` and ``modules`` are weak sets the hooks add to. ``tally()`` counts them and
     remembers which storages are parameters, buffers or state (``model_keys``: saved tensors with
@@ -112,7 +112,6 @@ class Categories:
     def __init__(self):
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         self.modules: weakref.WeakSet = weakref.WeakSet()  # modules called at the top level
-        self.device: str | None = None  # the device that holds most parameter bytes
         self.model_keys: frozenset = frozenset()  # storages of parameters, buffers, state
         # (device, parameter bytes, optimizer-state bytes there, torch.device, shape of the model,
         # buffer bytes) at the latest full tally on that device
@@ -131,29 +130,30 @@ class Categories:
         tally(list(self.optimizers), (), keys, modules=list(self.modules))
         return keys
 
-    def quick_row(self, with_shape: bool) -> list[int] | None:
-        """The step device's row without a full tally, activations at 0, or None where one is needed.
+    def quick_row(self, device: str | None, with_shape: bool) -> list[int] | None:
+        """``device``'s row without a full tally, activations at 0, or None where one is needed.
 
         Parameters and optimizer state keep the size the last full tally counted while the model
         and the optimizer's state keep their shape (checked when ``with_shape``); gradients come and
         go and are summed now. A full tally costs a few microseconds per tensor.
         """
-        static, device = self._static, self.device
+        static = self._static
         if static is None or static[0] != device or with_shape and static[4] != self._shape_of_model():
             return None
         return [static[1], self._gradient_bytes(device), static[2], 0, static[5]]
 
     @property
     def torch_device(self):
-        """The step's device as a torch.device, as of the latest full tally (None before one)."""
+        """The device of the latest full tally's remembered row, as a torch.device (None before one)."""
         return None if self._static is None else self._static[3]
 
-    def settle(self, counts: dict[str, list[int]]) -> list[int] | None:
-        """After a full tally: choose the step's device if none yet, remember its row for
-        quick_row(), and return it."""
-        device = self.device
-        if device is None and counts:
-            device = self.device = max(counts, key=lambda d: counts[d][PARAMS])
+    @staticmethod
+    def main_device(counts: dict[str, list[int]]) -> str | None:
+        """The device that holds most parameter bytes in a tally (None in an empty one)."""
+        return max(counts, key=lambda d: counts[d][PARAMS]) if counts else None
+
+    def settle(self, device: str | None, counts: dict[str, list[int]]) -> list[int] | None:
+        """After a full tally: remember ``device``'s row for quick_row(), and return it."""
         row = counts.get(device) if device else None
         if row is not None:
             self._static = (device, row[PARAMS], row[STATE], torch.device(device), self._shape_of_model(),

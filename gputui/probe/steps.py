@@ -85,29 +85,24 @@ def phase_peak(start: PhaseReading | None, end: PhaseReading | None) -> int | No
     return max(start.allocated, end.allocated)
 
 
-class Phases:
-    """The running phase (idle, forward, backward, optimizer) and, in a measured step, the reading
-    at each phase's first boundary and each phase's peak."""
+class PhasePeaks:
+    """In a measured step: the reading at each phase's first boundary and each phase's peak."""
+
+    __slots__ = ("_marks", "_peaks", "_start")
 
     def __init__(self):
-        self.phase = IDLE
         self._marks: dict[str, PhaseReading] = {}
         self._peaks: dict[str, int] = {}
         self._start: PhaseReading | None = None  # the reading that opened the running phase
 
-    def enter(self, phase: str) -> str:
-        """Enter ``phase``; the phase left."""
-        previous, self.phase = self.phase, phase
-        return previous
-
-    def close(self, previous: str, reading: PhaseReading) -> None:
-        """A measured boundary: ``previous`` closes at ``reading``, which opens the running phase."""
+    def close(self, previous: str, phase: str, reading: PhaseReading) -> None:
+        """A measured boundary: ``previous`` closes at ``reading``, which opens ``phase``."""
         if previous != IDLE and self._start is not None:
             peak = phase_peak(self._start, reading)
             if peak is not None:
                 self._peaks[previous] = max(self._peaks.get(previous, 0), peak)
         self._start = reading
-        self._marks.setdefault(self.phase, reading)  # a phase's first boundary: where the step started
+        self._marks.setdefault(phase, reading)  # a phase's first boundary: where the step started
 
     def reset(self, measuring: bool) -> None:
         """A step starts: forget the last one's marks and peaks (if it had any, or this one will)."""
@@ -125,6 +120,8 @@ class Phases:
 
 class Evidence:
     """When the judged figure grew past noise since the latest measured step: measure the next one."""
+
+    __slots__ = ("steps", "now", "last", "_base", "_gap", "_wanted")  # (touched at every step end: compact)
 
     def __init__(self):
         self.steps = 0  # steps measured because the judged figure grew, so far
@@ -148,19 +145,24 @@ class Evidence:
         self._wanted = False
         return wanted
 
-    def end_step(self) -> None:
-        self.last = self.now
+    def next_step(self, step: int, light: tuple | None) -> bool:
+        """At a step end: the step that ended (number ``step``, its light figures, None if it was
+        measured) checked, and whether the next one is to be measured (as start_step()).
 
-    def check(self, step: int, light: tuple) -> None:
-        """After an unmeasured step: measure the next if the judged figure grew past noise."""
-        figure, base, at = self._base
-        now = light[figure]
-        if now is None or step - at < self._gap:
-            return
-        floor = growth_floor(LIGHT_FIGURES[figure], base)
-        if now - base >= floor:
-            self._wanted = True
-            self.steps += 1
-            self._gap = min(2 * self._gap, EVIDENCE_MAX)
-        elif abs(now - base) < floor:
-            self._gap = EVIDENCE_STEPS  # flat again: a new growth is news
+        The next is measured if the judged figure grew past noise since the latest measured step.
+        """
+        self.last = self.now
+        if light is not None and self._base is not None:
+            figure, base, at = self._base
+            now = light[figure]
+            if now is not None and step - at >= self._gap:
+                floor = growth_floor(LIGHT_FIGURES[figure], base)
+                if now - base >= floor:
+                    self._wanted = True
+                    self.steps += 1
+                    self._gap = min(2 * self._gap, EVIDENCE_MAX)
+                elif abs(now - base) < floor:
+                    self._gap = EVIDENCE_STEPS  # flat again: a new growth is news
+        wanted = self.now = self._wanted
+        self._wanted = False
+        return wanted

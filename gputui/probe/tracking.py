@@ -46,7 +46,7 @@ from gputui.probe.steps import (
     OPTIMIZER,
     Evidence,
     PhaseReading,
-    Phases,
+    PhasePeaks,
     StepEntry,
     light_entry,
 )
@@ -86,7 +86,9 @@ class Tracker:
         self.budget = ReadingsBudget(budget, clock)
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
-        self.phases = Phases()
+        self.phase = IDLE  # where the running step is: idle, forward, backward, optimizer
+        self.device: str | None = None  # the step's device: the one that holds most parameter bytes
+        self.phases = PhasePeaks()
         self.evidence = Evidence()
         self.step_count = 0
         self.active = False
@@ -125,7 +127,7 @@ class Tracker:
             return  # installed twice, its hooks would run twice: every step counted twice
         self._step_started = None  # time without the hooks is no step of ours
         self.budget.restart(self.clock())
-        self.phases.phase = IDLE
+        self.phase = IDLE
         # Only the optimizer post-hook stays for good: it counts steps. The hooks that readings need
         # (optimizer pre-hook, module hooks, saved tensors) are armed only for measured steps, so
         # the other steps pay for one hook call and nothing else: the model's own calls take
@@ -232,7 +234,7 @@ class Tracker:
         watch) it is the latest measured step's peak, named by its step, never a 0 that only
         means "not watched".
         """
-        if self._measuring and self.phases.phase in (FORWARD, BACKWARD):
+        if self._measuring and self.phase in (FORWARD, BACKWARD):
             return None
         return self.activations.shown
 
@@ -243,7 +245,7 @@ class Tracker:
     def _read(self, with_tally: bool) -> PhaseReading:
         """Memory on the step's device now: the allocator's counters on CUDA, tracked bytes on CPU."""
         categories = self.categories
-        device = categories.device
+        device = self.device
         if device is not None and device.startswith("cuda") and allocator.cuda_ready():
             stats = torch.cuda.memory_stats(torch.device(device))
             return PhaseReading(
@@ -252,18 +254,19 @@ class Tracker:
                 stats=stats,
                 tally=self.tally() if with_tally else None,
             )
-        row = categories.quick_row(with_shape=with_tally)
+        row = categories.quick_row(device, with_shape=with_tally)
         if row is not None:
             row[3] = self.activations.bytes_on(categories.torch_device)  # (ACTS)
             return PhaseReading(allocated=sum(row), tally={device: row} if with_tally else None)
         counts = self.tally()
-        row = categories.settle(counts)
+        if device is None:
+            device = self.device = categories.main_device(counts)
+        row = categories.settle(device, counts)
         return PhaseReading(allocated=sum(row) if row else 0, tally=counts)
 
     def _mark(self, phase: str) -> None:
         """Close the running phase at a boundary and open ``phase``."""
-        phases = self.phases
-        previous = phases.enter(phase)
+        previous, self.phase = self.phase, phase
         if not self._measuring:
             return
         started = self.clock()
@@ -278,7 +281,7 @@ class Tracker:
                     reading.heap = heap
                 else:
                     reading.host = self.resident.read()
-            phases.close(previous, reading)
+            self.phases.close(previous, phase, reading)
         finally:
             self.budget.charge(self.clock() - started)
 
@@ -300,18 +303,17 @@ class Tracker:
                 # Before torch.compile traces its forward pass: watch it from outside from now on
                 # (global hooks seen while tracing, removed later, would make it recompile).
                 self._hook_roots()
-        phases = self.phases
-        if phases.phase == BACKWARD and self._primary is None:
+        if self.phase == BACKWARD and self._primary is None:
             # No optimizer (yet): a forward pass after a backward is the only boundary there is.
             # The pass that ended shows its peak, as a step would (step 0: no step counted).
             self.activations.end_pass(self.step_count)
-            phases.phase = IDLE
+            self.phase = IDLE
         if self.on_forward is not None:
             try:
                 self.on_forward()
             except Exception as exc:
                 self.problems.record("reading on request", exc)
-        if phases.phase != FORWARD:
+        if self.phase != FORWARD:
             try:
                 self._enter_forward()
             except Exception as exc:
@@ -337,7 +339,7 @@ class Tracker:
     def _unpack(self, saved):
         if type(saved) is not SavedTensor:
             return saved
-        if self.phases.phase not in (BACKWARD, OPTIMIZER) and self.active:
+        if self.phase not in (BACKWARD, OPTIMIZER) and self.active:
             try:
                 self._mark(BACKWARD)
             except Exception as exc:
@@ -347,16 +349,18 @@ class Tracker:
     def _enter_forward(self) -> None:
         if self._step_started is None:
             self._start_step()
-        if self.phases.phase == OPTIMIZER:
+        if self.phase == OPTIMIZER:
             return  # a closure's forward pass (LBFGS): part of optimizer.step(), and its peak
         self._mark(FORWARD)
 
-    def _start_step(self, now: float | None = None) -> None:
+    def _start_step(self) -> None:
+        """A step starts where none was running (the first, or after the hooks were installed);
+        at a step end, _end_step starts the next one itself."""
         budget = self.budget
         packs = self.activations.packs
         if packs:
             budget.charge(self.activations.take_packs() * PACK_COST)
-        now = self._step_started = self.clock() if now is None else now
+        now = self._step_started = self.clock()
         self.activations.start_step()
         measuring = budget.start_step(now, first=not self.board.steps)
         if self.evidence.start_step():
@@ -399,14 +403,14 @@ class Tracker:
 
     def _end_step(self) -> None:
         # At every step, right after the step's own work has pushed the probe's objects out of the
-        # CPU caches: the unmeasured path touches as little as it can.
+        # CPU caches: the unmeasured path touches as few objects as it can (not the activations, nor
+        # the phases, where an unmeasured step follows an unmeasured one).
         now = self.clock()
         started = self._step_started
         self.step_count = count = self.step_count + 1
         duration = None if started is None else now - started
         budget = self.budget
         measured, timed = self._measuring, budget.hook_seconds
-        self.evidence.end_step()
         if self._kept_check is not None:
             self._revise_kept()
         if measured:
@@ -418,22 +422,37 @@ class Tracker:
             if end is not None:
                 self.board.add_measured(entry)
             self.last_measured = end is not None
+            light, light_seconds = None, 0.0
+            # Saved tensors are seen only in measured steps (the hooks are pushed only then): their
+            # calls are charged to the step that starts now, as its readings' own.
+            carried = self.activations.take_packs() * PACK_COST
         else:
-            self.phases.phase = IDLE
-            light = self._light_reading()
+            self.phase = IDLE
+            if budget.light_ok:
+                light_started = self.clock()
+                light = self._light_reading()
+                light_seconds = self.clock() - light_started
+            else:
+                light, light_seconds = NO_LIGHT, 0.0
             self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), duration,
-                                                            self.categories.device) + light + (None,)))
+                                                            self.device) + light + (None,)))
             self.last_measured = False
-            if self.evidence.watching:
-                self.evidence.check(count, light)
-        budget.end_step(duration, measured)
+            carried = 0.0
         # The next step starts where this one ends (data loading included).
-        self._start_step(now)
+        measuring = budget.next_step(duration, measured, now, light_seconds, carried)
+        if self.evidence.next_step(count, light):
+            measuring = True
+        self._step_started = now
+        self._measuring = measuring
+        if measuring:
+            self.activations.start_step()
+        if measuring or measured:
+            self.phases.reset(measuring)
         if not self._roots_learned and self.step_count >= LEARN_STEPS and self.categories.modules:
             self._hook_roots()
-        toggle = self._roots_learned and self._measuring != self._armed and self.active
+        toggle = self._roots_learned and measuring != self._armed and self.active
         if toggle:
-            if self._measuring:
+            if measuring:
                 self._arm()
             else:
                 self._disarm()
@@ -446,7 +465,7 @@ class Tracker:
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
         """A measured step's entry, with its full StepRecord (none where the reading failed)."""
-        device = self.categories.device
+        device = self.device
         if end is None:
             return StepEntry(self.step_count, self.wallclock(), duration, device)
         row = (end.tally or {}).get(device) if device else None
@@ -509,14 +528,10 @@ class Tracker:
     def _light_reading(self) -> tuple:
         """The LIGHT_FIGURES of an unmeasured step: the one figure a leak verdict is judged on, read
         at nearly every step so that a leak is seen within dozens of steps. It takes at most half
-        the readings budget, so measured steps keep the rest: where it costs more than that (CUDA's
-        counters in very short steps), every few steps only."""
-        budget = self.budget
-        if not budget.light_allowed():
-            return NO_LIGHT
-        started = self.clock()
+        the readings budget (ReadingsBudget.light_ok), so measured steps keep the rest: where it
+        costs more than that (CUDA's counters in very short steps), every few steps only."""
         try:
-            device = self.categories.device
+            device = self.device
             if device is None:
                 return NO_LIGHT
             if device.startswith("cuda"):
@@ -531,8 +546,6 @@ class Tracker:
         except Exception as exc:
             self.problems.record("step-end reading", exc)
             return NO_LIGHT
-        finally:
-            budget.charge_light(self.clock() - started)
 
     # -- what the probe reads of it ---------------------------------------------------------------
 
@@ -578,14 +591,6 @@ class Tracker:
         """Count steps anew (a forked child): no steps kept, none counted."""
         self.board.clear_steps()
         self.step_count = 0
-
-    @property
-    def device(self) -> str | None:
-        return self.categories.device
-
-    @property
-    def phase(self) -> str:
-        return self.phases.phase
 
     @property
     def saw_tensor(self):
