@@ -108,13 +108,14 @@ def print_overhead(label: str, results: list[dict], rounds: int, steps: int) -> 
 def time_in_hooks(steps: int) -> None:
     """The time spent inside the probe's hooks themselves: steadier than a difference of step times
     on a shared machine. (The timing wrapper adds a few microseconds per call of its own.)"""
-    from gputui.probe import tracking
+    from gputui.probe import activations, tracking
 
     spent = [0.0]
     originals = {}
-    for name in ("_module_pre", "_module_post", "_pack", "_unpack", "_optimizer_pre",
-                 "_optimizer_post"):
-        original = originals[name] = getattr(tracking.Tracker, name)
+    for owner, name in ((tracking.Tracker, "_module_pre"), (tracking.Tracker, "_module_post"),
+                        (activations.Activations, "pack"), (tracking.Tracker, "_unpack"),
+                        (tracking.Tracker, "_optimizer_pre"), (tracking.Tracker, "_optimizer_post")):
+        original = originals[owner, name] = getattr(owner, name)
 
         def timed(self, *args, _original=original):
             started = time.perf_counter()
@@ -123,7 +124,7 @@ def time_in_hooks(steps: int) -> None:
             finally:
                 spent[0] += time.perf_counter() - started
 
-        setattr(tracking.Tracker, name, timed)
+        setattr(owner, name, timed)
     try:
         job = loops.make_job(batch=BATCH)
         probe = runtime.start(serve=False)
@@ -134,8 +135,8 @@ def time_in_hooks(steps: int) -> None:
         measured = sum(1 for s in probe.tracker.steps[-steps:] if s.allocated is not None)
         runtime.stop()
     finally:
-        for name, original in originals.items():
-            setattr(tracking.Tracker, name, original)
+        for (owner, name), original in originals.items():
+            setattr(owner, name, original)
     per_step, step_time = spent[0] / steps, statistics.median(wall)
     charged = (probe.tracker.charged - charged_before) / steps
     print(f"time inside the probe's hooks: {per_step * 1e6:.1f} us/step = "
@@ -156,7 +157,7 @@ def sampler_cpu(seconds: float, incremental: bool) -> None:
     job = loops.make_job(batch=BATCH)
     probe = runtime.start()
     step = 0
-    while len(probe.tracker._steps) < probe.tracker._steps.maxlen:  # a full history, as in a long run
+    while len(probe.board.steps) < probe.board.steps.maxlen:  # a full history, as in a long run
         loops.train_step(job, *job.batch_at(step))
         step += 1
     stop = threading.Event()

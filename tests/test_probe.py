@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from gputui.probe import runtime, saved_tensor_hooks, tracking  # noqa: E402
+from gputui.probe import categories, runtime, saved_tensor_hooks  # noqa: E402
+from gputui.probe.steps import BACKWARD, FORWARD, IDLE  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -76,14 +77,14 @@ def test_activations_are_seen_during_forward_and_gone_after_backward(probe):
     step(job, x, y)  # the probe learns the parameters at the first optimizer step
     job.optimizer.zero_grad()
     out = job.model(x)
-    assert probe.tracker.phase == tracking.FORWARD
+    assert probe.tracker.phase == FORWARD
     assert probe.tracker.activation_bytes() == ACTIVATIONS
     loss = nn.functional.cross_entropy(out, y)
     loss.backward()
-    assert probe.tracker.phase == tracking.BACKWARD
+    assert probe.tracker.phase == BACKWARD
     assert probe.tracker.activation_bytes() == 0
     job.optimizer.step()
-    assert probe.tracker.phase == tracking.IDLE
+    assert probe.tracker.phase == IDLE
 
 
 def test_a_graph_kept_without_backward_counts_until_dropped(probe):
@@ -167,9 +168,9 @@ def test_failures_inside_hooks_are_contained_and_reported(probe, monkeypatch):
         def __contains__(self, key):
             raise ValueError("injected in pack")
 
-    monkeypatch.setattr(tracking, "tally", broken)
+    monkeypatch.setattr(categories, "tally", broken)
     step(job, x, y)  # readings fail in the optimizer hooks: the step goes on
-    probe.tracker._model_keys = ExplodingKeys()
+    probe.tracker.activations.model_keys = ExplodingKeys()
     job.optimizer.zero_grad()
     loss = nn.functional.cross_entropy(job.model(x), y)
     loss.backward()  # the pack hook failed and handed autograd the tensor itself

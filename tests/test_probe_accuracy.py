@@ -91,7 +91,7 @@ def saved_for_backward(loss, model_storages: set[int]) -> int:
 
 
 def _counted_bytes(views: list) -> int:
-    """One storage's bytes as the probe's rule counts them (Tracker._pack): a storage the graph
+    """One storage's bytes as the probe's rule counts them (Activations.pack): a storage the graph
     uses less than half of (a batch sliced out of a dataset tensor) counts by the bytes used, else
     whole. The probe applies the rule to the first tensor it sees of a storage; here it applies to
     the elements all the graph's tensors on the storage use together, which is what the rule

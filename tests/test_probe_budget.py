@@ -32,7 +32,7 @@ def test_unmeasured_steps_run_without_the_readings_hooks():
         assert not p.tracker._armed
         assert len(job.model._forward_pre_hooks) == 0 and len(job.model._forward_hooks) == 0
         assert p.tracker._pre_handles == [] and len(p.tracker._handles) == 1  # the step counter
-        p.tracker.budget = 1.0
+        p.tracker.budget.share = 1.0
         loops.clean(job, 2)
         assert p.tracker._armed and len(job.model._forward_pre_hooks) == 1
         assert len(_global_optimizer_pre_hooks) >= 1
@@ -67,7 +67,7 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
     assert measured and len(measured) < len(steps[10:])
     # Each measured step was charged (about) the sleep, not only its readings' few hundred us.
     assert p.tracker.charged >= 0.3 * COST * len(measured)
-    assert p.tracker.charged <= 0.02 * p.tracker._elapsed + 0.5 * max(s.duration for s in steps)
+    assert p.tracker.charged <= 0.02 * p.tracker.elapsed + 0.5 * max(s.duration for s in steps)
 
 
 def test_installing_twice_counts_each_step_once():

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from gputui.link import client, paths, protocol  # noqa: E402
 from gputui.model import MemoryCategories, ProbeReport, StepRecord, from_jsonable, to_jsonable  # noqa: E402
 from gputui.probe import desk, runtime  # noqa: E402
-from gputui.probe.board import step_record  # noqa: E402
+from gputui.probe.steps import StepEntry  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -110,8 +110,8 @@ def test_a_measured_step_revised_a_step_later_reaches_the_watcher(probe):
     try:
         watcher.poll()
         latest = probe.tracker.board.steps[-1]
-        revised = dataclasses.replace(latest, activations_kept=12345)
-        probe.tracker.board.revise_latest(latest, revised)
+        revised = dataclasses.replace(latest.record, activations_kept=12345)
+        probe.tracker.board.revise_latest(latest, latest._replace(record=revised))
         held = watcher.poll()[os.getpid()].steps
         assert held[-1] == revised and [s.step for s in held] == [1, 2, 3, 4]
         assert probe.report().steps[-1] == revised
@@ -134,9 +134,10 @@ def test_one_shot_reports_stay_whole(probe):
     (10, 4.0, 0.01, "cpu", None, None, 987654321),
 ])
 def test_unmeasured_steps_are_encoded_as_the_generic_codec_would(entry):
-    assert desk._step_json(entry) == protocol.dumps(to_jsonable(step_record(entry)))
+    entry = StepEntry(*entry)
+    assert desk._step_json(entry) == protocol.dumps(to_jsonable(entry.to_record()))
     measured = StepRecord(*entry[:2], allocated=5, categories=MemoryCategories(1, 2, 3, 4, None))
-    assert desk._step_json(measured) == protocol.dumps(to_jsonable(measured))
+    assert desk._step_json(StepEntry.measured(measured)) == protocol.dumps(to_jsonable(measured))
 
 
 def test_measured_steps_outlive_the_window_of_recent_steps(tmp_path, monkeypatch):
@@ -147,7 +148,7 @@ def test_measured_steps_outlive_the_window_of_recent_steps(tmp_path, monkeypatch
     try:
         job = loops.make_job()
         loops.clean(job, 10)
-        p.tracker.budget = 0.0
+        p.tracker.budget.share = 0.0
         loops.clean(job, 25)  # step 11 measured still (decided as step 10 ended), 12-35 not
         steps = p.report().steps  # the window of 20 holds 16-35; 1-11 measured, kept in front
         assert [s.step for s in steps] == list(range(1, 12)) + list(range(16, 36))

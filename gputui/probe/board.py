@@ -2,8 +2,8 @@
 
 The training thread writes here (in its hooks, after reading torch); the socket thread only reads what
 is here, and leaves requests that the training thread takes up at its next hook. Nothing on the board
-is a torch object: numbers, strings, tuples and frozen records. This module imports no torch, so the
-socket side (gputui.probe.desk), which is handed only a Board, cannot reach a tensor.
+is a torch object: numbers, strings, tuples and frozen records (each step a StepEntry). This module
+imports no torch, so the socket side (gputui.probe.desk), which is handed only a Board, cannot reach a tensor.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.model import FIRST_STEPS_KEPT, AllocationSite, LeakKeeper, OomRecord, ProbeDevice, StepRecord
+from gputui.model import FIRST_STEPS_KEPT, AllocationSite, LeakKeeper, OomRecord, ProbeDevice
+from gputui.probe.steps import StepEntry
 
 
 @dataclass(frozen=True)
@@ -35,19 +36,6 @@ class SitesView:
     cost: float | None = None
     started_at: float = 0.0  # tells one recording window from the next
     keepers: tuple[LeakKeeper, ...] = ()  # names that held more at each step of the window
-
-
-# The figures an unmeasured step's tuple carries after (step, ended_at, duration, device), in order.
-LIGHT_FIGURES = ("allocated", "host_allocated", "host_memory")
-
-
-def step_record(entry) -> StepRecord:
-    """A step as kept on the board: a StepRecord (measured), or the plain tuple of an unmeasured
-    step, (step, ended_at, duration, device, *LIGHT_FIGURES), which costs the training thread less
-    to make."""
-    if type(entry) is not tuple:
-        return entry
-    return StepRecord(*entry[:4], **dict(zip(LIGHT_FIGURES, entry[4:])))
 
 
 class Problems:
@@ -79,17 +67,17 @@ class Problems:
 
 class Board:
     """The probe's published state. Each attribute is replaced whole, never changed in place, except
-    the two step logs, which only ever get plain records appended, and their latest record replaced
-    once, a step later (see revise_latest). A deque copies in one C call.
+    the step logs, which only ever get StepEntries appended, and their latest entry replaced once, a
+    step later (see revise_latest). A deque copies in one C call.
     """
 
     def __init__(self, *, max_steps: int = 600, measured_kept: int = 128):
-        # StepRecords of measured steps, and plain tuples of the others (see step_record).
-        self.steps: deque = deque(maxlen=max_steps)
+        # Every step, measured or not.
+        self.steps: deque[StepEntry] = deque(maxlen=max_steps)
         # Measured steps are kept longer: at a low sampling rate the last ``max_steps`` steps may hold
         # too few of them for a leak verdict.
-        self.measured: deque = deque(maxlen=measured_kept)
-        self.first: tuple[StepRecord, ...] = ()  # the first measured steps, kept for good
+        self.measured: deque[StepEntry] = deque(maxlen=measured_kept)
+        self.first: tuple[StepEntry, ...] = ()  # the first measured steps, kept for good
         self.problems = Problems()
         self.server_problems: tuple[str, ...] | deque = ()
         # Written by the training thread (and the OOM hooks, on the thread that ran out).
@@ -117,27 +105,27 @@ class Board:
             last = self.steps[-1]
         except IndexError:
             return 0
-        return last[0] if type(last) is tuple else last.step
+        return last.step
 
-    def add_measured(self, record: StepRecord) -> None:
-        """A measured step's record, after it was appended to ``steps``."""
-        self.measured.append(record)
+    def add_measured(self, entry: StepEntry) -> None:
+        """A measured step's entry, after it was appended to ``steps``."""
+        self.measured.append(entry)
         if len(self.first) < FIRST_STEPS_KEPT:
-            self.first = self.first + (record,)
+            self.first = self.first + (entry,)
 
-    def entries(self) -> list:
-        """The recent steps as kept (StepRecords and plain tuples), oldest first, with measured steps
-        from before the kept window in front of it, and the first measured steps in front of all."""
+    def entries(self) -> list[StepEntry]:
+        """The recent steps, oldest first, with measured steps from before the kept window in front
+        of it, and the first measured steps in front of all."""
         recent = list(self.steps)
         if not recent:
             return recent
-        start = recent[0][0] if type(recent[0]) is tuple else recent[0].step
+        start = recent[0].step
         older = [r for r in list(self.measured) if r.step < start]
         start = older[0].step if older else start
         return [r for r in self.first if r.step < start] + older + recent
 
-    def revise_latest(self, old: StepRecord, new: StepRecord) -> None:
-        """Put ``new`` in the place of ``old`` where it is still the latest record of a log."""
+    def revise_latest(self, old: StepEntry, new: StepEntry) -> None:
+        """Put ``new`` in the place of ``old`` where it is still the latest entry of a log."""
         for log in (self.steps, self.measured):
             if log and log[-1] is old:
                 log[-1] = new

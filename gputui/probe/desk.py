@@ -13,7 +13,8 @@ import time
 
 from gputui.link.protocol import RawJSON, dumps
 from gputui.model import ProbeReport, StepRecord, to_jsonable
-from gputui.probe.board import LIGHT_FIGURES, Board, step_record
+from gputui.probe.board import Board
+from gputui.probe.steps import LIGHT_FIGURES, StepEntry
 
 PROBE_VERSION = 1
 # A reading older than this when a report is asked for makes the training thread take a new one at its
@@ -43,7 +44,7 @@ class Desk:
         """The whole report as a ProbeReport, from what was last published."""
         started = time.thread_time()
         try:
-            steps = tuple(step_record(s) for s in self.board.entries())
+            steps = tuple(s.to_record() for s in self.board.entries())
             return dataclasses.replace(self._head(), steps=steps, sites=self.board.sites.sites)
         finally:
             self.cpu_seconds += time.thread_time() - started
@@ -61,7 +62,7 @@ class Desk:
         try:
             board = self.board
             entries = board.entries()
-            numbers = [s[0] if type(s) is tuple else s.step for s in entries]
+            numbers = [s.step for s in entries]
             since = _since_step(params, board.started_at, numbers[-1] if numbers else 0)
             data = to_jsonable(self._head())
             del data["steps"], data["sites"]
@@ -129,33 +130,30 @@ class Desk:
         return self._sites_cache[1]
 
 
-# The fields after (step, ended_at, duration, device), and where an unmeasured step's tuple holds the
-# few it has (see board.step_record); the rest are null.
+# The fields after (step, ended_at, duration, device), and where an unmeasured step's entry holds the
+# few it has (see steps.StepEntry); the rest are null.
 _TAIL_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))[4:]
 _FIGURES = {name: i for i, name in enumerate(LIGHT_FIGURES)}
 _NULL_TAIL = dumps({name: None for name in _TAIL_FIELDS})[1:]
 
 
-def _step_json(entry) -> bytes:
-    """One step record as JSON, as to_jsonable() would give it, at a fraction of the cost.
+def _step_json(entry: StepEntry) -> bytes:
+    """One step as JSON, as to_jsonable() would give its StepRecord, at a fraction of the cost.
 
-    A few hundred steps a second arrive between two polls of the monitor; most are the plain tuples
-    of steps the probe did not measure.
+    A few hundred steps a second arrive between two polls of the monitor; most are steps the probe did
+    not measure, which carry no full record.
     """
-    if type(entry) is tuple:
-        step, ended_at, duration, device, *figures = entry
-        if math.isfinite(ended_at) and (duration is None or math.isfinite(duration)):
-            head = b'{"step":%d,"ended_at":%s,"duration":%s,"device":%s,' % (
-                step, repr(float(ended_at)).encode(),
-                b"null" if duration is None else repr(float(duration)).encode(), dumps(device))
-            if not any(v is not None for v in figures):
-                return head + _NULL_TAIL
-            values = [None if _FIGURES.get(name) is None else figures[_FIGURES[name]]
-                      for name in _TAIL_FIELDS]
-            return head + b",".join(b'"%s":%s' % (name.encode(), b"null" if v is None else b"%d" % v)
-                                    for name, v in zip(_TAIL_FIELDS, values)) + b"}"
-        entry = step_record(entry)
-    return dumps(to_jsonable(entry))
+    step, ended_at, duration, device, *figures, record = entry
+    if record is None and math.isfinite(ended_at) and (duration is None or math.isfinite(duration)):
+        head = b'{"step":%d,"ended_at":%s,"duration":%s,"device":%s,' % (
+            step, repr(float(ended_at)).encode(),
+            b"null" if duration is None else repr(float(duration)).encode(), dumps(device))
+        if not any(v is not None for v in figures):
+            return head + _NULL_TAIL
+        values = [None if _FIGURES.get(name) is None else figures[_FIGURES[name]] for name in _TAIL_FIELDS]
+        return head + b",".join(b'"%s":%s' % (name.encode(), b"null" if v is None else b"%d" % v)
+                                for name, v in zip(_TAIL_FIELDS, values)) + b"}"
+    return dumps(to_jsonable(entry.to_record()))
 
 
 def _since_step(params: dict, started_at: float, step_count: int) -> int | None:

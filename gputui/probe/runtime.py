@@ -21,12 +21,14 @@ from gputui.link.server import ProbeServer
 from gputui.model import ProbeDevice, ProbeReport
 from gputui.model.verdicts import LEAK_LEAK
 from gputui.probe import allocator
-from gputui.probe.board import Board, Reading, SitesView, step_record
+from gputui.probe.board import Board, Reading, SitesView
+from gputui.probe.budget import DEFAULT_BUDGET
+from gputui.probe.categories import SLOTS, categories_of
 from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION: part of this API
 from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import DEFAULT_BUDGET, MEASURED_KEPT, SLOTS, Tracker, categories_of
+from gputui.probe.tracking import MEASURED_KEPT, Tracker
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -111,10 +113,10 @@ class Probe:
             self.tracker.uninstall()
             self.oom.uninstall()
             self.sites.request(0, on=False)
-            if self.sites.on and self.sites._mode is None:
+            if self.sites.on and self.sites.process_wide:
                 # CUDA history is process-wide and can be switched off from here; a CPU recording's
                 # function mode belongs to the training thread, which ends it at its next step.
-                self.sites._finish()
+                self.sites.finish()
             if self.server is not None and os.getpid() == self.pid:
                 self.server.stop()
             self.server = None
@@ -142,11 +144,10 @@ class Probe:
         self.server = None
         self.serve = False
         self.socket_path = None
-        self.tracker.clear_steps()
-        self.tracker.step_count = 0
+        self.tracker.forget_steps()
         self.board.reading = Reading()
         self.desk = Desk(self.board)
-        self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker._elapsed
+        self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker.elapsed
         self.leak_state = None
 
     # -- the training thread's hooks ----------------------------------------------------------------
@@ -159,15 +160,14 @@ class Probe:
         if tracker.last_measured:
             started = time.perf_counter()
             self._publish(tracker.last_reading)
-            tracker.hook_seconds += time.perf_counter() - started
+            tracker.budget.charge(time.perf_counter() - started)
         elif board.reading_wanted > board.reading.monotonic:
             self._reading_if_wanted()
         if board.sites_wanted[0] != board.sites_taken:
             self._take_sites_request()
         sites = self.sites
-        if sites.on or sites._want is not None:
-            durations = [s[2] if isinstance(s, tuple) else s.duration
-                         for s in list(tracker._steps)[-21:]]
+        if sites.on or sites.pending:
+            durations = tracker.recent_durations(21)
             was_on = sites.on
             sites.step_end(step, durations, tracker.device)
             tracker.saw_tensor = sites.saw if sites.on else None
@@ -179,7 +179,7 @@ class Probe:
                     self.keepers.start(step, sys._getframe(1))
                 else:
                     self.keepers.finish(step, sys._getframe(1))
-                tracker.hook_seconds += time.perf_counter() - started
+                tracker.budget.charge(time.perf_counter() - started)
             self._publish_sites()
         elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.last_evidence):
             # Right after a measured step, with its reading in; always after one measured because
@@ -196,7 +196,7 @@ class Probe:
             try:
                 self._publish()
             finally:
-                tracker.hook_seconds += time.perf_counter() - started
+                tracker.budget.charge(time.perf_counter() - started)
 
     def _take_sites_request(self) -> None:
         serial, steps, on = self.board.sites_wanted
@@ -246,7 +246,7 @@ class Probe:
             self._snapshot_at = time.monotonic()
             segments = allocator.memory_snapshot()
             self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
-            self.tracker.hook_seconds += time.perf_counter() - started
+            self.tracker.budget.charge(time.perf_counter() - started)
         devices = []
         shown, main = self.tracker.activations_shown(), self.tracker.device
         seen = self.tracker.forward_seen or not self.tracker.step_count  # (before a step: not yet known)
@@ -292,13 +292,13 @@ class Probe:
 
     def _maybe_check_for_leak(self, step: int, always: bool = False) -> None:
         tracker = self.tracker
-        if (not always and (tracker._elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost
+        if (not always and (tracker.elapsed - self._checked_elapsed) * LEAK_CHECK_SHARE < self._check_cost
                 or self._auto_at is not None and time.monotonic() - self._auto_at < AUTO_COOLDOWN):
             self._next_check = step + AUTO_CHECK_STEPS
             return
         started = time.perf_counter()
         try:
-            recent = tuple(step_record(e) for e in tracker.entries()[-4 * WINDOW_STEPS:])
+            recent = tuple(e.to_record() for e in tracker.entries()[-4 * WINDOW_STEPS:])
             verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=recent))
             self.leak_state = verdict.state
             if verdict.state == LEAK_LEAK:
@@ -309,9 +309,9 @@ class Probe:
             self.problems.record("leak check", exc)
         finally:
             self._next_check = step + AUTO_CHECK_STEPS
-            self._checked_elapsed = tracker._elapsed
+            self._checked_elapsed = tracker.elapsed
             self._check_cost = time.perf_counter() - started
-            tracker.hook_seconds += self._check_cost
+            tracker.budget.charge(self._check_cost)
 
     # -- the report (any thread: from the board) -------------------------------------------------------
 

@@ -163,6 +163,12 @@ class SiteRecorder:
     def pending(self) -> bool:
         return self._want is not None
 
+    @property
+    def process_wide(self) -> bool:
+        """Whether the running recording is process-wide (CUDA's allocator history), which any thread
+        may switch off, rather than a function mode that belongs to the training thread."""
+        return self._mode is None
+
     # -- on the training thread, at each step end ---------------------------------------------------
 
     def step_end(self, step: int, durations: list[float], device: str | None) -> None:
@@ -170,12 +176,12 @@ class SiteRecorder:
             if self.on:
                 self._close_column(step, durations)
                 if self.steps_left <= 0 or self.clock() - self.started_at > self.max_seconds:
-                    self._finish()
+                    self.finish()
             if self._want is not None and not self.on:
                 self._begin(self._want, durations, device)
         except Exception as exc:
             self.problems.record("site recording", exc)
-            self._finish()
+            self.finish()
 
     def _begin(self, steps: int, durations: list[float], device: str | None) -> None:
         self._want = None
@@ -194,7 +200,7 @@ class SiteRecorder:
             self._mode.__enter__()
         self.on = True
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         self.on = False
         self.steps_left = 0
         if self._mode is not None:

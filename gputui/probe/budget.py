@@ -1,0 +1,130 @@
+"""The readings budget: how much of the training thread's time the probe's readings may take.
+
+Every reading the probe takes on the training thread is charged here; a step is measured (read at
+its phase boundaries) only while what was charged stays inside the budget's share of the step time
+seen so far. Plain numbers only: this module reads no torch object.
+"""
+
+from __future__ import annotations
+
+import time
+
+DEFAULT_BUDGET = 0.004  # share of step time the probe's readings may take
+BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
+
+
+class ReadingsBudget:
+    """Seconds the probe spent on the training thread against the share of step time it may take.
+
+    ``share`` may be changed at any time (tests do). ``hook_seconds`` is what the readings timed
+    themselves; ``charged`` adds the measured steps' untimed cost, estimated from their excess over a
+    typical unmeasured step.
+    """
+
+    # The step-end path (next_step) runs at every step, after the step's own work has pushed the probe
+    # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
+    # it touches as few cache lines as it can.
+    __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "_since", "_excess", "_light_spent",
+                 "_typical", "_at_step_start", "_in_a_row")
+
+    def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
+        self.clock = clock
+        self.hook_seconds = 0.0  # time spent in readings on the training thread
+        self.elapsed = 0.0  # total step time seen
+        self._since = clock()  # when the running step started (or the hooks were installed)
+        self._excess = 0.0  # measured steps' untimed cost, estimated (see next_step)
+        self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
+        self._typical: float | None = None  # smoothed duration of unmeasured steps
+        self._at_step_start = 0.0  # hook_seconds when the running step started
+        self._in_a_row = 0  # measured steps in a row
+        self.share = share
+
+    @property
+    def share(self) -> float:
+        """The share of step time the readings may take (may be changed at any time)."""
+        return self._share
+
+    @share.setter
+    def share(self, share: float) -> None:
+        self._share = share
+        self._judge_light()
+
+    def _judge_light(self) -> None:
+        # An unmeasured step's light reading takes at most half the budget, so measured steps keep
+        # the rest. (Judged when what it depends on changes, so the step end only reads a flag.)
+        self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
+
+    @property
+    def charged(self) -> float:
+        """Seconds charged to the readings budget: timed readings plus their estimated untimed cost."""
+        return self.hook_seconds + self._excess
+
+    def charge(self, seconds: float) -> None:
+        self.hook_seconds += seconds
+
+    def restart(self, now: float) -> None:
+        """The hooks were (re)installed at ``now``: time without them is no step of ours."""
+        self._since = now
+
+    def may_spend(self) -> bool:
+        """Whether a reading now keeps the probe inside its share of the time seen so far.
+
+        The running step counts, so a job stuck in a long step, or one that never steps, earns its
+        readings as time passes.
+        """
+        now = self.clock()
+        return self.hook_seconds + self._excess <= self._share * (self.elapsed + now - self._since)
+
+    def start_step(self, now: float, first: bool) -> bool:
+        """A step starts at ``now`` where none was running: whether to measure it (the ``first`` step
+        always is). At a step end, next_step() starts the next one."""
+        self._since = now
+        self._at_step_start = self.hook_seconds
+        return self._measure_next(first)
+
+    def _measure_next(self, first: bool) -> bool:
+        # Readings cost time on the training thread: take them only while the probe's share of
+        # step time stays inside its budget (every step when steps are long or readings cheap).
+        measuring = self.hook_seconds + self._excess <= self._share * self.elapsed or first
+        if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
+            measuring = False  # now and then a step without readings, to know what one costs
+        return measuring
+
+    def next_step(self, duration: float | None, measured: bool, now: float, light: float = 0.0,
+                  carried: float = 0.0) -> bool:
+        """A step ended (``measured`` or not, its readings charged; ``light``: seconds its light
+        reading took) and the next starts at ``now``: whether to measure it. ``carried``: seconds
+        that count as the new step's readings."""
+        if light:
+            self._light_spent += light
+            self.hook_seconds += light
+        if measured:
+            self._in_a_row += 1
+            typical = self._typical
+            if duration is not None and typical is not None:
+                # What the readings cost beyond what they timed themselves: module hooks sending
+                # the model through nn.Module's slow path, calls from C++ into Python, hooks armed
+                # and removed. Estimated from the measured steps' excess over a typical step, summed
+                # with its sign so that noise cancels (clamping each step at zero would charge
+                # noise), and never below zero, so a slow spell of the machine before cannot hide a
+                # real cost later.
+                extra = duration - typical - (self.hook_seconds - self._at_step_start)
+                self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, 0.5 * duration)))
+        else:
+            self._in_a_row = 0
+            if duration is not None:
+                typical = self._typical
+                # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves it
+                # only a little.
+                self._typical = duration if typical is None else (
+                    typical + 0.05 * (min(duration, 2 * typical) - typical))
+        if duration is not None:
+            self.elapsed += duration
+        self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
+        self.hook_seconds += carried
+        self._since = now
+        self._at_step_start = self.hook_seconds
+        measuring = self.hook_seconds + self._excess <= self._share * self.elapsed
+        if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
+            measuring = False  # (as in _measure_next, inline)
+        return measuring
