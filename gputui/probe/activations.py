@@ -8,6 +8,8 @@ and what a step saved and still held at its end (a graph kept past its step). Tr
 
 from __future__ import annotations
 
+from typing import Any
+
 from gputui.probe.categories import ACTS, SLOTS
 
 
@@ -16,6 +18,9 @@ class SavedTensor:
     """What the graph holds instead of a saved tensor, so the probe knows when the graph lets go."""
 
     __slots__ = ("tensor", "key", "owner")
+    tensor: Any  # the saved tensor (detached when it was an op's own output)
+    key: tuple | None  # (storage, device) while counted; None when not counted
+    owner: Activations
 
     def __del__(self):
         # The graph let go of this saved tensor (after backward, or when the graph was dropped).

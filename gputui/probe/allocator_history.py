@@ -61,6 +61,8 @@ def start(max_entries: int, problems) -> bool:
 def stop(problems) -> None:
     """Switch the history off again (process-wide)."""
     record = getattr(getattr(getattr(torch, "cuda", None), "memory", None), "_record_memory_history", None)
+    if record is None:
+        return  # never switched on here: start() said it was not available
     try:
         record(enabled=None)
     except Exception as exc:

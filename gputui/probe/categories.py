@@ -94,6 +94,8 @@ def categories_of(row: list[int] | None, allocated: int | None = None,
     if row is None:
         return None
     other = None if allocated is None else max(0, allocated - sum(row))
+    acts: int | None
+    step: int | None
     acts, step = (row[ACTS], None) if activations is None else activations
     if not seen:
         acts, step = None, None
@@ -138,7 +140,9 @@ class Categories:
         go and are summed now. A full tally costs a few microseconds per tensor.
         """
         static = self._static
-        if static is None or static[0] != device or with_shape and static[4] != self._shape_of_model():
+        if static is None or device is None or static[0] != device:
+            return None
+        if with_shape and static[4] != self._shape_of_model():
             return None
         return [static[1], self._gradient_bytes(device), static[2], 0, static[5]]
 
@@ -155,7 +159,7 @@ class Categories:
     def settle(self, device: str | None, counts: dict[str, list[int]]) -> list[int] | None:
         """After a full tally: remember ``device``'s row for quick_row(), and return it."""
         row = counts.get(device) if device else None
-        if row is not None:
+        if row is not None and device is not None:
             self._static = (device, row[PARAMS], row[STATE], torch.device(device), self._shape_of_model(),
                             row[BUFFERS])
         return row

@@ -32,7 +32,10 @@ class ResidentMemory:
                 self.close()
                 self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 self._pid = os.getpid()
-            fields = os.pread(self._fd, 128, 0).split()
+            fd = self._fd
+            if fd is None:
+                return None
+            fields = os.pread(fd, 128, 0).split()
             return int(fields[1]) * _PAGE
         except (OSError, ValueError, IndexError):
             self._broken = True  # not readable here: stop trying

@@ -103,7 +103,7 @@ def look(frame=None) -> dict[tuple, tuple]:
 def _note(found, place, scope, name, value, function) -> None:
     sized = size_of(value)
     if sized is not None:
-        found[(*place, scope, name)] = (sized[0], sized[1], function, id(value))
+        found[tuple(place) + (scope, name)] = (sized[0], sized[1], function, id(value))
 
 
 def growing(before: dict, after: dict, steps: int) -> list[tuple[tuple, str, float]]:
@@ -128,10 +128,11 @@ def keeping_lines(filename: str, first_line: int, scope: str, name: str) -> list
     except SyntaxError:
         return []
     if scope == "local":
-        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) <= first_line <= n.lineno]
+        scopes: list[ast.AST] = [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) <= first_line <= n.lineno]
         if not scopes:
-            scopes = [n for n in ast.walk(tree) if isinstance(n, ast.Module)]
+            scopes = [tree]  # not inside a function: the module's own statements
         matches = _adds_to(scopes[0], lambda node: isinstance(node, ast.Name) and node.id == name)
     elif scope == "attribute":
         attr = name.rsplit(".", 1)[-1]

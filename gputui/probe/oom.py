@@ -54,6 +54,7 @@ def record_from_exception(exc: BaseException, tb=None, *, at: float | None = Non
         cpu = _CPU_TRIED.search(text)
         requested = int(cpu.group(1)) if cpu else None
     device_match = _CUDA_DEVICE.search(text)
+    device: str | None
     if device_match:
         device = f"cuda:{device_match.group(1)}"
     else:

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import time
 import weakref
+from typing import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -68,7 +69,7 @@ def is_user_file(filename: str) -> bool:
 def user_stack(frame=None, depth: int = STACK_DEPTH) -> tuple[str, ...]:
     """The innermost ``depth`` user frames of the current Python stack, innermost last."""
     frame = frame or sys._getframe(1)
-    found = []
+    found: list[str] = []
     while frame is not None and len(found) < depth:
         code = frame.f_code
         if is_user_file(code.co_filename):
@@ -142,7 +143,7 @@ class SiteRecorder:
         self.columns: dict[str, list[int]] = {}  # site -> live bytes per recorded step
         self.stacks: dict[str, tuple[str, ...]] = {}
         self.cost: float | None = None
-        self.exclude = None  # callable -> set of (data_ptr, device): parameters, grads, state
+        self.exclude: Callable[[], set] | None = None  # -> {(data_ptr, device)}: parameters, grads, state
         self._entries: dict[tuple, tuple] = {}  # (ptr, device) -> (weakref to storage, nbytes, site)
         self._mode: _CreationWatch | None = None
         self._want: int | None = None  # steps asked for, started at the next step end
@@ -171,7 +172,7 @@ class SiteRecorder:
 
     # -- on the training thread, at each step end ---------------------------------------------------
 
-    def step_end(self, step: int, durations: list[float], device: str | None) -> None:
+    def step_end(self, step: int, durations: list[float | None], device: str | None) -> None:
         try:
             if self.on:
                 self._close_column(step, durations)
@@ -183,7 +184,7 @@ class SiteRecorder:
             self.problems.record("site recording", exc)
             self.finish()
 
-    def _begin(self, steps: int, durations: list[float], device: str | None) -> None:
+    def _begin(self, steps: int, durations: list[float | None], device: str | None) -> None:
         self._want = None
         self.recorded_steps, self.columns, self.stacks, self._entries = [], {}, {}, {}
         self.cost, self._durations = None, []
@@ -213,7 +214,7 @@ class SiteRecorder:
             allocator_history.stop(self.problems)
         self._entries = {}  # the weak references are not needed once the columns are closed
 
-    def _close_column(self, step: int, durations: list[float]) -> None:
+    def _close_column(self, step: int, durations: list[float | None]) -> None:
         started = self.clock()
         if self.cuda_device is not None:
             totals, stacks = live_bytes_by_site(allocator.memory_snapshot(), self.cuda_device)
@@ -237,7 +238,7 @@ class SiteRecorder:
         dead = []
         # Parameters, gradients and optimizer state have their own categories; a site is about the
         # other memory a line of code keeps alive.
-        model = self.exclude() if self.exclude is not None else set()
+        model: set = self.exclude() if self.exclude is not None else set()
         for key, (ref, nbytes, site) in self._entries.items():
             if ref() is None:
                 dead.append(key)

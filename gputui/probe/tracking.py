@@ -16,6 +16,7 @@ import dataclasses
 import threading
 import time
 import weakref
+from typing import Callable
 
 import torch
 from torch.optim.optimizer import (
@@ -92,14 +93,14 @@ class Tracker:
         self.evidence = Evidence()
         self.step_count = 0
         self.active = False
-        self.on_step_end = None  # callable(step_number), set by the probe (site recording, re-arming)
+        self.on_step_end: Callable[[int], None] | None = None  # set by the probe (site recording, re-arming)
         # callable(), set by the probe: publishes a fresh reading if a monitor asked for one. Called at
         # the start of a forward pass, so a job in long steps, before its first step or without an
         # optimizer still gets fresh figures, read here, on its own thread.
-        self.on_forward = None
+        self.on_forward: Callable[[], None] | None = None
         self.last_reading: PhaseReading | None = None  # the latest measured step's end reading
         self.last_measured = False  # the latest step has a full StepRecord
-        self._primary = None  # weakref to the optimizer whose step() ends a training step
+        self._primary: weakref.ref | None = None  # the optimizer whose step() ends a training step
         # (the latest measured step's entry, {key: live entry} of what it saved and held at its end):
         # checked again at the next step's end (see _revise_kept)
         self._kept_check: tuple | None = None
@@ -513,6 +514,8 @@ class Tracker:
         whole step later is still held was kept, so the record is revised to that.
         """
         started = self.clock()
+        if self._kept_check is None:
+            return
         entry, held = self._kept_check
         self._kept_check = None
         try:

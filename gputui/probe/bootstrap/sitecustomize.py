@@ -23,7 +23,7 @@ def _arm():
     except Exception as exc:
         sys.stderr.write(f"gputui: the probe could not be armed: {type(exc).__name__}: {exc}\n")
     finally:
-        if added:
+        if added and _home is not None:
             sys.path.remove(_home)
 
 
