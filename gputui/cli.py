@@ -17,9 +17,8 @@ from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.options import Options
+from gputui.options import SCENARIOS, Options
 
-SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
 
 
 def _seconds(text: str) -> float:

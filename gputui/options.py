@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+# The simulated machines `--demo` offers (each is built in gputui/collect/sim/scenarios.py). Here, not
+# there, so the CLI can list them without importing the simulator.
+SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
+
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
 Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train"]
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from gputui.cli import SCENARIOS
+from gputui.options import SCENARIOS
 from gputui.plain.schema import SCHEMA
 from cli_helpers import ROOT, gputui, no_traceback
 from plain_data import errors

@@ -215,14 +215,14 @@ def test_a_process_proc_hides_is_not_called_gone(world):
     assert found[999] == ProcessDetails(state="gone", note=NOTE_GONE)
 
 
-def test_signal_zero_exists():
+def test_pid_exists():
     import os
     import subprocess
     import sys
 
-    from gputui.collect.processes import signal_zero_exists
+    from gputui.pids import pid_exists
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    assert signal_zero_exists(os.getpid()) is True
-    assert signal_zero_exists(child.pid) is False
+    assert pid_exists(os.getpid()) is True
+    assert pid_exists(child.pid) is False

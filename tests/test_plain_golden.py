@@ -11,7 +11,7 @@ from datetime import timezone
 
 import pytest
 
-from gputui.cli import SCENARIOS, Options
+from gputui.options import SCENARIOS, Options
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import CPU_WINDOW, Source
 from gputui.plain.render import render

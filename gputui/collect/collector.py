@@ -18,7 +18,8 @@ from gputui.collect.interfaces import Psutil
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
-from gputui.collect.processes import ProcessDetails, ProcessInspector, signal_zero_exists
+from gputui.collect.processes import ProcessDetails, ProcessInspector
+from gputui.pids import pid_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
 from gputui.model import PROCESS_UNMAPPED, GpuProcess, MonitorCost, ProbeReport, Snapshot
@@ -70,7 +71,7 @@ class Collector:
         # Signal 0 reaches the real machine's processes, and only by /proc's PIDs when /proc is ours.
         signals_work = self.namespace is not None and not self.namespace.procfs_is_outer
         self.processes = ProcessInspector(
-            psutil, clock, exists=signal_zero_exists if signals_work else None)
+            psutil, clock, exists=pid_exists if signals_work else None)
         self.host = HostReader(psutil, hostname)
         self.probed = ProbedProcesses(psutil, clock)
         self._closed = False

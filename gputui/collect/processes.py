@@ -203,18 +203,3 @@ class ProcessInspector:
                             user=static.user)
         self._parents[pid] = (started, known)
         return known
-
-
-def signal_zero_exists(pid: int) -> bool:
-    """Whether a PID exists, even one /proc hides: signal 0 is refused (EPERM) rather than unknown."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.launch import GPUTUI_HOME
 from gputui.options import Options
 
 WAIT_FOR_SOCKET = 10.0  # seconds: the script runs when the target next executes Python code
-GPUTUI_HOME = str(Path(__file__).resolve().parents[2])
 OTHER_WAYS = ("start the job under the probe instead: `gputui run -- python train.py`, "
               "`GPUTUI_PROBE=1 python train.py`, or `import gputui.probe; gputui.probe.start()` "
               "in the script")

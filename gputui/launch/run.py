@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Union
 
 from gputui.errors import UserError
+from gputui.launch import GPUTUI_HOME
 from gputui.options import Options
 
 # What signal.signal() returns: the handler that was there (a function, SIG_DFL/SIG_IGN, or None).
@@ -24,7 +25,6 @@ _Handler = Union[Callable[[int, FrameType | None], object], int, signal.Handlers
 
 # The sitecustomize shim runs inside the job, so it lives with the probe; found by path, not imported.
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "probe" / "bootstrap"
-GPUTUI_HOME = str(Path(__file__).resolve().parents[2])  # the directory that holds the gputui package
 _FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 
 

@@ -21,6 +21,7 @@ from gputui.errors import UserError
 from gputui.link import paths, protocol
 from gputui.link.server import peer_credentials
 from gputui.model import FIRST_STEPS_KEPT, ProbeReport, from_jsonable
+from gputui.pids import pid_exists
 
 # Why a probe could not be reached (ProbeUnavailable.reason).
 NO_PROBE = "no_probe"
@@ -81,7 +82,7 @@ def discover(environ: Mapping[str, str] | None = None, *,
                 continue
             if pid in found:
                 continue
-            if _alive(pid):
+            if pid_exists(pid):
                 found[pid] = path
             elif directory in own and not _listening(path):
                 # Someone listening under a dead pid is not ours to remove: the connection check
@@ -107,7 +108,7 @@ def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2
     """Send one request to ``pid``'s probe and return its result; raises ProbeUnavailable."""
     path = find_socket(pid, environ)
     if path is None:
-        if _alive(pid):
+        if pid_exists(pid):
             raise ProbeUnavailable(pid, NO_PROBE, "no probe is running in this process (start it "
                                    "with gputui.probe.start(), gputui run, or GPUTUI_PROBE=1)")
         raise ProbeUnavailable(pid, NO_PROBE, "no such process")
@@ -444,7 +445,7 @@ class ProbeWatcher:
     def _fail(self, pid: int, exc: Exception) -> None:
         self._hang_up(pid)
         path = self._sockets.get(pid)
-        if not _alive(pid) or path is None or not path.exists():
+        if not pid_exists(pid) or path is None or not path.exists():
             self._forget(pid)  # the process or its probe has ended
             return
         reason = exc.detail if isinstance(exc, ProbeUnavailable) else str(exc)
@@ -467,17 +468,6 @@ class ProbeWatcher:
         if link is not None:
             link.close()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    except OSError:
-        return False
-    return True
 
 
 def _connect(sock: socket.socket, path: Path, timeout: float) -> None:

@@ -14,8 +14,8 @@ from gputui.collect.sim import devices as hw
 from gputui.collect.sim.devices import GiB, MiB, GpuModel, MigProfile
 from gputui.collect.sim.jobs import Job, Layout
 from gputui.collect.sim.signals import mix, stream
+from gputui.options import SCENARIOS
 
-SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
 # The scenario second `gputui --demo` starts at: the torchrun job has ramped up on every GPU, the
 # leaking job has grown for a minute (its OOM comes a minute later). The others are steady from 0.
 DEMO_START = {"training-node": 60.0, "leaky": 60.0}
