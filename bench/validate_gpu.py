@@ -207,6 +207,20 @@ def build_job(seed: int = 0):
     return model, optimizer
 
 
+def batch(size: int):
+    """Random inputs and labels for the job's model, on the GPU."""
+    import torch
+
+    return torch.randn(size, 16, 256, device="cuda"), torch.randint(0, 64, (size,), device="cuda")
+
+
+def train_step(forward, optimizer, x, y) -> None:
+    """One step as a training loop takes it (``forward`` is the model, or its compiled wrapper)."""
+    optimizer.zero_grad()
+    forward(x, y).backward()
+    optimizer.step()
+
+
 def held(model, optimizer) -> dict:
     """Bytes of parameters (frozen ones too), gradients, optimizer state and buffers, by storage."""
     import torch
@@ -328,11 +342,7 @@ def fixtures(torch, model, optimizer) -> dict:
         torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python",
                                                  max_entries=500)
         for _ in range(2):
-            x = torch.randn(16, 16, 256, device="cuda")
-            y = torch.randint(0, 64, (16,), device="cuda")
-            optimizer.zero_grad()
-            model(x, y).backward()
-            optimizer.step()
+            train_step(model, optimizer, *batch(16))
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
         traces = [[{**e, "frames": [anonymise(f) for f in e.get("frames", [])[:6]]} for e in dev[-40:]]
@@ -536,13 +546,9 @@ def part_oom() -> int:
     probe = gputui.probe.start()
     torch.cuda.set_per_process_memory_fraction(0.02)
     caught = None
-    for batch in (32, 4096, 65536):
+    for size in (32, 4096, 65536):
         try:
-            x = torch.randn(batch, 16, 256, device="cuda")
-            y = torch.randint(0, 64, (batch,), device="cuda")
-            optimizer.zero_grad()
-            model(x, y).backward()
-            optimizer.step()
+            train_step(model, optimizer, *batch(size))
         except torch.OutOfMemoryError as exc:
             caught = str(exc).splitlines()[0]
             break
@@ -564,11 +570,7 @@ def part_compile() -> int:
     model, optimizer = build_job()
     compiled = torch.compile(model)
     for _ in range(30):
-        x = torch.randn(32, 16, 256, device="cuda")
-        y = torch.randint(0, 64, (32,), device="cuda")
-        optimizer.zero_grad()
-        compiled(x, y).backward()
-        optimizer.step()
+        train_step(compiled, optimizer, *batch(32))
     report = probe.report()
     categories = [d.categories for d in report.devices if d.categories is not None]
     print(json.dumps({"activations": categories[0].activations if categories else None,
@@ -594,11 +596,8 @@ def part_leak(steps: int) -> int:
     for step in range(1, steps + 1):
         if step > 200 and len(kept) > 100:
             del kept[:50]  # room on the device; the leak goes on
-        x = torch.randn(32, 16, 256, device="cuda")
-        y = torch.randint(0, 64, (32,), device="cuda")
-        optimizer.zero_grad()
-        model(x, y).backward()
-        optimizer.step()
+        x, y = batch(32)
+        train_step(model, optimizer, x, y)
         allocated.append(torch.cuda.memory_allocated())
         kept.append(model(x[:4], y[:4]))  # the leak: no torch.no_grad(), the graph kept
         if step % 5 == 0 and first is None:
@@ -666,16 +665,13 @@ def part_overhead(rounds: int) -> int:
     import gputui.probe
 
     model, optimizer = build_job()
-    x = torch.randn(48, 16, 256, device="cuda")
-    y = torch.randint(0, 64, (48,), device="cuda")
+    x, y = batch(48)
 
     def block(steps: int = 100) -> float:
         torch.cuda.synchronize()
         started = time.perf_counter()
         for _ in range(steps):
-            optimizer.zero_grad()
-            model(x, y).backward()
-            optimizer.step()
+            train_step(model, optimizer, x, y)
         torch.cuda.synchronize()
         return (time.perf_counter() - started) / steps * 1e3
 

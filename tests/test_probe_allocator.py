@@ -121,19 +121,24 @@ CUDA_OOM = (
 )
 
 
-def test_cuda_oom_message_is_parsed():
+def record_of(message: str):
+    """The OomRecord of a CUDA OOM raised with ``message``, as the probe's excepthook would keep it."""
     torch = pytest.importorskip("torch")
     try:
-        raise torch.OutOfMemoryError(CUDA_OOM)
+        raise torch.OutOfMemoryError(message)
     except torch.OutOfMemoryError as exc:
-        record = oom.record_from_exception(exc, at=12.0)
+        return oom.record_from_exception(exc, at=12.0)
+
+
+def test_cuda_oom_message_is_parsed():
+    record = record_of(CUDA_OOM)
     assert record.device == "cuda:0"
     assert record.requested == 2 * GiB
     assert record.free == int(1.5 * GiB)
     assert record.allocated == 70 * GiB
     assert record.reserved == 76 * GiB  # allocated + "reserved by PyTorch but unallocated"
     assert record.message.startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert record.where[-1].endswith(f"in {test_cuda_oom_message_is_parsed.__name__}")
+    assert record.where[-1].endswith(f"in {record_of.__name__}")
 
 
 # torch 2.11's message on an H100 under set_per_process_memory_fraction(0.02) (bench/validate_gpu.py);
@@ -151,11 +156,7 @@ REAL_CUDA_OOM = (
 
 
 def test_a_real_cuda_oom_message_agrees_with_the_observers_figures():
-    torch = pytest.importorskip("torch")
-    try:
-        raise torch.OutOfMemoryError(REAL_CUDA_OOM)
-    except torch.OutOfMemoryError as exc:
-        record = oom.record_from_exception(exc, at=1.0)
+    record = record_of(REAL_CUDA_OOM)
     assert (record.device, record.requested) == ("cuda:0", 768 * MiB)
     # The message rounds to two decimals: within 0.5 % of what memory_stats() said.
     assert abs(record.allocated - 1_100_437_504) < 0.005 * 1_100_437_504

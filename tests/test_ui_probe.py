@@ -28,6 +28,7 @@ from gputui.ui.still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 
+import ui_data
 from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
 CONTEXT = 742 * MIB  # the simulated H100's CUDA context per process (as measured): NVML = reserved + context
@@ -37,12 +38,7 @@ pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def settle(pilot, samples: int = 1) -> None:
-    for _ in range(200):
-        if pilot.app.samples >= samples:
-            break
-        await pilot.pause(0.05)
-    assert pilot.app.samples >= samples
-    await pilot.pause()
+    await ui_data.settle(pilot, samples, tries=200)  # the simulated probe's reports take longer
 
 
 def row(app, key: str):

@@ -98,9 +98,9 @@ def make_app(snapshots=None, **options) -> GpuTuiApp:
     return GpuTuiApp(Sampler(source, watch_probes=False), me="bob", **options)
 
 
-async def settle(pilot, samples: int = 1) -> None:
-    """Wait until the app has taken ``samples`` snapshots and drawn them."""
-    for _ in range(100):
+async def settle(pilot, samples: int = 1, *, tries: int = 100) -> None:
+    """Wait until the app has taken ``samples`` snapshots and drawn them (``tries`` pauses of 50 ms)."""
+    for _ in range(tries):
         if pilot.app.samples >= samples:
             break
         await pilot.pause(0.05)
