@@ -1,10 +1,8 @@
 """The memory breakdown of a probed device: every item from the probe's figures and NVML's, adding up
-to NVML's per-process memory; and how the bar shares its cells out."""
+to NVML's per-process memory, computed without Textual."""
 
 from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice, ProbeReport
 from gputui.analysis.breakdown import breakdowns, devices_shown, explain as explain_for
-from gputui.model.breakdown import BreakdownItem
-from gputui.ui.widgets.memory_bar import cells
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -74,14 +72,6 @@ def test_cpu_job_and_no_figures():
     assert b.basis == "tracked tensors; no CUDA allocator"
     assert explain(None, 5 * GIB) is None
     assert explain(ProbeDevice("cuda:0"), 5 * GIB) is None
-
-
-def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
-    items = tuple(BreakdownItem(k, k, size) for k, size in
-                  (("a", 1000), ("b", 1), ("c", 499)))
-    assert cells(items, 1500, 10) == [6, 1, 3]
-    assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
-    assert sum(cells(items, 1500, 77)) == 77
 
 
 def test_a_gpu_jobs_host_crumbs_are_not_listed_but_a_cpu_job_and_real_host_memory_are():

@@ -8,10 +8,12 @@ import pytest
 from textual.content import Content
 
 
+from gputui.model import BreakdownItem
 from gputui.ui.widgets import bars
 from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
 from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
+from gputui.ui.widgets.memory_bar import cells
 
 from ui_data import make_app, settle
 from ui_data import GIB, device
@@ -127,3 +129,11 @@ def test_pcie_throughput_read_seconds_ago_says_so():
     old = bars.plain(render_device(d, "normal", 150, pcie_age=4)[1])
     assert "rx 3.00 GiB/s tx 1.00 GiB/s" in fresh and "ago" not in fresh
     assert "rx 3.00 GiB/s tx 1.00 GiB/s 4s ago" in old
+
+
+def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
+    items = tuple(BreakdownItem(k, k, size) for k, size in
+                  (("a", 1000), ("b", 1), ("c", 499)))
+    assert cells(items, 1500, 10) == [6, 1, 3]
+    assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
+    assert sum(cells(items, 1500, 77)) == 77

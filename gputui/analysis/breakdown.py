@@ -121,7 +121,12 @@ def devices_shown(report: ProbeReport) -> tuple[ProbeDevice, ...]:
     return tuple(d for d in report.devices if worth(d))
 
 
+def breakdown_of(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Breakdown | None:
+    """The breakdown of one of the report's devices, with NVML's figure for it from ``snapshot``."""
+    return explain(report.pid, device, nvml_memory(snapshot, report.pid, device.uuid))
+
+
 def breakdowns(report: ProbeReport, snapshot: Snapshot | None) -> tuple[Breakdown, ...]:
     """The breakdown of every device worth listing, with NVML's figures from ``snapshot``."""
-    found = (explain(report.pid, pd, nvml_memory(snapshot, report.pid, pd.uuid)) for pd in devices_shown(report))
+    found = (breakdown_of(report, device, snapshot) for device in devices_shown(report))
     return tuple(b for b in found if b is not None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from gputui.analysis.breakdown import devices_shown, explain, nvml_memory
+from gputui.analysis.breakdown import breakdown_of, devices_shown
 from gputui.analysis.process import analyse
 from gputui.model import (
     PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot,
@@ -378,7 +378,7 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
                   ellipsis=glyphs.ellipsis)
     for probe_device in devices_shown(report):
         label = Line().add(pad + "  ").add(probe_device.device + ":", "bold")
-        breakdown = explain(report.pid, probe_device, nvml_memory(snapshot, report.pid, probe_device.uuid))
+        breakdown = breakdown_of(report, probe_device, snapshot)
         memory = _allocator_chunks(probe_device.allocator, breakdown)
         tensors = _tensor_chunks(breakdown)
         if memory:

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.model import FIRST_STEPS_KEPT, AllocationSite, LeakKeeper, OomRecord, ProbeDevice
+from gputui.model import FIRST_STEPS_KEPT, AllocationSite, LeakKeeper, OomRecord, ProbeDevice, StepRecord
 from gputui.probe.steps import StepEntry
 
 
@@ -123,6 +123,10 @@ class Board:
         older = [r for r in list(self.measured) if r.step < start]
         start = older[0].step if older else start
         return [r for r in self.first if r.step < start] + older + recent
+
+    def records(self) -> tuple[StepRecord, ...]:
+        """entries() as the report's StepRecords."""
+        return tuple(entry.to_record() for entry in self.entries())
 
     def revise_latest(self, old: StepEntry, new: StepEntry) -> None:
         """Put ``new`` in the place of ``old`` where it is still the latest entry of a log."""

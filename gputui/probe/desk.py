@@ -44,7 +44,7 @@ class Desk:
         """The whole report as a ProbeReport, from what was last published."""
         started = time.thread_time()
         try:
-            steps = tuple(s.to_record() for s in self.board.entries())
+            steps = self.board.records()
             return dataclasses.replace(self._head(), steps=steps, sites=self.board.sites.sites)
         finally:
             self.cpu_seconds += time.thread_time() - started

@@ -580,7 +580,7 @@ class Tracker:
     @property
     def steps(self) -> tuple[StepRecord, ...]:
         """The recent steps, oldest first."""
-        return tuple(e.to_record() for e in self.board.entries())
+        return self.board.records()
 
     def entries(self) -> list[StepEntry]:
         """The recent steps as kept on the board, oldest first (see Board.entries)."""
