@@ -72,6 +72,19 @@ def full_frame(screen: str, pids: set[str]) -> bool:
     return "79.6" in screen and not pids.isdisjoint(screen.split())
 
 
+def framework_floor_mb(python: Path) -> float:
+    """RSS of gputui's venv Python with Textual's App, pynvml and psutil imported and nothing else:
+    what any Textual monitor of NVML costs before its own code runs (the floor under gputui's RSS)."""
+    code = "import textual.app, pynvml, psutil, sys, time; print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([str(python), "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return peak_rss_mb(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def run_tool(name: str, command: str, env: dict[str, str], seconds: float, size: tuple[int, int],
              pids: set[str]) -> dict:
     """Launch one monitor in a fresh tmux pane; time its first full frame, then its steady CPU."""
@@ -144,6 +157,7 @@ def main() -> int:
           f"{machine_load()}")
     tmux("new-session", "-d", "-s", "holder", "sleep 100000")  # keeps our tmux server up
     ratios_ok = True
+    nvitop_rss = 0.0  # at the first process count, for the floor's ratio
     try:
         for count in args.processes:
             state = work / f"state-{count}"
@@ -166,6 +180,7 @@ def main() -> int:
                     if args.show:
                         print(runs[-1]["screen"])
                 g, n = medians["gputui"], medians["nvitop"]
+                nvitop_rss = nvitop_rss or n["rss"]
                 cpu_goal = GOALS["cpu"].get(count, 1.0)
                 for label, ratio, goal in (
                         ("CPU", g["cpu"] / n["cpu"], cpu_goal),
@@ -181,7 +196,10 @@ def main() -> int:
     finally:
         tmux("kill-server")
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{machine_load()}")
+    floor = framework_floor_mb(gputui.parent / "python")
+    print(f"\nTextual's App, pynvml and psutil imported, nothing else: {floor:.1f} MB "
+          f"({floor / nvitop_rss:.2f}x nvitop's RSS at {args.processes[0]} processes)")
+    print(f"{machine_load()}")
     return 0 if ratios_ok else 1
 
 

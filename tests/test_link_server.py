@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from gputui.link import client, paths, protocol
-from gputui.link.server import MAX_CLIENTS, ProbeServer, peer_allowed, peer_credentials
+from gputui.link.peers import peer_allowed, peer_credentials
+from gputui.link.server import MAX_CLIENTS, ProbeServer
 from link_helpers import connect, read_reply
 
 

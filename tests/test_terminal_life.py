@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -17,6 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from gputui.collect.sim import native
+from gputui.collect.sim.library import Nvml
+from gputui.collect.sim import SimulatedMachine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = (b"\x1b[?1049l", b"\x1b[?1000l")  # left the alternate screen, mouse reporting off
@@ -123,6 +128,26 @@ def test_q_still_exits_0(env):
     term.drawn()
     os.write(term.fd, b"q")
     assert term.wait() == 0
+
+
+def test_the_running_monitor_has_no_openssl_loaded(env, tmp_path):
+    """OpenSSL is 4-8 MB of RSS that the monitor has no use for: asyncio imports ssl to offer TLS
+    (ui/launch.py's leave_out_tls), the probe's server imports secrets (link/peers.py keeps the client
+    apart from it). The monitor as on a real driver (the simulated libnvidia-ml), probes watched."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler for the simulated libnvidia-ml")
+    library = native.build(tmp_path / "nvmlsim")
+    state = tmp_path / "state"
+    machine = SimulatedMachine("training-node")
+    machine.freeze(1000.0)
+    native.write_state(state, native.state_text(Nvml(machine)))
+    term = Terminal({**env, "LD_LIBRARY_PATH": str(library.parent), native.STATE_VARIABLE: str(state)})
+    term.drawn()
+    maps = Path(f"/proc/{term.pid}/maps").read_text()
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert "nvmlsim" in maps or "libnvidia-ml" in maps  # the monitor's own maps, on the driver's path
+    assert "_ssl." not in maps and "libssl" not in maps and "libcrypto" not in maps
 
 
 def run_on_a_terminal(env, command: str) -> tuple[subprocess.CompletedProcess, bytes]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from gputui.errors import UserError
 from gputui.link import paths, protocol
-from gputui.link.server import peer_credentials
+from gputui.link.peers import peer_credentials
 from gputui.model import FIRST_STEPS_KEPT, ProbeReport, from_jsonable
 from gputui.pids import pid_exists
 

@@ -15,7 +15,6 @@ import secrets
 import selectors
 import socket
 import stat
-import struct
 import threading
 import time
 import weakref
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.link import paths, protocol
+from gputui.link.peers import peer_allowed, peer_credentials
 
 Handler = Callable[[dict], Any]
 
@@ -55,24 +55,9 @@ ACCEPT_BURST = 50.0
 BACKLOG = 16
 _RECV_CHUNK = 64 * 1024
 _OUTBOX_HIGH = 1 << 20  # stop answering a client's queued requests until it reads this much
-_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 # Servers alive in this process, so one fork hook can switch them all off in a child.
 _servers: weakref.WeakSet[ProbeServer] = weakref.WeakSet()
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the process at the other end, or None where the OS cannot say."""
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
-        return None
-    return _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, option, _CRED.size))
-
-
-def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
-    """Only our own user, or root, may talk to a probe."""
-    own = os.getuid() if own_uid is None else own_uid
-    return peer_uid == own or peer_uid == 0
 
 
 class ProbeServer:

@@ -11,6 +11,7 @@ imports Textual before the sampler is on its way.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import Future, wait
 from typing import Callable
@@ -30,6 +31,7 @@ def run_tui(options: Options) -> int:
     drawing."""
     from gputui.ui.config import check_binding_ids, load_config
 
+    leave_out_tls()
     config = load_config(options.config)
     if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
         from gputui.ui.app import binding_ids
@@ -67,6 +69,15 @@ def run_tui(options: Options) -> int:
     if app.refusal is not None:
         raise app.refusal  # printed by the CLI once the terminal is restored, exit 2
     return app.return_code or 0
+
+
+def leave_out_tls() -> None:
+    """Keep OpenSSL out of the monitor's process: it never opens a TLS connection, but asyncio (under
+    Textual) imports ``ssl`` to offer them, and that import maps libcrypto and libssl: 4.2 MB of a
+    46 MB process (bench/bench_vs_nvitop.py). A None entry in sys.modules is the import system's own
+    way to say a module is absent; asyncio then goes without TLS, as on a Python built without
+    OpenSSL. Where something has imported ``ssl`` already, it stays."""
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
 
 
 def open_sampler(options: Options) -> tuple[Sampler, str | None]:
