@@ -63,6 +63,11 @@ def test_each_rank_of_a_ddp_job_has_its_own_probe(env, tmp_path):
         assert ranks == [(0, 0, 2), (1, 1, 2)]
         (rendezvous,) = {r["placement"]["rendezvous"] for r in reports}
         assert rendezvous.startswith("torchelastic ")  # --standalone gives the run an id of its own
+        # the collector's grouping, from /proc (CPU ranks are in no NVML list): one job, under its launcher
+        (grouped,) = document["jobs"]
+        assert (grouped["grouped_by"], grouped["launcher"], grouped["world_size"]) == ("launcher", "torchrun", 2)
+        assert [(r["rank"], r["probed"]) for r in grouped["ranks"]] == [(0, True), (1, True)]
+        assert grouped["name"] == "ddp_job.py (torchrun)"
         for report in reports:
             assert report["command"][-2].endswith("ddp_job.py")  # a worker, not the launcher
             (device,) = report["devices"]

@@ -214,6 +214,7 @@ SCHEMA: dict[str, Any] = {
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
+            "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
         }),
     ],
     "$defs": DEFS,

@@ -93,6 +93,7 @@ class Program:
     access: str = OK
     job: Job | None = None
     probed: bool = False  # a gputui probe runs inside it
+    environ: tuple[tuple[str, str], ...] = ()  # its environment (rank variables), beside the usual ones
 
     @property
     def on_gpu(self) -> bool:
@@ -127,6 +128,15 @@ def _system(*extra: Program) -> tuple[Program, ...]:
                 -864000.0, cpu=0.001, rss=9 * MiB),
     )
     return base + extra
+
+
+def torchrun_environ(rank: int, world_size: int, *, local_rank: int | None = None, node: int = 0,
+                     run_id: str = "none", master: str = "127.0.0.1:29500") -> tuple[tuple[str, str], ...]:
+    """What torchrun puts in a worker's environment (the variables gputui groups and ranks by)."""
+    addr, port = master.split(":")
+    return (("RANK", str(rank)), ("LOCAL_RANK", str(rank if local_rank is None else local_rank)),
+            ("WORLD_SIZE", str(world_size)), ("GROUP_RANK", str(node)), ("TORCHELASTIC_RUN_ID", run_id),
+            ("MASTER_ADDR", addr), ("MASTER_PORT", port))
 
 
 def _layout(model: GpuModel, **kw: Any) -> Layout:
@@ -199,7 +209,7 @@ def training_node() -> Scenario:
     ranks = tuple(
         Program(48231 + r, 48210, "python3", TRAIN_ARGS, "lena", 0.0, cpu=1.15, rss=int(11.5 * GiB),
                 uses=(Use(r, sm=95.0, jitter=3.0, mem_ratio=0.58),), job=Job(layout, 0.0, 48231 + r),
-                probed=r == 0)
+                probed=r == 0, environ=torchrun_environ(r, 8))
         for r in range(8)
     )
     programs = _system(
@@ -240,7 +250,7 @@ def leaky() -> Scenario:
                 -31.0, cpu=0.01, rss=290 * MiB),
         Program(51200, 51010, "python3", ("/usr/bin/python3", "-u", "train.py", "--model", "gpt2-medium"), "dev",
                 -30.0, cpu=1.1, rss=int(4.2 * GiB), uses=(Use(0, sm=88.0, jitter=5.0, mem_ratio=0.5),), job=job,
-                probed=True),
+                probed=True, environ=torchrun_environ(0, 1)),
         Program(52300, 1, "python", ("/home/sam/venv/bin/python", "-m", "ipykernel_launcher", "-f",
                                      "/home/sam/.local/share/jupyter/runtime/kernel-0b7d.json"), "sam", -40000.0,
                 cpu=0.03, rss=int(1.9 * GiB), uses=(Use(0, memory=3572 * MiB, sm=-35.0, jitter=60.0),)),
