@@ -11,7 +11,7 @@ from typing import Literal
 
 # The simulated machines `--demo` offers (each is built in gputui/collect/sim/scenarios.py). Here, not
 # there, so the CLI can list them without importing the simulator.
-SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
+SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun")
 
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
 Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train"]

@@ -6,7 +6,9 @@ Jobs of one process on one GPU are the process table's rows already, so they are
 from __future__ import annotations
 
 from gputui import units
-from gputui.model import Job, JobRank, Snapshot
+from gputui.analysis.jobs import analyse_job, who
+from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
+from gputui.model.job_verdicts import JobAnalysis
 from gputui.plain.styled import Line, flow, text
 
 
@@ -22,12 +24,37 @@ def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
                       ellipsis=ellipsis)
         for note in job.notes:
             lines += flow([text(note, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
+        for finding in findings(analyse_job(job, snapshot)):
+            lines += flow([text(finding, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
     return lines
+
+
+def findings(analysis: JobAnalysis) -> list[str]:
+    """What is unusual in a job, a phrase each, and its first advice's title: --once keeps it short."""
+    said = []
+    i = analysis.imbalance
+    if i is not None:
+        said.append(f"{who(i.rank, i.pid, i.device)} holds {units.size(i.memory)}, {i.ratio:.1f}x the others' "
+                    f"median {units.size(i.others)}")
+    lagging: dict[str, list[str]] = {}
+    for s in analysis.stragglers:
+        lagging.setdefault(who(s.rank, s.pid), []).append(
+            f"{s.value:.0f}% busy vs {s.others:.0f}%" if s.measure == "utilisation"
+            else f"{units.step_time(s.value)} a step vs {units.step_time(s.others)}")
+    said += [f"{name} lags the others: {', '.join(figures)}" for name, figures in lagging.items()]
+    oom = analysis.first_oom
+    if oom is not None:
+        said.append(f"{who(oom.rank, oom.pid, oom.device)} runs out of memory first, in about "
+                    f"{units.span(oom.seconds)}")
+    if analysis.advice:
+        said.append(f"advice: {analysis.advice[0].title}")
+    return said
 
 
 def job_summary(job: Job) -> str:
     """"8 ranks of 16, GPUs 0-7, 470 GiB, torchrun pid 48210": the job in one phrase."""
-    ranks = f"{len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}"
+    ranks = (f"{len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}" if job.grouped_by != BY_DEVICES
+             else "1 process")
     if job.world_size is not None and job.world_size != len(job.ranks):
         ranks += f" of {job.world_size}"
     parts = [ranks]
