@@ -28,6 +28,7 @@ def test_a_spread_job_gets_a_short_section():
         "train.py (torchrun)  2 ranks of 4, GPUs 0-1, 3.00 GiB, torchrun pid 100",
         "  rank 0* GPU0 1.00GiB  rank 1 GPU1 2.00GiB",
         "  ! process 9: its environment could not be read",
+        "  ! rank 1 holds 2.00 GiB, 2.0x the others' median 1.00 GiB",  # the analysis, a line a finding
     ]
     assert job_lines(Snapshot(taken_at=0.0, jobs=(single,)), 100, "...") == []  # one rank, one GPU: no section
 
@@ -46,3 +47,20 @@ def test_probes_list_puts_a_jobs_ranks_together_under_its_name():
     out = render_probe_list([report(50), report(201, 1), report(200, 0)], {}, jobs=(two_rank_job(),), width=100)
     rows = [line.split()[:2] for line in out.splitlines()]
     assert rows == [["PID", "RANK"], ["train.py", "(torchrun)"], ["200", "0"], ["201", "1"], ["50", "-"]]
+
+
+def test_demo_json_carries_the_jobs_of_the_new_scenarios():
+    import json
+    import os
+
+    from cli_helpers import ROOT, gputui
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    dp = json.loads(gputui(env, "--demo", "dataparallel", "--json").stdout)["snapshot"]["jobs"]
+    assert [(j["grouped_by"], j["name"], j["devices"]) for j in dp] == [
+        ("devices", "train_dp.py (one process, 4 GPUs)", [0, 1, 2, 3])]
+    memory = [d["gpu_memory"] for d in dp[0]["ranks"][0]["devices"]]
+    assert memory[0] > 2 * max(memory[1:])  # device 0 holds the most
+    (job,) = json.loads(gputui(env, "--demo", "torchrun", "--json").stdout)["snapshot"]["jobs"]
+    assert (job["launcher"], job["world_size"], job["key"]) == ("torchrun", 16, "launcher 70100")
+    assert [(r["rank"], r["local_rank"], r["group_rank"]) for r in job["ranks"]] == [(8 + i, i, 1) for i in range(8)]
