@@ -32,6 +32,17 @@ def test_children_of_a_launcher_are_one_job_by_rank_with_totals():
     assert job.spread
 
 
+def test_a_launcher_may_start_its_ranks_through_a_wrapper_but_a_ranks_own_child_is_no_rank():
+    wrapper = HostProcess(pid=150, ppid=100, command=("bash", "run.sh"))
+    (job,) = find_jobs([gpu(200, 0, ppid=150), gpu(201, 1, ppid=150)], parents=[TORCHRUN, wrapper])
+    assert [r.pid for r in job.ranks] == [200, 201]
+    # a process rank 300 started on its GPU (its ancestors known: rank 300 is probed, say)
+    rank = HostProcess(pid=300, ppid=100, command=TRAIN)
+    processes = [gpu(300, 0), gpu(301, 1), gpu(310, 0, 256 << 20, ppid=300)]
+    (job,) = find_jobs(processes, parents=[TORCHRUN], probed=[rank])
+    assert [r.pid for r in job.ranks] == [300, 301]
+
+
 def test_without_a_launcher_the_shared_rendezvous_groups_ranks_of_other_parents():
     # two Slurm tasks, each its own parent (slurmstepd), one step
     processes = [gpu(300, 0, ppid=10, command=("python", "a.py")), gpu(301, 1, ppid=11, command=("python", "a.py")),

@@ -10,7 +10,7 @@ environment once per process life, since a /proc read per process per sample wou
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Final
@@ -81,7 +81,7 @@ def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess]
         if environment is None and report is not None:
             environment = report.placement  # the probe read its own environment
         key = None
-        found = _launcher_above(ppid, hosts, launchers) if launchers else None
+        found = _launcher_above(ppid, hosts, launchers, on_gpus) if launchers else None
         if found is not None:
             key = f"{BY_LAUNCHER} {found[1]}"
             started_by[key] = found
@@ -97,15 +97,20 @@ def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess]
     return tuple(sorted(jobs, key=lambda j: min(r.pid for r in j.ranks)))
 
 
-def _launcher_above(pid: int | None, hosts: Mapping[int, HostProcess],
-                    launchers: Mapping[int, str]) -> tuple[str, int] | None:
-    """(launcher kind, pid) of the nearest launcher among the ancestors from ``pid`` up, or None."""
+def _launcher_above(pid: int | None, hosts: Mapping[int, HostProcess], launchers: Mapping[int, str],
+                    ranks: Container[int]) -> tuple[str, int] | None:
+    """(launcher kind, pid) of the nearest launcher among the ancestors from ``pid`` up, or None.
+
+    A process whose parent is itself on a GPU (a rank's own child) is not a rank of the launcher above.
+    """
     for _ in range(LAUNCHER_DEPTH):
         if pid is None:
             return None
         kind = launchers.get(pid)
         if kind is not None:
             return kind, pid
+        if pid in ranks:
+            return None
         host = hosts.get(pid)
         pid = host.ppid if host is not None else None
     return None
