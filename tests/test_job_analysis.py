@@ -150,6 +150,8 @@ def test_torchrun_scenario_is_one_job_with_a_straggler():
     assert (job.grouped_by, job.launcher, job.launcher_pid, job.world_size) == ("launcher", "torchrun", 70100, 16)
     assert [(r.rank, r.local_rank, r.group_rank) for r in job.ranks] == [(8 + i, i, 1) for i in range(8)]
     assert [r.pid for r in job.ranks if r.probed] == [70120, 70125]
+    assert [(p.pid, p.placement.rank, p.placement.rendezvous) for p in snapshot.probes] == [
+        (70120, 8, "torchelastic gpt13b-0412"), (70125, 13, "torchelastic gpt13b-0412")]
     analysis = analyse_job(job, snapshot, trends=trend)
     assert analysis.imbalance is None and analysis.first_oom is None
     assert [(s.rank, s.measure) for s in analysis.stragglers] == [(13, "utilisation"), (13, "step time")]

@@ -43,3 +43,15 @@ def test_the_rendezvous_is_the_strongest_evidence_set():
 
 def test_no_distributed_variables_no_placement():
     assert Placement.from_environ({"PATH": "/usr/bin", "RANK": "x"}) is None
+
+
+def test_the_hook_leaves_launchers_unprobed(monkeypatch):
+    from gputui.probe import hook
+
+    # what `python -m torch.distributed.run` shows once runpy found the module
+    monkeypatch.setattr("sys.orig_argv", ["python3", "-m", "torch.distributed.run", "--standalone", "t.py"])
+    monkeypatch.setattr("sys.argv", ["/venv/lib/python3.11/site-packages/torch/distributed/run.py", "t.py"])
+    assert hook.is_launcher()
+    monkeypatch.setattr("sys.orig_argv", ["python3", "-u", "t.py", "--local-rank=1"])
+    monkeypatch.setattr("sys.argv", ["t.py", "--local-rank=1"])
+    assert not hook.is_launcher()

@@ -64,3 +64,12 @@ def test_demo_json_carries_the_jobs_of_the_new_scenarios():
     (job,) = json.loads(gputui(env, "--demo", "torchrun", "--json").stdout)["snapshot"]["jobs"]
     assert (job["launcher"], job["world_size"], job["key"]) == ("torchrun", 16, "launcher 70100")
     assert [(r["rank"], r["local_rank"], r["group_rank"]) for r in job["ranks"]] == [(8 + i, i, 1) for i in range(8)]
+
+
+def test_a_probed_rank_says_where_it_sits():
+    from gputui.plain.report import placement_text
+
+    assert placement_text(Placement(rank=13, local_rank=5, world_size=16, group_rank=1,
+                                    rendezvous="torchelastic gpt13b-0412")) == (
+        "rank 13 of 16 (local rank 5, node 1), torchelastic gpt13b-0412")
+    assert placement_text(Placement(rendezvous="master h:1")) == "rank ?, master h:1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import Callable, Sequence
 
-from gputui.model import AllocatorStats, Job, MemoryCategories, ProbeReport, Snapshot, StepRecord
+from gputui.model import AllocatorStats, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
@@ -63,6 +63,21 @@ def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *
     return _finish(lines, color, ascii)
 
 
+def placement_text(placement: Placement) -> str:
+    """"rank 9 of 16 (local rank 1, node 1), torchelastic gpt13b-0412": where a rank sits in its job."""
+    where = []
+    if placement.local_rank is not None:
+        where.append(f"local rank {placement.local_rank}")
+    if placement.group_rank is not None:
+        where.append(f"node {placement.group_rank}")
+    said = "rank ?" if placement.rank is None else f"rank {placement.rank}"
+    if placement.world_size is not None:
+        said += f" of {placement.world_size}"
+    if where:
+        said += f" ({', '.join(where)})"
+    return f"{said}, {placement.rendezvous}" if placement.rendezvous else said
+
+
 def _by_job(reports: list[ProbeReport], jobs: Sequence[Job]) -> list[tuple[Job | None, list[ProbeReport]]]:
     """The reports of each job together, by rank, in the jobs' order; those in no job, alone, after."""
     of = {r.pid: r for r in reports}
@@ -103,6 +118,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
                  ellipsis=glyphs.ellipsis)
     lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
+    if report.placement is not None:
+        lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
                            tz, indent=0)
     for device in report.devices:
