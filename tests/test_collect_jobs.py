@@ -133,3 +133,24 @@ def test_the_finder_reads_each_environment_once_per_process_life():
                                                GpuProcess(pid=202, device_index=1, ppid=9, started_at=1.0)))
     (job,) = finder.add_to(denied).jobs
     assert job.notes and "202" in job.notes[0]
+
+
+def test_the_monitors_sampler_groups_after_its_filters():
+    from gputui.collect import open_collector
+    from gputui.ui.sampler import Sampler
+
+    now = [0.0]
+
+    class NoProbes:
+        def poll(self):
+            return {}
+
+    collector = open_collector("torchrun", clock=lambda: now[0])
+    try:
+        now[0] = 60.0
+        (job,) = Sampler(collector, watcher=NoProbes()).sample().jobs
+        assert len(job.ranks) == 8 and [r.pid for r in job.ranks if r.probed] == [70120, 70125]
+        (job,) = Sampler(collector, pids=(70121, 70122), watcher=NoProbes()).sample().jobs
+        assert [r.rank for r in job.ranks] == [9, 10]
+    finally:
+        collector.close()
