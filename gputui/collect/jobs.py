@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Final
 
@@ -19,9 +19,11 @@ from gputui.collect.interfaces import Psutil
 from gputui.model import (
     BY_DEVICES,
     BY_LAUNCHER,
+    GROUPED_BY,
     PROCESS_DENIED,
     PROCESS_OK,
     GpuProcess,
+    GroupedBy,
     HostProcess,
     Job,
     JobDevice,
@@ -36,18 +38,18 @@ DENIED: Final = "denied"  # the environment could not be read (another user's pr
 LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
 
 Environment = Placement | None | str  # what a process's environment says: a placement, none, or DENIED
+_BY_WORD: dict[str, GroupedBy] = {by: by for by in GROUPED_BY}  # a rendezvous starts with its evidence
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Member:
-    """One process as grouping sees it."""
+    """One process of a job, as grouping found it."""
 
     pid: int
-    ppid: int | None
     command: tuple[str, ...]
-    devices: list[JobDevice] = field(default_factory=list)
-    environment: Environment = None
-    probed: bool = False
+    devices: list[JobDevice]
+    environment: Environment
+    probed: bool
 
 
 def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess] = (),
@@ -74,26 +76,28 @@ def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess]
     # the launchers among the ancestors, looked for once (there are few; processes may be thousands)
     launchers = {h.pid: kind for h in hosts.values() if (kind := launcher_of(h.command)) is not None}
     groups: dict[str, list[_Member]] = {}
+    evidence: dict[str, GroupedBy] = {}
     started_by: dict[str, tuple[str, int]] = {}
     for pid, ppid, command, gpu_processes in seen:
         environment = environments.get(pid)
         report = reports.get(pid)
         if environment is None and report is not None:
             environment = report.placement  # the probe read its own environment
-        key = None
         found = _launcher_above(ppid, hosts, launchers, on_gpus) if launchers else None
+        by: GroupedBy
         if found is not None:
-            key = f"{BY_LAUNCHER} {found[1]}"
+            key, by = f"{BY_LAUNCHER} {found[1]}", BY_LAUNCHER
             started_by[key] = found
         elif isinstance(environment, Placement) and environment.rendezvous:
-            key = environment.rendezvous
+            key, by = environment.rendezvous, _BY_WORD[environment.rendezvous.split(" ", 1)[0]]
         elif len(gpu_processes) > 1:
-            key = f"{BY_DEVICES} {pid}"
-        if key is not None:
-            devices = [JobDevice(index=p.device_index, gpu_memory=p.gpu_memory) for p in gpu_processes]
-            groups.setdefault(key, []).append(
-                _Member(pid, ppid, command, devices, environment, probed=report is not None))
-    jobs = [_job(key, group, started_by.get(key)) for key, group in groups.items()]
+            key, by = f"{BY_DEVICES} {pid}", BY_DEVICES
+        else:
+            continue  # no evidence of a job: the process table's row is all there is
+        devices = [JobDevice(index=p.device_index, gpu_memory=p.gpu_memory) for p in gpu_processes]
+        groups.setdefault(key, []).append(_Member(pid, command, devices, environment, report is not None))
+        evidence[key] = by
+    jobs = [_job(key, evidence[key], group, started_by.get(key)) for key, group in groups.items()]
     return tuple(sorted(jobs, key=lambda j: min(r.pid for r in j.ranks)))
 
 
@@ -116,7 +120,7 @@ def _launcher_above(pid: int | None, hosts: Mapping[int, HostProcess], launchers
     return None
 
 
-def _job(key: str, members: list[_Member], launcher: tuple[str, int] | None) -> Job:
+def _job(key: str, grouped_by: GroupedBy, members: list[_Member], launcher: tuple[str, int] | None) -> Job:
     ranks = []
     notes = []
     for m in members:
@@ -134,11 +138,10 @@ def _job(key: str, members: list[_Member], launcher: tuple[str, int] | None) -> 
     placements = [m.environment for m in members if isinstance(m.environment, Placement)]
     sizes = [p.world_size for p in placements if p.world_size is not None]
     memory = [r.gpu_memory for r in ranks if r.gpu_memory is not None]
-    grouped_by = BY_LAUNCHER if launcher else key.split(" ", 1)[0]
     return Job(
         key=key,
         name=_name(ranks, launcher[0] if launcher else None, grouped_by),
-        grouped_by=grouped_by,  # type: ignore[arg-type]  # the keys start with a GROUPED_BY word
+        grouped_by=grouped_by,
         launcher=launcher[0] if launcher else None,
         launcher_pid=launcher[1] if launcher else None,
         world_size=max(sizes) if sizes else None,
