@@ -41,6 +41,16 @@ def test_the_rendezvous_is_the_strongest_evidence_set():
     assert Placement.from_environ({"SLURM_JOB_ID": "812"}) is None  # a job, no step: no rank, no key
 
 
+def test_tasks_srun_or_mpirun_start_directly_have_their_ranks_too():
+    srun = {"SLURM_JOB_ID": "812", "SLURM_STEP_ID": "3", "SLURM_PROCID": "6", "SLURM_LOCALID": "2",
+            "SLURM_NTASKS": "8"}
+    assert Placement.from_environ(srun) == Placement(rank=6, local_rank=2, world_size=8, rendezvous="slurm 812.3")
+    # torch.distributed's own variables win where a launcher set both
+    assert Placement.from_environ({**srun, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}).rank == 0
+    mpi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}
+    assert Placement.from_environ(mpi) == Placement(rank=1, local_rank=1, world_size=4)
+
+
 def test_no_distributed_variables_no_placement():
     assert Placement.from_environ({"PATH": "/usr/bin", "RANK": "x"}) is None
 

@@ -64,21 +64,33 @@ def launcher_of(command: Sequence[str]) -> str | None:
     return found
 
 
-def _int(environ: Mapping[str, str], name: str) -> int | None:
-    try:
-        return int(environ[name])
-    except (KeyError, ValueError):
-        return None
+# Where each figure is read, first found first: torch.distributed's own variables, then what srun and
+# Open MPI's mpirun give each task (a job they start directly has no RANK).
+_RANK = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+_LOCAL_RANK = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+_WORLD_SIZE = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def _int(environ: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        try:
+            return int(environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
 
 
 @dataclass(frozen=True)
 class Placement:
     """Where a process sits in its distributed job, as its environment says."""
 
-    rank: int | None = field(default=None, metadata=doc("global rank (`RANK`)", minimum=0))
-    local_rank: int | None = field(default=None, metadata=doc("rank on this node (`LOCAL_RANK`)", minimum=0))
+    rank: int | None = field(default=None, metadata=doc(
+        "global rank (`RANK`, else Slurm's `SLURM_PROCID` or Open MPI's `OMPI_COMM_WORLD_RANK`)", minimum=0))
+    local_rank: int | None = field(default=None, metadata=doc(
+        "rank on this node (`LOCAL_RANK`, else `SLURM_LOCALID` or `OMPI_COMM_WORLD_LOCAL_RANK`)", minimum=0))
     world_size: int | None = field(default=None, metadata=doc(
-        "ranks in the whole job, all nodes (`WORLD_SIZE`)", minimum=1))
+        "ranks in the whole job, all nodes (`WORLD_SIZE`, else `SLURM_NTASKS` or `OMPI_COMM_WORLD_SIZE`)",
+        minimum=1))
     group_rank: int | None = field(default=None, metadata=doc(
         "the node's rank among the job's nodes (`GROUP_RANK`, torchrun)", minimum=0))
     rendezvous: str | None = field(default=None, metadata=doc(
@@ -89,8 +101,8 @@ class Placement:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Placement | None:
         """The placement an environment gives; None outside a distributed job."""
-        placement = cls(rank=_int(environ, "RANK"), local_rank=_int(environ, "LOCAL_RANK"),
-                        world_size=_int(environ, "WORLD_SIZE"), group_rank=_int(environ, "GROUP_RANK"),
+        placement = cls(rank=_int(environ, *_RANK), local_rank=_int(environ, *_LOCAL_RANK),
+                        world_size=_int(environ, *_WORLD_SIZE), group_rank=_int(environ, "GROUP_RANK"),
                         rendezvous=rendezvous_of(environ))
         return None if placement == cls() else placement
 
