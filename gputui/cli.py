@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", nargs="?", const="workstation", choices=SCENARIOS, metavar="SCENARIO",
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
     )
+    source.add_argument(
+        "--hosts", nargs="?", const=(), type=_name_list, metavar="HOSTS",
+        help="watch several machines over ssh (each runs gputui --json --watch) or `gputui serve` URLs: "
+             "--hosts node1,node2,http://node3:9403; bare --hosts: the config's [hosts] names",
+    )
     source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     source.add_argument("--demo-processes", type=_count("process", "processes"), metavar="N", help=argparse.SUPPRESS)
     filters = parser.add_argument_group("filters")
@@ -171,6 +176,8 @@ def parse(argv: list[str] | None = None) -> Options:
         parser.error("--once and --json cannot be combined (use --json alone)")
     if args.once and args.watch is not None:  # also `--watch -1`: -1 is --once, not seconds
         parser.error("--once and --watch cannot be combined (--watch prints until interrupted)")
+    if args.hosts is not None:
+        _check_hosts(parser, args)
     users = args.user
     if users is None:  # bare --user means "mine"
         users = (_current_user(),)
@@ -180,7 +187,7 @@ def parse(argv: list[str] | None = None) -> Options:
         demo=args.demo, seed=args.seed, demo_processes=args.demo_processes,
         interval=args.interval, only=args.only, only_visible=args.only_visible,
         users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
-        theme=args.theme, config=args.config, json=args.json,
+        theme=args.theme, config=args.config, json=args.json, hosts=args.hosts,
     )
     if args.subcommand == "run":
         command = list(args.argv)
@@ -204,6 +211,21 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.once:
         return Options(mode="once", **common)
     return Options(mode="tui", **common)
+
+
+def _check_hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What --hosts cannot be combined with, said before anything connects."""
+    if args.subcommand is not None:
+        parser.error(f"--hosts watches other machines; {args.subcommand} works on this one")
+    if args.demo is not None:
+        parser.error("--hosts shows what the hosts' own gputui sees; for a demo, run it there: "
+                     '[hosts] command = "gputui --demo training-node"')
+    if args.watch is not None:
+        parser.error("--hosts and --watch cannot be combined yet: use the live monitor, or --hosts --json")
+    given = [flag for flag, value in (("--only", args.only), ("--only-visible", args.only_visible),
+                                      ("--user", args.user != ()), ("--pid", args.pid)) if value]
+    if given:
+        parser.error(f"{given[0]} filters this machine; with --hosts, filter in the monitor with /")
 
 
 def _current_user() -> str:
@@ -264,10 +286,29 @@ def _check_config(options: Options) -> None:
         check_binding_ids(config, binding_ids())
 
 
+def _many_hosts(options: Options, terminal: ModuleType) -> int:
+    """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
+    from gputui.fleet.entries import host_entries
+    from gputui.ui.config import load_config
+
+    config = load_config(options.config)
+    entries = host_entries(options.hosts or (), config.hosts)
+    from gputui.fleet import printing
+
+    if options.mode == "json":
+        return printing.json(options, entries, config.hosts.wait)
+    if options.mode == "tui":  # the live monitor over hosts is the next step of issue 15
+        print("gputui: the live monitor over hosts is not built yet: here is one snapshot of each host",
+              file=sys.stderr)
+    return printing.once(options, entries, config.hosts.wait)
+
+
 def _dispatch(options: Options) -> int:
     from gputui.plain import terminal
 
     mode = options.mode
+    if options.hosts is not None:
+        return _many_hosts(options, terminal)
     if mode == "tui":
         why = _no_live_monitor(terminal)
         if why is not None:
