@@ -293,14 +293,22 @@ def _many_hosts(options: Options, terminal: ModuleType) -> int:
 
     config = load_config(options.config)
     entries = host_entries(options.hosts or (), config.hosts)
-    from gputui.fleet import printing
+    mode = options.mode
+    if mode == "tui":
+        why = _no_live_monitor(terminal)
+        if why is not None:
+            if why:
+                print(f"gputui: {why}, so here is one snapshot of each host instead", file=sys.stderr)
+            mode = "once"
+    if mode in ("once", "json"):
+        from gputui.fleet import printing
 
-    if options.mode == "json":
-        return printing.json(options, entries, config.hosts.wait)
-    if options.mode == "tui":  # the live monitor over hosts is the next step of issue 15
-        print("gputui: the live monitor over hosts is not built yet: here is one snapshot of each host",
-              file=sys.stderr)
-    return printing.once(options, entries, config.hosts.wait)
+        return getattr(printing, mode)(options, entries, config.hosts.wait)
+    from gputui.ui.launch import run_hosts
+
+    if terminal.use_ascii(options) and not options.ascii:
+        options = dataclasses.replace(options, ascii=True)
+    return run_hosts(options, entries)
 
 
 def _dispatch(options: Options) -> int:

@@ -15,7 +15,11 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Callable
 
+from collections.abc import Sequence
+
+from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
+from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
 from gputui.options import Options
@@ -25,9 +29,8 @@ NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed
                     "from their probes.")
 
 
-def run_tui(options: Options) -> int:
-    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
-    drawing."""
+def _checked_config(options: Options) -> UiConfig:
+    """The config file, its key remaps checked; NO_COLOR set where --no-color asks."""
     from gputui.ui.config import check_binding_ids, load_config
 
     config = load_config(options.config)
@@ -37,6 +40,13 @@ def run_tui(options: Options) -> int:
         check_binding_ids(config, binding_ids())
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
+    return config
+
+
+def run_tui(options: Options) -> int:
+    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
+    drawing."""
+    config = _checked_config(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
         opened, first_sample = open_ahead(lambda: open_sampler(options), early.draw if early else None)
@@ -66,6 +76,28 @@ def run_tui(options: Options) -> int:
         sampler.close()
     if app.refusal is not None:
         raise app.refusal  # printed by the CLI once the terminal is restored, exit 2
+    return app.return_code or 0
+
+
+def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
+    """Open the many-host monitor (``--hosts``): every host's connection starts at once, and the
+    monitor draws each host as its first snapshot comes in."""
+    config = _checked_config(options)
+    interval = options.interval or config.interval or 1.0
+    from gputui.fleet.fleet import Fleet
+    from gputui.ui.hosts_app import HostsApp
+    from gputui.ui.hosts_sampler import HostsSampler
+
+    fleet = Fleet(entries, interval)
+    sampler = HostsSampler(fleet)
+    try:
+        fleet.start()
+        app = HostsApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
+                       theme=options.theme or config.theme or "dark", columns=config.columns,
+                       keymap=config.keys, handle_signals=True)
+        app.run()
+    finally:
+        sampler.close()  # every ssh child ends with the monitor
     return app.return_code or 0
 
 
