@@ -309,3 +309,13 @@ def test_the_hosts_document_follows_the_schema():
     assert document["hosts"][0]["document"] == json.loads(dumps(snapshot_document(workstation())))
     assert document["hosts"][1] == {"name": "b", "state": "unreachable", "reason": "Connection refused",
                                     "age": None, "document": None}
+
+
+def test_many_hosts_are_asked_for_snapshots_less_often():
+    from gputui.fleet.fleet import DOCUMENTS_PER_SECOND, period_for
+
+    assert period_for(4, 1.0) == 1.0 and period_for(4, 5.0) == 5.0
+    assert period_for(64, 1.0) == 64 / DOCUMENTS_PER_SECOND == 8.0
+    asked = []
+    Fleet([HostEntry(f"n{i}") for i in range(64)], 1.0, link=lambda e, period: asked.append(period))
+    assert set(asked) == {8.0}
