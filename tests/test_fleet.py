@@ -203,7 +203,7 @@ def test_the_ssh_childs_lines_and_why_it_ended():
     stream = SshStream(stand_in(repr(doc.encode() + b"\n")), 1.0)
     lines = stream.lines()
     assert read_snapshot_document(json.loads(next(lines))) == workstation()
-    with pytest.raises(Ended, match=r"ssh ended \(status"):
+    with pytest.raises(Ended, match="ssh ended with status 255"):
         stream = SshStream(stand_in("b''", status=255), 1.0)
         list(stream.lines())
     with pytest.raises(Ended, match="the remote gputui stopped"):
@@ -319,3 +319,44 @@ def test_many_hosts_are_asked_for_snapshots_less_often():
     asked = []
     Fleet([HostEntry(f"n{i}") for i in range(64)], 1.0, link=lambda e, period: asked.append(period))
     assert set(asked) == {8.0}
+
+
+FAKE_SSH = """#!/bin/sh
+# ssh's stand-in: skip the options up to --, then the host, and run the command here
+while [ "$1" != "--" ]; do shift; done; shift; shift
+exec sh -c "$*"
+"""
+
+
+def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[hosts]\nnames = ["n1", "n2"]\ncommand = "{sys.executable} -m gputui --demo leaky"\n'
+                      f'ssh = "{ssh}"\n[hosts.commands]\nn2 = "exit 3"\n')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = gputui(env, "--hosts", "--config", str(config))  # the live monitor, but stdout is a pipe
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("== n1 · live · 1 GPU")
+    assert "simulated: leaky" in result.stdout
+    assert "== n2 · unreachable: ssh ended with status 3" in result.stdout
+
+
+def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
+    from gputui.ui.hosts_sampler import HostsSampler
+    from gputui.ui.still import FrozenHosts
+    from plain_data import training_report
+
+    snapshot = type(workstation())(**{**workstation().__dict__, "probes": (training_report(pid=1234),)})
+    hostile = HostView("evil\x1b]0;pwned\x07", "unreachable", "Permission denied\x1b[2J")
+    views = (HostView("a", "live", None, 0.5, snapshot), hostile)
+    clocks = iter([0.0, 0.5, 1.0, 1.5]), iter([0.0, 0.02])
+    sampler = HostsSampler(FrozenHosts(views), clock=lambda: next(clocks[0]), cpu_clock=lambda: next(clocks[1]),
+                           wall=lambda: 123.0)
+    first, second = sampler.sample(), sampler.sample()
+    assert first.hosts[1].name == "evil\\x1b]0;pwned\\x07" and first.hosts[1].reason == "Permission denied\\x1b[2J"
+    assert second.hosts[0].snapshot is first.hosts[0].snapshot  # the same snapshot made visible once
+    assert set(first.leaks) == {"a"} and set(first.leaks["a"]) == {1234}
+    assert (first.monitor.cpu_percent, second.monitor.cpu_percent, second.taken_at) == (None, 2.0, 123.0)

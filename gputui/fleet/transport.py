@@ -98,7 +98,7 @@ def why_ended(errors: list[str], status: int) -> str:
         return NO_GPUTUI
     if last:
         return last.removeprefix("ssh: ")
-    return f"ssh ended (status {status})" if status else "the remote gputui stopped"
+    return f"ssh ended with status {status}" if status else "the remote gputui stopped"
 
 
 def fetch_snapshot(entry: HostEntry, timeout: float) -> bytes:
