@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.options import SCENARIOS, Options
+from gputui.options import SCENARIOS, Mode, Options
 
 
 
@@ -286,6 +286,19 @@ def _check_config(options: Options) -> None:
         check_binding_ids(config, binding_ids())
 
 
+def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
+    """The mode asked for, or "once" where the live monitor cannot run: what --once shows is the best
+    such a place can take (why is said on stderr, where it needs saying, with ``instead``)."""
+    if options.mode != "tui":
+        return options.mode
+    why = _no_live_monitor(terminal)
+    if why is None:
+        return "tui"
+    if why:
+        print(f"gputui: {why}, so here is {instead}", file=sys.stderr)
+    return "once"
+
+
 def _many_hosts(options: Options, terminal: ModuleType) -> int:
     """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
     from gputui.fleet.entries import host_entries
@@ -293,13 +306,7 @@ def _many_hosts(options: Options, terminal: ModuleType) -> int:
 
     config = load_config(options.config)
     entries = host_entries(options.hosts or (), config.hosts)
-    mode = options.mode
-    if mode == "tui":
-        why = _no_live_monitor(terminal)
-        if why is not None:
-            if why:
-                print(f"gputui: {why}, so here is one snapshot of each host instead", file=sys.stderr)
-            mode = "once"
+    mode = _mode_here(options, terminal, "one snapshot of each host instead")
     if mode in ("once", "json"):
         from gputui.fleet import printing
 
@@ -317,14 +324,8 @@ def _dispatch(options: Options) -> int:
     mode = options.mode
     if options.hosts is not None:
         return _many_hosts(options, terminal)
-    if mode == "tui":
-        why = _no_live_monitor(terminal)
-        if why is not None:
-            # Print a snapshot instead: what --once shows is the best this place can take.
-            if why:
-                print(f"gputui: {why}, so here is one snapshot instead (gputui --watch repeats it; "
-                      "--json for scripts)", file=sys.stderr)
-            mode = "once"
+    mode = _mode_here(options, terminal,
+                      "one snapshot instead (gputui --watch repeats it; --json for scripts)")
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 

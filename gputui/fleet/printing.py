@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from gputui import units
 from gputui.fleet.entries import HostEntry
 from gputui.fleet.fleet import Fleet
 from gputui.fleet.status import state_words
-from gputui.model import HostView
+from gputui.model import HOST_CONNECTING, HostView
 from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, hosts_document
@@ -24,14 +25,16 @@ def first_views(entries: Sequence[HostEntry], wait: float) -> tuple[HostView, ..
     """Every host's first answer (or its failure, or no answer after ``wait`` seconds)."""
     with Fleet(entries, ONE_SHOT_INTERVAL) as fleet:
         fleet.wait_first(wait)
-        return fleet.view()
+        views = fleet.view()
+    return tuple(dataclasses.replace(v, reason=f"no answer within {wait:g} s") if v.state == HOST_CONNECTING
+                 else v for v in views)
 
 
 def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     """One section per host: its line (name, state, GPUs, age), then what --once shows of it."""
     views = first_views(entries, wait)
     color, ascii, width = terminal.use_color(options), terminal.use_ascii(options), terminal.width()
-    sections = [host_line(view, wait).write(color) + "\n" + (
+    sections = [host_line(view).write(color) + "\n" + (
         render(view.snapshot, color=color, ascii=ascii, width=width) if view.snapshot else "")
         for view in views]
     try:
@@ -51,10 +54,10 @@ def json(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     return 0
 
 
-def host_line(view: HostView, waited: float) -> Line:
+def host_line(view: HostView) -> Line:
     """``== node1 · live · 8 GPUs · 0.4 s old``, the state in colour where it is trouble."""
     style = None if view.state == "live" else "bad" if view.state == "unreachable" else "warn"
-    line = Line().add("== ").add(view.name, "title").add(" · ").add(state_words(view, waited=waited), style)
+    line = Line().add("== ").add(view.name, "title").add(" · ").add(state_words(view), style)
     if view.snapshot is not None:
         gpus = len(view.snapshot.devices)
         line.add(f" · {gpus} GPU{'s' if gpus != 1 else ''}")

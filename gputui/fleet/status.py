@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputui.model import HOST_CONNECTING, HOST_LIVE, HOST_STALE, HOST_UNREACHABLE, HostView, Snapshot
+from gputui.model import HOST_CONNECTING, HOST_LIVE, HOST_STALE, HOST_UNREACHABLE, HostState, HostView, Snapshot
 
 FIRST_RETRY = 2.0  # seconds before the first retry; each failure in a row doubles it
 LAST_RETRY = 60.0  # ... up to this
@@ -21,7 +21,7 @@ class HostStatus:
 
     name: str
     interval: float
-    state: str = HOST_CONNECTING
+    state: HostState = HOST_CONNECTING
     reason: str | None = None
     snapshot: Snapshot | None = None
     received_at: float | None = None  # monotonic time of the latest snapshot
@@ -45,10 +45,11 @@ class HostStatus:
     def view(self, now: float) -> HostView:
         """The host as the view shows it at ``now`` (a live host silent too long is stale)."""
         age = None if self.received_at is None else max(0.0, now - self.received_at)
-        state, reason = self.state, self.reason
+        state: HostState = self.state
+        reason = self.reason
         if state == HOST_LIVE and age is not None and age > STALE_AFTER * self.interval:
             state, reason = HOST_STALE, f"no snapshot for {age:.0f} s"
-        return HostView(self.name, state, reason, age, self.snapshot)  # type: ignore[arg-type]
+        return HostView(self.name, state, reason, age, self.snapshot)
 
 
 def retry_delay(failures: int) -> float:
@@ -56,9 +57,7 @@ def retry_delay(failures: int) -> float:
     return min(LAST_RETRY, FIRST_RETRY * 2 ** max(0, failures - 1))
 
 
-def state_words(view: HostView, *, waited: float | None = None) -> str:
+def state_words(view: HostView) -> str:
     """How a host stands, in words: "live", "stale: no snapshot for 12 s", "unreachable: Connection
-    refused". ``waited``: the seconds a one-shot print waited, for a host that never answered."""
-    if view.state == HOST_CONNECTING and waited is not None:
-        return f"no answer within {waited:g} s"
+    refused"."""
     return view.state if not view.reason else f"{view.state}: {view.reason}"
