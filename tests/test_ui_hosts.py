@@ -114,3 +114,12 @@ async def test_a_narrow_pane_keeps_the_host_column():
         await settle(pilot)
         assert app.screen.query_one(ProcessTable).column_ids[0] == "host"
         assert lines_of(app)[0].startswith("node1  live  8 GPUs")
+
+
+async def test_a_hosts_own_problems_are_on_its_line():
+    app = still_hosts_app({"node1": "faults"}, seconds=60, interval=30.0)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot)
+        problems = app.hosts[0].snapshot.problems
+        assert problems
+        assert f"! {problems[0]}" in lines_of(app)[0]

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.events import Resize
 
 from gputui import units
+from gputui.fleet.status import state_words
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, join, label, styled, value
@@ -23,10 +24,10 @@ _Lines = tuple[tuple[str, Words], ...]
 
 
 def host_words(view: HostView, *, compact: bool = False) -> Words:
-    """A host's line: ``node1  live  8 GPUs  CPU 4%  MEM 137G/1.97T  0s ago``."""
-    state = view.state if not view.reason else f"{view.state}: {view.reason}"
+    """A host's line: ``node1  live  8 GPUs  CPU 4%  MEM 137G/1.97T  0s ago``, and the first of the
+    host's own problems (a probe that does not answer there), which the single-host view pops up."""
     parts: list[Words | str] = [styled(view.name, "bold"),
-                                styled(state, STATE_STYLES.get(view.state, "$warning"))]
+                                styled(state_words(view), STATE_STYLES.get(view.state, "$warning"))]
     snap = view.snapshot
     if snap is not None:
         host = snap.host
@@ -42,6 +43,9 @@ def host_words(view: HostView, *, compact: bool = False) -> Words:
                 parts.append(styled(f"demo:{snap.source[4:]}", "$accent"))
     if view.age is not None:
         parts.append(styled(f"{units.elapsed(view.age)} ago", "$text-muted"))
+    if snap is not None and snap.problems:
+        more = f" (+{len(snap.problems) - 1} more)" if len(snap.problems) > 1 else ""
+        parts.append(styled(f"! {snap.problems[0]}{more}", "$warning"))
     return join(parts, "  ")
 
 
