@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.options import SCENARIOS, Options
+from gputui.options import SCENARIOS, Mode, Options
 
 
 
@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", nargs="?", const="workstation", choices=SCENARIOS, metavar="SCENARIO",
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
     )
+    source.add_argument(
+        "--hosts", nargs="?", const=(), type=_name_list, metavar="HOSTS",
+        help="watch several machines over ssh (each runs gputui --json --watch) or `gputui serve` URLs: "
+             "--hosts node1,node2,http://node3:9403; bare --hosts: the config's [hosts] names",
+    )
     source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     source.add_argument("--demo-processes", type=_count("process", "processes"), metavar="N", help=argparse.SUPPRESS)
     filters = parser.add_argument_group("filters")
@@ -171,6 +176,8 @@ def parse(argv: list[str] | None = None) -> Options:
         parser.error("--once and --json cannot be combined (use --json alone)")
     if args.once and args.watch is not None:  # also `--watch -1`: -1 is --once, not seconds
         parser.error("--once and --watch cannot be combined (--watch prints until interrupted)")
+    if args.hosts is not None:
+        _check_hosts(parser, args)
     users = args.user
     if users is None:  # bare --user means "mine"
         users = (_current_user(),)
@@ -180,7 +187,7 @@ def parse(argv: list[str] | None = None) -> Options:
         demo=args.demo, seed=args.seed, demo_processes=args.demo_processes,
         interval=args.interval, only=args.only, only_visible=args.only_visible,
         users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
-        theme=args.theme, config=args.config, json=args.json,
+        theme=args.theme, config=args.config, json=args.json, hosts=args.hosts,
     )
     if args.subcommand == "run":
         command = list(args.argv)
@@ -204,6 +211,21 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.once:
         return Options(mode="once", **common)
     return Options(mode="tui", **common)
+
+
+def _check_hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What --hosts cannot be combined with, said before anything connects."""
+    if args.subcommand is not None:
+        parser.error(f"--hosts watches other machines; {args.subcommand} works on this one")
+    if args.demo is not None:
+        parser.error("--hosts shows what the hosts' own gputui sees; for a demo, run it there: "
+                     '[hosts] command = "gputui --demo training-node"')
+    if args.watch is not None:
+        parser.error("--hosts and --watch cannot be combined yet: use the live monitor, or --hosts --json")
+    given = [flag for flag, value in (("--only", args.only), ("--only-visible", args.only_visible),
+                                      ("--user", args.user != ()), ("--pid", args.pid)) if value]
+    if given:
+        parser.error(f"{given[0]} filters this machine; with --hosts, filter in the monitor with /")
 
 
 def _current_user() -> str:
@@ -264,18 +286,46 @@ def _check_config(options: Options) -> None:
         check_binding_ids(config, binding_ids())
 
 
+def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
+    """The mode asked for, or "once" where the live monitor cannot run: what --once shows is the best
+    such a place can take (why is said on stderr, where it needs saying, with ``instead``)."""
+    if options.mode != "tui":
+        return options.mode
+    why = _no_live_monitor(terminal)
+    if why is None:
+        return "tui"
+    if why:
+        print(f"gputui: {why}, so here is {instead}", file=sys.stderr)
+    return "once"
+
+
+def _many_hosts(options: Options, terminal: ModuleType) -> int:
+    """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
+    from gputui.fleet.entries import host_entries
+    from gputui.ui.config import load_config
+
+    config = load_config(options.config)
+    entries = host_entries(options.hosts or (), config.hosts)
+    mode = _mode_here(options, terminal, "one snapshot of each host instead")
+    if mode in ("once", "json"):
+        from gputui.fleet import printing
+
+        return getattr(printing, mode)(options, entries, config.hosts.wait)
+    from gputui.ui.launch import run_hosts
+
+    if terminal.use_ascii(options) and not options.ascii:
+        options = dataclasses.replace(options, ascii=True)
+    return run_hosts(options, entries)
+
+
 def _dispatch(options: Options) -> int:
     from gputui.plain import terminal
 
     mode = options.mode
-    if mode == "tui":
-        why = _no_live_monitor(terminal)
-        if why is not None:
-            # Print a snapshot instead: what --once shows is the best this place can take.
-            if why:
-                print(f"gputui: {why}, so here is one snapshot instead (gputui --watch repeats it; "
-                      "--json for scripts)", file=sys.stderr)
-            mode = "once"
+    if options.hosts is not None:
+        return _many_hosts(options, terminal)
+    mode = _mode_here(options, terminal,
+                      "one snapshot instead (gputui --watch repeats it; --json for scripts)")
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 

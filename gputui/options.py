@@ -39,4 +39,5 @@ class Options:
     config: str | None = None
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
+    hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
     extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train)
