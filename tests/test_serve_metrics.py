@@ -49,6 +49,15 @@ def value(found: dict, metric: str, /, **labels: str) -> float | None:
 RTX = dict(index="0", uuid="GPU-aaaa", name="NVIDIA GeForce RTX 4090")
 
 
+def demo_sample(scenario: str) -> Sample:
+    """The exporter's first sample of a demo scenario, as ``gputui --demo SCENARIO serve`` takes it."""
+    sampling = Sampling(Source(Options(demo=scenario)))
+    try:
+        return sampling.take()
+    finally:
+        sampling.stop()
+
+
 @pytest.fixture(scope="module")
 def workstation_series():
     return series(Sample(workstation()))
@@ -193,11 +202,7 @@ def test_the_leak_verdict_is_a_state_gauge_with_its_rate_and_forecast():
 
 
 def test_the_leaky_demos_verdict_and_forecast_are_the_monitors():
-    sampling = Sampling(Source(Options(demo="leaky")))
-    try:
-        sample = sampling.take()
-    finally:
-        sampling.stop()
+    sample = demo_sample("leaky")
     report = sample.snapshot.probes[0]
     verdict = snapshot_leak_verdict(report, sample.snapshot)
     assert sample.leaks[report.pid] == verdict and verdict.state == "leak"
@@ -214,11 +219,7 @@ def test_no_sample_yet_is_an_empty_answer():
 
 
 def test_the_faults_demo_scrapes_whole():
-    sampling = Sampling(Source(Options(demo="faults")))
-    try:
-        sample = sampling.take()
-    finally:
-        sampling.stop()
+    sample = demo_sample("faults")
     found = series(sample)
     assert "GPU 1 is not answering: GPU is lost" in sample.snapshot.problems
     assert value(found, "gputui_device_lost", index="1") == 1

@@ -86,7 +86,9 @@ def test_prometheus_stores_what_the_json_document_says(env, tmp_path):
         try:
             deadline, stamp = time.monotonic() + 90, []
             while not stamp:  # Prometheus starts, then scrapes every second
-                assert time.monotonic() < deadline and prometheus.poll() is None, (tmp_path / "prometheus.log").read_text()
+                log.flush()
+                running = time.monotonic() < deadline and prometheus.poll() is None
+                assert running, (tmp_path / "prometheus.log").read_text()
                 time.sleep(0.5)
                 try:
                     stamp = query(api, "gputui_snapshot_timestamp_seconds", time.time())

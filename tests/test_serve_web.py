@@ -14,6 +14,7 @@ import time
 from wsgiref.util import setup_testing_defaults
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gputui.errors import UserError
@@ -61,8 +62,11 @@ def sample():
 def test_metrics_are_the_exposition_of_the_last_sample(sample):
     status, headers, body = ask(app_for(sample), "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
-    line = b'gputui_device_memory_used_bytes{index="0",name="NVIDIA GeForce RTX 4090",uuid="GPU-aaaa"} 1.2884901888e+10'
-    assert line in body
+    used = [s for family in text_string_to_metric_families(body.decode()) for s in family.samples
+            if s.name == "gputui_device_memory_used_bytes"]
+    assert [(s.labels, s.value) for s in used] == [
+        ({"index": "0", "uuid": "GPU-aaaa", "name": "NVIDIA GeForce RTX 4090"}, 12 << 30),
+        ({"index": "2", "uuid": "GPU-cccc", "name": "NVIDIA A100-SXM4-40GB"}, 5 << 30)]
 
 
 def test_snapshot_is_the_json_document_of_the_same_sample(sample):
