@@ -86,7 +86,6 @@ def test_prometheus_stores_what_the_json_document_says(env, tmp_path):
         try:
             deadline, stamp = time.monotonic() + 90, []
             while not stamp:  # Prometheus starts, then scrapes every second
-                log.flush()
                 running = time.monotonic() < deadline and prometheus.poll() is None
                 assert running, (tmp_path / "prometheus.log").read_text()
                 time.sleep(0.5)
