@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.options import SCENARIOS, Mode, Options
+from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
 
 
 
@@ -81,7 +81,7 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train")
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "
              "graph) or cache (a growing dict of tensors)",
     )
+    serve = sub.add_parser("serve", help="a Prometheus exporter: /metrics, and /snapshot (the --json document)")
+    serve.add_argument("--listen", metavar="ADDR:PORT",
+                       help=f"where to listen (default {SERVE_LISTEN}: this machine only; 0.0.0.0:PORT for "
+                            "every network, with a warning unless --basic-auth-file is given)")
+    serve.add_argument("--interval", type=_seconds, dest="serve_interval", metavar="SECONDS",
+                       help=f"seconds between samples (default {SERVE_INTERVAL:g}); scrapes get the last one")
+    serve.add_argument("--basic-auth-file", metavar="PATH",
+                       help="ask for a user name and password from this file (lines from --hash-password)")
+    serve.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM; with its "
+                       "private key unless --tls-key)")
+    serve.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
+    serve.add_argument("--hash-password", metavar="NAME",
+                       help="read a password (terminal or standard input), print NAME:HASH for "
+                            "--basic-auth-file, and exit")
     return parser
 
 
@@ -204,6 +218,13 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
+    if args.subcommand == "serve":
+        if args.tls_key and not args.tls_cert:
+            parser.error("serve: --tls-key goes with --tls-cert")
+        interval = args.interval if args.serve_interval is None else args.serve_interval
+        extra: dict[str, object] = {key: getattr(args, key) for key in (
+            "listen", "basic_auth_file", "tls_cert", "tls_key", "hash_password")}
+        return Options(mode="serve", extra=extra, **{**common, "interval": interval})
     if args.watch is not None:
         return Options(mode="watch", watch=args.watch, **common)
     if args.json:
@@ -332,6 +353,11 @@ def _dispatch(options: Options) -> int:
         _check_config(options)
 
         return getattr(modes, mode)(options)
+    if mode == "serve":
+        from gputui.serve.run import serve
+
+        _check_config(options)
+        return serve(options)
     if mode in ("probes", "probe"):
         from gputui.plain import probes
 

@@ -228,10 +228,7 @@ def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
                         LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
             if per_step and per_step > 0 and leak.step_time:
                 rate = per_step / leak.step_time
-        if leak.oom_at is not None and now is not None:
-            oom_in = max(0.0, leak.oom_at - now)  # counted from now, not from the step's end
-        elif leak.oom_in is not None:
-            oom_in = leak.oom_in
+        oom_in = leak.seconds_to_oom(now)
     if rate is None:
         return (None, None)
     if oom_in is None and mark is not None and mark.verdict == TREND_GROWING:
