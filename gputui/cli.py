@@ -82,6 +82,7 @@ class _Joined(argparse.Action):
 
 
 COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve")
+DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between samples in the live monitor (default 1)")
     source = parser.add_argument_group("where the data comes from")
     source.add_argument(
-        "--demo", nargs="?", const="workstation", choices=SCENARIOS, metavar="SCENARIO",
+        "--demo", nargs="?", const=DEFAULT_SCENARIO, choices=SCENARIOS, metavar="SCENARIO",
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
     )
     source.add_argument(
@@ -181,10 +182,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bare_demo_before_a_command(argv: list[str]) -> list[str]:
+    """``gputui --demo serve`` means the default scenario, then the command: argparse would take the
+    command's name as --demo's scenario and refuse it."""
+    argv = list(argv)
+    for i, word in enumerate(argv[:-1]):
+        if word in COMMANDS or word == "--":
+            break  # a command's own arguments (run -- CMD ...) are not ours to read
+        if word == "--demo" and argv[i + 1] in COMMANDS:
+            argv[i] = f"--demo={DEFAULT_SCENARIO}"
+    return argv
+
+
 def parse(argv: list[str] | None = None) -> Options:
     """Parse ``argv`` (argparse exits with 2 on bad arguments)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_bare_demo_before_a_command(sys.argv[1:] if argv is None else argv))
     exclusive = [name for name in ("once", "json") if getattr(args, name)]
     if len(exclusive) > 1 and args.watch is None:
         parser.error("--once and --json cannot be combined (use --json alone)")

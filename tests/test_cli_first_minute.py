@@ -227,3 +227,24 @@ def test_a_space_separated_list_that_swallows_a_command_says_so(env):
     assert result.stderr.splitlines()[-1] == (
         "gputui: error: --only 0 run: 'run' is a command, not a GPU; before a command, write the "
         "list with commas (--only 0,1)")
+
+
+@pytest.mark.parametrize("argv, demo, mode", [
+    (["--demo", "serve"], "workstation", "serve"),  # the command, not a scenario called "serve"
+    (["--demo", "probes"], "workstation", "probes"),
+    (["--demo", "leaky", "probes"], "leaky", "probes"),
+    (["--demo"], "workstation", "tui"),
+    (["--demo", "mig", "--once"], "mig", "once"),
+])
+def test_a_bare_demo_before_a_command_is_the_default_scenario(argv, demo, mode):
+    from gputui import cli
+
+    options = cli.parse(argv)
+    assert (options.demo, options.mode) == (demo, mode)
+
+
+def test_a_command_after_run_is_left_as_it_is():
+    from gputui import cli
+
+    assert cli.parse(["run", "--", "python", "x.py", "--demo", "serve"]).command == (
+        "python", "x.py", "--demo", "serve")
