@@ -4,8 +4,9 @@ Same process, interleaved blocks with and without the probe after a warm-up, med
 each block (wall clock and the training thread's own CPU clock, which other processes on a shared
 machine disturb less); the whole comparison is repeated and every repeat printed, so the spread is
 visible. Then the socket thread's CPU clock while a monitor polls once a second, with the live
-monitor's incremental reports and with whole reports. Targets (issue 4): under 1 % of step time,
-under 0.5 % of a core.
+monitor's incremental reports and with whole reports. Then step time and the socket thread's CPU
+while three pollers ask flat out, with the server's request bound and without it. Targets (issue 4):
+under 1 % of step time, under 0.5 % of a core.
 
     python bench/bench_probe.py [--repeats 3] [--rounds 30] [--steps 20] [--seconds 10] [--only PART]
 """
@@ -191,13 +192,55 @@ def sampler_cpu(seconds: float, incremental: bool) -> None:
           f"= {cpu / wall * 100:.3f} % of a core (target < 0.5 %)")
 
 
+def flat_out(seconds: float, bounded: bool) -> None:
+    """Step time while three pollers in other processes ask for reports as fast as they can (each
+    a new connection, as tests/probe_stress_job.py does), against the same loop unpolled; and the
+    socket thread's CPU. ``bounded``: the server's request bound as shipped, else lifted."""
+    import subprocess
+
+    from gputui.link import server as link_server
+
+    shipped = link_server.REQUEST_RATE
+    link_server.REQUEST_RATE = shipped if bounded else 1e9
+    try:
+        probe = runtime.start()
+    finally:
+        link_server.REQUEST_RATE = shipped
+    job = loops.make_job(batch=BATCH)
+    for i in range(50):  # warm-up
+        loops.train_step(job, *job.batch_at(i))
+    quiet, _ = timed_steps(job, 200, 50)
+    clock = time.pthread_getcpuclockid(probe.server._thread.ident)
+    served_before, cpu_before, wall_before = probe.server.requests_answered, time.clock_gettime(clock), time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pollers = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "probe_stress_job.py"), "poll", str(os.getpid()),
+                                 "--seconds", str(seconds)], env=env, stdout=subprocess.DEVNULL) for _ in range(3)]
+    time.sleep(1.0)  # the pollers' interpreters start
+    polled: list[float] = []
+    step = 250
+    while time.monotonic() - wall_before < seconds - 0.5:
+        wall, _ = timed_steps(job, 20, step)
+        polled += wall
+        step += 20
+    for poller in pollers:
+        poller.wait()
+    wall = time.monotonic() - wall_before
+    served = probe.server.requests_answered - served_before
+    cpu = time.clock_gettime(clock) - cpu_before
+    runtime.stop()
+    q, p = statistics.median(quiet), statistics.median(polled)
+    print(f"three pollers flat out, request bound {'on' if bounded else 'lifted'}: {served / wall:.0f} answers/s, "
+          f"step {q * 1e3:.2f} ms unpolled -> {p * 1e3:.2f} ms polled ({(p / q - 1) * 100:+.1f} %), socket thread "
+          f"{cpu / wall * 100:.1f} % of a core")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--only", choices=("overhead", "hooks", "socket"), help="run one part")
+    parser.add_argument("--only", choices=("overhead", "hooks", "socket", "flat-out"), help="run one part")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, CPU, batch {BATCH}, "
@@ -213,6 +256,10 @@ def main() -> int:
         for _ in range(args.repeats):
             sampler_cpu(args.seconds, incremental=True)
             sampler_cpu(args.seconds, incremental=False)
+    if args.only in (None, "flat-out"):
+        for _ in range(args.repeats):
+            for bounded in (True, False):
+                flat_out(args.seconds, bounded)
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.options import SCENARIOS, Options
+from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
 
 
 
@@ -81,7 +81,8 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train")
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve")
+DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,8 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between samples in the live monitor (default 1)")
     source = parser.add_argument_group("where the data comes from")
     source.add_argument(
-        "--demo", nargs="?", const="workstation", choices=SCENARIOS, metavar="SCENARIO",
+        "--demo", nargs="?", const=DEFAULT_SCENARIO, choices=SCENARIOS, metavar="SCENARIO",
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
+    )
+    source.add_argument(
+        "--hosts", nargs="?", const=(), type=_name_list, metavar="HOSTS",
+        help="watch several machines over ssh (each runs gputui --json --watch) or `gputui serve` URLs: "
+             "--hosts node1,node2,http://node3:9403; bare --hosts: the config's [hosts] names",
     )
     source.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     source.add_argument("--demo-processes", type=_count("process", "processes"), metavar="N", help=argparse.SUPPRESS)
@@ -159,18 +165,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "
              "graph) or cache (a growing dict of tensors)",
     )
+    serve = sub.add_parser("serve", help="a Prometheus exporter: /metrics, and /snapshot (the --json document)")
+    serve.add_argument("--listen", metavar="ADDR:PORT",
+                       help=f"where to listen (default {SERVE_LISTEN}: this machine only; 0.0.0.0:PORT for "
+                            "every network, with a warning unless --basic-auth-file is given)")
+    serve.add_argument("--interval", type=_seconds, dest="serve_interval", metavar="SECONDS",
+                       help=f"seconds between samples (default {SERVE_INTERVAL:g}); scrapes get the last one")
+    serve.add_argument("--basic-auth-file", metavar="PATH",
+                       help="ask for a user name and password from this file (lines from --hash-password)")
+    serve.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM; with its "
+                       "private key unless --tls-key)")
+    serve.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
+    serve.add_argument("--hash-password", metavar="NAME",
+                       help="read a password (terminal or standard input), print NAME:HASH for "
+                            "--basic-auth-file, and exit")
     return parser
+
+
+def _bare_demo_before_a_command(argv: list[str]) -> list[str]:
+    """``gputui --demo serve`` means the default scenario, then the command: argparse would take the
+    command's name as --demo's scenario and refuse it."""
+    argv = list(argv)
+    for i, word in enumerate(argv[:-1]):
+        if word in COMMANDS or word == "--":
+            break  # a command's own arguments (run -- CMD ...) are not ours to read
+        if word == "--demo" and argv[i + 1] in COMMANDS:
+            argv[i] = f"--demo={DEFAULT_SCENARIO}"
+    return argv
 
 
 def parse(argv: list[str] | None = None) -> Options:
     """Parse ``argv`` (argparse exits with 2 on bad arguments)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_bare_demo_before_a_command(sys.argv[1:] if argv is None else argv))
     exclusive = [name for name in ("once", "json") if getattr(args, name)]
     if len(exclusive) > 1 and args.watch is None:
         parser.error("--once and --json cannot be combined (use --json alone)")
     if args.once and args.watch is not None:  # also `--watch -1`: -1 is --once, not seconds
         parser.error("--once and --watch cannot be combined (--watch prints until interrupted)")
+    if args.hosts is not None:
+        _check_hosts(parser, args)
     users = args.user
     if users is None:  # bare --user means "mine"
         users = (_current_user(),)
@@ -180,7 +214,7 @@ def parse(argv: list[str] | None = None) -> Options:
         demo=args.demo, seed=args.seed, demo_processes=args.demo_processes,
         interval=args.interval, only=args.only, only_visible=args.only_visible,
         users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
-        theme=args.theme, config=args.config, json=args.json,
+        theme=args.theme, config=args.config, json=args.json, hosts=args.hosts,
     )
     if args.subcommand == "run":
         command = list(args.argv)
@@ -197,6 +231,13 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
+    if args.subcommand == "serve":
+        if args.tls_key and not args.tls_cert:
+            parser.error("serve: --tls-key goes with --tls-cert")
+        interval = args.interval if args.serve_interval is None else args.serve_interval
+        extra: dict[str, object] = {key: getattr(args, key) for key in (
+            "listen", "basic_auth_file", "tls_cert", "tls_key", "hash_password")}
+        return Options(mode="serve", extra=extra, **{**common, "interval": interval})
     if args.watch is not None:
         return Options(mode="watch", watch=args.watch, **common)
     if args.json:
@@ -204,6 +245,21 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.once:
         return Options(mode="once", **common)
     return Options(mode="tui", **common)
+
+
+def _check_hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What --hosts cannot be combined with, said before anything connects."""
+    if args.subcommand is not None:
+        parser.error(f"--hosts watches other machines; {args.subcommand} works on this one")
+    if args.demo is not None:
+        parser.error("--hosts shows what the hosts' own gputui sees; for a demo, run it there: "
+                     '[hosts] command = "gputui --demo training-node"')
+    if args.watch is not None:
+        parser.error("--hosts and --watch cannot be combined yet: use the live monitor, or --hosts --json")
+    given = [flag for flag, value in (("--only", args.only), ("--only-visible", args.only_visible),
+                                      ("--user", args.user != ()), ("--pid", args.pid)) if value]
+    if given:
+        parser.error(f"{given[0]} filters this machine; with --hosts, filter in the monitor with /")
 
 
 def _current_user() -> str:
@@ -264,24 +320,57 @@ def _check_config(options: Options) -> None:
         check_binding_ids(config, binding_ids())
 
 
+def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
+    """The mode asked for, or "once" where the live monitor cannot run: what --once shows is the best
+    such a place can take (why is said on stderr, where it needs saying, with ``instead``)."""
+    if options.mode != "tui":
+        return options.mode
+    why = _no_live_monitor(terminal)
+    if why is None:
+        return "tui"
+    if why:
+        print(f"gputui: {why}, so here is {instead}", file=sys.stderr)
+    return "once"
+
+
+def _many_hosts(options: Options, terminal: ModuleType) -> int:
+    """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
+    from gputui.fleet.entries import host_entries
+    from gputui.ui.config import load_config
+
+    config = load_config(options.config)
+    entries = host_entries(options.hosts or (), config.hosts)
+    mode = _mode_here(options, terminal, "one snapshot of each host instead")
+    if mode in ("once", "json"):
+        from gputui.fleet import printing
+
+        return getattr(printing, mode)(options, entries, config.hosts.wait)
+    from gputui.ui.launch import run_hosts
+
+    if terminal.use_ascii(options) and not options.ascii:
+        options = dataclasses.replace(options, ascii=True)
+    return run_hosts(options, entries)
+
+
 def _dispatch(options: Options) -> int:
     from gputui.plain import terminal
 
     mode = options.mode
-    if mode == "tui":
-        why = _no_live_monitor(terminal)
-        if why is not None:
-            # Print a snapshot instead: what --once shows is the best this place can take.
-            if why:
-                print(f"gputui: {why}, so here is one snapshot instead (gputui --watch repeats it; "
-                      "--json for scripts)", file=sys.stderr)
-            mode = "once"
+    if options.hosts is not None:
+        return _many_hosts(options, terminal)
+    mode = _mode_here(options, terminal,
+                      "one snapshot instead (gputui --watch repeats it; --json for scripts)")
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 
         _check_config(options)
 
         return getattr(modes, mode)(options)
+    if mode == "serve":
+        from gputui.serve.run import serve
+
+        _check_config(options)
+        return serve(options)
     if mode in ("probes", "probe"):
         from gputui.plain import probes
 

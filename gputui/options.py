@@ -13,8 +13,15 @@ from typing import Literal
 # there, so the CLI can list them without importing the simulator.
 SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun")
 
+# `gputui serve`'s defaults, here so the CLI can say them without importing the exporter: this
+# machine only, unless told (9403, near NVIDIA's DCGM exporter's 9400). Prometheus scrapes every 15 s
+# by default: a sample every 5 s is at most a third of that old when scraped, costs a fifth
+# of the live monitor's sampling (1 s), and gives the memory trends their 10 readings within a minute.
+SERVE_LISTEN = "127.0.0.1:9403"
+SERVE_INTERVAL = 5.0
+
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
-Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train"]
+Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve"]
 
 
 @dataclass(frozen=True)
@@ -39,4 +46,5 @@ class Options:
     config: str | None = None
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
-    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train)
+    hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
+    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve)

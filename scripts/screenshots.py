@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-from gputui.ui.still import still_app  # noqa: E402
+from gputui.ui.still import still_app, still_hosts_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 
@@ -28,7 +28,8 @@ OUT = ROOT / "screenshots"
 # screen to scroll to the top (None: the top of the screen). Every picture is a size a terminal
 # shows; the detail screen is taller than that, so its top, its probe view and its analysis are
 # pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
-# README.md links every one of them (tests/test_ui_screenshots.py checks).
+# README.md links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
+# table of host names, the picture is the many-host view (None: a host that does not answer).
 PICTURES = (
     ("training-node", "training-node", 120, (120, 40), (), None),
     ("workstation", "workstation", 90, (120, 34), (), None),
@@ -42,12 +43,19 @@ PICTURES = (
     ("mig", "mig", 60, (120, 30), (), None),
     ("help", "leaky", 120, (100, 40), ("question_mark", "end"), None),
     ("faults", "faults", 60, (120, 34), (), None),
+    ("hosts", {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation",
+               "node5": "mig"}, 120, (120, 40), (), None),
 )
 
 
-async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int], keys,
+async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int, int], keys,
                 scroll_to: str | None) -> Path:
-    app = still_app(scenario, seconds=seconds)
+    if isinstance(scenario, dict):
+        app = still_hosts_app(scenario, seconds=seconds)
+        title = f"gputui --hosts {','.join(scenario)}"
+    else:
+        app = still_app(scenario, seconds=seconds)
+        title = f"gputui --demo {scenario}"
     async with app.run_test(size=size) as pilot:
         while not app.samples:
             await pilot.pause(0.05)
@@ -61,7 +69,7 @@ async def shoot(name: str, scenario: str, seconds: float, size: tuple[int, int],
                                                               animate=False, top=True)
             await pilot.pause(0.3)
         path = OUT / f"{name}.svg"
-        svg = app.export_screenshot(title=f"gputui --demo {scenario}")
+        svg = app.export_screenshot(title=title)
         # Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the
         # leading ones and labels run into their values ("driver560.35.03") in the PNG.
         path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1))

@@ -141,7 +141,7 @@ def test_a_stray_number_gets_a_helpful_error(env):
         "or --watch 1 (printing); for GPUs, --only 1")
     word = gputui(env, "--demo", "--once", "top")
     assert word.stderr.splitlines()[-1] == (
-        "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train)")
+        "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train, serve)")
 
 
 @pytest.mark.parametrize("steps, said", [
@@ -227,3 +227,24 @@ def test_a_space_separated_list_that_swallows_a_command_says_so(env):
     assert result.stderr.splitlines()[-1] == (
         "gputui: error: --only 0 run: 'run' is a command, not a GPU; before a command, write the "
         "list with commas (--only 0,1)")
+
+
+@pytest.mark.parametrize("argv, demo, mode", [
+    (["--demo", "serve"], "workstation", "serve"),  # the command, not a scenario called "serve"
+    (["--demo", "probes"], "workstation", "probes"),
+    (["--demo", "leaky", "probes"], "leaky", "probes"),
+    (["--demo"], "workstation", "tui"),
+    (["--demo", "mig", "--once"], "mig", "once"),
+])
+def test_a_bare_demo_before_a_command_is_the_default_scenario(argv, demo, mode):
+    from gputui import cli
+
+    options = cli.parse(argv)
+    assert (options.demo, options.mode) == (demo, mode)
+
+
+def test_a_command_after_run_is_left_as_it_is():
+    from gputui import cli
+
+    assert cli.parse(["run", "--", "python", "x.py", "--demo", "serve"]).command == (
+        "python", "x.py", "--demo", "serve")

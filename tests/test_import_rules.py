@@ -16,7 +16,7 @@ import pytest
 
 import gputui
 
-HEAVY = ("torch", "textual", "pynvml", "psutil")
+HEAVY = ("torch", "textual", "pynvml", "psutil", "prometheus_client")
 
 
 def all_modules() -> list[str]:
@@ -30,6 +30,8 @@ def all_modules() -> list[str]:
 def forbidden(module: str) -> set[str]:
     """Heavy packages that importing ``module`` must not load."""
     banned = {"torch"}
+    if not module.startswith("gputui.serve"):
+        banned.add("prometheus_client")  # the exporter's alone: --once and the monitor start without it
     if not module.startswith("gputui.ui") or module in TEXTUAL_FREE_UI_MODULES:
         banned.add("textual")
     if module.startswith(("gputui.model", "gputui.analysis", "gputui.link")):
@@ -71,3 +73,5 @@ def test_rules_catch_a_violation():
     assert "torch" in loaded_by("torch")
     assert forbidden("gputui.collect.nvml") >= {"torch", "textual"}
     assert "psutil" in forbidden("gputui.analysis.history")
+    assert "prometheus_client" in forbidden("gputui.cli") - forbidden("gputui.serve.metrics")
+    assert "textual" in forbidden("gputui.serve.metrics")

@@ -49,6 +49,8 @@ def test_the_import_contracts_are_kept():
     ("probe/desk.py", "from gputui.probe import tracking", "The probe's socket side"),
     ("probe/host.py", "import pynvml", "The probe leaves sampling to the monitor"),
     ("link/paths.py", "import psutil", "The vocabulary, the analysis and the wire"),
+    ("serve/web.py", "from gputui.ui import app", "Layers: "),  # the exporter and the monitor are siblings
+    ("plain/render.py", "import prometheus_client", "Only the exporter imports prometheus_client"),
     ("notes.py", "pass", "Layers: "),  # a new module that was given no layer
 ])
 def test_a_wrong_arrow_breaks_its_contract(tmp_path, module, line, contract):

@@ -4,6 +4,7 @@ monitor that asks still gets its answer. (bench/bench_flood.py measures the job'
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -191,9 +192,69 @@ def test_a_connect_flood_is_accepted_at_a_bounded_rate(serve):
     assert attempts > 2000  # a real flood
     assert accepted <= 50 + 200 * 1.5  # the burst, then the rate, over the second (and a margin)
     assert srv.accepts_deferred >= 1
-    assert len(srv.problems) == 1 and "faster than 200/s" in srv.problems[0]  # said once
+    assert len(srv.problems) == 1 and "faster than 200 connections/s" in srv.problems[0]  # said once
     # After the flood, a monitor is served as before.
     assert client.request(os.getpid(), "echo", {"after": 1}, timeout=3.0) == {"params": {"after": 1}}
+
+
+def test_requests_asked_flat_out_are_answered_at_a_bounded_rate_in_order(serve):
+    """A poller asking as fast as it can gets the burst, then the rate: each answer costs the job
+    CPU time under its GIL (the cost measured on an H100 is in docs/validation.md)."""
+    srv = serve(request_rate=50.0, request_burst=10.0)
+    sock = connect(srv.path)
+    replies = sock.makefile("rb")
+    sent = 100
+    started = time.monotonic()
+    sock.sendall(b"".join(protocol.request_line(i, "echo", {"i": i}) for i in range(sent)))
+    answered = [json.loads(replies.readline())["id"] for _ in range(40)]
+    after_40 = time.monotonic() - started
+    answered += [json.loads(replies.readline())["id"] for _ in range(sent - 40)]
+    took = time.monotonic() - started
+    assert answered == list(range(sent))  # every one, in order
+    assert 0.5 <= after_40 <= 1.2  # the burst of 10, then 30 at 50 a second: 0.6 s
+    assert 1.6 <= took <= 2.6  # 10 at once, 90 at 50 a second: 1.8 s
+    assert srv.requests_deferred >= 1
+    assert [p for p in srv.problems if "requests/s" in p] == [
+        "asked faster than 50 requests/s: answering at that rate (monitors polling it very often, or many at once)"]
+
+
+def test_a_monitor_is_answered_while_others_ask_flat_out(serve):
+    """Waiting requests are answered in the order they came: two flat-out pollers cannot keep a
+    monitor that asks once a second from its answer for long."""
+    srv = serve(request_rate=20.0, request_burst=5.0)
+    stop = threading.Event()
+    counts = [0, 0]
+
+    def flat_out(n: int) -> None:
+        sock = connect(srv.path)
+        sock.settimeout(5.0)
+        while not stop.is_set():
+            sock.sendall(protocol.request_line(n, "echo", {}))
+            read_reply(sock)
+            counts[n] += 1
+        sock.close()
+
+    pollers = [threading.Thread(target=flat_out, args=(n,)) for n in range(2)]
+    for poller in pollers:
+        poller.start()
+    try:
+        time.sleep(0.5)
+        waits = []
+        for i in range(3):
+            sock = connect(srv.path)
+            asked = time.monotonic()
+            sock.sendall(protocol.request_line(i, "echo", {"monitor": i}))
+            assert read_reply(sock)["result"] == {"params": {"monitor": i}}
+            waits.append(time.monotonic() - asked)
+            sock.close()
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for poller in pollers:
+            poller.join(timeout=10)
+    assert max(waits) < 0.3  # behind at most the two pollers' requests, at 20 a second
+    assert min(counts) >= 5  # both pollers answered (at 20 a second shared, over about 1.5 s)
+    assert sum(counts) <= 5 + 20 * 2.5  # the burst, then the rate
 
 
 def test_a_quiet_server_sleeps(serve):

@@ -6,7 +6,7 @@ Regenerate after an intended change of the picture: pytest tests/test_ui_snapsho
 
 import pytest
 
-from gputui.ui.still import still_app
+from gputui.ui.still import still_app, still_hosts_app
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -47,3 +47,9 @@ def test_detail_screen(snap_compare):
 
     assert snap_compare(still_app("training-node", seconds=120), terminal_size=(120, 40),
                         run_before=detail)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+def test_many_hosts(snap_compare, size):
+    hosts = {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation"}
+    assert snap_compare(still_hosts_app(hosts, seconds=120), terminal_size=size, run_before=drawn)

@@ -31,17 +31,17 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     ``cpu``: the figures are the probe's tracked tensors at phase boundaries (CPU has no allocator
     peak counter), which the last line says.
     """
-    peaks = _peaks(step)
-    if not peaks:
+    found = peaks(step)
+    if not found:
         return None
     start = step.allocated_at_start
     lines = []
     if start is not None:
         lines.append(f"started at {size(start)}" + _model_of(step, start))
-    for name, peak in peaks:
+    for name, peak in found:
         rise = f" ({_signed(peak - start)} over the start)" if start is not None else ""
         lines.append(f"{name} peak {size(peak)}{rise}")
-    top_name, top = max(peaks, key=lambda p: p[1])
+    top_name, top = max(found, key=lambda p: p[1])
     appeared = _appeared(step, before)
     if appeared:
         lines.append(appeared)
@@ -56,7 +56,7 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
 
 def accounts(steps: Sequence[StepRecord]) -> tuple[PhaseAccount, ...]:
     """The first measured step and the latest (the job's start, and how it runs now)."""
-    measured = [s for s in steps if _peaks(s)]
+    measured = [s for s in steps if peaks(s)]
     picked = sorted({0, len(measured) - 1}) if measured else []
     found = (phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
              for i in picked)
@@ -68,7 +68,8 @@ def headline(account: PhaseAccount) -> str:
     return f"Step {account.step} peaks in {account.peak_phase} at {size(account.peak)}"
 
 
-def _peaks(step: StepRecord) -> list[tuple[str, int]]:
+def peaks(step: StepRecord) -> list[tuple[str, int]]:
+    """The step's known phase peaks, (phase, bytes) in PHASES order; [] for a step not measured."""
     return [(name, getattr(step, field)) for name, field in PHASES if getattr(step, field) is not None]
 
 

@@ -47,9 +47,18 @@ EVICT_GRACE = 0.5
 # Beyond it the listener is not watched until the budget refills; the kernel's backlog holds or
 # refuses the rest, and drains in a fraction of a second once the flood stops.
 ACCEPT_RATE = 200.0
-# How the probe's report says, once, that it meets a flood (flat-out pollers meet it too).
-FLOOD_NOTE = "connections arrive faster than"
 ACCEPT_BURST = 50.0
+# Requests answered per second, all connections together, sustained and in a burst. A monitor asks
+# each probe about once a second; a few monitors, an exporter and a many-host view at once ask ten or
+# so. Each answer costs the job 0.3-1 ms of CPU under its GIL (a report is put together and encoded):
+# three pollers asking flat out (~180 a second) cost a 3.7 ms/step CUDA job 10-19 % of its step time
+# (docs/validation.md), 20 a second bounds that near 2 %. Beyond it a request waits in its
+# connection, in order, until the budget refills; nothing more is read from that connection meanwhile.
+REQUEST_RATE = 20.0
+REQUEST_BURST = 20.0
+# How the probe's report says, once each, that it is asked faster than it answers (a connect flood;
+# pollers asking flat out).
+FLOOD_NOTE = "asked faster than"
 # Connections the kernel queues for accept(). Under a flood the queue is full of the flooder's, and a
 # monitor's connection waits behind them: BACKLOG / ACCEPT_RATE (80 ms), not longer.
 BACKLOG = 16
@@ -70,22 +79,25 @@ class ProbeServer:
     def __init__(self, handlers: dict[str, Handler], *, path: Path | str | None = None,
                  max_clients: int = MAX_CLIENTS, silent_timeout: float = SILENT_TIMEOUT,
                  idle_timeout: float = protocol.IDLE_TIMEOUT, accept_rate: float = ACCEPT_RATE,
-                 accept_burst: float = ACCEPT_BURST, clock: Callable[[], float] = time.monotonic):
+                 accept_burst: float = ACCEPT_BURST, request_rate: float | None = None,
+                 request_burst: float = REQUEST_BURST, clock: Callable[[], float] = time.monotonic):
+        """``request_rate`` None: REQUEST_RATE as it is when the server is made (the benchmark lifts
+        it to measure what the bound saves)."""
         self._handlers = dict(handlers)
         self._requested_path = Path(path) if path is not None else None
         self._max_clients = max_clients
         self._silent_timeout = silent_timeout
         self._idle_timeout = idle_timeout
-        self._accept_rate = accept_rate
-        self._accept_burst = accept_burst
         self._clock = clock
-        self._tokens = accept_burst
-        self._tokens_at = 0.0
+        self._accepts = _Budget(accept_rate, accept_burst, clock)
+        self._requests = _Budget(REQUEST_RATE if request_rate is None else request_rate, request_burst, clock)
         self._listening_paused_until: float | None = None
-        self._told_rate_limited = False
+        self._waiting: dict[int, _Client] = {}  # connections whose next request waits for the budget
+        self._told: set[str] = set()  # the flood notes said
         self.clients_dropped_idle = 0
         self.clients_evicted = 0
         self.accepts_deferred = 0
+        self.requests_deferred = 0
         self.path: Path | None = None
         self.error: str | None = None
         self.problems: collections.deque[str] = collections.deque(maxlen=20)
@@ -214,16 +226,22 @@ class ProbeServer:
                         elif key.fileobj is self._wake_r:
                             self._drain_wake()
                         else:
-                            self._service(key.data, mask)
-                    except Exception as exc:  # noqa: BLE001 - one bad client must not stop the rest
-                        self._note(f"serving a client: {_describe(exc)}")
-                        if isinstance(key.data, _Client):
-                            self._drop(key.data)
+                            self._serving(key.data, self._service, mask)
+                    except Exception as exc:  # noqa: BLE001
+                        self._note(f"serving: {_describe(exc)}")
         except Exception as exc:  # noqa: BLE001
             if not self._stopping.is_set():
                 self.error = f"the probe server stopped: {_describe(exc)}"
         finally:
             self._close_sockets()
+
+    def _serving(self, client: _Client, work: Callable[..., None], *args: Any) -> None:
+        """``work(client, *args)``; what goes wrong ends that client, never the server."""
+        try:
+            work(client, *args)
+        except Exception as exc:  # noqa: BLE001 - one bad client must not stop the rest
+            self._note(f"serving a client: {_describe(exc)}")
+            self._drop(client)
 
     def _accept(self) -> None:
         assert self._listener is not None and self._selector is not None
@@ -233,7 +251,7 @@ class ProbeServer:
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                self._tokens += 1.0  # nobody was waiting: the accept is not spent
+                self._accepts.give_back()  # nobody was waiting: the accept is not spent
                 return
             except OSError as exc:  # EMFILE and friends: the job is short of fds, not our business
                 self._note(f"accepting a client: {_describe(exc)}")
@@ -280,22 +298,31 @@ class ProbeServer:
     def _take_token(self) -> bool:
         """One accept from the rate budget; when it is spent, stop watching the listener until it
         refills (False)."""
-        now = self._clock()
-        self._tokens = min(self._accept_burst, self._tokens + (now - self._tokens_at) * self._accept_rate)
-        self._tokens_at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        if self._accepts.take():
             return True
         if self._listening_paused_until is None:
             assert self._selector is not None and self._listener is not None
             self._selector.unregister(self._listener)
-            self._listening_paused_until = now + (1.0 - self._tokens) / self._accept_rate
+            self._listening_paused_until = self._clock() + self._accepts.refill_in()
             self.accepts_deferred += 1
-            if not self._told_rate_limited:  # once: a flood is worth knowing of, not counting
-                self._told_rate_limited = True
-                self._note(f"{FLOOD_NOTE} {self._accept_rate:g}/s: accepting at "
-                           "that rate (something keeps connecting to the probe's socket)")
+            self._tell(f"{FLOOD_NOTE} {self._accepts.rate:g} connections/s: accepting at that rate "
+                       "(something keeps connecting to the probe's socket)")
         return False
+
+    def _take_request_token(self, client: _Client) -> bool:
+        """One answer from the rate budget; when it is spent, the client waits (False)."""
+        if self._requests.take():
+            return True
+        self._waiting[client.sock.fileno()] = client
+        self.requests_deferred += 1
+        self._tell(f"{FLOOD_NOTE} {self._requests.rate:g} requests/s: answering at that rate "
+                   "(monitors polling it very often, or many at once)")
+        return False
+
+    def _tell(self, note: str) -> None:
+        if note not in self._told:  # once each: a flood is worth knowing of, not counting
+            self._told.add(note)
+            self._note(note)
 
     def _housekeeping(self) -> float | None:
         """Drop clients past their time, listen again when the budget allows; the seconds until
@@ -309,6 +336,15 @@ class ProbeServer:
                 self._listening_paused_until = None
             else:
                 deadlines.append(self._listening_paused_until)
+        if self._waiting:
+            refill = now + self._requests.refill_in()
+            if refill <= now:
+                waiting, self._waiting = self._waiting, {}
+                for client in waiting.values():  # in the order they came to wait
+                    if client.sock.fileno() in self._clients:
+                        self._serving(client, self._pump)
+            if self._waiting:
+                deadlines.append(now + self._requests.refill_in())
         for client in list(self._clients.values()):
             # (a client taking a long reply is not idle: each part it takes counts as activity; one
             # that stops reading holds its reply, and its descriptor, only this long)
@@ -356,16 +392,33 @@ class ProbeServer:
                 if sent:
                     del client.outbox[:sent]
                     client.last_seen = self._clock()
-            if client.outbox or client.closing or b"\n" not in client.inbox:
+            if (client.outbox or client.closing or b"\n" not in client.inbox
+                    or client.sock.fileno() in self._waiting):
                 break
         if client.outbox:
             # Read nothing more until the client takes its replies: a client that only writes
             # cannot make the probe buffer without bound.
-            self._selector.modify(client.sock, selectors.EVENT_WRITE, client)
+            self._watch(client, selectors.EVENT_WRITE)
         elif client.closing:
             self._drop(client)
+        elif client.sock.fileno() in self._waiting:
+            self._watch(client, 0)  # nor while its request waits for the budget
         else:
-            self._selector.modify(client.sock, selectors.EVENT_READ, client)
+            self._watch(client, selectors.EVENT_READ)
+
+    def _watch(self, client: _Client, events: int) -> None:
+        """Watch the client's socket for ``events`` (0: not at all, for now)."""
+        assert self._selector is not None
+        try:
+            key = self._selector.get_key(client.sock)
+        except KeyError:
+            if events:
+                self._selector.register(client.sock, events, client)
+            return
+        if not events:
+            self._selector.unregister(client.sock)
+        elif key.events != events:
+            self._selector.modify(client.sock, events, client)
 
     def _answer_lines(self, client: _Client) -> None:
         while not client.closing and len(client.outbox) < _OUTBOX_HIGH:
@@ -375,6 +428,8 @@ class ProbeServer:
                     client.reply(protocol.error_reply(
                         None, protocol.TOO_LARGE,
                         f"request exceeds the {protocol.MAX_REQUEST}-byte limit"), close=True)
+                return
+            if not self._take_request_token(client):
                 return
             line = bytes(client.inbox[:newline])
             del client.inbox[: newline + 1]
@@ -412,6 +467,7 @@ class ProbeServer:
         fd = client.sock.fileno()
         if fd >= 0:
             self._clients.pop(fd, None)
+            self._waiting.pop(fd, None)
             try:
                 assert self._selector is not None
                 self._selector.unregister(client.sock)
@@ -457,6 +513,35 @@ class ProbeServer:
     def _note(self, problem: str) -> None:
         if not self.problems or self.problems[-1] != problem:  # a repeat (EMFILE) says nothing new
             self.problems.append(problem)
+
+
+class _Budget:
+    """A token bucket: ``rate`` a second, ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float]):
+        self.rate = rate
+        self._burst = burst
+        self._clock = clock
+        self._tokens = burst
+        self._at = clock()
+
+    def take(self) -> bool:
+        """One token, if there is one."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def give_back(self) -> None:
+        self._tokens += 1.0
+
+    def refill_in(self) -> float:
+        """Seconds until the next token (0 when there is one)."""
+        tokens = min(self._burst, self._tokens + (self._clock() - self._at) * self.rate)
+        return max(0.0, (1.0 - tokens) / self.rate)
 
 
 class _Client:

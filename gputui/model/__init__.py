@@ -5,6 +5,15 @@ Pure data: nothing here imports another gputui package, textual, torch, psutil o
 
 from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
 from gputui.model.codec import from_jsonable, to_jsonable
+from gputui.model.fleet import (
+    HOST_CONNECTING,
+    HOST_LIVE,
+    HOST_STALE,
+    HOST_STATES,
+    HOST_UNREACHABLE,
+    HostState,
+    HostView,
+)
 from gputui.model.gpu import (
     COMPUTE_MODES,
     PROCESS_DENIED,
@@ -91,6 +100,13 @@ __all__ = [
     "JobDevice",
     "JobRank",
     "Placement",
+    "HOST_CONNECTING",
+    "HOST_LIVE",
+    "HOST_STALE",
+    "HOST_STATES",
+    "HOST_UNREACHABLE",
+    "HostState",
+    "HostView",
     "BREAKDOWN_ITEMS",
     "Breakdown",
     "BreakdownItem",

@@ -104,6 +104,13 @@ class LeakVerdict:
     # While evidence is gathered (collecting, warming_up): how many more steps the verdict needs.
     steps_needed: int | None = None
 
+    def seconds_to_oom(self, now: float | None = None) -> float | None:
+        """Seconds until the forecast OOM, counted from ``now`` where given (the views count from the
+        snapshot's time, not from the latest step's end); None without a forecast."""
+        if self.oom_at is not None and now is not None:
+            return max(0.0, self.oom_at - now)
+        return self.oom_in
+
 
 @dataclass(frozen=True)
 class GrowingSite:

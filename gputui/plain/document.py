@@ -1,7 +1,8 @@
 """The JSON documents gputui prints: a versioned envelope around the model's own JSON form.
 
 ``--json`` prints a snapshot document, ``gputui probe PID --json`` a probe-report document and
-``gputui probes --json`` a probe list. Field meanings and units: docs/json-schema.md; the JSON Schema
+``gputui probes --json`` a probe list, ``--hosts --json`` a list of hosts with each one's snapshot
+document. Field meanings and units: docs/json-schema.md; the JSON Schema
 is ``gputui.plain.schema.SCHEMA``.
 """
 
@@ -13,13 +14,14 @@ from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
-from gputui.model import Job, ProbeReport, Snapshot, to_jsonable
+from gputui.model import HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
 VERSION = 1
 SNAPSHOT = "gputui.snapshot"
 PROBE_REPORT = "gputui.probe-report"
 PROBE_LIST = "gputui.probes"
+HOSTS = "gputui.hosts"
 
 
 def _envelope(kind: str) -> dict[str, Any]:
@@ -48,6 +50,33 @@ def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
         "unreachable": [{"pid": pid, "reason": reason} for pid, reason in sorted(unreachable.items())],
         "jobs": [to_jsonable(j) for j in jobs],
     }
+
+
+def hosts_document(hosts: list[HostView]) -> dict[str, Any]:
+    """Each host of the many-host view: its state, and its latest snapshot as its own document."""
+    return {**_envelope(HOSTS), "hosts": [
+        {"name": h.name, "state": h.state, "reason": h.reason, "age": h.age,
+         "document": None if h.snapshot is None else snapshot_document(h.snapshot)}
+        for h in hosts]}
+
+
+def read_snapshot_document(document: Any) -> Snapshot:
+    """The Snapshot in a snapshot document another gputui wrote (``--json``, ``serve``'s /snapshot).
+
+    Raises ValueError, in words for people, for anything else: another kind of document, or a newer
+    version whose fields this gputui may misread.
+    """
+    if not isinstance(document, dict):
+        raise ValueError(f"expected a JSON object, got {type(document).__name__}")
+    kind, version = document.get("schema"), document.get("version")
+    if kind != SNAPSHOT:
+        raise ValueError(f"not a gputui snapshot (schema {kind!r}, expected {SNAPSHOT!r})")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"a snapshot without a valid version ({version!r})")
+    if version > VERSION:
+        raise ValueError(f"its gputui ({document.get('gputui', '?')}) writes snapshot version {version}; "
+                         f"this one reads up to {VERSION}: upgrade gputui here")
+    return from_jsonable(Snapshot, document.get("snapshot"))
 
 
 def dumps(document: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""Where the one-shot modes get their data: a collector (real or simulated), the filters, probe reports.
+"""Where the plain modes and the exporter get their data: a collector (real or simulated), the
+filters, probe reports.
 
 Probe trouble never stops a print: a probe that does not answer becomes a line in
 ``Snapshot.problems``. Without a driver, reachable probes are still shown rather than refused.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
@@ -19,6 +20,9 @@ from gputui.collect.probed import ProbedProcesses
 from gputui.collect.users import current_user
 from gputui.model import ProbeReport, Snapshot
 from gputui.options import Options
+
+if TYPE_CHECKING:
+    from gputui.link.client import ProbeWatcher
 
 # Process CPU % is measured between two samples; --once takes a first sample this long before the
 # one it prints, so the figure covers a real interval instead of being n/a.
@@ -31,9 +35,15 @@ class Source:
 
     def __init__(self, options: Options, *, clock: Callable[[], float] | None = None,
                  pause: Callable[[float], None] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
-        """``clock``, ``pause`` and ``environ`` replace the real ones (tests: a fake clock)."""
+                 environ: Mapping[str, str] | None = None, watcher: ProbeWatcher | None = None) -> None:
+        """``clock``, ``pause`` and ``environ`` replace the real ones (tests: a fake clock).
+
+        ``watcher`` asks the real probes over connections kept open, for the steps since the last
+        sample (``gputui serve`` samples for hours); without it, each sample asks each probe for its
+        whole report. The Source closes it.
+        """
         self.options = options
+        self.watcher = watcher
         self.collector = None
         self.unavailable: NvmlUnavailable | None = None
         self._pause = pause or time.sleep
@@ -61,6 +71,8 @@ class Source:
         self.close()
 
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
         if self.collector is not None:
             self.collector.close()
             self.collector = None
@@ -89,6 +101,8 @@ class Source:
         if self.options.demo is not None:
             assert self.collector is not None  # a demo always has one: open_collector raised otherwise
             return list(self.collector.probe_reports()), ()
+        if self.watcher is not None:
+            return watched_reports(self.watcher)
         return fetch_real_reports()
 
 
@@ -107,8 +121,21 @@ def fetch_real_reports() -> tuple[list[ProbeReport], tuple[str, ...]]:
         try:
             reports.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
         except ProbeUnavailable as exc:
-            problems.append(f"probe of process {pid} did not answer: {exc.detail}")
+            problems.append(did_not_answer(pid, exc.detail))
     return reports, tuple(problems)
+
+
+def watched_reports(watcher: ProbeWatcher) -> tuple[list[ProbeReport], tuple[str, ...]]:
+    """The watcher's newest reports, and a line for each probe that did not answer (poll never raises)."""
+    reports = [report for _, report in sorted(watcher.poll().items())]
+    problems = [did_not_answer(pid, reason) for pid, reason in sorted(watcher.unavailable.items())]
+    if watcher.error:
+        problems.append(watcher.error)
+    return reports, tuple(problems)
+
+
+def did_not_answer(pid: int, reason: str) -> str:
+    return f"probe of process {pid} did not answer: {reason}"
 
 
 def apply_filters(snapshot: Snapshot, options: Options) -> Snapshot:

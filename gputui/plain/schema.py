@@ -1,4 +1,5 @@
-"""The JSON Schema (draft 2020-12) of the documents ``--json``, ``probe --json`` and ``probes --json`` print.
+"""The JSON Schema (draft 2020-12) of the documents ``--json``, ``probe --json``, ``probes --json`` and
+``--hosts --json`` print.
 
 Generated from the model: every dataclass field is a property, its type from the type hints and its
 description and constraints from its metadata (``gputui.model.fielddoc.doc``), so each field's meaning
@@ -19,7 +20,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from gputui.model import Breakdown, ProbeReport, Snapshot
+from gputui.model import HOST_STATES, Breakdown, ProbeReport, Snapshot
 from gputui.model.codec import literal_type
 from gputui.model.fielddoc import DOC
 
@@ -204,20 +205,41 @@ UNREACHABLE = {
     "additionalProperties": False,
 }
 
+SNAPSHOT_DOCUMENT = _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS})
+
+HOST = {
+    "type": "object",
+    "description": "One host of the many-host view (gputui --hosts)",
+    "properties": {
+        "name": {"type": "string", "description": "the host as named: an ssh destination or a URL (no password)"},
+        "state": {"enum": list(HOST_STATES), "description": (
+            "connecting (no answer yet), live, stale (no snapshot for more than three intervals) or "
+            "unreachable (retried with backoff)")},
+        "reason": {"type": ["string", "null"], "description": "why it is not live, in words for people"},
+        "age": {"type": ["number", "null"], "minimum": 0,
+                "description": "seconds since its latest snapshot arrived; null before the first"},
+        "document": {"anyOf": [{"$ref": "#/$defs/SnapshotDocument"}, {"type": "null"}],
+                     "description": "its latest snapshot, as its own gputui --json prints it; null before the first"},
+    },
+    "required": ["name", "state", "reason", "age", "document"],
+    "additionalProperties": False,
+}
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": SCHEMA_ID,
     "title": "gputui JSON output",
     "oneOf": [
-        _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS}),
+        _ref("SnapshotDocument"),
         _envelope("gputui.probe-report", {"report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS}),
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
             "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
         }),
+        _envelope("gputui.hosts", {"hosts": _list(HOST, "the hosts, in the order they were named")}),
     ],
-    "$defs": DEFS,
+    "$defs": {**DEFS, "SnapshotDocument": SNAPSHOT_DOCUMENT},
 }
 
 

@@ -38,6 +38,7 @@ from gputui.untrusted import visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
+    from gputui.ui.screens.detail import ProcessDetail
 
 # Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
 Requester = Callable[[int, str, dict[str, Any]], Any]
@@ -112,14 +113,15 @@ class GpuTuiApp(App[int]):
                 tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
     ]
 
-    def __init__(self, sampler: Sampler, *, interval: float = 1.0, readonly: bool = False,
+    def __init__(self, sampler: Sampler | None, *, interval: float = 1.0, readonly: bool = False,
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
                  columns: tuple[str, ...] | None = None, keymap: dict[str, str] | None = None,
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Future[Snapshot] | None = None) -> None:
-        """``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
+        """``sampler`` None: a subclass samples (the many-host view);
+        ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
@@ -162,7 +164,7 @@ class GpuTuiApp(App[int]):
         if self.ascii:
             self.add_class("-ascii")
             self._use_ascii_scrollbars()
-        self.main = MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        self.main = self.make_main_screen()
         if self.banner is not None:
             self.main.charts_on = False  # no driver: there is no GPU history to chart
         self.push_screen(self.main)
@@ -176,6 +178,9 @@ class GpuTuiApp(App[int]):
                 loop.add_signal_handler(signum, functools.partial(self.exit, None, 128 + signum))
         if self.autostart:
             self.sample_now()
+
+    def make_main_screen(self) -> MainScreen:
+        return MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
@@ -199,6 +204,7 @@ class GpuTuiApp(App[int]):
         ahead, self._first_sample = self._first_sample, None
         try:
             # The first sample may already be on its way, started while Textual was starting.
+            assert self.sampler is not None  # a subclass without one samples in its own way
             snapshot = ahead.result() if ahead is not None else self.sampler.sample()
         except UserError as exc:  # the request cannot be met (--only 99): said in --once's words
             self.post_message(SampleFailed(visible(str(exc)), refusal=exc))
@@ -207,7 +213,7 @@ class GpuTuiApp(App[int]):
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
         try:
-            leaks = self.sampler.judge(snapshot)
+            leaks = self.sampler.judge(snapshot) if self.sampler is not None else {}
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
             leaks = {}
             snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + (
@@ -246,6 +252,10 @@ class GpuTuiApp(App[int]):
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
                 self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
+        self.show_latest()
+
+    def show_latest(self) -> None:
+        """Draw the latest sample on whichever screen is showing."""
         # The first snapshot can arrive before the main screen is on the stack (it is taken while
         # Textual starts): the screen then draws it when it first shows (it starts stale).
         stack = self.screen_stack
@@ -257,7 +267,7 @@ class GpuTuiApp(App[int]):
             from gputui.ui.screens.detail import ProcessDetail
 
             if isinstance(screen, ProcessDetail):
-                screen.show(snapshot, self.history, self.trends, self.leaks)
+                self.show_detail(screen)
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -273,23 +283,28 @@ class GpuTuiApp(App[int]):
 
     # -- screens -----------------------------------------------------------------------------
 
-    def open_detail(self, proc: GpuProcess | None, *, pid: int | None = None) -> None:
-        """The detail screen of a GPU process, or (``pid``) of a probed process NVML does not list."""
+    def open_detail(self, proc: GpuProcess | None, *, pid: int | None = None, host: str | None = None) -> None:
+        """The detail screen of a GPU process, or (``pid``) of a probed process NVML does not list;
+        ``host``: the many-host view's host of it."""
         # Imported when first opened: it brings the plotting library, not needed for a first frame.
         from gputui.ui.screens.detail import ProcessDetail
 
         if proc is not None:
-            screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii)
+            screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii, host=host)
         elif pid is not None:
-            screen = ProcessDetail(pid, None, ascii=self.ascii)
+            screen = ProcessDetail(pid, None, ascii=self.ascii, host=host)
         else:
             raise TypeError("open_detail: give a process or a pid")
         self.push_screen(screen)
+        self.call_after_refresh(self.show_detail, screen)
+
+    def show_detail(self, screen: ProcessDetail) -> None:
+        """Bring a detail screen up to the latest sample."""
         if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot, self.history, self.trends, self.leaks)
+            screen.show(self.snapshot, self.history, self.trends, self.leaks)
 
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
-        self.open_detail(None, pid=message.pid)
+        self.open_detail(None, pid=message.pid, host=message.host)
 
     # -- requests to probes ------------------------------------------------------------------
 

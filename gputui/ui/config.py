@@ -1,4 +1,5 @@
-"""The monitor's settings file: $XDG_CONFIG_HOME/gputui/config.toml (interval, theme, columns, keys).
+"""The monitor's settings file: $XDG_CONFIG_HOME/gputui/config.toml (interval, theme, columns, keys,
+hosts).
 
 Read and checked before the app starts, so a bad value is a clear UserError naming the file and the key,
 never a traceback halfway through drawing the screen.
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.fleet.entries import HostsSettings, parse_hosts_table
 from gputui.untrusted import visible
 
 if sys.version_info >= (3, 11):
@@ -24,7 +26,7 @@ THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
-KNOWN_KEYS = ("interval", "theme", "columns", "keys")
+KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts")
 
 EXAMPLE = """\
 interval = 2.0                 # seconds between samples
@@ -32,6 +34,9 @@ theme = "light"                # "dark" or "light"
 columns = ["pid", "user", "gpu", "gpu_memory", "sm", "command"]
 [keys]                         # binding id = key(s), see the help screen (?)
 quit = "q,ctrl+q"
+[hosts]                        # gputui --hosts: the machines to watch over ssh, or serve URLs
+names = ["node1", "node2", "https://node3:9403"]
+command = "~/venv/bin/gputui"  # the remote gputui (default: gputui)
 """
 
 
@@ -50,6 +55,7 @@ class UiConfig:
     theme: str | None = None
     columns: tuple[str, ...] | None = None
     keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
+    hosts: HostsSettings = field(default_factory=HostsSettings)  # the many-host view's [hosts]
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -124,7 +130,8 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in keys.items()
     ):
         raise bad("keys", 'must be a table of binding id = "key", e.g. quit = "q,ctrl+q"')
-    return UiConfig(file, interval, theme, columns, dict(keys))
+    hosts = parse_hosts_table(data["hosts"], bad) if "hosts" in data else HostsSettings()
+    return UiConfig(file, interval, theme, columns, dict(keys), hosts)
 
 
 def check_binding_ids(config: UiConfig, known: set[str]) -> None:

@@ -16,7 +16,11 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Callable
 
+from collections.abc import Sequence
+
+from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
+from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
 from gputui.options import Options
@@ -26,12 +30,10 @@ NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed
                     "from their probes.")
 
 
-def run_tui(options: Options) -> int:
-    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
-    drawing."""
+def _checked_config(options: Options) -> UiConfig:
+    """The config file, its key remaps checked; NO_COLOR set where --no-color asks."""
     from gputui.ui.config import check_binding_ids, load_config
 
-    leave_out_tls()
     config = load_config(options.config)
     if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
         from gputui.ui.app import binding_ids
@@ -39,6 +41,14 @@ def run_tui(options: Options) -> int:
         check_binding_ids(config, binding_ids())
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
+    return config
+
+
+def run_tui(options: Options) -> int:
+    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
+    drawing."""
+    leave_out_tls()
+    config = _checked_config(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
         opened, first_sample = open_ahead(lambda: open_sampler(options), early.draw if early else None)
@@ -71,12 +81,37 @@ def run_tui(options: Options) -> int:
     return app.return_code or 0
 
 
+def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
+    """Open the many-host monitor (``--hosts``): every host's connection starts at once, and the
+    monitor draws each host as its first snapshot comes in."""
+    if not any(entry.url and entry.url.startswith("https:") for entry in entries):
+        leave_out_tls()
+    config = _checked_config(options)
+    interval = options.interval or config.interval or 1.0
+    from gputui.fleet.fleet import Fleet
+    from gputui.ui.hosts_app import HostsApp
+    from gputui.ui.hosts_sampler import HostsSampler
+
+    fleet = Fleet(entries, interval)
+    sampler = HostsSampler(fleet)
+    try:
+        fleet.start()
+        app = HostsApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
+                       theme=options.theme or config.theme or "dark", columns=config.columns,
+                       keymap=config.keys, handle_signals=True)
+        app.run()
+    finally:
+        sampler.close()  # every ssh child ends with the monitor
+    return app.return_code or 0
+
+
 def leave_out_tls() -> None:
     """Keep OpenSSL out of the monitor's process: it never opens a TLS connection, but asyncio (under
     Textual) imports ``ssl`` to offer them, and that import maps libcrypto and libssl: 4.2 MB of a
     46 MB process (bench/bench_vs_nvitop.py). A None entry in sys.modules is the import system's own
     way to say a module is absent; asyncio then goes without TLS, as on a Python built without
-    OpenSSL. Where something has imported ``ssl`` already, it stays."""
+    OpenSSL. Where something has imported ``ssl`` already, it stays; a many-host view reading an
+    https URL keeps it."""
     sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
 
 

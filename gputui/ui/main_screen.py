@@ -85,10 +85,7 @@ class MainScreen(Screen):
         self.stale = True  # a snapshot arrived while another screen was on top
 
     def compose(self) -> ComposeResult:
-        yield HostHeader(ascii=self.ascii, id="header")
-        with Container(id="top"):
-            yield DeviceList(ascii=self.ascii, id="devices")
-            yield DeviceHistory(ascii=self.ascii, id="charts")
+        yield from self.compose_top()
         yield Line(id="table-status")
         box = Input(placeholder="filter: command, user or pid (Enter keeps it, Esc clears)",
                     tooltip="Filter processes as you type: command, user or pid", id="filter")
@@ -96,6 +93,13 @@ class MainScreen(Screen):
         yield box
         yield ProcessTable(id="processes")
         yield Footer()
+
+    def compose_top(self) -> ComposeResult:
+        """What stands above the process table: the header, the devices and their charts."""
+        yield HostHeader(ascii=self.ascii, id="header")
+        with Container(id="top"):
+            yield DeviceList(ascii=self.ascii, id="devices")
+            yield DeviceHistory(ascii=self.ascii, id="charts")
 
     def on_mount(self) -> None:
         self.apply_layout(self.app.size.width, self.app.size.height)
@@ -121,11 +125,15 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        ids = table_rows.columns_for(self.layout_mode, self.chosen_columns, self.pane_width,
+        ids = table_rows.columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
                                      sort_column=self.sort_column, trend_width=self.trend_width)
         widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
                                                  self.pane_width, widths)
+
+    def shown_columns(self) -> tuple[str, ...]:
+        """The columns asked for (the many-host view adds the host's)."""
+        return self.chosen_columns
 
     @property
     def monitor(self) -> GpuTuiApp:
@@ -161,23 +169,28 @@ class MainScreen(Screen):
         self.render_table()
 
     def render_table(self) -> None:
-        snap = self.monitor.snapshot
-        if snap is None:
+        built = self.rows_to_show()
+        if built is None:
             return
-        found = table_rows.build_rows(
-            snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
-            only_user=self.me if self.only_mine else None, tree=self.tree_view,
-            trends=self.monitor.trends, leaks=self.monitor.leaks, ascii=self.ascii)
+        found, total = built
         trend_width = max((len(r.trend) for r in found), default=0)
         if trend_width != self.trend_width:  # a trend came or went: give the command the room
             self.trend_width = trend_width
             self._set_columns()
         self.query_one(ProcessTable).show(found)
-        # Probed processes NVML does not list are rows of their own, counted like the rest.
-        listed = {p.own_pid for p in snap.processes}
-        unlisted = sum(1 for r in snap.probes if r.pid not in listed)
         shown = sum(1 for r in found if r.process is not None or r.report is not None)
-        self._render_status(shown, len(snap.processes) + unlisted)
+        self._render_status(shown, total)
+
+    def rows_to_show(self) -> tuple[list[table_rows.Row], int] | None:
+        """The table's rows as the view state asks, and how many processes there are in all."""
+        snap = self.monitor.snapshot
+        if snap is None:
+            return None
+        found = table_rows.build_rows(
+            snap, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
+            only_user=self.me if self.only_mine else None, tree=self.tree_view,
+            trends=self.monitor.trends, leaks=self.monitor.leaks, ascii=self.ascii)
+        return found, process_count(snap)
 
     def _render_status(self, shown: int, total: int) -> None:
         arrow = ("v" if self.sort_reverse else "^") if self.ascii else ("▼" if self.sort_reverse else "▲")
@@ -194,9 +207,12 @@ class MainScreen(Screen):
 
     # -- what the selected row is ------------------------------------------------------------
 
-    def target_process(self) -> GpuProcess | None:
+    def selected_row(self) -> table_rows.Row | None:
         table = self.query_one(ProcessTable)
-        row = table.rows_by_key.get(table.selected_key or "")
+        return table.rows_by_key.get(table.selected_key or "")
+
+    def target_process(self) -> GpuProcess | None:
+        row = self.selected_row()
         return None if row is None else row.process
 
     def signal_target(self) -> Target | None:
@@ -289,7 +305,7 @@ class MainScreen(Screen):
             self.notify("This parent process holds no GPU memory: no GPU details to show.",
                         severity="information")
             return
-        self.monitor.open_detail(row.process)
+        self.monitor.open_detail(row.process, host=row.host)
 
     def action_toggle_tree(self) -> None:
         self.tree_view = not self.tree_view
@@ -320,3 +336,9 @@ class MainScreen(Screen):
 
     def on_device_list_redraw(self, message: DeviceList.Redraw) -> None:
         self.render_snapshot()
+
+
+def process_count(snap: Snapshot) -> int:
+    """GPU processes, and probed processes NVML does not list: rows of their own, counted alike."""
+    listed = {p.own_pid for p in snap.processes}
+    return len(snap.processes) + sum(1 for r in snap.probes if r.pid not in listed)

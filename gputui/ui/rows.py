@@ -6,7 +6,7 @@ ProcessTable widget only turns these rows into cells and updates the ones that c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -48,6 +48,7 @@ class Context:
     probes: dict[int, ProbeReport] = field(default_factory=dict)  # by own pid
     ascii: bool = False
     leaks: Mapping[int, LeakVerdict] = field(default_factory=dict)  # by own pid
+    host: str | None = None  # the many-host view's host of these processes; None: this machine
 
 
 
@@ -60,6 +61,7 @@ def _trend_rank(p: GpuProcess, ctx: Context) -> float | None:
 
 
 COLUMNS: dict[str, Column] = {c.id: c for c in (
+    Column("host", "HOST", lambda p, c: c.host or ""),  # the many-host view adds it
     Column("pid", "PID", lambda p, c: p.pid, numeric=True),
     Column("probe", "P", lambda p, c: p.own_pid in c.probes),
     Column("user", "USER", lambda p, c: p.user or ""),
@@ -87,11 +89,12 @@ COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "c
 # OOM), not the SM %.
 TINY = ("pid", "probe", "gpu", "gpu_memory", "trend_mark", "command")
 TINY_FOR = {"trend": "trend_mark"}  # a chosen column's narrow form
+KEPT = ("host",)  # in every layout where it is asked for: in the many-host view a pid alone says little
 
 
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
-WIDTHS = {"pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
+WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
           "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9,
           "started": 19}
 GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
@@ -122,9 +125,9 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
                 sort_column: str | None = None, trend_width: int | None = None) -> tuple[str, ...]:
     """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width."""
     if layout == "tiny":
-        picked = tuple(TINY_FOR.get(c, c) for c in chosen if TINY_FOR.get(c, c) in TINY) or TINY
+        picked = tuple(TINY_FOR.get(c, c) for c in chosen if TINY_FOR.get(c, c) in TINY + KEPT) or TINY
     elif layout == "compact":
-        picked = tuple(c for c in chosen if c in COMPACT) or COMPACT
+        picked = tuple(c for c in chosen if c in COMPACT + KEPT) or COMPACT
     elif layout == "wide":
         extra = tuple(c for c in WIDE_EXTRA if c not in chosen)
         before_command = [c for c in chosen if c != "command"]
@@ -153,6 +156,7 @@ class Row:
     pid: int
     device_index: int | None
     look: Callable[[], tuple[dict, dict]] = field(repr=False)  # -> (cells, styles)
+    host: str | None = None  # the many-host view's host of the process; None: this machine
     process: GpuProcess | None = None
     parent: HostProcess | None = None
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
@@ -174,8 +178,10 @@ class Row:
         return self._looked[1]
 
 
-def row_key(pid: int, device_index: int | None) -> str:
-    return f"{pid}/{'-' if device_index is None else device_index}"
+def row_key(pid: int, device_index: int | None, host: str | None = None) -> str:
+    """A row's identity: pids and GPU indices repeat across hosts, so the host is part of it."""
+    key = f"{pid}/{'-' if device_index is None else device_index}"
+    return key if host is None else f"{host}//{key}"
 
 
 def trend_text(mark: ProcessTrend | None, *, ascii: bool = False,
@@ -222,10 +228,7 @@ def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
                         LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
             if per_step and per_step > 0 and leak.step_time:
                 rate = per_step / leak.step_time
-        if leak.oom_at is not None and now is not None:
-            oom_in = max(0.0, leak.oom_at - now)  # counted from now, not from the step's end
-        elif leak.oom_in is not None:
-            oom_in = leak.oom_in
+        oom_in = leak.seconds_to_oom(now)
     if rate is None:
         return (None, None)
     if oom_in is None and mark is not None and mark.verdict == TREND_GROWING:
@@ -257,6 +260,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     probed = p.own_pid in ctx.probes
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii) if probed else ("", "")
     cells = {
+        "host": ctx.host or "",
         "pid": str(p.pid),
         "probe": mark,
         "user": p.user or units.NA,
@@ -290,57 +294,109 @@ def gpu_text(p: GpuProcess) -> str:
     return f"{p.device_index}:{p.gpu_instance_id}"
 
 
-def parent_cells(h: HostProcess, prefix: str = "") -> tuple[dict, dict]:
+def parent_cells(h: HostProcess, prefix: str = "", host: str | None = None) -> tuple[dict, dict]:
     """Texts and styles of a tree's parent that holds no GPU memory (``prefix``: its branch)."""
     cells = {c: "" for c in COLUMNS}
-    cells.update(pid=str(h.pid), user=h.user or units.NA, gpu="-",
+    cells.update(host=host or "", pid=str(h.pid), user=h.user or units.NA, gpu="-",
                  command=prefix + fmt.command_line(h.command, h.name))
     return cells, {"pid": "$text-muted", "user": "$text-muted", "command": "$text-muted"}
 
 
-def matches(p: GpuProcess, text: str) -> bool:
-    """The `/` filter: a case-insensitive match on command, name, user or pid."""
+def matches(p: GpuProcess, text: str, host: str | None = None) -> bool:
+    """The `/` filter: a case-insensitive match on command, name, user, pid or host."""
     if not text:
         return True
     needle = text.lower()
-    haystack = (" ".join(p.command), p.name or "", p.user or "", str(p.pid))
+    haystack = (" ".join(p.command), p.name or "", p.user or "", str(p.pid), host or "")
     return any(needle in part.lower() for part in haystack)
 
 
 def sort_processes(procs: Iterable[GpuProcess], column: str, reverse: bool, ctx: Context) -> list[GpuProcess]:
     """Sorted by one column; unknown values always last, ties by pid then device."""
+    return [p for p, _ in _sorted([(p, ctx) for p in procs], column, reverse)]
+
+
+Placed = tuple[GpuProcess, Context]  # a process and the context of its host
+
+
+def _sorted(placed: list[Placed], column: str, reverse: bool) -> list[Placed]:
+    """Processes of one or several hosts sorted by one column; unknown values last, ties by host,
+    pid, then device."""
     key = COLUMNS[column].sort_key
-    valued = [(key(p, ctx) if key else None, p) for p in procs]  # each value worked out once
-    known = [(value, p) for value, p in valued if value is not None]
-    unknown = [p for value, p in valued if value is None]
-    known.sort(key=lambda vp: (vp[1].pid, vp[1].device_index))
+    valued = [(key(p, ctx) if key else None, (p, ctx)) for p, ctx in placed]  # each value worked out once
+
+    def tie(pc: Placed) -> tuple[str, int, int]:
+        return (pc[1].host or "", pc[0].pid, pc[0].device_index)
+
+    known = [(value, pc) for value, pc in valued if value is not None]
+    unknown = [pc for value, pc in valued if value is None]
+    known.sort(key=lambda vp: tie(vp[1]))
     known.sort(key=lambda vp: vp[0], reverse=reverse)
-    unknown.sort(key=lambda p: (p.pid, p.device_index))
-    return [p for _, p in known] + unknown
+    unknown.sort(key=tie)
+    return [pc for _, pc in known] + unknown
 
 
 def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = True,
                filter_text: str = "", only_user: str | None = None, tree: bool = False,
                trends: Mapping | None = None, ascii: bool = False,
-               leaks: Mapping | None = None) -> list[Row]:
+               leaks: Mapping | None = None, host: str | None = None) -> list[Row]:
     """The rows to show, in order: GPU processes, then probed processes NVML does not list.
 
     ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` the probed processes'
-    leak verdicts by pid.
+    leak verdicts by pid; ``host`` names the host of them all in the many-host view.
     """
-    probes: dict[int, ProbeReport] = {r.pid: r for r in snapshot.probes}
-    ctx = Context(snapshot.taken_at, trends or {}, probes, ascii, leaks or {})
+    ctx = _context(snapshot, trends, leaks, ascii, host)
     procs = [p for p in snapshot.processes
-             if matches(p, filter_text) and (only_user is None or p.user == only_user)]
+             if matches(p, filter_text, host) and (only_user is None or p.user == only_user)]
     procs = sort_processes(procs, sort, reverse, ctx)
     rows = [_process_row(p, ctx) for p in procs] if not tree else _tree_rows(procs, snapshot.parents, ctx)
+    return rows + _unlisted_rows(snapshot, ctx, filter_text, only_user)
+
+
+@dataclass(frozen=True)
+class HostRows:
+    """One host's part of the many-host view's table: its snapshot and its own verdicts."""
+
+    name: str
+    snapshot: Snapshot
+    trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)
+    leaks: Mapping[int, LeakVerdict] = field(default_factory=dict)
+
+
+def build_host_rows(hosts: Sequence[HostRows], *, sort: str = "gpu_memory", reverse: bool = True,
+                    filter_text: str = "", only_user: str | None = None, tree: bool = False,
+                    ascii: bool = False) -> list[Row]:
+    """The many-host view's rows: every host's GPU processes sorted together (a tree stays within
+    its host, hosts in the order named), then the probed processes NVML does not list."""
+    if tree:
+        return [row for h in hosts for row in build_rows(
+            h.snapshot, sort=sort, reverse=reverse, filter_text=filter_text, only_user=only_user,
+            tree=True, trends=h.trends, ascii=ascii, leaks=h.leaks, host=h.name)]
+    contexts = [(h, _context(h.snapshot, h.trends, h.leaks, ascii, h.name)) for h in hosts]
+    placed = [(p, ctx) for h, ctx in contexts for p in h.snapshot.processes
+              if matches(p, filter_text, h.name) and (only_user is None or p.user == only_user)]
+    rows = [_process_row(p, ctx) for p, ctx in _sorted(placed, sort, reverse)]
+    for h, ctx in contexts:
+        rows += _unlisted_rows(h.snapshot, ctx, filter_text, only_user)
+    return rows
+
+
+def _context(snapshot: Snapshot, trends: Mapping | None, leaks: Mapping | None, ascii: bool,
+             host: str | None) -> Context:
+    probes: dict[int, ProbeReport] = {r.pid: r for r in snapshot.probes}
+    return Context(snapshot.taken_at, trends or {}, probes, ascii, leaks or {}, host)
+
+
+def _unlisted_rows(snapshot: Snapshot, ctx: Context, filter_text: str, only_user: str | None) -> list[Row]:
+    """Rows of the probed processes NVML does not list."""
+    rows: list[Row] = []
     listed = {p.own_pid for p in snapshot.processes}
     # A probe the driver does not know of (a CPU-only job, no driver) is still a process worth
     # seeing. Probes are found in this user's own socket directory, so "only mine" keeps them.
     seen = {h.pid: h for h in snapshot.probed}
     for report in sorted(snapshot.probes, key=lambda r: r.pid):
         proc = seen.get(report.pid)
-        if report.pid not in listed and _report_matches(report, filter_text, proc) and (
+        if report.pid not in listed and _report_matches(report, filter_text, proc, ctx.host) and (
                 only_user is None or proc is None or proc.user == only_user):
             rows.append(probe_only_row(report, ctx, proc))
     return rows
@@ -351,8 +407,9 @@ def probe_only_row(report: ProbeReport, ctx: Context, proc: HostProcess | None =
     /proc says of it (``proc``: user, CPU, RSS, start time)."""
     leak = ctx.leaks.get(report.pid)
     trend = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
-    return Row(f"{report.pid}/probe", report.pid, None, lambda: probe_only_cells(report, ctx, proc),
-               report=report, trend=trend)
+    key = f"{report.pid}/probe" if ctx.host is None else f"{ctx.host}//{report.pid}/probe"
+    return Row(key, report.pid, None, lambda: probe_only_cells(report, ctx, proc),
+               host=ctx.host, report=report, trend=trend)
 
 
 def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None) -> tuple[dict, dict]:
@@ -368,7 +425,8 @@ def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None
         getattr(last, "host_memory", None)
     started = None if proc is None or proc.started_at is None else ctx.taken_at - proc.started_at
     cells.update(
-        pid=str(report.pid), probe=mark, user=(proc.user if proc is not None else None) or units.NA,
+        host=ctx.host or "", pid=str(report.pid), probe=mark,
+        user=(proc.user if proc is not None else None) or units.NA,
         gpu=probe_device_text(report), gpu_memory=units.size_short(sum(gpu_memory)) if gpu_memory else "-",
         trend=trend, trend_mark=trend_mark, host_memory=units.size_short(host_memory),
         cpu=units.NA if proc is None or proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
@@ -388,12 +446,13 @@ def probe_device_text(report: ProbeReport) -> str:
     return "-"
 
 
-def _report_matches(report: ProbeReport, text: str, proc: HostProcess | None = None) -> bool:
+def _report_matches(report: ProbeReport, text: str, proc: HostProcess | None = None,
+                    host: str | None = None) -> bool:
     if not text:
         return True
     needle = text.lower()
     user = (proc.user or "") if proc is not None else ""
-    return needle in " ".join(report.command).lower() or needle in str(report.pid) or needle in user.lower()
+    return any(needle in part.lower() for part in (" ".join(report.command), str(report.pid), user, host or ""))
 
 
 def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
@@ -406,8 +465,8 @@ def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
     mark, leak = ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(p.own_pid)
     trend = "" if mark is None and leak is None else \
         trend_text(mark, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
-    return Row(row_key(p.pid, p.device_index), p.pid, p.device_index, look, process=p,
-               report=ctx.probes.get(p.own_pid), trend=trend)
+    return Row(row_key(p.pid, p.device_index, ctx.host), p.pid, p.device_index, look, host=ctx.host,
+               process=p, report=ctx.probes.get(p.own_pid), trend=trend)
 
 
 def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:
@@ -455,7 +514,8 @@ def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: C
             for p in by_pid[pid]:
                 rows.append(_process_row(p, ctx, lead + branch))
         else:
-            rows.append(Row(row_key(pid, None), pid, None, partial(parent_cells, hosts[pid], lead + branch),
+            rows.append(Row(row_key(pid, None, ctx.host), pid, None,
+                            partial(parent_cells, hosts[pid], lead + branch, ctx.host), host=ctx.host,
                             parent=hosts[pid]))
         kids = children.get(pid, [])
         below = lead + ((blank if branch == last else pipe) if branch else "")

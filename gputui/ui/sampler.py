@@ -55,6 +55,26 @@ class _Filters(TypedDict):
     pids: tuple[int, ...]
 
 
+class LeakJudge:
+    """The leak verdicts of one machine's probed processes; reports that did not change since the
+    last call keep their verdict (the analysis is the costly part of a refresh)."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+
+    def __call__(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
+        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+        for report in snapshot.probes:
+            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
+                   report.steps[-1].step if report.steps else None)
+            remembered = self._verdicts.get(report.pid)
+            if remembered is None or remembered[0] != key:
+                remembered = (key, snapshot_leak_verdict(report, snapshot))
+            verdicts[report.pid] = remembered
+        self._verdicts = verdicts
+        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
+
+
 class Sampler:
     """Turns a collector (anything with .sample() and .probe_reports()) into complete snapshots.
 
@@ -71,7 +91,7 @@ class Sampler:
         self.filters = _Filters(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
         self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
-        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+        self._judge = LeakJudge()
 
     def sample(self) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
@@ -96,18 +116,8 @@ class Sampler:
         return visible_all(snapshot)
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
-        """The leak verdict of every probed process in ``snapshot``, by pid (reports that did not
-        change since the last call keep their verdict)."""
-        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
-        for report in snapshot.probes:
-            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
-                   report.steps[-1].step if report.steps else None)
-            remembered = self._verdicts.get(report.pid)
-            if remembered is None or remembered[0] != key:
-                remembered = (key, snapshot_leak_verdict(report, snapshot))
-            verdicts[report.pid] = remembered
-        self._verdicts = verdicts
-        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
+        """The leak verdict of every probed process in ``snapshot``, by pid."""
+        return self._judge(snapshot)
 
     def _probe_reports(self) -> tuple[ProbeReport, ...]:
         found: dict[int, ProbeReport] = {}

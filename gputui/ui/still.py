@@ -6,12 +6,17 @@ the history is recorded from the simulator at exact times and the app keeps seei
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from itertools import count
+from typing import TYPE_CHECKING, Any
 
 from gputui.analysis.history import History
-from gputui.model import ProbeReport, Snapshot
+from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
+
+if TYPE_CHECKING:
+    from gputui.ui.hosts_app import HostsApp
 
 
 class FrozenSource:
@@ -58,3 +63,41 @@ def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options
     options.setdefault("me", "lena")
     return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False), history=history,
                      simulated=True, **options)
+
+
+class FrozenHosts:
+    """A Fleet that keeps answering with the same views."""
+
+    def __init__(self, views: tuple[HostView, ...]) -> None:
+        self.views = views
+
+    def view(self) -> tuple[HostView, ...]:
+        return self.views
+
+    def close(self) -> None:
+        pass
+
+
+DOWN = "connect to host {} port 22: Connection refused"
+
+
+def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, **options: Any) -> HostsApp:
+    """The many-host monitor over ``hosts`` (name -> demo scenario, None: unreachable), each
+    ``seconds`` into its scenario with that much history, the monitor's own cost shown as 1%."""
+    from gputui.ui.hosts_app import HostsApp
+    from gputui.ui.hosts_sampler import HostsSampler
+
+    recorded = {name: record(scenario, seconds=seconds, seed=i)
+                for i, (name, scenario) in enumerate(hosts.items()) if scenario is not None}
+    views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1]) if name in recorded
+                  else HostView(name, HOST_UNREACHABLE, DOWN.format(name)) for name in hosts)
+    halves, cpu = count(), count()
+    # A sample reads the clock twice and the CPU clock once: one second and 10 ms each, "self 1.0% CPU".
+    sampler = HostsSampler(FrozenHosts(views), clock=lambda: 0.5 * next(halves),
+                           cpu_clock=lambda: 0.01 * next(cpu),
+                           wall=lambda: max(s.taken_at for _, s in recorded.values()))
+    sampler.sample()  # the monitor's cost is measured between two samples
+    options.setdefault("me", "lena")
+    app = HostsApp(sampler, simulated=True, **options)
+    app.histories.update((name, history) for name, (history, _) in recorded.items())
+    return app

@@ -56,9 +56,11 @@ class ProcessDetail(Screen):
                         f"{RECORD_STEPS} steps)", id="detail.sites"),
     ]
 
-    def __init__(self, pid: int, device_index: int | None, *, ascii: bool = False) -> None:
+    def __init__(self, pid: int, device_index: int | None, *, ascii: bool = False,
+                 host: str | None = None) -> None:
+        """``host``: the many-host view's host of the process (None: this machine)."""
         super().__init__()
-        self.pid, self.device_index, self.ascii = pid, device_index, ascii
+        self.pid, self.device_index, self.ascii, self.host = pid, device_index, ascii, host
         if ascii:
             self.add_class("-ascii")
         self.report: ProbeReport | None = None
@@ -132,6 +134,10 @@ class ProcessDetail(Screen):
         self.query_one("#detail-headline", Static).update(top)
 
     def _title(self, proc: GpuProcess | None, report: ProbeReport | None) -> Content:
+        title = self._title_here(proc, report)
+        return title if self.host is None else Content.assemble((self.host, "bold $accent"), "  ", title)
+
+    def _title_here(self, proc: GpuProcess | None, report: ProbeReport | None) -> Content:
         if self.device_index is None:
             where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
             command = fmt.command_line(report.command) if report else ""

@@ -175,9 +175,7 @@ def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
             growth += f" ({units.size(per_step / leak.step_time * 60)}/min at {leak.step_time:.2f} s per step)"
         lines.append(Content.assemble(("  growing: ", "$text-muted"), (what, "bold"), f" {growth}"))
         if leak.oom_step is not None:
-            left = leak.oom_in
-            if leak.oom_at is not None and now is not None:
-                left = max(0.0, leak.oom_at - now)
+            left = leak.seconds_to_oom(now)
             # Rounded as the table's "85s" and the advice's "85 s" are: 84.8 s reads 1:25 here too.
             when = "" if left is None else f", in about {units.elapsed(round(left))}"
             at = "" if leak.oom_at is None else f" at {units.clock_time(leak.oom_at)}"

@@ -124,9 +124,9 @@ class ProcessTable(ScrollView, can_focus=True):
     class ProbeDetailRequested(Message):
         """Details of a probed process NVML does not list (its row has a report, no GPU process)."""
 
-        def __init__(self, pid: int) -> None:
+        def __init__(self, pid: int, host: str | None = None) -> None:
             super().__init__()
-            self.pid = pid
+            self.pid, self.host = pid, host  # host: the many-host view's host of it
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -346,7 +346,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def _ask_detail(self, key: str) -> None:
         row = self.rows_by_key.get(key)
         if row is not None and row.process is None and row.report is not None:
-            self.post_message(self.ProbeDetailRequested(row.pid))
+            self.post_message(self.ProbeDetailRequested(row.pid, row.host))
         else:
             self.post_message(self.DetailRequested(key))
 

@@ -1,0 +1,271 @@
+"""The exporter's metrics: Prometheus metric families made from the last sample.
+
+Every family is declared once, in FAMILIES (name, help, labels, kind); ``readings`` says what one
+sample holds for them. Units are Prometheus's: bytes, seconds, watts, degrees Celsius, hertz, and
+ratios from 0 to 1 where NVML says percent. A reading that is not known (a field the GPU does not
+report, a lost GPU, a probe with no steps yet) has no sample, never a 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gputui import __version__
+from gputui.analysis.breakdown import breakdowns
+from gputui.analysis.phases import peaks
+from gputui.model import THROTTLE_REASONS, Device, GpuProcess, ProbeReport
+from gputui.model.verdicts import LEAK_STATES, TREND_VERDICTS
+from gputui.serve.sampling import Sample
+from gputui.untrusted import visible
+
+PREFIX = "gputui_"
+DEVICE = ("index", "uuid", "name")
+MIG = ("index", "uuid", "name", "parent_uuid")
+PROCESS = ("pid", "user", "command", "index", "uuid")
+PROBE = ("pid", "device", "uuid")
+COMMAND_CHARS = 80  # a label is no place for a whole command line
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its name without the prefix, what it means, its labels, its kind."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    kind: str = "gauge"  # or "counter", exposed with "_total"
+
+    @property
+    def exposed(self) -> str:
+        """The name its samples have in Prometheus."""
+        return PREFIX + self.name + ("_total" if self.kind == "counter" else "")
+
+    def make(self) -> GaugeMetricFamily | CounterMetricFamily:
+        kind = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        return kind(PREFIX + self.name, self.help, labels=self.labels)
+
+
+FAMILIES = (
+    Family("info", "gputui's version, the host and its driver (always 1)",
+           ("version", "hostname", "driver_version", "cuda_driver_version", "source")),
+    Family("snapshot_timestamp_seconds", "When the sample served was taken (seconds since the epoch)"),
+    Family("sample_duration_seconds", "Time taking the sample took: NVML, /proc and the host's figures"),
+    Family("nvml_duration_seconds", "Time spent inside NVML calls for the sample"),
+    # devices
+    Family("device_lost", "1 when the GPU stopped answering (its readings are then absent), else 0", DEVICE),
+    Family("device_memory_total_bytes", "Total memory", DEVICE),
+    Family("device_memory_used_bytes", "Memory in use", DEVICE),
+    Family("device_memory_reserved_bytes", "Memory the driver and firmware reserve", DEVICE),
+    Family("device_utilization_ratio", "Share of time a kernel was running (0 to 1)", DEVICE),
+    Family("device_memory_utilization_ratio", "Share of time device memory was read or written (0 to 1)", DEVICE),
+    Family("device_encoder_utilization_ratio", "Video encoder utilisation (0 to 1)", DEVICE),
+    Family("device_decoder_utilization_ratio", "Video decoder utilisation (0 to 1)", DEVICE),
+    Family("device_temperature_celsius", "GPU temperature", DEVICE),
+    Family("device_slowdown_temperature_celsius", "Temperature at which the GPU slows itself down", DEVICE),
+    Family("device_fan_speed_ratio", "Fan speed, share of its maximum (0 to 1)", DEVICE),
+    Family("device_power_watts", "Power draw", DEVICE),
+    Family("device_power_limit_watts", "Enforced power limit", DEVICE),
+    Family("device_clock_hertz", "Clock speed, of the SMs or the memory", (*DEVICE, "clock")),
+    Family("device_clock_max_hertz", "Maximum clock speed, of the SMs or the memory", (*DEVICE, "clock")),
+    Family("device_pcie_bytes_per_second", "PCIe throughput, received (rx) or sent (tx); read every 5 s",
+           (*DEVICE, "direction")),
+    Family("device_slowdown", "1 for each reason the clocks are held down now, else 0", (*DEVICE, "reason")),
+    Family("device_ecc_errors", "ECC errors since the driver loaded, corrected or uncorrected",
+           (*DEVICE, "kind"), "counter"),
+    Family("mig_memory_total_bytes", "Memory of a MIG instance", MIG),
+    Family("mig_memory_used_bytes", "Memory in use in a MIG instance", MIG),
+    # GPU processes
+    Family("process_memory_bytes", "GPU memory NVML charges to the process on the GPU", PROCESS),
+    Family("process_sm_utilization_ratio", "The process's SM utilisation on the GPU (0 to 1)", PROCESS),
+    Family("process_memory_trend", "1 for the trend of the process's GPU memory over the last minutes, else 0",
+           (*PROCESS, "state")),
+    Family("process_memory_growth_bytes_per_second", "How fast the process's GPU memory grows (robust slope)",
+           PROCESS),
+    Family("process_seconds_to_oom", "Seconds until the GPU is full at the process's growth (growing only)",
+           PROCESS),
+    # probed PyTorch processes
+    Family("probe_memory_bytes", "Where a probed process's memory on a device goes, by category "
+           "(the breakdown of gputui --json)", (*PROBE, "category")),
+    Family("probe_step_peak_bytes", "Peak allocated memory of each phase of the latest measured step",
+           (*PROBE, "phase")),
+    Family("probe_step_seconds", "Median seconds per training step over the recent steps", PROBE),
+    Family("probe_steps", "Training steps the probe has counted", PROBE, "counter"),
+    Family("probe_leak_state", "1 for the probe's leak verdict, else 0", (*PROBE, "state")),
+    Family("probe_growth_bytes_per_step", "Growth per step of allocated memory (the C heap or resident memory "
+           "of CPU jobs), reserved memory and inactive split blocks, over the recent steps", (*PROBE, "figure")),
+    Family("probe_seconds_to_oom", "Seconds until the device runs out at the leak's rate (leaks only)", PROBE),
+    Family("probe_allocator_retries", "Cache flushes forced by a failed cudaMalloc", PROBE, "counter"),
+    Family("probe_out_of_memory_errors", "Out-of-memory errors the caching allocator raised", PROBE, "counter"),
+)
+
+# One reading: (family name, label values, value); a value of None is not known and has no sample.
+Reading = tuple[str, tuple[str, ...], float | None]
+
+
+def _same(value: float | None) -> float | None:
+    return value
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100
+
+
+def _hertz(mhz: float | None) -> float | None:
+    return None if mhz is None else mhz * 1_000_000
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+# What a Device says, in the family's unit: (family, Device field, conversion, more label values).
+DEVICE_READINGS: tuple[tuple[str, str, Callable[[float | None], float | None], tuple[str, ...]], ...] = (
+    ("device_memory_total_bytes", "memory_total", _same, ()),
+    ("device_memory_used_bytes", "memory_used", _same, ()),
+    ("device_memory_reserved_bytes", "memory_reserved", _same, ()),
+    ("device_utilization_ratio", "gpu_util", _ratio, ()),
+    ("device_memory_utilization_ratio", "memory_util", _ratio, ()),
+    ("device_encoder_utilization_ratio", "encoder_util", _ratio, ()),
+    ("device_decoder_utilization_ratio", "decoder_util", _ratio, ()),
+    ("device_temperature_celsius", "temperature", _same, ()),
+    ("device_slowdown_temperature_celsius", "temperature_slowdown", _same, ()),
+    ("device_fan_speed_ratio", "fan_speed", _ratio, ()),
+    ("device_power_watts", "power_draw", _same, ()),
+    ("device_power_limit_watts", "power_limit", _same, ()),
+    ("device_clock_hertz", "clock_sm", _hertz, ("sm",)),
+    ("device_clock_hertz", "clock_memory", _hertz, ("memory",)),
+    ("device_clock_max_hertz", "clock_sm_max", _hertz, ("sm",)),
+    ("device_clock_max_hertz", "clock_memory_max", _hertz, ("memory",)),
+    ("device_pcie_bytes_per_second", "pcie_rx", _same, ("rx",)),
+    ("device_pcie_bytes_per_second", "pcie_tx", _same, ("tx",)),
+    ("device_ecc_errors", "ecc_corrected", _same, ("corrected",)),
+    ("device_ecc_errors", "ecc_uncorrected", _same, ("uncorrected",)),
+)
+# The verdict's slopes, by the figure label they are exposed under.
+GROWTH_FIGURES = (("allocated", "allocated_per_step"), ("reserved", "reserved_per_step"),
+                  ("inactive_split", "inactive_split_per_step"))
+
+
+def readings(sample: Sample) -> Iterator[Reading]:
+    """Everything ``sample`` holds for the families, as (family, label values, value)."""
+    snapshot = sample.snapshot
+    driver = snapshot.driver
+    yield "info", (__version__, visible(snapshot.host.hostname), driver.driver_version or "",
+                   driver.cuda_driver_version or "", snapshot.source), 1
+    yield "snapshot_timestamp_seconds", (), snapshot.taken_at
+    if snapshot.monitor is not None:
+        yield "sample_duration_seconds", (), _seconds(snapshot.monitor.sample_ms)
+        yield "nvml_duration_seconds", (), _seconds(snapshot.monitor.nvml_ms)
+    for device in snapshot.devices:
+        yield from _device(device)
+    yield from _processes(sample)
+    for report in snapshot.probes:
+        try:
+            found = list(_probe(report, sample))
+        except Exception:  # noqa: BLE001 - a report the analysis chokes on loses its series, not the scrape
+            continue
+        yield from found
+
+
+def _device(device: Device) -> Iterator[Reading]:
+    labels = (str(device.index), device.uuid or "", visible(device.name or ""))
+    yield "device_lost", labels, 1 if device.lost else 0
+    for family, name, convert, more in DEVICE_READINGS:
+        yield family, labels + more, convert(getattr(device, name))
+    if device.throttle_reasons is not None:
+        for reason in THROTTLE_REASONS:
+            yield "device_slowdown", (*labels, reason), 1 if reason in device.throttle_reasons else 0
+    for mig in device.mig_instances:
+        mig_labels = (f"{device.index}:{mig.index}", mig.uuid or "",
+                      visible(f"{device.name or 'GPU'} MIG {mig.profile or mig.index}"), device.uuid or "")
+        yield "mig_memory_total_bytes", mig_labels, mig.memory_total
+        yield "mig_memory_used_bytes", mig_labels, mig.memory_used
+
+
+def _processes(sample: Sample) -> Iterator[Reading]:
+    uuids = {d.index: d.uuid or "" for d in sample.snapshot.devices}
+    for process in sample.snapshot.processes:
+        labels = (str(process.own_pid), visible(process.user or ""), short_command(process),
+                  str(process.device_index), uuids.get(process.device_index, ""))
+        yield "process_memory_bytes", labels, process.gpu_memory
+        yield "process_sm_utilization_ratio", labels, _ratio(process.sm_util)
+        trend = sample.trends.get((process.pid, process.device_index))
+        if trend is not None:
+            for state in TREND_VERDICTS:
+                yield "process_memory_trend", (*labels, state), 1 if trend.verdict == state else 0
+            yield "process_memory_growth_bytes_per_second", labels, trend.rate
+            yield "process_seconds_to_oom", labels, trend.time_to_oom
+
+
+def _probe(report: ProbeReport, sample: Sample) -> Iterator[Reading]:
+    pid = str(report.pid)
+    uuids = {d.device: visible(d.uuid or "") for d in report.devices}
+
+    def labels(device: str | None) -> tuple[str, str, str]:
+        return pid, visible(device or ""), uuids.get(device or "", "")
+
+    for breakdown in breakdowns(report, sample.snapshot):
+        for item in breakdown.items:
+            yield "probe_memory_bytes", (*labels(breakdown.device), item.key), item.size
+    for device in report.devices:
+        if device.allocator is not None:
+            yield "probe_allocator_retries", labels(device.device), device.allocator.alloc_retries
+            yield "probe_out_of_memory_errors", labels(device.device), device.allocator.ooms
+    if report.steps:
+        latest = report.steps[-1]
+        yield "probe_steps", labels(latest.device), latest.step
+    measured = next((s for s in reversed(report.steps) if peaks(s)), None)
+    if measured is not None:
+        for phase, peak in peaks(measured):
+            yield "probe_step_peak_bytes", (*labels(measured.device), phase), peak
+    verdict = sample.leaks.get(report.pid)
+    if verdict is not None:
+        judged = labels(verdict.device)
+        for state in LEAK_STATES:
+            yield "probe_leak_state", (*judged, state), 1 if verdict.state == state else 0
+        yield "probe_step_seconds", judged, verdict.step_time
+        for figure, name in GROWTH_FIGURES:
+            yield "probe_growth_bytes_per_step", (*judged, figure), getattr(verdict, name)
+        yield "probe_seconds_to_oom", judged, verdict.seconds_to_oom(sample.snapshot.taken_at)
+
+
+def short_command(process: GpuProcess) -> str:
+    """The command for a label: the program's file name and its arguments, cut to COMMAND_CHARS."""
+    if not process.command:
+        return visible(f"[{process.name}]" if process.name else "")
+    line = " ".join((os.path.basename(process.command[0]), *process.command[1:]))
+    if len(line) > COMMAND_CHARS:
+        line = line[:COMMAND_CHARS - 1] + "…"
+    return visible(line)
+
+
+def families(sample: Sample) -> list[Metric]:
+    """Every declared family, with the sample's readings in it (a family may have none).
+
+    A series said twice (a probe that lists one device twice) keeps its first value: Prometheus
+    would refuse the duplicate.
+    """
+    made = {family.name: family.make() for family in FAMILIES}
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for name, labels, value in readings(sample):
+        if value is not None and (name, labels) not in seen:
+            seen.add((name, labels))
+            made[name].add_metric(labels, value)
+    return list(made.values())
+
+
+class SampleCollector(Collector):
+    """Hands Prometheus the families of the latest sample; never samples anything itself."""
+
+    def __init__(self, latest: Callable[[], Sample | None]) -> None:
+        self._latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self._latest()
+        if sample is not None:
+            yield from families(sample)

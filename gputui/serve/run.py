@@ -1,0 +1,100 @@
+"""``gputui serve``: check what was asked, listen, take a first sample, then serve until stopped.
+
+Everything the user gave (address, users file, certificate, driver) is checked before the first
+answer, and trouble with any of it is one line and exit status 2, as in every mode.
+"""
+
+from __future__ import annotations
+
+import getpass
+import signal
+import sys
+
+from prometheus_client import ProcessCollector
+from prometheus_client.registry import CollectorRegistry
+
+from gputui.errors import UserError
+from gputui.options import SERVE_INTERVAL, SERVE_LISTEN, Options
+from gputui.plain.gather import Source
+from gputui.serve.auth import Users, password_line
+from gputui.serve.metrics import SampleCollector
+from gputui.serve.sampling import Sampling
+from gputui.serve.server import listen, parse_address, tls_context
+from gputui.serve.web import make_app
+
+
+def serve(options: Options) -> int:
+    """Serve /metrics and /snapshot until SIGINT or SIGTERM; ``--hash-password`` prints a users
+    file's line instead."""
+    name = _setting(options, "hash_password")
+    if name is not None:
+        print(password_line(name, _read_password()))
+        return 0
+    address = parse_address(_setting(options, "listen") or SERVE_LISTEN)
+    auth_file = _setting(options, "basic_auth_file")
+    users = Users.load(auth_file) if auth_file else None
+    certificate = _setting(options, "tls_cert")
+    tls = tls_context(certificate, _setting(options, "tls_key")) if certificate else None
+    # SIGTERM (systemd, docker stop) leaves as SIGINT does, through the finally blocks below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    server = listen(address, tls)  # before the first sample: a port in use is said at once
+    try:
+        sampling = Sampling(_source(options), options.interval or SERVE_INTERVAL)
+        try:
+            sampling.take()  # no driver (and no probe) stops here, as it stops --json
+            server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
+            _say_where(server.url, server.loopback, users is not None, tls is not None, sampling.interval)
+            sampling.start()
+            server.serve_forever()
+        finally:
+            sampling.stop()
+    finally:
+        server.server_close()
+    return 0
+
+
+def _source(options: Options) -> Source:
+    if options.demo is not None:
+        return Source(options)  # the simulator's probes come with its collector
+    from gputui.link.client import ProbeWatcher
+
+    return Source(options, watcher=ProbeWatcher())
+
+
+def _registry(sampling: Sampling) -> CollectorRegistry:
+    """gputui's families, and the exporter's own CPU and memory as every exporter reports them
+    (process_cpu_seconds_total, process_resident_memory_bytes ...); none of the global registry's
+    Python and garbage-collector metrics, which say nothing about the GPUs."""
+    registry = CollectorRegistry()
+    registry.register(SampleCollector(lambda: sampling.latest))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def _say_where(url: str, loopback: bool, auth: bool, tls: bool, interval: float) -> None:
+    print(f"gputui serve: {url}/metrics and /snapshot, a sample every {interval:g} s", file=sys.stderr, flush=True)
+    if loopback:
+        return
+    if not auth:
+        print("gputui serve: warning: no basic auth (--basic-auth-file), and this address is open to the "
+              "network: whoever reaches it sees the GPUs, the processes and their command lines",
+              file=sys.stderr, flush=True)
+    elif not tls:
+        print("gputui serve: warning: basic auth without TLS (--tls-cert) sends passwords over the network "
+              "as they are", file=sys.stderr, flush=True)
+
+
+def _read_password() -> str:
+    """From the terminal, asked twice without echo; else the first line of standard input."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UserError("the two passwords differ")
+        return password
+    line = sys.stdin.readline() if sys.stdin is not None else ""
+    return line.rstrip("\r\n")
+
+
+def _setting(options: Options, name: str) -> str | None:
+    value = options.extra.get(name)
+    return value if isinstance(value, str) else None

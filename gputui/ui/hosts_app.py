@@ -1,0 +1,100 @@
+"""The many-host view's app (``gputui --hosts``): the live monitor's keys and screens over several
+machines' snapshots. Each host keeps a history, trends and leak verdicts of its own, so PIDs and GPU
+indices that repeat across hosts never meet; a process's detail screen reads its host's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.message import Message
+
+from gputui.analysis.history import History, ProcessKey
+from gputui.model import HostView, MonitorCost
+from gputui.model.verdicts import LeakVerdict, ProcessTrend
+from gputui.ui.app import GpuTuiApp, SampleFailed
+from gputui.ui.hosts_sampler import HostsSample, HostsSampler
+from gputui.ui.hosts_screen import HostsScreen
+from gputui.ui.main_screen import MainScreen
+from gputui.untrusted import visible
+
+if TYPE_CHECKING:
+    from gputui.analysis.trends import TrendCache
+    from gputui.ui.screens.detail import ProcessDetail
+
+
+class HostsReady(Message):
+    """A new look at every host, and how long it took (seconds)."""
+
+    def __init__(self, sample: HostsSample, took: float) -> None:
+        super().__init__()
+        self.sample, self.took = sample, took
+
+
+class HostsApp(GpuTuiApp):
+    """gputui's live monitor over several hosts."""
+
+    def __init__(self, sampler: HostsSampler, **kwargs: Any) -> None:
+        super().__init__(None, **kwargs)
+        self.hosts_sampler = sampler
+        self.hosts: tuple[HostView, ...] = ()
+        self.sampled_at: float | None = None
+        self.cost: MonitorCost | None = None
+        self.histories: dict[str, History] = {}
+        self.host_trends: dict[str, dict[ProcessKey, ProcessTrend]] = {}
+        self.host_leaks: dict[str, dict[int, LeakVerdict]] = {}
+        self._trend_caches: dict[str, TrendCache] = {}
+
+    def make_main_screen(self) -> MainScreen:
+        return HostsScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+
+    @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
+    def _sample(self) -> None:
+        started = time.monotonic()
+        try:
+            sample = self.hosts_sampler.sample()
+        except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
+            self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
+            return
+        self.post_message(HostsReady(sample, time.monotonic() - started))
+
+    def on_hosts_ready(self, message: HostsReady) -> None:
+        self.accept_hosts(message.sample)
+        self._schedule(message.took)
+
+    def accept_hosts(self, sample: HostsSample) -> None:
+        """Take every host's latest in: each host's history and trends, then the screen showing."""
+        from gputui.analysis.trends import TrendCache, trends
+
+        self.hosts, self.host_leaks, self.cost = sample.hosts, sample.leaks, sample.monitor
+        self.sampled_at = sample.taken_at
+        self.samples += 1
+        for view in sample.hosts:
+            snapshot = view.snapshot
+            if snapshot is None:
+                continue
+            history = self.histories.setdefault(view.name, History())
+            if history.latest is None or snapshot.taken_at > history.latest:  # new since last time
+                history.add(snapshot)
+                cache = self._trend_caches.setdefault(view.name, TrendCache())
+                self.host_trends[view.name] = trends(history, snapshot, cache=cache)
+        self.show_latest()
+
+    def show_detail(self, screen: ProcessDetail) -> None:
+        view = next((h for h in self.hosts if h.name == screen.host), None)
+        if view is not None and view.snapshot is not None:
+            screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),
+                        self.host_leaks.get(view.name, {}))
+
+    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
+        self.notify("The many-host view is read-only: no request is sent to a probe on another "
+                    "machine. Run gputui on that host to record its allocation sites.",
+                    title="Allocation sites", timeout=8)
+
+    def _cost_words(self) -> str:
+        if self.cost is None or self.cost.cpu_percent is None:
+            return ""
+        return (f"gputui itself uses {self.cost.cpu_percent:.1f}% of one CPU core (all its threads, "
+                f"the hosts' readers too), every {self.interval:g} s.")

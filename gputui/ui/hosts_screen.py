@@ -1,0 +1,99 @@
+"""The many-host view's main screen: a line for all the hosts, each host's line and GPUs, and one
+process table for every host with a HOST column. Sorting, the filter, the tree and the detail
+screen work as on one machine; signals do not (the processes are on other machines).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, cast
+
+from textual.app import ComposeResult
+from textual.containers import Container
+from textual.content import Content
+
+from gputui import units
+from gputui.model import HOST_STATES
+from gputui.ui import format as fmt
+from gputui.ui import rows as table_rows
+from gputui.ui.main_screen import MainScreen, process_count
+from gputui.ui.signals import Target
+from gputui.ui.widgets.hosts import HostList
+from gputui.ui.widgets.line import Line
+
+if TYPE_CHECKING:  # the app imports this module
+    from gputui.ui.hosts_app import HostsApp
+
+NO_CHARTS = "The many-host view has no GPU charts: a process's detail screen (Enter) charts its history."
+
+
+class HostsScreen(MainScreen):
+    """Every host's devices and processes at a glance."""
+
+    def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
+                 me: str | None = None) -> None:
+        super().__init__(ascii=ascii, columns=columns, me=me)
+        self.charts_on = False
+
+    def compose_top(self) -> ComposeResult:
+        yield Line(id="header")
+        with Container(id="top"):
+            yield HostList(ascii=self.ascii, id="devices")
+
+    @property
+    def hosts_app(self) -> HostsApp:
+        return cast("HostsApp", self.app)
+
+    def shown_columns(self) -> tuple[str, ...]:
+        return ("host", *(c for c in self.chosen_columns if c != "host"))
+
+    def render_snapshot(self) -> None:
+        app = self.hosts_app
+        self.query_one("#header", Line).show(self.summary())
+        if not app.hosts:
+            return
+        self.stale = False
+        self.query_one(HostList).show(app.hosts, self.layout_mode)
+        self.render_table()
+
+    def summary(self) -> Content:
+        """The line over every host: how many are up, the time, the interval, the monitor's cost."""
+        app = self.hosts_app
+        if not app.hosts:
+            return Content.styled("gputui · connecting to the hosts…", "$text-muted")
+        states = Counter(h.state for h in app.hosts)
+        counts = ", ".join(f"{states[s]} {s}" for s in HOST_STATES if states[s])
+        state = Content.styled(" PAUSED ", "reverse $warning") if app.paused else Content.styled(
+            f"every {app.interval:g}s", "$text-muted")
+        parts = [Content.styled(f"{len(app.hosts)} host{'s' if len(app.hosts) != 1 else ''}", "bold"),
+                 Content(counts), Content.styled(units.clock_time(app.sampled_at), "bold"), state]
+        cost = fmt.monitor_cost(app.cost)
+        if cost and self.layout_mode != "tiny":
+            parts.append(Content.styled(cost, "$text-muted"))
+        return Content("  ").join(parts)
+
+    def rows_to_show(self) -> tuple[list[table_rows.Row], int] | None:
+        app = self.hosts_app
+        hosts = [table_rows.HostRows(h.name, h.snapshot, app.host_trends.get(h.name, {}),
+                                     app.host_leaks.get(h.name, {}))
+                 for h in app.hosts if h.snapshot is not None]
+        found = table_rows.build_host_rows(
+            hosts, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
+            only_user=self.me if self.only_mine else None, tree=self.tree_view, ascii=self.ascii)
+        return found, sum(process_count(h.snapshot) for h in hosts)
+
+    def signal_target(self) -> Target | None:
+        return None  # never another machine's process: why_no_signal_target says so
+
+    def why_no_signal_target(self) -> str:
+        row = self.selected_row()
+        if row is None or row.host is None:
+            return "Select a process first."
+        return (f"Process {row.pid} runs on {row.host}: the many-host view is read-only and sends no "
+                f"signal to another machine. To signal it there: ssh {row.host} kill -TERM {row.pid}")
+
+    def action_toggle_charts(self) -> None:
+        self.notify(NO_CHARTS)
+
+    def action_next_gpu(self) -> None:
+        self.notify(NO_CHARTS)

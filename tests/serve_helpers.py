@@ -1,0 +1,44 @@
+"""Running ``gputui serve`` in a subprocess and asking it things, for the exporter's end-to-end tests."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+from cli_helpers import ROOT
+
+
+@contextmanager
+def serving(env, *args, timeout: float = 60.0):
+    """``python -m gputui [ARGS] serve ...`` on a free port; yields (process, base URL). Stopped with
+    SIGTERM afterwards, which must end it with 143."""
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline()  # "gputui serve: http://127.0.0.1:PORT/metrics and /snapshot, ..."
+        assert line.startswith("gputui serve: http"), line + proc.stderr.read()
+        yield proc, line.split()[2].removesuffix("/metrics")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=timeout)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == 143, proc.returncode
+
+
+def fetch(url: str, *, method: str = "GET", auth: tuple[str, str] | None = None,
+          context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one request; an HTTP error status is an answer, not an exception."""
+    request = urllib.request.Request(url, method=method)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
