@@ -73,3 +73,20 @@ def test_a_probed_rank_says_where_it_sits():
                                     rendezvous="torchelastic gpt13b-0412")) == (
         "rank 13 of 16 (local rank 5, node 1), torchelastic gpt13b-0412")
     assert placement_text(Placement(rendezvous="master h:1")) == "rank ?, master h:1"
+
+
+def test_the_exporter_and_the_many_host_view_carry_the_job(tmp_path):
+    import json
+    import os
+
+    from cli_helpers import ROOT, gputui
+    from serve_helpers import fetch, serving
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(tmp_path)}
+    with serving(env, "--demo", "torchrun", "serve", "--listen", "127.0.0.1:0") as (_, url):
+        status, _, body = fetch(url + "/snapshot")
+        assert status == 200
+        (job,) = json.loads(body)["snapshot"]["jobs"]
+        assert (job["name"], len(job["ranks"]), job["world_size"]) == ("pretrain.py (torchrun)", 8, 16)
+        hosts = gputui(env, "--hosts", url, "--once")
+    assert "pretrain.py (torchrun)  8 ranks of 16, GPUs 0-7" in hosts.stdout, hosts.stdout + hosts.stderr
