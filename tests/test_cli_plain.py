@@ -230,7 +230,7 @@ def test_probes_lists_a_real_probe_and_probe_prints_it(env, probed_process):
     listing = gputui(env, "probes")
     no_traceback(listing)
     assert listing.returncode == 0
-    assert listing.stdout.splitlines()[1].split()[:5] == [str(pid), "2.13.0+cpu", "n/a", "n/a", "7"]
+    assert listing.stdout.splitlines()[1].split()[:6] == [str(pid), "-", "2.13.0+cpu", "n/a", "n/a", "7"]
     single = gputui(env, "probe", str(pid), "--json")
     assert single.returncode == 0
     doc = json.loads(single.stdout)
@@ -279,7 +279,9 @@ def test_probe_of_a_process_without_a_probe_exits_2(env):
 def test_demo_probes_and_probe(env):
     listing = gputui(env, "--demo", "training-node", "probes")
     assert listing.returncode == 0, listing.stderr
-    pid = listing.stdout.splitlines()[1].split()[0]
+    job, row = listing.stdout.splitlines()[1:3]
+    assert job.startswith("train.py (torchrun)  1 rank of 8")  # the probed rank under its job
+    pid = row.split()[0]
     single = gputui(env, "--demo", "training-node", "probe", pid, "--json")
     assert single.returncode == 0 and json.loads(single.stdout)["report"]["pid"] == int(pid)
     missing = gputui(env, "--demo", "training-node", "probe", "3")

@@ -107,7 +107,8 @@ def test_every_model_type_in_a_snapshot_has_a_schema():
     assert set(DEFS) == {cls.__name__ for cls in SCHEMA_TYPES} == {
         "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
         "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
-        "ProbeReport", "Snapshot", "MonitorCost", "Breakdown", "BreakdownItem"}
+        "ProbeReport", "Snapshot", "MonitorCost", "Breakdown", "BreakdownItem", "Placement", "Job", "JobRank",
+        "JobDevice"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)

@@ -33,9 +33,13 @@ class FakeCollector:
         self.closed = False
         self.reports = tuple(reports)
         self.probed = self  # its probed processes are all listed: /proc has nothing to add
+        self.jobs = self  # and the workstation's processes make no job
 
     def add_to(self, snapshot: Snapshot) -> Snapshot:
         return snapshot
+
+    def of_probes(self, reports):
+        return ()
 
     def sample(self) -> Snapshot:
         self.samples += 1
@@ -267,9 +271,9 @@ def test_closed_pipe_ends_quietly(fake, monkeypatch):
 def test_probes_lists_the_demo_probes(fake, capsys):
     assert probes.probes(demo(mode="probes")) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["PID", "TORCH", "ALLOCATED", "RESERVED", "STEP", "COMMAND"]
-    assert lines[1].split()[:5] == ["4242", "2.13.0", "8.00GiB", "9.50GiB", "412"]
-    assert lines[2].split()[:5] == ["777", "2.13.0+cpu", "n/a", "n/a", "3"]
+    assert lines[0].split() == ["PID", "RANK", "TORCH", "ALLOCATED", "RESERVED", "STEP", "COMMAND"]
+    assert lines[1].split()[:6] == ["4242", "-", "2.13.0", "8.00GiB", "9.50GiB", "412"]
+    assert lines[2].split()[:6] == ["777", "-", "2.13.0+cpu", "n/a", "n/a", "3"]
 
 
 def test_probes_json_lists_reports_and_unreachable(capsys, monkeypatch):

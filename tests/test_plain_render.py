@@ -192,9 +192,9 @@ def test_probe_list_table_and_unreachable_probes():
     out = render_probe_list([training_report(), training_report(99)], {31337: "the probe has gone away"},
                             width=100)
     assert out.splitlines() == [
-        " PID TORCH  ALLOCATED RESERVED STEP COMMAND",
-        "4242 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
-        "  99 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
+        " PID RANK TORCH  ALLOCATED RESERVED STEP COMMAND",
+        "4242    - 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
+        "  99    - 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
         "31337 did not answer: the probe has gone away",
     ]
 

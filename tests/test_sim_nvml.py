@@ -64,7 +64,7 @@ def test_calls_before_init_are_uninitialized(clock):
 
 
 def test_scenarios_listed():
-    assert sim.SCENARIOS == ("workstation", "training-node", "leaky", "mig", "faults")
+    assert sim.SCENARIOS == ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun")
 
 
 def test_unknown_scenario_is_a_value_error(clock):

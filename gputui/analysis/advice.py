@@ -7,7 +7,7 @@ snippet), and estimates the saving where it can. Healthy processes get no advice
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gputui.analysis.leaks import WINDOW_STEPS
@@ -74,9 +74,13 @@ def advise(
     if report is not None and probe is not None:
         steps = tuple(s for s in report.steps if s.device in (probe.device, None))
     seen = _Seen(snapshot, process, device, report, probe, steps, trend, verdict, tuple(sites))
-    found = [advice for rule in RULES if (advice := rule(seen)) is not None]
-    found.sort(key=_order)
-    return tuple(replace(a, rank=i + 1) for i, a in enumerate(found))
+    return ranked(advice for rule in RULES if (advice := rule(seen)) is not None)
+
+
+def ranked(found: Iterable[Advice]) -> tuple[Advice, ...]:
+    """Advice most urgent and most rewarding first, numbered (``rank`` 1, 2, ...)."""
+    ordered = sorted(found, key=_order)
+    return tuple(replace(a, rank=i + 1) for i, a in enumerate(ordered))
 
 
 # Urgency first, then the rules that fix a leak, then the biggest saving.

@@ -6,6 +6,7 @@ environment, procfs root), so the same code reads a real H100 and the simulated 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from gputui.collect import nvml as nvml_reading
 from gputui.collect.host import HostReader
 from gputui.collect.interfaces import Psutil
+from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
@@ -74,6 +76,7 @@ class Collector:
             psutil, clock, exists=pid_exists if signals_work else None)
         self.host = HostReader(psutil, hostname)
         self.probed = ProbedProcesses(psutil, clock)
+        self.jobs = JobFinder(psutil)  # again after the probes are added: see plain's Source
         self._closed = False
 
     def sample(self) -> Snapshot:
@@ -131,7 +134,7 @@ class Collector:
         gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
         parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
         host = self.host.read()
-        return Snapshot(
+        snapshot = Snapshot(
             taken_at=taken_at,
             driver=self.driver,
             devices=with_cuda_indices(devices, self.environ),
@@ -140,8 +143,10 @@ class Collector:
             host=host,
             source=self.source,
             problems=tuple(problems),
-            monitor=self._cost(started, sum(r.nvml_seconds for r in self.readers) - nvml_before),
         )
+        snapshot = self.jobs.add_to(snapshot)
+        return dataclasses.replace(snapshot, monitor=self._cost(
+            started, sum(r.nvml_seconds for r in self.readers) - nvml_before))
 
     def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
         """What this sample cost, and the monitor's CPU since the previous one."""
@@ -188,8 +193,6 @@ class Collector:
 
 
 def _with_note(info: ProcessDetails, note: str) -> ProcessDetails:
-    import dataclasses
-
     return dataclasses.replace(info, note=note)
 
 

@@ -60,6 +60,8 @@ class PsProcess(Protocol):
 
     def cmdline(self) -> list[str]: ...
 
+    def environ(self) -> dict[str, str]: ...
+
 
 class Psutil(Protocol):
     """The psutil module, as far as gputui uses it."""

@@ -104,8 +104,22 @@ def _announce_new_probes(root: int, announced: set[int]) -> None:
     for pid in sorted(set(found) - announced):
         if _descends_from(pid, root):
             announced.add(pid)
-            sys.stderr.write(f"gputui: probe started in pid {pid}; watch it with `gputui` or "
-                             f"`gputui probe {pid}` in another pane\n")
+            sys.stderr.write(f"gputui: probe started in pid {pid}{_rank_of(pid)}; watch it with `gputui` "
+                             f"or `gputui probe {pid}` in another pane\n")
+
+
+def _rank_of(pid: int) -> str:
+    """" (rank 1 of 2)" for a rank of a distributed job, as its probe reports; "" otherwise."""
+    try:
+        from gputui.link.client import fetch_report
+
+        placement = fetch_report(pid, timeout=1.0).placement
+    except Exception:  # naming the rank is a courtesy too
+        return ""
+    if placement is None or placement.rank is None:
+        return ""
+    of = f" of {placement.world_size}" if placement.world_size is not None else ""
+    return f" (rank {placement.rank}{of})"
 
 
 def _descends_from(pid: int, root: int) -> bool:

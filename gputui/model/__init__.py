@@ -35,6 +35,20 @@ from gputui.model.gpu import (
     MonitorCost,
     Snapshot,
 )
+from gputui.model.job import (
+    BY_DEVICES,
+    BY_LAUNCHER,
+    BY_MASTER,
+    BY_SLURM,
+    BY_TORCHELASTIC,
+    GROUPED_BY,
+    LAUNCHERS,
+    GroupedBy,
+    Job,
+    JobDevice,
+    JobRank,
+    Placement,
+)
 from gputui.model.probe import (
     AllocatorStats,
     AllocationSite,
@@ -74,6 +88,18 @@ from gputui.model.verdicts import (
 )
 
 __all__ = [
+    "BY_DEVICES",
+    "BY_LAUNCHER",
+    "BY_MASTER",
+    "BY_SLURM",
+    "BY_TORCHELASTIC",
+    "GROUPED_BY",
+    "LAUNCHERS",
+    "GroupedBy",
+    "Job",
+    "JobDevice",
+    "JobRank",
+    "Placement",
     "HOST_CONNECTING",
     "HOST_LIVE",
     "HOST_STALE",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from gputui.model.fielddoc import doc
+from gputui.model.job import Job
 from gputui.model.probe import ProbeReport
 
 
@@ -251,3 +252,6 @@ class Snapshot:
     monitor: MonitorCost | None = field(default=None, metadata=doc(
         "what taking this snapshot cost gputui itself; null where it was not measured (`gputui probes` documents, "
         "still pictures)"))
+    jobs: tuple[Job, ...] = field(default=(), metadata=doc(
+        "training jobs: processes grouped across their ranks and GPUs (a torchrun job, a Slurm step, one process "
+        "on several GPUs), probed CPU jobs included"))

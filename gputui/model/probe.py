@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputui.model.fielddoc import doc
+from gputui.model.job import Placement
 
 
 @dataclass(frozen=True)
@@ -227,3 +228,5 @@ class ProbeReport:
     limits: tuple[str, ...] = field(default=(), metadata=doc(
         "what the probe cannot see in this job, in words: activations a loss function saves outside any module; "
         "no forward pass seen (a model compiled in place)"))
+    placement: Placement | None = field(default=None, metadata=doc(
+        "its rank in a distributed job, from its own environment when the report was made; null outside one"))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
-from gputui.model import HostView, ProbeReport, Snapshot, from_jsonable, to_jsonable
+from gputui.model import HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
 VERSION = 1
@@ -40,12 +40,15 @@ def probe_document(report: ProbeReport, snapshot: Snapshot | None = None) -> dic
             "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)]}
 
 
-def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str]) -> dict[str, Any]:
-    """Reachable probes' reports, and the pids whose probe did not answer with the reason."""
+def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
+                        jobs: Sequence[Job] = ()) -> dict[str, Any]:
+    """Reachable probes' reports, the pids whose probe did not answer with the reason, and the jobs
+    the probed processes belong to."""
     return {
         **_envelope(PROBE_LIST),
         "probes": [to_jsonable(r) for r in reports],
         "unreachable": [{"pid": pid, "reason": reason} for pid, reason in sorted(unreachable.items())],
+        "jobs": [to_jsonable(j) for j in jobs],
     }
 
 

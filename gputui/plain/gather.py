@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
 from gputui.collect.host import HostReader
+from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.users import current_user
 from gputui.model import ProbeReport, Snapshot
@@ -60,6 +61,7 @@ class Source:
             # No GPUs, but the host figures are still psutil's to read (CPU jobs live on them).
             self._host = HostReader(psutil, socket.gethostname())
             self._probed = ProbedProcesses(psutil)
+            self._jobs = JobFinder(psutil)
         self._sampled = False
 
     def __enter__(self) -> Source:
@@ -91,7 +93,9 @@ class Source:
         self._sampled = True
         reports, problems = self._probe_reports()
         raw = dataclasses.replace(raw, probes=tuple(reports), problems=raw.problems + problems)
-        return apply_filters(probed.add_to(raw), self.options)
+        # grouped again once the probes are in (CPU jobs, ranks' own placements) and filters applied
+        jobs = self.collector.jobs if self.collector is not None else self._jobs
+        return jobs.add_to(apply_filters(probed.add_to(raw), self.options))
 
     def _probe_reports(self) -> tuple[list[ProbeReport], tuple[str, ...]]:
         if self.options.demo is not None:

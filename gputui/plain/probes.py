@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from gputui.errors import UserError
-from gputui.model import ProbeReport, Snapshot
+from gputui.model import Job, ProbeReport, Snapshot
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
@@ -19,14 +19,14 @@ PROBE_TIMEOUT = 2.0
 
 def probes(options: Options) -> int:
     """List the probed processes this user can reach."""
-    reports, unreachable = _all_reports(options)
+    reports, unreachable, jobs = _all_reports(options)
     if options.demo is None:
         _say_where_probes_cannot_be(found=bool(reports or unreachable))
     if options.json:
-        out = dumps(probe_list_document(reports, unreachable)) + "\n"
+        out = dumps(probe_list_document(reports, unreachable, jobs)) + "\n"
     else:
         out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
-                                ascii=terminal.use_ascii(options), width=terminal.width())
+                                ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs)
     return _print(out)
 
 
@@ -56,18 +56,23 @@ def _gpus_now(options: Options) -> Snapshot | None:
         collector.close()
 
 
-def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str]]:
+def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str], tuple[Job, ...]]:
+    """The reports, the probes that did not answer, and the jobs the probed processes make."""
     if options.demo is not None:
-        return list(_demo_reports(options)), {}
+        reports, jobs = _demo_probes(options)
+        return list(reports), {}, jobs
+    import psutil
+
+    from gputui.collect.jobs import JobFinder
     from gputui.link.client import ProbeUnavailable, discover, fetch_report
 
-    reports, unreachable = [], {}
+    found, unreachable = [], {}
     for pid in discover():
         try:
-            reports.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
+            found.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
         except ProbeUnavailable as exc:
             unreachable[pid] = exc.detail
-    return reports, unreachable
+    return found, unreachable, JobFinder(psutil).of_probes(found)
 
 
 def _say_where_probes_cannot_be(found: bool) -> None:
@@ -108,12 +113,18 @@ def _one_report(options: Options) -> ProbeReport:
 
 
 def _demo_reports(options: Options) -> tuple[ProbeReport, ...]:
+    return _demo_probes(options)[0]
+
+
+def _demo_probes(options: Options) -> tuple[tuple[ProbeReport, ...], tuple[Job, ...]]:
+    """The simulated probes' reports, and the jobs their processes make on the simulated machine."""
     from gputui.collect import open_collector
 
     collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
     try:
         collector.sample()  # the simulated job's reports follow the same clock as its GPUs
-        return tuple(collector.probe_reports())
+        reports = tuple(collector.probe_reports())
+        return reports, collector.jobs.of_probes(reports)
     finally:
         collector.close()
 

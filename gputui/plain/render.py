@@ -19,6 +19,7 @@ from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
 from gputui import units
+from gputui.plain.jobs import job_lines
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
 
@@ -70,6 +71,7 @@ def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, widt
     lines.append(Line())
     lines += _process_table(snapshot, width, glyphs, tz)
     lines += _unlisted_probes(snapshot, width, glyphs, tz)
+    lines += job_lines(snapshot, width, glyphs.ellipsis)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)

@@ -6,13 +6,14 @@ Pure: reports in, a string out, in the same style and width rules as the snapsho
 from __future__ import annotations
 
 from datetime import tzinfo
-from typing import Callable
+from typing import Callable, Sequence
 
-from gputui.model import AllocatorStats, MemoryCategories, ProbeReport, Snapshot, StepRecord
+from gputui.model import AllocatorStats, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
 from gputui import units
+from gputui.plain.jobs import job_summary
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
@@ -25,9 +26,10 @@ STEPS_SHOWN = 10
 
 
 def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *, color: bool = False,
-                      ascii: bool = False, width: int = 100) -> str:
-    """One row per probed process: pid, torch version, allocated/reserved, last step, command."""
-    reports, unreachable = visible_all(reports), visible_all(unreachable)
+                      ascii: bool = False, width: int = 100, jobs: Sequence[Job] = ()) -> str:
+    """One row per probed process: pid, rank, torch version, allocated/reserved, last step, command;
+    the ranks of one job together under a line naming it."""
+    reports, unreachable, jobs = visible_all(reports), visible_all(unreachable), visible_all(tuple(jobs))
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     lines: list[Line] = []
@@ -35,31 +37,66 @@ def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *
         lines.append(text("No probed processes found.", "bold"))
         lines += flow([text(word) for word in HOW_TO_START.split(" ")], width, indent=0, gap=1)
     if reports:
-        rows = [_list_row(r) for r in reports]
-        titles = ("PID", "TORCH", "ALLOCATED", "RESERVED", "STEP")
-        widths = [max(len(t), *(len(row[i]) for row in rows)) for i, t in enumerate(titles)]
+        groups = _by_job(reports, jobs)
+        rows = {r.pid: _list_row(r) for r in reports}
+        titles = ("PID", "RANK", "TORCH", "ALLOCATED", "RESERVED", "STEP")
+        widths = [max(len(t), *(len(row[i]) for row in rows.values())) for i, t in enumerate(titles)]
         header = Line()
         for title, size in zip(titles, widths):
             header.add((title.rjust(size) if title != "TORCH" else title.ljust(size)) + " ", "head")
         lines.append(header.add("COMMAND", "head").cropped(width, glyphs.ellipsis))
-        for report, row in zip(reports, rows):
-            line = Line().add(row[0].rjust(widths[0]) + " ", "bold").add(row[1].ljust(widths[1]) + " ")
-            for value, size in zip(row[2:], widths[2:]):
-                line.add(value.rjust(size) + " ")
-            line.add(" ".join(report.command) or "?")
-            lines.append(line.cropped(width, glyphs.ellipsis))
+        for job, members in groups:
+            if job is not None:
+                lines.append(Line().add(job.name, "bold").add("  ").add(job_summary(job), "dim")
+                             .cropped(width, glyphs.ellipsis))
+            for report in members:
+                row = rows[report.pid]
+                line = Line().add(row[0].rjust(widths[0]) + " ", "bold").add(row[1].rjust(widths[1]) + " ")
+                line.add(row[2].ljust(widths[2]) + " ")
+                for value, size in zip(row[3:], widths[3:]):
+                    line.add(value.rjust(size) + " ")
+                line.add(" ".join(report.command) or "?")
+                lines.append(line.cropped(width, glyphs.ellipsis))
     for pid, reason in sorted(unreachable.items()):
         lines += flow([text(reason, "warn")], width, first=Line().add(f"{pid} ", "bold").add(
             "did not answer: ", "warn"), indent=4, ellipsis=glyphs.ellipsis)
     return _finish(lines, color, ascii)
 
 
+def placement_text(placement: Placement) -> str:
+    """"rank 9 of 16 (local rank 1, node 1), torchelastic gpt13b-0412": where a rank sits in its job."""
+    where = []
+    if placement.local_rank is not None:
+        where.append(f"local rank {placement.local_rank}")
+    if placement.group_rank is not None:
+        where.append(f"node {placement.group_rank}")
+    said = "rank ?" if placement.rank is None else f"rank {placement.rank}"
+    if placement.world_size is not None:
+        said += f" of {placement.world_size}"
+    if where:
+        said += f" ({', '.join(where)})"
+    return f"{said}, {placement.rendezvous}" if placement.rendezvous else said
+
+
+def _by_job(reports: list[ProbeReport], jobs: Sequence[Job]) -> list[tuple[Job | None, list[ProbeReport]]]:
+    """The reports of each job together, by rank, in the jobs' order; those in no job, alone, after."""
+    of = {r.pid: r for r in reports}
+    groups: list[tuple[Job | None, list[ProbeReport]]] = []
+    for job in jobs:
+        members = [of.pop(rank.pid) for rank in job.ranks if rank.pid in of]
+        if members:
+            groups.append((job, members))
+    return groups + [(None, [r]) for r in reports if r.pid in of]
+
+
 def _list_row(report: ProbeReport) -> list[str]:
     allocated = [d.allocator.allocated for d in report.devices if d.allocator is not None]
     reserved = [d.allocator.reserved for d in report.devices if d.allocator is not None]
     step = str(report.steps[-1].step) if report.steps else "-"
+    rank = report.placement.rank if report.placement is not None else None
     return [
         str(report.pid),
+        str(rank) if rank is not None else "-",
         report.torch_version or "?",
         units.size_compact(sum(allocated)) if allocated else "n/a",
         units.size_compact(sum(reserved)) if reserved else "n/a",
@@ -81,6 +118,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
                  ellipsis=glyphs.ellipsis)
     lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
+    if report.placement is not None:
+        lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
                            tz, indent=0)
     for device in report.devices:

@@ -235,6 +235,7 @@ SCHEMA: dict[str, Any] = {
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
+            "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
         }),
         _envelope("gputui.hosts", {"hosts": _list(HOST, "the hosts, in the order they were named")}),
     ],

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 
 from gputui.link.protocol import RawJSON, dumps
-from gputui.model import ProbeReport, StepRecord, to_jsonable
+from gputui.model import Placement, ProbeReport, StepRecord, to_jsonable
 from gputui.probe.board import Board
 from gputui.probe.steps import LIGHT_FIGURES, StepEntry
 
@@ -120,6 +121,8 @@ class Desk:
             probe_cpu_seconds=board.hook_seconds + self.cpu_seconds,
             problems=board.problems.lines() + tuple(board.server_problems),
             limits=board.limits,
+            # read at each report: a job may set its rank variables after importing torch (mp.spawn)
+            placement=Placement.from_environ(os.environ),
         )
 
     def _sites_json(self) -> bytes:

@@ -40,9 +40,20 @@ def is_helper_process(argv=None) -> bool:
     return False
 
 
+def is_launcher() -> bool:
+    """torchrun, deepspeed's or accelerate's launcher: it imports torch to start the ranks, which
+    get the probe themselves (they inherit GPUTUI_PROBE), and trains nothing."""
+    from gputui.model.job import launcher_of
+
+    return any(launcher_of(argv) is not None
+               for argv in (getattr(sys, "orig_argv", None) or (), sys.argv or ()))
+
+
 def start_probe(via: str = "env") -> None:
     """Start the probe now (torch is imported); never raises into the importing code."""
     try:
+        if is_launcher():
+            return
         from gputui.probe import runtime
 
         runtime.start(via=via, serve=not is_helper_process())

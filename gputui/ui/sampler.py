@@ -14,6 +14,7 @@ from typing import Callable, Protocol, TypedDict
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.collect.host import HostReader
+from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
@@ -22,7 +23,8 @@ from gputui.untrusted import visible_all
 
 class Source(Protocol):
     """What the sampler samples: the collector, NoDriverSource, a test's fake. Where it also has
-    ``probe_reports()`` (the simulator's probes) and ``probed`` (a ProbedProcesses), they are used."""
+    ``probe_reports()`` (the simulator's probes), ``probed`` (a ProbedProcesses) and ``jobs`` (a
+    JobFinder), they are used."""
 
     def sample(self) -> Snapshot: ...
 
@@ -108,6 +110,9 @@ class Sampler:
             from gputui.collect.filters import select
 
             snapshot = select(snapshot, **self.filters)
+        jobs = getattr(self.collector, "jobs", None)
+        if jobs is not None:  # grouped again with the probes in (CPU ranks) and the filters applied
+            snapshot = jobs.add_to(snapshot)
         return visible_all(snapshot)
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
@@ -170,6 +175,7 @@ class NoDriverSource:
             host = HostReader(psutil, self.hostname)
         self._host: HostSource = host
         self.probed = ProbedProcesses(psutil)
+        self.jobs = JobFinder(psutil)
 
     def sample(self) -> Snapshot:
         # The app says each problem once, so the full reason pops up once under the short banner.

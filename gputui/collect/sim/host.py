@@ -76,6 +76,9 @@ class SimProcess:
             raise _psutil.ZombieProcess(self.pid, program.name, program.ppid)
         return list(program.cmdline)
 
+    def environ(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "HOME": f"/home/{self._readable().user}", **dict(self._program.environ)}
+
     def username(self) -> str:
         return self._readable().user
 

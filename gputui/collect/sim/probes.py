@@ -18,6 +18,7 @@ from gputui.model import (
     LeakKeeper,
     MemoryCategories,
     OomRecord,
+    Placement,
     ProbeDevice,
     ProbeReport,
     StepRecord,
@@ -174,6 +175,7 @@ def report_for(now: JobNow, machine: SimulatedMachine) -> ProbeReport:
         torch_version=TORCH_VERSION,
         started_at=epoch + run.start,
         command=program.cmdline,
+        placement=Placement.from_environ(dict(program.environ)),
         devices=devices,
         # As the real probe: figures read at the end of the last step (or, before one, on request).
         read_at=(steps[-1].ended_at if steps else machine.wallclock()) if mem is not None else None,

@@ -18,7 +18,7 @@ from gputui.options import SCENARIOS
 
 # The scenario second `gputui --demo` starts at: the torchrun job has ramped up on every GPU, the
 # leaking job has grown for a minute (its OOM comes a minute later). The others are steady from 0.
-DEMO_START = {"training-node": 60.0, "leaky": 60.0}
+DEMO_START = {"training-node": 60.0, "leaky": 60.0, "dataparallel": 60.0, "torchrun": 60.0}
 
 COMPUTE = "compute"
 GRAPHICS = "graphics"
@@ -75,6 +75,7 @@ class Use:
     decoder: float = 0.0
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    share: float = 1.0  # of its job's allocator bytes on this device: DataParallel's replicas hold less
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Program:
     access: str = OK
     job: Job | None = None
     probed: bool = False  # a gputui probe runs inside it
+    environ: tuple[tuple[str, str], ...] = ()  # its environment (rank variables), beside the usual ones
 
     @property
     def on_gpu(self) -> bool:
@@ -127,6 +129,15 @@ def _system(*extra: Program) -> tuple[Program, ...]:
                 -864000.0, cpu=0.001, rss=9 * MiB),
     )
     return base + extra
+
+
+def torchrun_environ(rank: int, world_size: int, *, local_rank: int | None = None, node: int = 0,
+                     run_id: str = "none", master: str = "127.0.0.1:29500") -> tuple[tuple[str, str], ...]:
+    """What torchrun puts in a worker's environment (the variables gputui groups and ranks by)."""
+    addr, port = master.split(":")
+    return (("RANK", str(rank)), ("LOCAL_RANK", str(rank if local_rank is None else local_rank)),
+            ("WORLD_SIZE", str(world_size)), ("GROUP_RANK", str(node)), ("TORCHELASTIC_RUN_ID", run_id),
+            ("MASTER_ADDR", addr), ("MASTER_PORT", port))
 
 
 def _layout(model: GpuModel, **kw: Any) -> Layout:
@@ -199,7 +210,7 @@ def training_node() -> Scenario:
     ranks = tuple(
         Program(48231 + r, 48210, "python3", TRAIN_ARGS, "lena", 0.0, cpu=1.15, rss=int(11.5 * GiB),
                 uses=(Use(r, sm=95.0, jitter=3.0, mem_ratio=0.58),), job=Job(layout, 0.0, 48231 + r),
-                probed=r == 0)
+                probed=r == 0, environ=torchrun_environ(r, 8))
         for r in range(8)
     )
     programs = _system(
@@ -240,7 +251,7 @@ def leaky() -> Scenario:
                 -31.0, cpu=0.01, rss=290 * MiB),
         Program(51200, 51010, "python3", ("/usr/bin/python3", "-u", "train.py", "--model", "gpt2-medium"), "dev",
                 -30.0, cpu=1.1, rss=int(4.2 * GiB), uses=(Use(0, sm=88.0, jitter=5.0, mem_ratio=0.5),), job=job,
-                probed=True),
+                probed=True, environ=torchrun_environ(0, 1)),
         Program(52300, 1, "python", ("/home/sam/venv/bin/python", "-m", "ipykernel_launcher", "-f",
                                      "/home/sam/.local/share/jupyter/runtime/kernel-0b7d.json"), "sam", -40000.0,
                 cpu=0.03, rss=int(1.9 * GiB), uses=(Use(0, memory=3572 * MiB, sm=-35.0, jitter=60.0),)),
@@ -318,12 +329,89 @@ def faults() -> Scenario:
                     memory_total=256 * GiB, swap_total=4 * GiB, host_memory_base=int(12 * GiB))
 
 
+# ---------------------------------------------------------------------------------------------- dataparallel
+
+DP_SHARES = (1.0, 0.45, 0.45, 0.45)  # device 0 holds the master weights, gradients, optimizer and outputs
+
+
+def dataparallel_layout() -> Layout:
+    """A ViT-L fine-tune under nn.DataParallel on 4 A100s, as device 0 sees it: the weights, the gradients
+    reduced onto it, Adam's state and every replica's outputs gathered for the loss. What grows (48 MiB a
+    step: the gathered outputs of a batch whose padded length creeps up) grows there."""
+    return _layout(hw.A100_SXM_40, parameters=int(1.2 * GiB), gradients=int(1.2 * GiB),
+                   optimizer_state=int(2.4 * GiB), activations=int(14.0 * GiB), other=int(2.2 * GiB),
+                   step_time=0.9, leak_per_step=48 * MiB)
+
+
+def dataparallel() -> Scenario:
+    """One process drives 4 GPUs with nn.DataParallel: device 0 fills first and runs out of memory while
+    the replicas have room (then its launcher script starts it again)."""
+    name = "dataparallel"
+    gpus = tuple(_gpu(name, i, hw.A100_SXM_40, bus) for i, bus in enumerate((0x07, 0x0F, 0x47, 0x4E)))
+    uses = tuple(Use(i, sm=(92.0 if i == 0 else 61.0), jitter=4.0, mem_ratio=0.5, share=share)
+                 for i, share in enumerate(DP_SHARES))
+    programs = _system(
+        Program(61000, 1820, "bash", ("-bash",), "ines", -7200.0, cpu=0.0, rss=5 * MiB),
+        Program(61010, 61000, "bash", ("bash", "retry.sh", "python", "train_dp.py"), "ines", -100.0, cpu=0.0,
+                rss=4 * MiB),
+        Program(61042, 61010, "python", ("python", "train_dp.py", "--batch-size", "256", "--model", "vit-l"),
+                "ines", -100.0, cpu=1.6, rss=int(6.5 * GiB), uses=uses,
+                job=Job(dataparallel_layout(), start=-100.0, pid=61042)),
+    )
+    return Scenario(name, "gpu-sim-03", hw.DRIVER_560, gpus, programs, cpu_count=96,
+                    memory_total=1007 * GiB, swap_total=0, host_memory_base=int(12 * GiB))
+
+
+# ---------------------------------------------------------------------------------------------- torchrun
+
+TORCHRUN_ARGS = ("/usr/bin/python3", "-u", "pretrain.py", "--config", "configs/gpt-1.3b.yaml")
+STRAGGLER = 5  # the local rank whose GPU is starved (its data loader cannot keep up)
+
+
+def torchrun_layout(step_time: float = 0.48) -> Layout:
+    """One DDP rank of a 1.3B model on an H100."""
+    return _layout(hw.H100_SXM, parameters=int(2.6 * GiB), gradients=int(2.6 * GiB),
+                   optimizer_state=int(10.4 * GiB), activations=int(38.0 * GiB), other=int(1.1 * GiB),
+                   step_time=step_time)
+
+
+def torchrun() -> Scenario:
+    """The second node of a 2-node torchrun job (16 ranks), seen from this node: ranks 8-15 on its 8 GPUs,
+    grouped by their launcher and their environments. Local rank 5 is a straggler: its utilisation and
+    step time lag the others'."""
+    name = "torchrun"
+    gpus = tuple(_gpu(name, i, hw.H100_SXM, bus) for i, bus in enumerate(DGX_BUSES))
+    ranks = []
+    for local in range(8):
+        slow = local == STRAGGLER
+        layout = torchrun_layout(0.71 if slow else 0.48)
+        ranks.append(Program(
+            70120 + local, 70100, "python3", TORCHRUN_ARGS, "kai", 0.0, cpu=2.8 if slow else 1.2, rss=int(9 * GiB),
+            uses=(Use(local, sm=58.0 if slow else 94.0, jitter=3.0, mem_ratio=0.6),),
+            job=Job(layout, 0.0, 70120 + local), probed=local in (0, STRAGGLER),
+            environ=torchrun_environ(8 + local, 16, local_rank=local, node=1, run_id="gpt13b-0412",
+                                     master="node-a:29400")))
+    programs = _system(
+        Program(70050, 1820, "bash", ("-bash",), "kai", -1800.0, cpu=0.0, rss=5 * MiB),
+        Program(70100, 70050, "torchrun", ("/usr/bin/python3", "/usr/local/bin/torchrun", "--nnodes=2",
+                                           "--node-rank=1", "--nproc-per-node=8", "--rdzv-backend=c10d",
+                                           "--rdzv-endpoint=node-a:29400", "--rdzv-id=gpt13b-0412",
+                                           "pretrain.py", "--config", "configs/gpt-1.3b.yaml"), "kai", -2.0,
+                cpu=0.02, rss=300 * MiB),
+        *ranks,
+    )
+    return Scenario(name, "dgx-sim-02", hw.DRIVER_560, gpus, programs, cpu_count=224,
+                    memory_total=2015 * GiB, swap_total=0, host_memory_base=int(38 * GiB))
+
+
 BUILDERS = {
     "workstation": workstation,
     "training-node": training_node,
     "leaky": leaky,
     "mig": mig,
     "faults": faults,
+    "dataparallel": dataparallel,
+    "torchrun": torchrun,
 }
 
 
@@ -342,7 +430,7 @@ def _peak(program: Program, gpu: Gpu) -> int:
             continue
         if program.job is not None:
             lay = program.job.layout
-            total += lay.context + lay.reserved(0, lay.warm_until)
+            total += lay.context + int(lay.reserved(0, lay.warm_until) * use.share)
         else:
             total += use.memory
     return total

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gputui.collect.sim.jobs import Job, Memory, Run
+from gputui.collect.sim.jobs import Job, Memory, Run, round_up
 from gputui.collect.sim.scenarios import BOTH, COMPUTE, GRAPHICS, VANISHED, Gpu, Program, Scenario, Use
 from gputui.collect.sim.signals import clamp, noise, ramp, stream
 
@@ -78,7 +78,7 @@ def _job_use(program: Program, use: Use, now: JobNow, seed: int, t: float) -> tu
     mem = now.memory
     if mem is None:
         return 0, 0
-    memory = now.job.layout.context + mem.reserved
+    memory = now.job.layout.context + (mem.reserved if use.share == 1.0 else round_up(mem.reserved * use.share))
     if not mem.busy:
         return memory, 0
     lay = now.job.layout

@@ -1,0 +1,254 @@
+"""Training jobs: the processes of one run grouped across their ranks and GPUs.
+
+The evidence, strongest first: children of one launcher process (torchrun, deepspeed, accelerate,
+mpirun), then what the ranks' environments share (one Slurm step, one TORCHELASTIC_RUN_ID, one
+MASTER_ADDR:MASTER_PORT: ``Placement.rendezvous``); a single process on several GPUs (DataParallel)
+is a job of one process. ``find_jobs`` is pure; ``JobFinder`` reads what it needs from psutil, each
+environment once per process life, since a /proc read per process per sample would add up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Final
+
+from gputui.collect.interfaces import Psutil
+from gputui.model import (
+    BY_DEVICES,
+    BY_LAUNCHER,
+    GROUPED_BY,
+    PROCESS_DENIED,
+    PROCESS_OK,
+    GpuProcess,
+    GroupedBy,
+    HostProcess,
+    Job,
+    JobDevice,
+    JobRank,
+    Placement,
+    ProbeReport,
+    Snapshot,
+)
+from gputui.model.job import launcher_of
+
+DENIED: Final = "denied"  # the environment could not be read (another user's process)
+LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
+
+Environment = Placement | None | str  # what a process's environment says: a placement, none, or DENIED
+_BY_WORD: dict[str, GroupedBy] = {by: by for by in GROUPED_BY}  # a rendezvous starts with its evidence
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One process of a job, as grouping found it."""
+
+    pid: int
+    command: tuple[str, ...]
+    devices: list[JobDevice]
+    environment: Environment
+    probed: bool
+
+
+def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess] = (),
+              probed: Sequence[HostProcess] = (), probes: Sequence[ProbeReport] = (),
+              environments: Mapping[int, Environment] | None = None) -> tuple[Job, ...]:
+    """The jobs among GPU processes and probed processes, ordered by their first PID.
+
+    ``parents`` are the processes' ancestors (for their launchers); ``environments`` what each PID's
+    environment says (missing: not read; a probe's report says it for its own process).
+    """
+    environments = environments or {}
+    reports = {r.pid: r for r in probes}
+    on_gpus: dict[int, list[GpuProcess]] = {}
+    for p in processes:
+        pid = p.own_pid
+        if pid in on_gpus:
+            on_gpus[pid].append(p)
+        else:
+            on_gpus[pid] = [p]
+    seen = [(pid, ps[0].ppid, ps[0].command, ps) for pid, ps in on_gpus.items()]
+    seen += [(h.pid, h.ppid, h.command, []) for h in probed if h.pid not in on_gpus]
+
+    hosts = {h.pid: h for h in parents} | {h.pid: h for h in probed}
+    # the launchers among the ancestors, looked for once (there are few; processes may be thousands)
+    launchers = {h.pid: kind for h in hosts.values() if (kind := launcher_of(h.command)) is not None}
+    groups: dict[str, list[_Member]] = {}
+    evidence: dict[str, GroupedBy] = {}
+    started_by: dict[str, tuple[str, int]] = {}
+    for pid, ppid, command, gpu_processes in seen:
+        environment = environments.get(pid)
+        report = reports.get(pid)
+        if environment is None and report is not None:
+            environment = report.placement  # the probe read its own environment
+        found = _launcher_above(ppid, hosts, launchers, on_gpus) if launchers else None
+        by: GroupedBy
+        if found is not None:
+            key, by = f"{BY_LAUNCHER} {found[1]}", BY_LAUNCHER
+            started_by[key] = found
+        elif isinstance(environment, Placement) and environment.rendezvous:
+            key, by = environment.rendezvous, _BY_WORD[environment.rendezvous.split(" ", 1)[0]]
+        elif len(gpu_processes) > 1:
+            key, by = f"{BY_DEVICES} {pid}", BY_DEVICES
+        else:
+            continue  # no evidence of a job: the process table's row is all there is
+        devices = [JobDevice(index=p.device_index, gpu_memory=p.gpu_memory) for p in gpu_processes]
+        groups.setdefault(key, []).append(_Member(pid, command, devices, environment, report is not None))
+        evidence[key] = by
+    jobs = [_job(key, evidence[key], group, started_by.get(key)) for key, group in groups.items()]
+    return tuple(sorted(jobs, key=lambda j: min(r.pid for r in j.ranks)))
+
+
+def _launcher_above(pid: int | None, hosts: Mapping[int, HostProcess], launchers: Mapping[int, str],
+                    ranks: Container[int]) -> tuple[str, int] | None:
+    """(launcher kind, pid) of the nearest launcher among the ancestors from ``pid`` up, or None.
+
+    A process whose parent is itself on a GPU (a rank's own child) is not a rank of the launcher above.
+    """
+    for _ in range(LAUNCHER_DEPTH):
+        if pid is None:
+            return None
+        kind = launchers.get(pid)
+        if kind is not None:
+            return kind, pid
+        if pid in ranks:
+            return None
+        host = hosts.get(pid)
+        pid = host.ppid if host is not None else None
+    return None
+
+
+def _job(key: str, grouped_by: GroupedBy, members: list[_Member], launcher: tuple[str, int] | None) -> Job:
+    ranks = []
+    notes = []
+    for m in members:
+        placement = m.environment if isinstance(m.environment, Placement) else Placement()
+        if m.environment == DENIED:
+            notes.append(f"process {m.pid}: its environment could not be read (another user's process), "
+                         "so its rank is not known")
+        devices = tuple(sorted(m.devices, key=lambda d: d.index))
+        memory = [d.gpu_memory for d in devices if d.gpu_memory is not None]
+        ranks.append(JobRank(pid=m.pid, rank=placement.rank, local_rank=placement.local_rank,
+                             group_rank=placement.group_rank, devices=devices,
+                             gpu_memory=sum(memory) if memory else None, probed=m.probed,
+                             command=m.command))
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
+    placements = [m.environment for m in members if isinstance(m.environment, Placement)]
+    sizes = [p.world_size for p in placements if p.world_size is not None]
+    memory = [r.gpu_memory for r in ranks if r.gpu_memory is not None]
+    return Job(
+        key=key,
+        name=_name(ranks, launcher[0] if launcher else None, grouped_by),
+        grouped_by=grouped_by,
+        launcher=launcher[0] if launcher else None,
+        launcher_pid=launcher[1] if launcher else None,
+        world_size=max(sizes) if sizes else None,
+        ranks=tuple(ranks),
+        devices=tuple(sorted({d.index for r in ranks for d in r.devices})),
+        gpu_memory=sum(memory) if memory else None,
+        notes=tuple(notes),
+    )
+
+
+def _name(ranks: Sequence[JobRank], launcher: str | None, grouped_by: str) -> str:
+    """"train.py (torchrun)": the ranks' script, and what started or grouped them."""
+    script = next((s for s in (script_of(r.command) for r in ranks) if s), None) or "a job"
+    if launcher is not None:
+        return f"{script} ({launcher})"
+    if grouped_by == BY_DEVICES:
+        return f"{script} (one process, {len(ranks[0].devices)} GPUs)"
+    return f"{script} ({grouped_by})"
+
+
+def script_of(command: Sequence[str]) -> str | None:
+    """The script a Python command line runs (``train.py``), its module (``-m pkg``), or the program."""
+    if not command:
+        return None
+    program = PurePosixPath(command[0]).name
+    if not program.startswith("python"):
+        return program or None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg == "-c":
+            return "python -c"
+        if not arg.startswith("-"):
+            return PurePosixPath(arg).name
+    return program
+
+
+class JobFinder:
+    """Groups each snapshot's processes into jobs, reading environments and launchers from psutil."""
+
+    def __init__(self, psutil: Psutil) -> None:
+        self.psutil = psutil
+        self._environments: dict[int, tuple[float | None, Environment]] = {}
+        self._hosts: dict[int, HostProcess | None] = {}  # parents of probed processes, by pid
+
+    def add_to(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with its ``jobs``, from its GPU processes, probed processes and probes."""
+        started: dict[int, float | None] = {}
+        denied = []  # psutil could not read these at all: their environments are no more readable
+        for p in snapshot.processes:
+            if p.state == PROCESS_OK:
+                started[p.own_pid] = p.started_at
+            elif p.state == PROCESS_DENIED:
+                denied.append(p.own_pid)
+        started.update({h.pid: h.started_at for h in snapshot.probed})
+        environments = self._read_environments(started)
+        environments.update(dict.fromkeys(denied, DENIED))
+        parents = list(snapshot.parents) + self._parents_of(snapshot.probed, snapshot.parents)
+        jobs = find_jobs(snapshot.processes, parents=parents, probed=snapshot.probed,
+                         probes=snapshot.probes, environments=environments)
+        if jobs == snapshot.jobs:
+            return snapshot
+        return dataclasses.replace(snapshot, jobs=jobs)
+
+    def of_probes(self, reports: Sequence[ProbeReport]) -> tuple[Job, ...]:
+        """The jobs of probed processes alone (``gputui probes``: no GPUs asked), by their reports'
+        placements and their parents."""
+        probed = [h for h in (self._host(r.pid) for r in reports) if h is not None]
+        return find_jobs((), parents=self._parents_of(probed, ()), probed=probed, probes=reports)
+
+    def _read_environments(self, started: Mapping[int, float | None]) -> dict[int, Environment]:
+        """Each process's placement, read once per process life (pid and start time)."""
+        cache = self._environments
+        for pid in [p for p in cache if p not in started]:
+            del cache[pid]
+        found = {}
+        for pid, at in started.items():
+            cached = cache.get(pid)
+            if cached is None or cached[0] != at:
+                cached = cache[pid] = (at, self._environment(pid))
+            found[pid] = cached[1]
+        return found
+
+    def _environment(self, pid: int) -> Environment:
+        ps = self.psutil
+        try:
+            return Placement.from_environ(ps.Process(pid).environ())
+        except ps.AccessDenied:
+            return DENIED
+        except ps.NoSuchProcess:  # gone since the sample (ZombieProcess is one too)
+            return None
+
+    def _parents_of(self, probed: Iterable[HostProcess], known: Sequence[HostProcess]) -> list[HostProcess]:
+        """The parents of probed CPU processes (the collector looks up GPU processes' only)."""
+        have = {h.pid for h in known}
+        wanted = {h.ppid for h in probed if h.ppid and h.ppid > 1 and h.ppid not in have}
+        for pid in [p for p in self._hosts if p not in wanted]:
+            del self._hosts[pid]  # a living child keeps its parent's pid: no recycling to fear here
+        for pid in wanted - self._hosts.keys():
+            self._hosts[pid] = self._host(pid)
+        return [h for h in self._hosts.values() if h is not None]
+
+    def _host(self, pid: int) -> HostProcess | None:
+        ps = self.psutil
+        try:
+            process = ps.Process(pid)
+            return HostProcess(pid=pid, ppid=process.ppid(), command=tuple(process.cmdline()))
+        except (ps.NoSuchProcess, ps.AccessDenied):
+            return None

@@ -1,0 +1,94 @@
+"""``--once``'s short "Jobs" section: each job spread over several ranks or GPUs, its ranks side by side.
+
+Jobs of one process on one GPU are the process table's rows already, so they are left out.
+"""
+
+from __future__ import annotations
+
+from gputui import units
+from gputui.analysis.jobs import analyse_job, who
+from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
+from gputui.model.job_verdicts import JobAnalysis
+from gputui.plain.styled import Line, flow, text
+
+
+def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
+    """The section, or nothing when no job is spread over several ranks or devices."""
+    jobs = [job for job in snapshot.jobs if job.spread]
+    if not jobs:
+        return []
+    lines = [Line(), Line().add("Jobs", "head").add("  * probed", "dim")]
+    for job in jobs:
+        lines.append(Line().add(job.name, "bold").add("  ").add(job_summary(job), "dim").cropped(width, ellipsis))
+        lines += flow([_rank_chunk(rank) for rank in job.ranks], width, first=Line().add("  "), indent=2,
+                      ellipsis=ellipsis)
+        for note in job.notes:
+            lines += flow([text(note, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
+        for finding in findings(analyse_job(job, snapshot)):
+            lines += flow([text(finding, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
+    return lines
+
+
+def findings(analysis: JobAnalysis) -> list[str]:
+    """What is unusual in a job, a phrase each, and its first advice's title: --once keeps it short."""
+    said = []
+    i = analysis.imbalance
+    if i is not None:
+        said.append(f"{who(i.rank, i.pid, i.device)} holds {units.size(i.memory)}, {i.ratio:.1f}x the others' "
+                    f"median {units.size(i.others)}")
+    lagging: dict[str, list[str]] = {}
+    for s in analysis.stragglers:
+        lagging.setdefault(who(s.rank, s.pid), []).append(
+            f"{s.value:.0f}% busy vs {s.others:.0f}%" if s.measure == "utilisation"
+            else f"{units.step_time(s.value)} a step vs {units.step_time(s.others)}")
+    said += [f"{name} lags the others: {', '.join(figures)}" for name, figures in lagging.items()]
+    oom = analysis.first_oom
+    if oom is not None:
+        said.append(f"{who(oom.rank, oom.pid, oom.device)} runs out of memory first, in about "
+                    f"{units.span(oom.seconds)}")
+    if analysis.advice:
+        said.append(f"advice: {analysis.advice[0].title}")
+    return said
+
+
+def job_summary(job: Job) -> str:
+    """"8 ranks of 16, GPUs 0-7, 470 GiB, torchrun pid 48210": the job in one phrase."""
+    ranks = (f"{len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}" if job.grouped_by != BY_DEVICES
+             else "1 process")
+    if job.world_size is not None and job.world_size != len(job.ranks):
+        ranks += f" of {job.world_size}"
+    parts = [ranks]
+    if job.devices:
+        parts.append(("GPU " if len(job.devices) == 1 else "GPUs ") + indices(job.devices))
+    if job.gpu_memory is not None:
+        parts.append(units.size(job.gpu_memory))
+    if job.launcher_pid is not None:
+        parts.append(f"{job.launcher} pid {job.launcher_pid}")
+    else:
+        parts.append(f"grouped by {job.key}")
+    return ", ".join(parts)
+
+
+def indices(numbers: tuple[int, ...]) -> str:
+    """"0-3,6": sorted numbers with their runs shortened."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def rank_label(rank: JobRank) -> str:
+    """"rank 3" where the environment says, else "pid 4242"."""
+    return f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
+
+
+def _rank_chunk(rank: JobRank) -> Line:
+    line = Line().add(rank_label(rank) + ("*" if rank.probed else ""), "bold")
+    for device in rank.devices:
+        line.add(f" GPU{device.index} {units.size_compact(device.gpu_memory)}")
+    if not rank.devices:
+        line.add(" CPU", "dim")
+    return line
