@@ -57,17 +57,16 @@ OOM_SOON = 1800.0
 
 
 def worst_finding(analysis: JobAnalysis) -> tuple[str, bool] | None:
-    """The finding that matters most, in a few words ("GPU 0 out of memory in 4 min"), and whether it
-    is urgent (an OOM within OOM_SOON): the job view's job line has room for no more."""
+    """The finding that matters most, in a few words ("GPU 0 OOM in 2 min"), and whether it is urgent
+    (an OOM within OOM_SOON): the job view's job line has room for no more."""
     oom, i = analysis.first_oom, analysis.imbalance
     if oom is not None and (oom.seconds < OOM_SOON or i is None):
-        return f"{who(oom.rank, oom.pid, oom.device)} out of memory in {units.span(oom.seconds)}", \
-            oom.seconds < OOM_SOON
+        return f"{who(oom.rank, oom.pid, oom.device)} OOM in {units.span(oom.seconds)}", oom.seconds < OOM_SOON
     if i is not None:
-        return f"{who(i.rank, i.pid, i.device)} holds {i.ratio:.1f}x the others", False
+        return f"{who(i.rank, i.pid, i.device)} holds {i.ratio:.1f}x", False
     if analysis.stragglers:
         s = analysis.stragglers[0]
-        return f"{who(s.rank, s.pid)} lags the others", False
+        return f"{who(s.rank, s.pid)} lags", False
     return None
 
 

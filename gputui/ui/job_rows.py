@@ -9,6 +9,7 @@ the line is drawn, as a process row's are.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -90,14 +91,18 @@ def job_row(key: str, job: Job, source: JobSource, *, shut: bool = False, ascii:
 
 def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> tuple[dict, dict]:
     """Texts and styles of every column for a job's line."""
-    worst = worst_finding(analyse_job(job, source.snapshot, trends=source.trends))
-    users = {p.user for p in source.snapshot.processes if p.own_pid in {r.pid for r in job.ranks} and p.user}
-    name = MARKS[ascii][shut] + job.name + " · " + rank_count(job)
+    analysis = analyse_job(job, source.snapshot, trends=source.trends)
+    worst = worst_finding(analysis)
+    ranks = {r.pid for r in job.ranks}
+    users = {p.user for p in source.snapshot.processes if p.own_pid in ranks and p.user}
+    busy = [s.utilisation for s in analysis.slots if s.utilisation is not None]
+    # The finding before the rank count: a narrow pane cuts the end of the line.
+    words = [MARKS[ascii][shut] + job.name, *([worst[0]] if worst else []), rank_count(job)]
     cells = {c: "" for c in COLUMNS}
     cells.update(host=source.host or "", pid="" if job.launcher_pid is None else str(job.launcher_pid),
-                 user=",".join(sorted(users)) or units.NA,
-                 gpu=indices(job.devices) or "-", gpu_memory=units.size_short(job.gpu_memory),
-                 command=name if worst is None else f"{name} · {worst[0]}")
+                 user=",".join(sorted(users)) or units.NA, gpu=indices(job.devices) or "-",
+                 gpu_memory=units.size_short(job.gpu_memory), sm=units.percent(statistics.mean(busy)) if busy else "",
+                 command=" · ".join(words))
     style = "bold" if worst is None else "bold $error" if worst[1] else "bold $warning"
     return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}
 
