@@ -60,7 +60,7 @@ async def test_j_groups_a_jobs_rows_under_its_line_and_toggles_back():
         keys = table_keys(app)
         assert keys[0] == TORCHRUN and sorted(keys[1:]) == RANKS
         line = cells(app, TORCHRUN)
-        assert line["command"] == "▾ pretrain.py (torchrun) · rank 13 lags · 8 ranks of 16"
+        assert line["command"] == "▾ rank 13 lags · pretrain.py (torchrun) · 8 ranks of 16"
         assert (line["pid"], line["user"], line["gpu"], line["gpu_memory"]) == ("70100", "kai", "0-7", "470G")
         assert cells(app, keys[-1])["command"].startswith("└─ /usr/bin/python3 -u pretrain.py")
         assert cells(app, keys[1])["command"].startswith("├─ ")
@@ -79,7 +79,7 @@ async def test_left_folds_a_job_under_its_line_and_right_unfolds_it():
         await pilot.pause()
         assert table_keys(app) == [TORCHRUN]
         assert table(app).selected_key == TORCHRUN
-        assert cells(app, TORCHRUN)["command"].startswith("▸ pretrain.py")
+        assert cells(app, TORCHRUN)["command"].startswith("▸ rank 13 lags · pretrain.py")
         status = str(app.screen.query_one("#table-status").render())
         assert "PROCESSES  8 " in status  # folded ranks are still counted as shown
         await pilot.press("right")
@@ -154,7 +154,7 @@ async def test_job_detail_shows_dataparallel_device_0_above_the_others_and_out_o
     async with app.run_test(size=(80, 24)) as pilot:
         await job_view(pilot)
         assert cells(app, DATAPARALLEL)["command"].startswith(
-            "▾ train_dp.py (one process, 4 GPUs) · GPU 0 OOM in 2 min")
+            "▾ GPU 0 OOM in 2 min · train_dp.py (one process, 4 GPUs) · 1 process")
         assert table(app).rows_by_key[DATAPARALLEL].look()[1]["command"] == "bold $error"
         screen = await open_job(pilot, DATAPARALLEL)
         text = screen_text(screen)

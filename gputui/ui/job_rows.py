@@ -82,7 +82,7 @@ def group_by_job(rows: Sequence[Row], sources: Sequence[JobSource], folded: Coll
 
 
 def job_row(key: str, job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> Row:
-    """A job's line: its name and ranks, GPUs, total GPU memory, and its worst finding."""
+    """A job's line: its worst finding, name and ranks, its GPUs, total GPU memory and mean SM %."""
     def look() -> tuple[dict, dict]:
         return job_cells(job, source, shut=shut, ascii=ascii)
 
@@ -96,13 +96,13 @@ def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = 
     ranks = {r.pid for r in job.ranks}
     users = {p.user for p in source.snapshot.processes if p.own_pid in ranks and p.user}
     busy = [s.utilisation for s in analysis.slots if s.utilisation is not None]
-    # The finding before the rank count: a narrow pane cuts the end of the line.
-    words = [MARKS[ascii][shut] + job.name, *([worst[0]] if worst else []), rank_count(job)]
+    # The finding first: it is the news, and the command column is narrow (its end is cut).
+    words = [*([worst[0]] if worst else []), job.name, rank_count(job)]
     cells = {c: "" for c in COLUMNS}
     cells.update(host=source.host or "", pid="" if job.launcher_pid is None else str(job.launcher_pid),
                  user=",".join(sorted(users)) or units.NA, gpu=indices(job.devices) or "-",
                  gpu_memory=units.size_short(job.gpu_memory), sm=units.percent(statistics.mean(busy)) if busy else "",
-                 command=" · ".join(words))
+                 command=MARKS[ascii][shut] + " · ".join(words))
     style = "bold" if worst is None else "bold $error" if worst[1] else "bold $warning"
     return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}
 
