@@ -136,7 +136,8 @@ def main() -> int:
     instrument()
     for processes in args.processes:
         per, median = asyncio.run(measure(processes, args.refreshes, args.jobs))
-        print(f"8 GPUs x {processes} processes{', job view' if args.jobs else ''}: UI thread {sum(per.values()):.2f} ms per refresh "
+        view = ", job view" if args.jobs else ""
+        print(f"8 GPUs x {processes} processes{view}: UI thread {sum(per.values()):.2f} ms per refresh "
               f"(mean; median {median:.2f} ms)")
         for bucket, ms in sorted(per.items(), key=lambda item: -item[1]):
             if ms >= 0.005:

@@ -10,16 +10,13 @@ import pytest
 
 from gputui.ui.still import still_app
 
+from ui_data import settle
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def job_view(pilot):
-    for _ in range(100):
-        if pilot.app.samples:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause()
+    await settle(pilot)
     await pilot.press("j")
     await pilot.pause()
 
