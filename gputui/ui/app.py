@@ -438,6 +438,8 @@ class GpuTuiApp(App[int]):
                             lambda: self.action_interval(-1))
         yield SystemCommand("Process tree", "Show GPU processes under their parents",
                             main.action_toggle_tree)
+        yield SystemCommand("Job view", "Group processes under their training job",
+                            main.action_toggle_jobs)
         yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
                             main.action_toggle_mine)
         yield SystemCommand("Filter processes", "Type to match command, user or pid",

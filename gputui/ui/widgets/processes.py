@@ -352,7 +352,9 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def action_fold(self, fold: bool) -> None:
         row = self.rows_by_key.get(self.selected_key or "")
-        if row is not None and row.group is not None and (fold or row.job is not None):
+        if row is None or row.group is None:  # no job here: the keys scroll, as a ScrollView's do
+            (self.action_scroll_left if fold else self.action_scroll_right)()
+        elif fold or row.job is not None:
             self.post_message(self.FoldRequested(row.group, fold))
 
     def action_open_detail(self) -> None:
