@@ -11,7 +11,7 @@ time of the UI thread (time.thread_time), split into:
 
 The sampling thread's own cost (the collector, not counting the simulator) is bench_collect.py's.
 
-    python bench/bench_refresh.py [--refreshes 60] [--processes 64 1000]
+    python bench/bench_refresh.py [--refreshes 60] [--processes 64 1000] [--jobs]
 """
 
 from __future__ import annotations
@@ -75,6 +75,16 @@ def instrument() -> None:
             spent["update: process rows"] += time.thread_time() - start
 
     main_screen.table_rows.build_rows = build_rows
+    original_group = main_screen.group_by_job
+
+    def group_by_job(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return original_group(*args, **kwargs)
+        finally:
+            spent["update: job rows"] += time.thread_time() - start
+
+    main_screen.group_by_job = group_by_job
     timed(ProcessTable, "show", "update: process table")
     timed(Widget, "render_lines", lambda widget: f"draw: {type(widget).__name__}")
 
@@ -91,14 +101,17 @@ def snapshots(processes: int, count: int):
     return taken
 
 
-async def measure(processes: int, refreshes: int) -> tuple[dict[str, float], float]:
-    """ms per refresh in each bucket, and the UI thread's median ms per refresh in all."""
+async def measure(processes: int, refreshes: int, jobs: bool = False) -> tuple[dict[str, float], float]:
+    """ms per refresh in each bucket, and the UI thread's median ms per refresh in all; ``jobs``:
+    in the job view (the scenario's torchrun job grouped under its line)."""
     taken = snapshots(processes, refreshes + 5)
     app = GpuTuiApp(Sampler(FrozenSource(taken[0]), watch_probes=False), me="lena",
                     simulated=True, interval=3600)
     async with app.run_test(size=(120, 40)) as pilot:
         while not app.samples:
             await pilot.pause(0.05)
+        if jobs:
+            app.main.action_toggle_jobs()
         for snapshot in taken[1:5]:  # warm up: caches filled, history started
             app.accept(snapshot)
             await pilot.pause()
@@ -118,11 +131,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--processes", type=int, nargs="+", default=[64, 1000])
+    parser.add_argument("--jobs", action="store_true", help="in the job view (j)")
     args = parser.parse_args()
     instrument()
     for processes in args.processes:
-        per, median = asyncio.run(measure(processes, args.refreshes))
-        print(f"8 GPUs x {processes} processes: UI thread {sum(per.values()):.2f} ms per refresh "
+        per, median = asyncio.run(measure(processes, args.refreshes, args.jobs))
+        view = ", job view" if args.jobs else ""
+        print(f"8 GPUs x {processes} processes{view}: UI thread {sum(per.values()):.2f} ms per refresh "
               f"(mean; median {median:.2f} ms)")
         for bucket, ms in sorted(per.items(), key=lambda item: -item[1]):
             if ms >= 0.005:

@@ -1,7 +1,7 @@
 """Render the README's pictures of the live monitor into screenshots/ (SVG, and PNG via rsvg-convert).
 
 Deterministic: simulated scenarios on a fixed clock (gputui.ui.still), times shown in UTC. Run after
-a change to the monitor's look:  python scripts/screenshots.py
+a change to the monitor's look:  python scripts/screenshots.py [NAME ...]  (PICTURES' names; none: all)
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ PICTURES = (
     ("mig", "mig", 60, (120, 30), (), None),
     ("help", "leaky", 120, (100, 40), ("question_mark", "end"), None),
     ("faults", "faults", 60, (120, 34), (), None),
+    ("jobs", "torchrun", 120, (120, 40), ("j", "home"), None),
+    ("job-detail", "dataparallel", 120, (120, 40), ("j", "home", "enter"), None),
     ("hosts", {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation",
                "node5": "mig"}, 120, (120, 40), (), None),
 )
@@ -81,7 +83,10 @@ def main() -> int:
     converter = shutil.which("rsvg-convert")
     if converter is None:
         print("rsvg-convert not found (apt-get install librsvg2-bin): writing SVG only", file=sys.stderr)
+    wanted = set(sys.argv[1:])  # names of pictures to render again; none: all of them
     for picture in PICTURES:
+        if wanted and picture[0] not in wanted:
+            continue
         svg = asyncio.run(shoot(*picture))
         if converter:
             subprocess.run([converter, str(svg), "-o", str(svg.with_suffix(".png"))], check=True)

@@ -29,8 +29,9 @@ def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
     return lines
 
 
-def findings(analysis: JobAnalysis) -> list[str]:
-    """What is unusual in a job, a phrase each, and its first advice's title: --once keeps it short."""
+def findings(analysis: JobAnalysis, *, advice: bool = True) -> list[str]:
+    """What is unusual in a job, a phrase each with its figures, and (``advice``) its first advice's
+    title: --once keeps it short."""
     said = []
     i = analysis.imbalance
     if i is not None:
@@ -46,18 +47,32 @@ def findings(analysis: JobAnalysis) -> list[str]:
     if oom is not None:
         said.append(f"{who(oom.rank, oom.pid, oom.device)} runs out of memory first, in about "
                     f"{units.span(oom.seconds)}")
-    if analysis.advice:
+    if advice and analysis.advice:
         said.append(f"advice: {analysis.advice[0].title}")
     return said
 
 
+# How soon a first OOM is the worst news of a job (as the micro-batch advice's critical one).
+OOM_SOON = 1800.0
+
+
+def worst_finding(analysis: JobAnalysis) -> tuple[str, bool] | None:
+    """The finding that matters most, in a few words ("GPU 0 OOM in 2 min"), and whether it is urgent
+    (an OOM within OOM_SOON): the job view's job line has room for no more."""
+    oom, i = analysis.first_oom, analysis.imbalance
+    if oom is not None and (oom.seconds < OOM_SOON or i is None):
+        return f"{who(oom.rank, oom.pid, oom.device)} OOM in {units.span(oom.seconds)}", oom.seconds < OOM_SOON
+    if i is not None:
+        return f"{who(i.rank, i.pid, i.device)} holds {i.ratio:.1f}x", False
+    if analysis.stragglers:
+        s = analysis.stragglers[0]
+        return f"{who(s.rank, s.pid)} lags", False
+    return None
+
+
 def job_summary(job: Job) -> str:
     """"8 ranks of 16, GPUs 0-7, 470 GiB, torchrun pid 48210": the job in one phrase."""
-    ranks = (f"{len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}" if job.grouped_by != BY_DEVICES
-             else "1 process")
-    if job.world_size is not None and job.world_size != len(job.ranks):
-        ranks += f" of {job.world_size}"
-    parts = [ranks]
+    parts = [rank_count(job)]
     if job.devices:
         parts.append(("GPU " if len(job.devices) == 1 else "GPUs ") + indices(job.devices))
     if job.gpu_memory is not None:
@@ -67,6 +82,16 @@ def job_summary(job: Job) -> str:
     else:
         parts.append(f"grouped by {job.key}")
     return ", ".join(parts)
+
+
+def rank_count(job: Job) -> str:
+    """"8 ranks of 16" (the ranks seen here, of the whole job's), or "1 process" for DataParallel."""
+    if job.grouped_by == BY_DEVICES:
+        return "1 process"
+    ranks = f"{len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}"
+    if job.world_size is not None and job.world_size != len(job.ranks):
+        ranks += f" of {job.world_size}"
+    return ranks
 
 
 def indices(numbers: tuple[int, ...]) -> str:

@@ -39,6 +39,7 @@ from gputui.untrusted import visible, visible_all
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
     from gputui.ui.screens.detail import ProcessDetail
+    from gputui.ui.screens.job_detail import JobDetail
 
 # Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
 Requester = Callable[[int, str, dict[str, Any]], Any]
@@ -265,8 +266,9 @@ class GpuTuiApp(App[int]):
         else:
             self.main.stale = True
             from gputui.ui.screens.detail import ProcessDetail
+            from gputui.ui.screens.job_detail import JobDetail
 
-            if isinstance(screen, ProcessDetail):
+            if isinstance(screen, (ProcessDetail, JobDetail)):
                 self.show_detail(screen)
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
@@ -298,8 +300,16 @@ class GpuTuiApp(App[int]):
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
 
-    def show_detail(self, screen: ProcessDetail) -> None:
-        """Bring a detail screen up to the latest sample."""
+    def open_job_detail(self, key: str, *, host: str | None = None) -> None:
+        """The detail screen of the job with this Job.key; ``host``: the many-host view's host of it."""
+        from gputui.ui.screens.job_detail import JobDetail
+
+        screen = JobDetail(key, ascii=self.ascii, host=host)
+        self.push_screen(screen)
+        self.call_after_refresh(self.show_detail, screen)
+
+    def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
+        """Bring a detail screen (a process's or a job's) up to the latest sample."""
         if self.snapshot is not None:
             screen.show(self.snapshot, self.history, self.trends, self.leaks)
 
@@ -428,6 +438,8 @@ class GpuTuiApp(App[int]):
                             lambda: self.action_interval(-1))
         yield SystemCommand("Process tree", "Show GPU processes under their parents",
                             main.action_toggle_tree)
+        yield SystemCommand("Job view", "Group processes under their training job",
+                            main.action_toggle_jobs)
         yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
                             main.action_toggle_mine)
         yield SystemCommand("Filter processes", "Type to match command, user or pid",
@@ -461,11 +473,13 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.confirm import ConfirmSignal
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
+    from gputui.ui.screens.job_detail import JobDetail
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
+        ("Job detail", _bindings(JobDetail.BINDINGS)),
         ("Signal confirmation", _bindings(ConfirmSignal.BINDINGS)),
         ("Help", _bindings(HelpScreen.BINDINGS)),
     ]

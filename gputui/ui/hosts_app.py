@@ -23,6 +23,7 @@ from gputui.untrusted import visible
 if TYPE_CHECKING:
     from gputui.analysis.trends import TrendCache
     from gputui.ui.screens.detail import ProcessDetail
+    from gputui.ui.screens.job_detail import JobDetail
 
 
 class HostsReady(Message):
@@ -82,7 +83,7 @@ class HostsApp(GpuTuiApp):
                 self.host_trends[view.name] = trends(history, snapshot, cache=cache)
         self.show_latest()
 
-    def show_detail(self, screen: ProcessDetail) -> None:
+    def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         view = next((h for h in self.hosts if h.name == screen.host), None)
         if view is not None and view.snapshot is not None:
             screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),

@@ -16,6 +16,7 @@ from gputui import units
 from gputui.model import HOST_STATES
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
+from gputui.ui.job_rows import JobSource
 from gputui.ui.main_screen import MainScreen, process_count
 from gputui.ui.signals import Target
 from gputui.ui.widgets.hosts import HostList
@@ -81,6 +82,11 @@ class HostsScreen(MainScreen):
             hosts, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view, ascii=self.ascii)
         return found, sum(process_count(h.snapshot) for h in hosts)
+
+    def job_sources(self) -> list[JobSource]:
+        app = self.hosts_app
+        return [JobSource(h.snapshot, app.host_trends.get(h.name, {}), h.name)
+                for h in app.hosts if h.snapshot is not None]
 
     def signal_target(self) -> Target | None:
         return None  # never another machine's process: why_no_signal_target says so

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Input
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
+from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.rows import COLUMNS
 from gputui.ui.signals import Target, started_at
 from gputui.ui.widgets.charts import DeviceHistory
@@ -60,6 +61,9 @@ class MainScreen(Screen):
                 tooltip="Sort by the column to the right", id="sort.next"),
         Binding("r", "sort_reverse", "Reverse sort", show=False, tooltip="Reverse the sort order", id="sort.reverse"),
         Binding("t", "toggle_tree", "Tree", tooltip="Show GPU processes under their parent processes", id="tree"),
+        Binding("j", "toggle_jobs", "Jobs", show=False,
+                tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
+                id="jobs"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
         Binding("g", "next_gpu", "Chart GPU", show=False, tooltip="Chart the next GPU's history", id="charts.gpu"),
         Binding("c", "toggle_charts", "Charts", show=False,
@@ -76,6 +80,8 @@ class MainScreen(Screen):
         self.sort_reverse = True
         self.filter_text = ""
         self.tree_view = False
+        self.job_view = False
+        self.folded: set[str] = set()  # job lines whose rows are hidden (their row keys)
         self.only_mine = False
         self.charts_on = True
         self.chart_device: int | None = None
@@ -173,12 +179,14 @@ class MainScreen(Screen):
         if built is None:
             return
         found, total = built
+        shown = sum(1 for r in found if r.process is not None or r.report is not None)
+        if self.job_view:
+            found = group_by_job(found, self.job_sources(), self.folded, ascii=self.ascii)
         trend_width = max((len(r.trend) for r in found), default=0)
         if trend_width != self.trend_width:  # a trend came or went: give the command the room
             self.trend_width = trend_width
             self._set_columns()
         self.query_one(ProcessTable).show(found)
-        shown = sum(1 for r in found if r.process is not None or r.report is not None)
         self._render_status(shown, total)
 
     def rows_to_show(self) -> tuple[list[table_rows.Row], int] | None:
@@ -192,6 +200,11 @@ class MainScreen(Screen):
             trends=self.monitor.trends, leaks=self.monitor.leaks, ascii=self.ascii)
         return found, process_count(snap)
 
+    def job_sources(self) -> list[JobSource]:
+        """The jobs the job view groups rows under (the many-host view's are each host's)."""
+        snap = self.monitor.snapshot
+        return [] if snap is None else [JobSource(snap, self.monitor.trends)]
+
     def _render_status(self, shown: int, total: int) -> None:
         arrow = ("v" if self.sort_reverse else "^") if self.ascii else ("▼" if self.sort_reverse else "▲")
         parts = [Content.styled("PROCESSES", "bold"),
@@ -199,6 +212,9 @@ class MainScreen(Screen):
                  Content.styled(f"sort {COLUMNS[self.sort_column].label} {arrow}", "$text-muted")]
         if self.tree_view:
             parts.append(Content.styled("tree", "$accent"))
+        if self.job_view:
+            parts.append(Content.styled("jobs (←/→ fold)" if not self.ascii else "jobs (left/right fold)",
+                                        "$accent"))
         if self.only_mine:
             parts.append(Content.styled(f"only {self.me}", "$accent"))
         if self.filter_text:
@@ -301,6 +317,9 @@ class MainScreen(Screen):
 
     def on_process_table_detail_requested(self, message: ProcessTable.DetailRequested) -> None:
         row = self.query_one(ProcessTable).rows_by_key.get(message.key)
+        if row is not None and row.job is not None:
+            self.monitor.open_job_detail(row.job.key, host=row.host)
+            return
         if row is None or row.process is None:
             self.notify("This parent process holds no GPU memory: no GPU details to show.",
                         severity="information")
@@ -309,6 +328,23 @@ class MainScreen(Screen):
 
     def action_toggle_tree(self) -> None:
         self.tree_view = not self.tree_view
+        self.job_view = False  # one grouping at a time
+        self.render_table()
+
+    def action_toggle_jobs(self) -> None:
+        self.job_view = not self.job_view
+        self.tree_view = False
+        self.render_table()
+
+    def on_process_table_fold_requested(self, message: ProcessTable.FoldRequested) -> None:
+        """Fold a job (its line stays, selected) or unfold it."""
+        if message.fold == (message.key in self.folded):
+            return
+        if message.fold:
+            self.folded.add(message.key)
+            self.query_one(ProcessTable).selected_key = message.key  # its rows go: the selection stays on it
+        else:
+            self.folded.discard(message.key)
         self.render_table()
 
     def action_toggle_mine(self) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from gputui import units
 from gputui.analysis.history import ProcessKey
-from gputui.model import PROCESS_OK, GpuProcess, HostProcess, ProbeReport, Snapshot
+from gputui.model import PROCESS_OK, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_FRAGMENTATION,
@@ -146,7 +146,8 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
 
 @dataclass(slots=True, eq=False)
 class Row:
-    """One line of the table: a GPU process on one device, or (tree view) a parent holding no GPU.
+    """One line of the table: a GPU process on one device, (tree view) a parent holding no GPU, or
+    (job view) a job.
 
     Its cells are formatted when first asked for: the table draws only the rows in view, so with a
     thousand processes the other rows cost their sorting and little more.
@@ -161,6 +162,8 @@ class Row:
     parent: HostProcess | None = None
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
     trend: str = ""  # the trend cell's text, known up front: the column is as wide as the widest
+    job: Job | None = None  # the job view's line of a job (gputui.ui.job_rows)
+    group: str | None = None  # in the job view: the key of the job line this row is (or is under)
     _looked: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -469,6 +472,10 @@ def _process_row(p: GpuProcess, ctx: Context, prefix: str = "") -> Row:
                process=p, report=ctx.probes.get(p.own_pid), trend=trend)
 
 
+# A tree's branches (tee, last, pipe, blank), by --ascii.
+BRANCHES = {False: ("├─ ", "└─ ", "│  ", "   "), True: ("|- ", "`- ", "|  ", "   ")}
+
+
 def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: Context) -> list[Row]:
     """Processes under their parents (nvitop's tree): siblings keep the chosen sort order."""
     def local(p: GpuProcess) -> int:
@@ -500,8 +507,7 @@ def _tree_rows(procs: list[GpuProcess], parents: tuple[HostProcess, ...], ctx: C
         # rank found beneath them, so the heaviest branch comes first.
         kids.sort(key=lambda pid: (_best_rank(pid, children, order), pid))
 
-    ascii = ctx.ascii
-    tee, last, pipe, blank = ("|- ", "`- ", "|  ", "   ") if ascii else ("├─ ", "└─ ", "│  ", "   ")
+    tee, last, pipe, blank = BRANCHES[ctx.ascii]
     rows: list[Row] = []
 
     visited: set[int] = set()

@@ -15,6 +15,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.ui.job_rows import MARKS
+
 
 def describe_bindings(bindings: list[Binding], keymap: dict[str, str],
                       app: App[Any]) -> list[tuple[str, str, str]]:
@@ -52,6 +54,9 @@ def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
          "(narrow panes show the arrow and the time)"),
         ("/" if ascii else "↗", "TREND", "memory grew as the job started and is levelling off"),
         ("~", "TREND", "memory grows and is released again and again (no net growth)"),
+        (" ".join(m.strip() for m in MARKS[ascii]), "COMMAND",
+         "job view (j): a job's line, its ranks under it or folded (right / left arrow); Enter opens "
+         "the job's detail"),
         (">" if ascii else "▶", "devices", "the GPU the history charts show (g or a click picks another)"),
         ("!" if ascii else "⚠", "devices", "the GPU is being slowed down (power cap, thermal ...)"),
         ("n/a", "anywhere", "the GPU or the process does not report this value"),

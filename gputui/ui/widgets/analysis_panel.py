@@ -61,9 +61,6 @@ class AnalysisPanel(Vertical):
     DEFAULT_CSS = """
     AnalysisPanel { height: auto; }
     AnalysisPanel > Static { height: auto; margin: 0 0 1 0; }
-    AnalysisPanel > #analysis-advice { height: auto; }
-    AnalysisPanel .advice-title { height: auto; }
-    AnalysisPanel .advice-body { height: auto; padding: 0 0 0 3; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -74,8 +71,7 @@ class AnalysisPanel(Vertical):
         yield Static(id="analysis-leak")
         yield Static(id="analysis-phases")
         yield Static(id="analysis-sites")
-        with Vertical(id="analysis-advice"):
-            yield Static(Content.styled("Advice", "bold"), classes="advice-heading")
+        yield AdviceList("nothing to suggest: this process looks healthy", id="analysis-advice")
 
     def show(self, analysis: ProcessAnalysis) -> None:
         if analysis == self.analysis:
@@ -91,20 +87,37 @@ class AnalysisPanel(Vertical):
         if probed:
             self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
             self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))
-        self._show_advice(analysis.advice)
+        self.query_one(AdviceList).show(analysis.advice)
 
-    def _show_advice(self, advice: tuple[Advice, ...]) -> None:
+
+class AdviceList(Vertical):
+    """Ranked advice under an "Advice" heading: a title and an indented body per item."""
+
+    DEFAULT_CSS = """
+    AdviceList { height: auto; }
+    AdviceList .advice-title { height: auto; }
+    AdviceList .advice-body { height: auto; padding: 0 0 0 3; }
+    """
+
+    def __init__(self, healthy: str, *, id: str | None = None) -> None:
+        """``healthy``: the words shown when there is no advice."""
+        super().__init__(id=id)
+        self.healthy = healthy
+
+    def compose(self) -> ComposeResult:
+        yield Static(Content.styled("Advice", "bold"), classes="advice-heading")
+
+    def show(self, advice: tuple[Advice, ...]) -> None:
         # A title and an indented body per item (wrapped lines keep the indent); the widgets are
         # kept and reused, since the advice's words change with every refresh but rarely its length.
-        box = self.query_one("#analysis-advice", Vertical)
-        titles = list(box.query(".advice-title").results(Static))
-        bodies = list(box.query(".advice-body").results(Static))
+        titles = list(self.query(".advice-title").results(Static))
+        bodies = list(self.query(".advice-body").results(Static))
         wanted = max(1, len(advice))
         if len(titles) < wanted:
             new = []
             for _ in range(wanted - len(titles)):
                 new += [Static(classes="advice-title"), Static(classes="advice-body")]
-            box.mount_all(new)
+            self.mount_all(new)
             titles += new[0::2]
             bodies += new[1::2]
         for k, (title, body) in enumerate(zip(titles, bodies)):
@@ -114,7 +127,7 @@ class AnalysisPanel(Vertical):
             if not shown:
                 continue
             if not advice:
-                title.update(Content.styled("nothing to suggest: this process looks healthy", "$text-muted"))
+                title.update(Content.styled(self.healthy, "$text-muted"))
                 continue
             head, text = advice_item(advice[k])
             title.update(head)

@@ -44,6 +44,18 @@ def cells(items: tuple[BreakdownItem, ...], total: int, width: int) -> list[int]
     return given
 
 
+def bar(b: Breakdown, width: int, *, ascii: bool = False) -> Content:
+    """The breakdown as one stacked bar ``width`` cells wide (letters for colours in --ascii)."""
+    return Content.assemble(*[
+        ((STYLES[item.key][1] if ascii else "█") * n, STYLES[item.key][0])
+        for item, n in zip(b.items, cells(b.items, b.total, width))])
+
+
+def swatch(key: str, ascii: bool = False) -> str:
+    """A part's key in a legend: a block of its colour, or its letter in --ascii."""
+    return f"[{STYLES[key][1]}]" if ascii else "██"
+
+
 class MemoryBreakdown(Widget):
     """The stacked bar and its legend (item, bytes, share)."""
 
@@ -67,17 +79,13 @@ class MemoryBreakdown(Widget):
         if b is None:
             return Content.styled("No memory figures from the probe yet.", "$text-muted")
         width = max(10, (self.size.width or 80))
-        bar = Content.assemble(*[
-            ((STYLES[item.key][1] if self.ascii else "█") * n, STYLES[item.key][0])
-            for item, n in zip(b.items, cells(b.items, b.total, width))])
         lines = [Content.assemble(("Where its memory goes: ", "bold"), (units.size(b.total), "bold"),
-                                  (f" ({b.basis})", "$text-muted")), bar]
+                                  (f" ({b.basis})", "$text-muted")), bar(b, width, ascii=self.ascii)]
         for item in b.items:
-            style, letter = STYLES[item.key]
-            key = f"[{letter}]" if self.ascii else "██"
+            style = STYLES[item.key][0]
             share = f"{100 * item.size / b.total:5.1f}%" if b.total else ""
-            lines.append(Content.assemble((key, style), " ", (f"{units.size(item.size):>10}", "bold"),
-                                          f" {share}  ", item.label))
+            lines.append(Content.assemble((swatch(item.key, self.ascii), style), " ",
+                                          (f"{units.size(item.size):>10}", "bold"), f" {share}  ", item.label))
         if b.note:
             lines.append(Content.styled(f"Note: {b.note}.", "$text-muted"))
         return Content("\n").join(lines)

@@ -48,7 +48,8 @@ def fit(text: str, width: int, right: bool) -> str:
 
 class ProcessTable(ScrollView, can_focus=True):
     """Rows from gputui.ui.rows, one line each, under a header; clicking a header asks the app to
-    sort by it, Enter (or a click on the selected row) asks for the selected process's details."""
+    sort by it, Enter (or a click on the selected row) asks for the selected process's (or job's)
+    details, left and right on a job view's row ask to fold or unfold its job."""
 
     ALLOW_SELECT = False
 
@@ -102,6 +103,10 @@ class ProcessTable(ScrollView, can_focus=True):
         Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
         Binding("home", "scroll_top", "First row", show=False, tooltip="Select the first process", id="table.first"),
         Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Select the last process", id="table.last"),
+        Binding("left", "fold(True)", "Fold job", show=False,
+                tooltip="Job view: fold the selected job (its rows hidden under its line)", id="jobs.fold"),
+        Binding("right", "fold(False)", "Unfold job", show=False,
+                tooltip="Job view: unfold the selected job", id="jobs.unfold"),
         # Moving the selection: no ids, so the help screen lists them as it did DataTable's (not at all).
         Binding("up", "cursor_up", "Up", show=False),
         Binding("down", "cursor_down", "Down", show=False),
@@ -120,6 +125,13 @@ class ProcessTable(ScrollView, can_focus=True):
         def __init__(self, key: str) -> None:
             super().__init__()
             self.key = key
+
+    class FoldRequested(Message):
+        """Fold (or unfold) the job whose line has this key: the job view's rows are the screen's."""
+
+        def __init__(self, key: str, fold: bool) -> None:
+            super().__init__()
+            self.key, self.fold = key, fold
 
     class ProbeDetailRequested(Message):
         """Details of a probed process NVML does not list (its row has a report, no GPU process)."""
@@ -337,6 +349,13 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_scroll_bottom(self) -> None:
         self._set_hover(None)
         self.move_cursor(row=len(self.row_keys) - 1)
+
+    def action_fold(self, fold: bool) -> None:
+        row = self.rows_by_key.get(self.selected_key or "")
+        if row is None or row.group is None:  # no job here: the keys scroll, as a ScrollView's do
+            (self.action_scroll_left if fold else self.action_scroll_right)()
+        elif fold or row.job is not None:
+            self.post_message(self.FoldRequested(row.group, fold))
 
     def action_open_detail(self) -> None:
         self._set_hover(None)

@@ -1,0 +1,119 @@
+"""The job view's rows: the process table's rows grouped under one line per job, each job collapsible.
+
+Pure logic over rows already filtered and sorted (gputui.ui.rows), so sorting and the filter work inside
+the groups as they do outside: a job takes the place of its first row in that order, and its rows follow
+it in theirs. Only jobs spread over several ranks or GPUs (``Job.spread``) get a line: any other
+process is listed as before. A job line's cells, and the analysis they need, are worked out only when
+the line is drawn, as a process row's are.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gputui import units
+from gputui.analysis.history import ProcessKey
+from gputui.analysis.jobs import analyse_job
+from gputui.model import Job, Snapshot
+from gputui.model.verdicts import ProcessTrend
+from gputui.plain.jobs import indices, rank_count, worst_finding
+from gputui.ui.rows import BRANCHES, COLUMNS, Row
+
+# A job line's mark: open (its rows shown under it) or folded, by --ascii.
+MARKS = {False: ("▾ ", "▸ "), True: ("v ", "> ")}
+
+
+@dataclass(frozen=True)
+class JobSource:
+    """One host's jobs and what their lines need: its snapshot, its NVML trends (for the first OOM)."""
+
+    snapshot: Snapshot
+    trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)
+    host: str | None = None  # the many-host view's host; None: this machine
+
+
+def job_row_key(job: Job, host: str | None = None) -> str:
+    """A job line's key: stable while the job lives (Job.key), apart from any process row's."""
+    return f"job:{job.key}" if host is None else f"{host}//job:{job.key}"
+
+
+def group_by_job(rows: Sequence[Row], sources: Sequence[JobSource], folded: Collection[str] = (), *,
+                 ascii: bool = False) -> list[Row]:
+    """``rows`` with each spread job's rows under a line of its own; a job whose line key is in
+    ``folded`` shows its line alone. A job none of whose rows is in ``rows`` (filtered out) has no line."""
+    owner: dict[tuple[str | None, int], tuple[Job, JobSource]] = {}
+    for source in sources:
+        for job in source.snapshot.jobs:
+            if job.spread:
+                for rank in job.ranks:
+                    owner[(source.host, rank.pid)] = (job, source)
+    if not owner:
+        return list(rows)
+    order: list[Row | str] = []  # rows of no job, and the keys of jobs where their first row was
+    members: dict[str, list[Row]] = {}
+    jobs: dict[str, tuple[Job, JobSource]] = {}
+    for row in rows:
+        pid = row.process.own_pid if row.process is not None else row.pid  # the pid a job knows it by
+        found = owner.get((row.host, pid))
+        if found is None:
+            order.append(row)
+            continue
+        key = job_row_key(found[0], row.host)
+        if key not in members:
+            members[key], jobs[key] = [], found
+            order.append(key)
+        members[key].append(row)
+    out: list[Row] = []
+    tee, last, _, _ = BRANCHES[ascii]
+    for item in order:
+        if isinstance(item, Row):
+            out.append(item)
+            continue
+        job, source = jobs[item]
+        shut = item in folded
+        out.append(job_row(item, job, source, shut=shut, ascii=ascii))
+        if not shut:
+            rows_of_job = members[item]
+            out += [_under(row, item, last if i == len(rows_of_job) - 1 else tee)
+                    for i, row in enumerate(rows_of_job)]
+    return out
+
+
+def job_row(key: str, job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> Row:
+    """A job's line: its worst finding, name and ranks, its GPUs, total GPU memory and mean SM %."""
+    def look() -> tuple[dict, dict]:
+        return job_cells(job, source, shut=shut, ascii=ascii)
+
+    return Row(key, job.launcher_pid or job.ranks[0].pid, None, look, host=source.host, job=job, group=key)
+
+
+def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> tuple[dict, dict]:
+    """Texts and styles of every column for a job's line."""
+    analysis = analyse_job(job, source.snapshot, trends=source.trends)
+    worst = worst_finding(analysis)
+    ranks = {r.pid for r in job.ranks}
+    users = {p.user for p in source.snapshot.processes if p.own_pid in ranks and p.user}
+    busy = [s.utilisation for s in analysis.slots if s.utilisation is not None]
+    # The finding first: it is the news, and the command column is narrow (its end is cut).
+    words = [*([worst[0]] if worst else []), job.name, rank_count(job)]
+    cells = {c: "" for c in COLUMNS}
+    cells.update(host=source.host or "", pid="" if job.launcher_pid is None else str(job.launcher_pid),
+                 user=",".join(sorted(users)) or units.NA, gpu=indices(job.devices) or "-",
+                 gpu_memory=units.size_short(job.gpu_memory), sm=units.percent(statistics.mean(busy)) if busy else "",
+                 command=MARKS[ascii][shut] + " · ".join(words))
+    style = "bold" if worst is None else "bold $error" if worst[1] else "bold $warning"
+    return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}
+
+
+def _under(row: Row, group: str, branch: str) -> Row:
+    """A job's row as it stands under the job's line: its command on a branch."""
+    looked = row.look
+
+    def look() -> tuple[dict, dict]:
+        cells, styles = looked()
+        return {**cells, "command": branch + cells["command"]}, styles
+
+    return Row(row.key, row.pid, row.device_index, look, host=row.host, process=row.process,
+               parent=row.parent, report=row.report, trend=row.trend, group=group)
