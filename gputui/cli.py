@@ -81,7 +81,7 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve")
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "oom")
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe = sub.add_parser("probe", help="print one probed process's memory report")
     probe.add_argument("target", type=_pid, metavar="PID")
     probe.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
+    oom = sub.add_parser("oom", help="print the report a probed job left when it ran out of memory")
+    oom.add_argument("file", nargs="?", metavar="FILE", help="the report (default: your latest)")
+    oom.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     demo_train = sub.add_parser("demo-train", help="a small PyTorch training loop with the probe")
     until = "; leave --steps out to train until interrupted"
     demo_train.add_argument("--steps", type=_count("step", "steps", until), default=None, metavar="N",
@@ -229,6 +232,8 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="probes", **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "probe":
         return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
+    if args.subcommand == "oom":
+        return Options(mode="oom", extra={"file": args.file}, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
     if args.subcommand == "serve":
@@ -375,6 +380,10 @@ def _dispatch(options: Options) -> int:
         from gputui.plain import probes
 
         return getattr(probes, mode)(options)
+    if mode == "oom":
+        from gputui.plain.oom import oom
+
+        return oom(options)
     if mode == "tui":
         from gputui.ui.launch import run_tui
 

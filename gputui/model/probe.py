@@ -159,6 +159,16 @@ class OomRecord:
     message: str = field(default="", metadata=doc("the error message"))
     where: tuple[str, ...] = field(default=(), metadata=doc(
         'Python frames, `"file.py:123 in function"`, innermost last'))
+    phase: str | None = field(default=None, metadata=doc(
+        "where in the training loop it came, by torch's frames on the stack: `forward` (a module's forward "
+        "pass), `backward`, `optimizer` (the optimizer's step) or `other` (the loop around them: data, a loss "
+        "outside the model, evaluation); null from an older probe", enum=("forward", "backward", "optimizer",
+        "other")))
+    step: int | None = field(default=None, metadata=doc(
+        "training steps completed before it (the failing step is the next one)", minimum=0))
+    report_file: str | None = field(default=None, metadata=doc(
+        "the OOM report the probe wrote as the error ended the process (`gputui oom` prints it); null when "
+        "the process carried on or no report could be written"))
 
 
 @dataclass(frozen=True)

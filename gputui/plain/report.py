@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import Callable, Sequence
 
-from gputui.model import AllocatorStats, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
+from gputui.model import (AllocatorStats, Job, MemoryCategories, OomRecord, Placement, ProbeReport, Snapshot,
+                          StepRecord)
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
 from gputui.analysis.sites import keeper_text
@@ -131,6 +132,9 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     if report.last_oom is not None and report.last_oom.message:
         lines += flow([text(report.last_oom.message, "bad")], width,
                       first=Line().add("OOM message: ", "bold"), indent=2, ellipsis=glyphs.ellipsis)
+        when = oom_when(report.last_oom)
+        if when:
+            lines.append(Line().add(f"  {when}").cropped(width, glyphs.ellipsis))
         for frame in report.last_oom.where:
             lines.append(Line().add(f"  {frame}").cropped(width, glyphs.ellipsis))
     if report.sites:
@@ -151,6 +155,23 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     if report.probe_cpu_seconds is not None:
         lines.append(text(f"probe CPU time {report.probe_cpu_seconds:.2f}s", "dim"))
     return _finish(lines, color, ascii)
+
+
+def oom_when(record: OomRecord) -> str:
+    """Where in the training step an OOM came, and the report it left: "in the backward pass of step
+    12; report: PATH"."""
+    parts = []
+    if record.step is not None:
+        phase = PHASE_WORDS.get(record.phase or "", "")
+        parts.append(f"in {phase}step {record.step + 1}" if phase else f"at step {record.step + 1}")
+    if record.report_file:
+        parts.append(f"report: {record.report_file}")
+    return "; ".join(parts)
+
+
+# Where an OOM came, as its line says it ("other": the loop around the model, e.g. a loss outside it).
+PHASE_WORDS = {"forward": "the forward pass of ", "backward": "the backward pass of ",
+               "optimizer": "the optimizer's step of ", "other": "the loop, outside the model, during "}
 
 
 def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Glyphs) -> list[Line]:

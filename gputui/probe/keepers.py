@@ -186,16 +186,19 @@ class KeeperFinder:
             return
         try:
             after = look(frame or sys._getframe(1))
-            found = []
-            for key, what, per_step in growing(first[1], after, step - first[0])[:3]:
+            found: dict[tuple, LeakKeeper] = {}
+            for key, what, per_step in growing(first[1], after, step - first[0]):
                 filename, first_line, scope, name = key
                 lines = keeping_lines(filename, first_line, scope, name)
                 function = after[key][2]
-                found.append(LeakKeeper(
-                    name=name, scope=scope, what=what, size=after[key][1], per_step=per_step,
-                    where=tuple(f"{filename}:{line} in {_function_at(filename, line) or function}"
-                                for line in lines[:3])))
-            self.keepers = tuple(found)
+                where = tuple(f"{filename}:{line} in {_function_at(filename, line) or function}" for line in lines[:3])
+                # One name kept at the same lines is one keeper, however it was reached: a module's
+                # globals are also its top-level frame's locals.
+                found.setdefault((name, where), LeakKeeper(
+                    name=name, scope=scope, what=what, size=after[key][1], per_step=per_step, where=where))
+                if len(found) == 3:
+                    break
+            self.keepers = tuple(found.values())
         except Exception as exc:
             self.problems.record("finding the keeping line", exc)
 

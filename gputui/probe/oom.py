@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Callable
 
 from gputui.model import OomRecord
 
@@ -74,7 +75,29 @@ def record_from_exception(exc: BaseException, tb=None, *, at: float | None = Non
         reserved=reserved,
         message=text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__,
         where=format_frames(frames),
+        phase=phase_of(frames),
     )
+
+
+# Where in a training step a stack is, by torch's own frames in it, innermost first. Read from the
+# stack rather than from the tracker, whose hooks are armed only on the steps it measures.
+_PHASE_FRAMES = (
+    ("torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl"), "forward"),
+    ("torch/autograd/", ("backward", "_engine_run_backward", "grad"), "backward"),
+    ("torch/_tensor.py", ("backward",), "backward"),
+    ("torch/optim/", None, "optimizer"),
+)
+
+
+def phase_of(frames) -> str:
+    """``forward``, ``backward``, ``optimizer`` or ``other`` (the loop around them: data, the loss
+    outside the model, evaluation), from a stack's frames (outermost first)."""
+    for frame in reversed(frames):
+        path = frame.filename.replace("\\", "/")
+        for part, names, phase in _PHASE_FRAMES:
+            if part in path and (names is None or frame.name in names):
+                return phase
+    return "other"
 
 
 def format_frames(frames, limit: int = 8) -> tuple[str, ...]:
@@ -97,13 +120,15 @@ class OomWatch:
     Neither touches a tensor; what they keep is a frozen OomRecord, swapped onto the board whole.
     """
 
-    def __init__(self, board):
+    def __init__(self, board, *, write_report: Callable[[], str | None] | None = None):
+        """``write_report``: writes the OOM report when an OOM ends a thread, and says where."""
         self.board = board
         self.problems = board.problems
+        self.write_report = write_report
         self.observer_attached = False
         self.observer_unavailable = False  # this torch has no observer to attach: not tried again
-        self._previous_excepthook = None
-        self._previous_thread_hook = None
+        self._previous_excepthook: Callable[..., object] | None = None
+        self._previous_thread_hook: Callable[..., object] | None = None
 
     @property
     def last(self) -> OomRecord | None:
@@ -159,28 +184,51 @@ class OomWatch:
                 reserved=int(stats.get("reserved_bytes.all.current", 0)),
                 message=f"CUDA out of memory: tried to allocate {int(requested)} bytes on cuda:{device}",
                 where=format_frames(frames),
+                phase=phase_of(frames),
+                step=self.board.step_count,
             )
         except Exception as exc:
             self.problems.record("OOM observer", exc)
 
-    def _note(self, exc: BaseException, tb) -> None:
+    def _note(self, exc: BaseException, tb) -> str | None:
+        """Keep the OOM that ends a thread, and write its report; the report's path, if written."""
         try:
-            if exc is not None and is_oom(exc):
-                known = self.last
-                # The observer already saw this one, with better figures: keep those, add the message.
-                if known is not None and time.time() - known.at < 5.0 and known.device != "cpu":
-                    self.last = dataclasses.replace(known, message=str(exc).splitlines()[0][:400])
-                else:
-                    self.last = record_from_exception(exc, tb)
+            if exc is None or not is_oom(exc):
+                return None
+            known = self.last
+            # The observer already saw this one, with better figures: keep those, add the message.
+            if known is not None and time.time() - known.at < 5.0 and known.device != "cpu":
+                self.last = dataclasses.replace(known, message=str(exc).splitlines()[0][:400])
+            else:
+                self.last = dataclasses.replace(record_from_exception(exc, tb), step=self.board.step_count)
+            written = self.write_report() if self.write_report is not None else None
+            if written is not None:
+                self.last = dataclasses.replace(self.last, report_file=written)
+            return written
         except Exception as problem:
             self.problems.record("excepthook", problem)
+            return None
 
     def _excepthook(self, exc_type, exc, tb):
-        self._note(exc, tb)
+        written = self._note(exc, tb)
         previous = self._previous_excepthook or sys.__excepthook__
         previous(exc_type, exc, tb)
+        _say_where(written)
 
     def _thread_excepthook(self, args):
-        self._note(args.exc_value, args.exc_traceback)
+        written = self._note(args.exc_value, args.exc_traceback)
         previous = self._previous_thread_hook or threading.__excepthook__
         previous(args)
+        _say_where(written)
+
+
+def _say_where(written: str | None) -> None:
+    """One line on stderr, after the traceback, where the user looks last."""
+    if written is None:
+        return
+    try:
+        sys.stderr.write(f"gputui: out of memory: a report of what filled it is in {written} "
+                         "(`gputui oom` prints it)\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed stderr must not change how the job ends
+        pass

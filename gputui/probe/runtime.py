@@ -17,8 +17,9 @@ import time
 import torch
 
 from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict
+from gputui.link import oom_file
 from gputui.link.server import ProbeServer
-from gputui.model import ProbeDevice, ProbeReport
+from gputui.model import ProbeDevice, ProbeReport, to_jsonable
 from gputui.model.verdicts import LEAK_LEAK
 from gputui.probe import allocator
 from gputui.probe.board import Board, Reading, SitesView
@@ -42,6 +43,11 @@ AUTO_CHECK_STEPS = 16
 LEAK_CHECK_SHARE = 0.001
 AUTO_SITES_STEPS = 12  # steps recorded once a leak is confirmed
 AUTO_COOLDOWN = 600.0  # seconds before a leak may switch recording on by itself again
+
+
+# Host memory set aside at start and let go as an OOM report is written: a job that ran out of host memory
+# (under `ulimit -v` or a cgroup) has none left for the report's few hundred KiB of JSON.
+OOM_RESERVE = 4 << 20
 
 
 class Probe:
@@ -68,7 +74,8 @@ class Probe:
         self.desk = Desk(board)
         self.tracker = Tracker(activations=activations, budget=budget, board=board)
         self.problems = board.problems
-        self.oom = OomWatch(board)
+        self.oom = OomWatch(board, write_report=self._write_oom_report)
+        self._oom_reserve: bytearray | None = None
         self.sites = SiteRecorder(self.problems)
         self.keepers = KeeperFinder(self.problems)
         self.sites.exclude = self.tracker.model_storages
@@ -97,6 +104,7 @@ class Probe:
         self.tracker.saw_tensor = None
         self.tracker.install()
         self.oom.install()
+        self._oom_reserve = bytearray(OOM_RESERVE)
         self.running = True
         self._publish()  # what there is before the first step (CUDA already in use, say)
         if self.serve:
@@ -122,6 +130,18 @@ class Probe:
             self.server = None
         except Exception as exc:
             self.problems.record("stopping", exc)
+
+    def _write_oom_report(self) -> str | None:
+        """Write the report of an OOM that ends a thread of the job (on that thread, in the excepthook):
+        the last published figures and steps and the OOM's own record, from the board alone (no tensor
+        is read here). Its path, or None."""
+        self._oom_reserve = None  # room to write in, however little the job left
+        try:
+            report = self.desk.report_now()
+            return str(oom_file.write(to_jsonable(report), self.pid, oom_file.oom_dir()))
+        except Exception as exc:
+            self.problems.record("writing the OOM report", exc)
+            return None
 
     def _start_server(self) -> None:
         server = ProbeServer(self.desk.handlers(), path=self.socket_path)
