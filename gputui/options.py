@@ -21,7 +21,7 @@ SERVE_LISTEN = "127.0.0.1:9403"
 SERVE_INTERVAL = 5.0
 
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
-Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve"]
+Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve", "estimate"]
 
 
 @dataclass(frozen=True)
@@ -47,4 +47,4 @@ class Options:
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
     hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
-    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve)
+    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)

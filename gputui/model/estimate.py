@@ -1,0 +1,88 @@
+"""What ``gputui estimate`` found: a training step's memory, phase by phase, against a device.
+
+Sizes are bytes. The phases are those of one training step as the probe names them, with the memory
+after the model is built before them and the steady state after the second step behind them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gputui.model.fielddoc import doc
+from gputui.model.probe import MemoryCategories
+
+CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY = "created", "forward", "backward", "optimizer", "steady"
+ESTIMATE_PHASES = (CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY)
+# The table's rows: after model creation, then the peaks of the step's phases, then what stays.
+PHASE_WORDS = {CREATED: "model created", FORWARD: "forward", BACKWARD: "backward",
+               OPTIMIZER: "optimizer step", STEADY: "steady state"}
+# Where a job runs out, in words for the verdict.
+RUNS_OUT_WORDS = {CREATED: "building the model", FORWARD: "the forward pass", BACKWARD: "the backward pass",
+                  OPTIMIZER: "the optimizer step", STEADY: "between steps"}
+
+
+@dataclass(frozen=True)
+class PhaseMemory:
+    """Live tensor bytes at one phase's peak (or at its end, for created and steady)."""
+
+    phase: str = field(metadata=doc("the phase", enum=list(ESTIMATE_PHASES)))
+    categories: MemoryCategories = field(metadata=doc("the live bytes by category at the peak"))
+    total: int = field(metadata=doc("every live tensor byte at the peak (bytes)", minimum=0))
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    """One phase of one step as it ran: its peak."""
+
+    phase: str = field(metadata=doc("the phase", enum=[FORWARD, BACKWARD, OPTIMIZER]))
+    total: int = field(metadata=doc("every live tensor byte at the phase's peak (bytes)", minimum=0))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One training step measured without real memory, and the device it was measured against."""
+
+    job: str = field(metadata=doc("SCRIPT:FUNCTION that built the model and batch"))
+    optimizer: str = field(metadata=doc("the optimizer stepped, by class name"))
+    precision: str = field(metadata=doc("fp32, bf16, fp16 or amp", enum=["fp32", "bf16", "fp16", "amp"]))
+    checkpointing: bool = field(metadata=doc("activation checkpointing of the model's blocks"))
+    phases: tuple[PhaseMemory, ...] = field(metadata=doc(
+        "each phase's peak: the highest of the two steps run"))
+    timeline: tuple[PhasePeak, ...] = field(metadata=doc(
+        "each phase of both steps, in the order they ran: where a device runs out first"))
+    batch_size: int | None = field(default=None, metadata=doc("the batch size asked for; null: the function's own",
+                                                              minimum=1))
+    device_total: int | None = field(default=None, metadata=doc(
+        "the device's total memory (bytes); null: no device given", minimum=0))
+    device_usable: int | None = field(default=None, metadata=doc(
+        "what tensors may use: the total less the CUDA context (bytes)", minimum=0))
+    device_name: str | None = field(default=None, metadata=doc("the device, as named"))
+
+    @property
+    def peak(self) -> int:
+        return max(p.total for p in self.phases)
+
+    def phase(self, name: str) -> PhaseMemory:
+        return next(p for p in self.phases if p.phase == name)
+
+    def runs_out_in(self) -> str | None:
+        """The first phase, in the order they ran, whose peak is more than the device's usable memory;
+        None where it fits or no device is known."""
+        if self.device_usable is None:
+            return None
+        if self.phase(CREATED).total > self.device_usable:
+            return CREATED
+        return next((p.phase for p in self.timeline if p.total > self.device_usable), None)
+
+    def fits(self) -> bool | None:
+        return None if self.device_usable is None else self.peak <= self.device_usable
+
+
+# What a device's CUDA context takes before any tensor: 742 MiB on an H100 (docs/validation.md), 500 to
+# 750 MiB on other cards and drivers. The usable memory is the total less this.
+CUDA_CONTEXT = 742 << 20
+
+
+def usable(total: int) -> int:
+    """What tensors may use of a device with ``total`` bytes."""
+    return max(0, total - CUDA_CONTEXT)
