@@ -67,9 +67,10 @@ def job(model: GPT, batch_size: int, block_size: int, vocab: int):
     x = torch.randint(0, vocab, (batch_size, block_size))
     y = torch.randint(0, vocab, (batch_size, block_size))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    criterion = nn.CrossEntropyLoss()
 
     def loss(logits):
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        return criterion(logits.view(-1, logits.size(-1)), y.view(-1))
 
     return model, x, optimizer, loss
 

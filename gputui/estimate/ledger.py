@@ -40,6 +40,8 @@ class Ledger(TorchDispatchMode):
         self._bytes: dict[int, int] = {}  # serial -> bytes, while it lives
         self.kind: dict[int, str] = {}  # serial -> category, kept after death for the peaks
         self.total = 0
+        self.activations = 0  # bytes saved for backward, live now
+        self.activations_peak = 0  # their most at once: the probe's activations_peak
         self.peaks: dict[str, Peak] = {}
         self._peak: Peak | None = None
 
@@ -73,10 +75,16 @@ class Ledger(TorchDispatchMode):
 
     def _free(self, key: int, serial: int) -> None:
         self._live.pop(key, None)
-        self.total -= self._bytes.pop(serial, 0)
+        nbytes = self._bytes.pop(serial, 0)
+        self.total -= nbytes
+        if self.kind[serial] == ACTIVATIONS:
+            self.activations -= nbytes
 
     def mark(self, tensor: torch.Tensor, category: str) -> None:
-        self.kind[self.track(tensor)] = category
+        serial = self.track(tensor)
+        if self.kind[serial] == ACTIVATIONS:
+            self.activations -= self._bytes[serial]
+        self.kind[serial] = category
 
     def saved(self, tensor: torch.Tensor) -> torch.Tensor:
         """Autograd's pack hook: a tensor kept for backward is an activation, unless it is already
@@ -84,6 +92,8 @@ class Ledger(TorchDispatchMode):
         serial = self.track(tensor)
         if self.kind[serial] == OTHER:
             self.kind[serial] = ACTIVATIONS
+            self.activations += self._bytes[serial]
+            self.activations_peak = max(self.activations_peak, self.activations)
         return tensor
 
     # -- phases

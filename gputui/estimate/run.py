@@ -14,5 +14,6 @@ def estimate(spec: str, settings: Settings, device_total: int | None = None,
     return Estimate(
         job=spec, optimizer=measured.optimizer, precision=settings.precision,
         checkpointing=settings.checkpointing, phases=measured.phases, timeline=measured.timeline,
+        activations_peak=measured.activations_peak,
         batch_size=settings.batch_size, device_total=device_total,
         device_usable=None if device_total is None else usable(device_total), device_name=device_name)

@@ -55,6 +55,7 @@ class Measured:
     phases: tuple[PhaseMemory, ...]
     timeline: tuple[PhasePeak, ...]
     optimizer: str
+    activations_peak: int
 
 
 def measure(function: Callable[..., Any], settings: Settings) -> Measured:
@@ -98,7 +99,7 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
         top = max((ledger.peaks[f"{name} {step}"] for step in (1, 2)), key=lambda p: p.total)
         phases.append(_memory(name, ledger.breakdown(top.live)))
     phases.append(_memory(STEADY, steady))
-    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__)
+    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak)
 
 
 def _loss(job: Job, ledger: Ledger) -> torch.Tensor:

@@ -50,6 +50,8 @@ class Estimate:
         "each phase's peak: the highest of the two steps run"))
     timeline: tuple[PhasePeak, ...] = field(metadata=doc(
         "each phase of both steps, in the order they ran: where a device runs out first"))
+    activations_peak: int = field(default=0, metadata=doc(
+        "the most bytes saved for backward at once, in either step (the probe's `activations_peak`)", minimum=0))
     batch_size: int | None = field(default=None, metadata=doc("the batch size asked for; null: the function's own",
                                                               minimum=1))
     device_total: int | None = field(default=None, metadata=doc(
