@@ -183,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="cast the model and batch (bf16, fp16) or run the forward under autocast (amp)")
     estimate.add_argument("--checkpointing", action="store_true",
                           help="checkpoint the activations of the model's blocks")
+    estimate.add_argument("--max-batch", action="store_true",
+                          help="the largest batch size that fits the device, for the job and each what-if")
+    estimate.add_argument("--zero-gpus", type=_count("GPU", "GPUs"), default=8, metavar="N",
+                          help="the what-if of ZeRO-2 sharding over N GPUs (default 8)")
+    estimate.add_argument("--no-what-if", action="store_true", help="leave out the what-if table (faster)")
     capacity = estimate.add_mutually_exclusive_group()
     capacity.add_argument("--device-memory", type=_size, metavar="SIZE",
                           help="the device's total memory: 16GiB, 80G, 24000MiB, 16GB (10^9)")
@@ -256,7 +261,8 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
     if args.subcommand == "estimate":
         extra = {key: getattr(args, key) for key in (
-            "job", "batch_size", "optimizer", "precision", "checkpointing", "device_memory", "gpu")}
+            "job", "batch_size", "optimizer", "precision", "checkpointing", "device_memory", "gpu",
+            "max_batch", "zero_gpus", "no_what_if")}
         return Options(mode="estimate", extra=extra, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
         if args.tls_key and not args.tls_cert:
@@ -441,6 +447,7 @@ def _estimate(options: Options) -> int:
         raise UserError(f"gputui estimate needs PyTorch: {exc}") from None
     settings = Settings(batch_size=extra["batch_size"], optimizer=extra["optimizer"],  # type: ignore[arg-type]
                         precision=extra["precision"], checkpointing=extra["checkpointing"])  # type: ignore[arg-type]
-    result = estimate(str(extra["job"]), settings, total, name)
+    result = estimate(str(extra["job"]), settings, total, name, what_if=not extra["no_what_if"],
+                      max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"])  # type: ignore[arg-type]
     emit(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))
     return 0

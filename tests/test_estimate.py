@@ -150,3 +150,60 @@ def test_amp_runs_under_autocast_on_fake_tensors():
     amp = estimate(f"{GPT}:build", Settings(precision="amp"))
     assert amp.phase("steady").categories == fp32.phase("steady").categories
     assert amp.phase("forward").categories.activations < 0.75 * fp32.phase("forward").categories.activations
+
+
+# -- --max-batch and the what-ifs
+
+
+def test_the_largest_batch_fits_and_one_percent_more_does_not():
+    room_total = 64 << 20
+    result = estimate(f"{GPT}:build", Settings(), device_total=room_total + CUDA_CONTEXT, max_batch=True,
+                      what_if=False)
+    largest = result.largest_batch
+    assert largest is not None and largest > 8
+    assert result.safe_batch is not None and 0.8 * largest <= result.safe_batch < largest
+    fits = estimate(f"{GPT}:build", Settings(batch_size=largest), device_total=room_total + CUDA_CONTEXT,
+                    what_if=False)
+    assert fits.fits() is True
+    over = estimate(f"{GPT}:build", Settings(batch_size=largest + largest // 100 + 1),
+                    device_total=room_total + CUDA_CONTEXT, what_if=False)
+    assert over.fits() is False
+
+
+def test_what_ifs_measured_and_computed():
+    from gputui.analysis.whatif import eight_bit_optimizer, zero_sharding
+
+    result = estimate(f"{GPT}:build", Settings(batch_size=8), device_total=16 << 30)
+    rows = {w.change: w for w in result.what_ifs}
+    assert [w.measured for w in result.what_ifs] == [True] * 5 + [False] * 2
+    assert rows["bf16 weights and activations"].peak == estimate(f"{GPT}:build", Settings(
+        batch_size=8, precision="bf16")).peak
+    assert rows["batch 4, 2x accumulation"].peak == estimate(f"{GPT}:build", Settings(batch_size=4)).peak
+    assert rows["activation checkpointing"].saving > 0.3 * result.peak
+    # computed: each phase's peak less the saving there; the highest phase is the backward pass
+    # (no gradients yet at its peak), where the optimizer state alone is saved
+    state = result.phase("backward").categories.optimizer_state
+    assert eight_bit_optimizer(result.phase("backward").categories) == 3 * state // 4
+    assert rows["8-bit optimizer state"].peak == max(
+        p.total - eight_bit_optimizer(p.categories) for p in result.phases)
+    assert rows["ZeRO-2 over 8 GPUs"].peak == max(
+        p.total - zero_sharding(8)(p.categories) for p in result.phases)
+    for w in result.what_ifs:
+        assert w.saving == result.peak - w.peak
+
+
+def test_max_batch_needs_a_device_and_a_batch_size(env, tmp_path):
+    out = gputui(env, "estimate", f"{GPT}:build", "--max-batch")
+    assert out.returncode == 2 and "--max-batch needs the device" in out.stderr
+    script = tmp_path / "fixed.py"
+    script.write_text("import torch\ndef job():\n    return torch.nn.Linear(2, 2), torch.randn(4, 2)\n")
+    out = gputui(env, "estimate", f"{script}:job", "--max-batch", "--device-memory", "1GiB")
+    assert out.returncode == 2 and "--max-batch needs FUNCTION to take batch_size" in out.stderr
+
+
+def test_largest_batch_fit():
+    from gputui.analysis.whatif import largest_batch
+
+    assert largest_batch({2: 300, 4: 500}, 1000) == 9  # 100 fixed, 100 a sample
+    assert largest_batch({2: 300, 4: 500}, 50) == 0  # the fixed part alone does not fit
+    assert largest_batch({2: 300, 4: 300}, 1000) is None  # a sample costs nothing here

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
+from gputui.analysis.whatif import eight_bit_optimizer
 from gputui.units import size, span
 from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
@@ -304,7 +305,7 @@ def _optimizer_dominates(seen: _Seen) -> Advice | None:
         "    import bitsandbytes as bnb\n"
         "    optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)   # ~1/4 of Adam's state\n"
         "    # or: torch.distributed.optim.ZeroRedundancyOptimizer / FSDP to shard it over ranks",
-        estimated_saving=cats.optimizer_state * 3 // 4,
+        estimated_saving=eight_bit_optimizer(cats),
     )
 
 

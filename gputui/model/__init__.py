@@ -12,6 +12,7 @@ from gputui.model.estimate import (
     Estimate,
     PhaseMemory,
     PhasePeak,
+    WhatIf,
 )
 from gputui.model.fleet import (
     HOST_CONNECTING,
@@ -168,6 +169,7 @@ __all__ = [
     "Estimate",
     "PhaseMemory",
     "PhasePeak",
+    "WhatIf",
     "FIRST_STEPS_KEPT",
     "MigInstance",
     "MonitorCost",

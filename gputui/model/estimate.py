@@ -39,6 +39,20 @@ class PhasePeak:
 
 
 @dataclass(frozen=True)
+class WhatIf:
+    """The same job with one change: its peak, and what it saves against the job as asked."""
+
+    change: str = field(metadata=doc('the change, in words: "bf16", "activation checkpointing" ...'))
+    peak: int = field(metadata=doc("the changed job's peak (bytes)", minimum=0))
+    saving: int = field(metadata=doc("the job's peak less the changed job's (bytes; negative: it costs more)"))
+    measured: bool = field(metadata=doc(
+        "true: the changed job was run on fake tensors; false: computed from the measured categories"))
+    largest_batch: int | None = field(default=None, metadata=doc(
+        "the largest batch size that fits the device with the change (with --max-batch; null otherwise "
+        "or where the batch does not limit it)", minimum=0))
+
+
+@dataclass(frozen=True)
 class Estimate:
     """One training step measured without real memory, and the device it was measured against."""
 
@@ -59,6 +73,12 @@ class Estimate:
     device_usable: int | None = field(default=None, metadata=doc(
         "what tensors may use: the total less the CUDA context (bytes)", minimum=0))
     device_name: str | None = field(default=None, metadata=doc("the device, as named"))
+    what_ifs: tuple[WhatIf, ...] = field(default=(), metadata=doc("the same job with one change each"))
+    largest_batch: int | None = field(default=None, metadata=doc(
+        "the largest batch size that fits the device's usable memory (with --max-batch; null otherwise or "
+        "where the batch does not limit it)", minimum=0))
+    safe_batch: int | None = field(default=None, metadata=doc(
+        "the largest batch size that fits with SAFETY_MARGIN of the usable memory held back", minimum=0))
 
     @property
     def peak(self) -> int:
@@ -83,6 +103,9 @@ class Estimate:
 # What a device's CUDA context takes before any tensor: 742 MiB on an H100 (docs/validation.md), 500 to
 # 750 MiB on other cards and drivers. The usable memory is the total less this.
 CUDA_CONTEXT = 742 << 20
+# Held back from the usable memory for --max-batch's safe batch: the caching allocator's cache and
+# fragmentation, cuBLAS and cuDNN workspaces, which the estimate does not see.
+SAFETY_MARGIN = 0.10
 
 
 def usable(total: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gputui import units
 from gputui.errors import UserError
 from gputui.model import PHASE_WORDS, RUNS_OUT_WORDS, Estimate
-from gputui.model.estimate import CUDA_CONTEXT
+from gputui.model.estimate import CUDA_CONTEXT, SAFETY_MARGIN
 from gputui.options import Options
 
 # The table's columns: a category (or the total) and its heading; 7 columns of 9 and the phase's 15
@@ -46,7 +46,26 @@ def text(estimate: Estimate) -> str:
         lines.append(PHASE_WORDS[phase.phase].ljust(LABEL) + "".join(c.rjust(CELL) for c in cells)
                      + units.size_compact(phase.total).rjust(CELL))
     lines += ["", verdict(estimate)]
+    if estimate.largest_batch is not None or estimate.safe_batch is not None:
+        lines.append(f"largest batch that fits: {estimate.largest_batch}; with {SAFETY_MARGIN:.0%} held back "
+                     f"(allocator cache, workspaces): {estimate.safe_batch}")
+    if estimate.what_ifs:
+        lines += ["", *what_if_table(estimate)]
     return "\n".join(lines) + "\n"
+
+
+def what_if_table(estimate: Estimate) -> list[str]:
+    """Each change's peak and saving; measured (run again on fake tensors) or computed (from the
+    measured categories); the largest batch with it where --max-batch asked."""
+    batches = any(w.largest_batch is not None for w in estimate.what_ifs)
+    lines = ["what if".ljust(34) + "peak".rjust(CELL) + "saves".rjust(CELL) + "how".rjust(CELL)
+             + ("max batch".rjust(11) if batches else "")]
+    for w in estimate.what_ifs:
+        batch = "" if not batches else ("-" if w.largest_batch is None else str(w.largest_batch)).rjust(11)
+        lines.append(w.change[:33].ljust(34) + units.size_compact(w.peak).rjust(CELL)
+                     + units.size_compact(w.saving).rjust(CELL)
+                     + ("measured" if w.measured else "computed").rjust(CELL) + batch)
+    return lines
 
 
 def verdict(estimate: Estimate) -> str:
