@@ -108,7 +108,7 @@ def test_every_model_type_in_a_document_has_a_schema():
         "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
         "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
         "ProbeReport", "Snapshot", "MonitorCost", "Breakdown", "BreakdownItem", "Placement", "Job", "JobRank",
-        "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf"}
+        "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)

@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from gputui.analysis.whatif import eight_bit_optimizer, largest_batch, zero_sharding
+from gputui.analysis.whatif import computed, largest_batch
 from gputui.errors import UserError
 from gputui.estimate.step import Measured, Settings, measure
 from gputui.model import MemoryCategories, WhatIf
@@ -61,9 +61,7 @@ def what_ifs(function: Callable[..., Any], settings: Settings, base: Measured, g
         if max_batch and room is not None and changed.batch_size == settings.batch_size:
             largest = largest_batch_of(function, changed, room, measured)
         out.append(WhatIf(words, peak(measured), base_peak - peak(measured), True, largest))
-    computed: list[tuple[str, Callable[[MemoryCategories], int]]] = [
-        ("8-bit optimizer state", eight_bit_optimizer), (f"ZeRO-2 over {gpus} GPUs", zero_sharding(gpus))]
-    for words, saving in computed:
+    for words, saving in computed(gpus):
         largest = None
         if max_batch and room is not None:
             largest = largest_batch_of(function, settings, room, base, saving)

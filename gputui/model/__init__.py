@@ -13,6 +13,7 @@ from gputui.model.estimate import (
     PhaseMemory,
     PhasePeak,
     WhatIf,
+    Headroom,
 )
 from gputui.model.fleet import (
     HOST_CONNECTING,
@@ -170,6 +171,7 @@ __all__ = [
     "PhaseMemory",
     "PhasePeak",
     "WhatIf",
+    "Headroom",
     "FIRST_STEPS_KEPT",
     "MigInstance",
     "MonitorCost",

@@ -53,6 +53,30 @@ class WhatIf:
 
 
 @dataclass(frozen=True)
+class Headroom:
+    """A live probed job's room on one GPU: what it could still take, and what changes would free."""
+
+    device: str = field(metadata=doc('the probe\'s name for the device: `"cuda:0"`'))
+    free: int = field(metadata=doc("the GPU's free memory (NVML; bytes)", minimum=0))
+    cache: int = field(metadata=doc(
+        "the job's allocator cache: reserved less allocated and fragmentation, as the breakdown's (bytes)", minimum=0))
+    step_peak: int | None = field(default=None, metadata=doc(
+        "the latest measured step's peak allocation (bytes)", minimum=0))
+    activations: int | None = field(default=None, metadata=doc(
+        "that step's activations at their peak (bytes)", minimum=0))
+    batch_factor: float | None = field(default=None, metadata=doc(
+        "the largest batch that would fit, as a multiple of the current batch: the room above the step's "
+        "peak filled with more of its activations", minimum=0))
+    what_ifs: tuple[WhatIf, ...] = field(default=(), metadata=doc(
+        "the step's peak with one change each, computed from its measured categories"))
+
+    @property
+    def headroom(self) -> int:
+        """What the job could still use now: the GPU's free memory and its own cache."""
+        return self.free + self.cache
+
+
+@dataclass(frozen=True)
 class Estimate:
     """One training step measured without real memory, and the device it was measured against."""
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
+from gputui.analysis.whatif import headrooms
 from gputui.model import Estimate, HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
@@ -38,7 +39,8 @@ def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
 def probe_document(report: ProbeReport, snapshot: Snapshot | None = None) -> dict[str, Any]:
     """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one."""
     return {**_envelope(PROBE_REPORT), "report": to_jsonable(report),
-            "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)]}
+            "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)],
+            "headroom": [to_jsonable(h) for h in headrooms(report, snapshot)]}
 
 
 def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],

@@ -8,9 +8,10 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import Callable, Sequence
 
-from gputui.model import AllocatorStats, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
+from gputui.model import AllocatorStats, Headroom, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age
+from gputui.analysis.whatif import headrooms
 from gputui.analysis.sites import keeper_text
 from gputui import units
 from gputui.plain.jobs import job_summary
@@ -122,6 +123,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
                            tz, indent=0)
+    for room in headrooms(report, snapshot):
+        lines += _headroom_lines(room, width, glyphs)
     for device in report.devices:
         if device.allocator is not None:
             lines += _allocator_lines(device.device, device.allocator, width, glyphs)
@@ -151,6 +154,21 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     if report.probe_cpu_seconds is not None:
         lines.append(text(f"probe CPU time {report.probe_cpu_seconds:.2f}s", "dim"))
     return _finish(lines, color, ascii)
+
+
+def _headroom_lines(room: Headroom, width: int, glyphs: Glyphs) -> list[Line]:
+    """Room to grow on one GPU, the largest batch that would fit, and what the changes would save."""
+    words = [text(f"headroom {units.size(room.headroom)} (free {units.size(room.free)} + cache "
+                  f"{units.size(room.cache)})")]
+    if room.batch_factor is not None:
+        words.append(text(f"largest batch that would fit: about {room.batch_factor:.1f}x the current one "
+                          f"(step peak {units.size(room.step_peak)}, activations {units.size(room.activations)})"))
+    lines = flow(words, width, first=Line().add(f"Will it fit ({room.device}): ", "head"), indent=2,
+                 ellipsis=glyphs.ellipsis)
+    for w in room.what_ifs:
+        lines.append(Line().add(f"  what if {w.change}: saves {units.size(w.saving)} (peak "
+                                f"{units.size(w.peak)}, computed)").cropped(width, glyphs.ellipsis))
+    return lines
 
 
 def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Glyphs) -> list[Line]:

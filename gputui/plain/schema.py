@@ -20,7 +20,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from gputui.model import HOST_STATES, Breakdown, Estimate, ProbeReport, Snapshot
+from gputui.model import HOST_STATES, Breakdown, Estimate, Headroom, ProbeReport, Snapshot
 from gputui.model.codec import literal_type
 from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER
 from gputui.model.fielddoc import DOC
@@ -28,7 +28,7 @@ from gputui.model.fielddoc import DOC
 SCHEMA_ID = "https://gputui.invalid/schema/v1"  # an identifier, not a URL to fetch
 
 # The documents' bodies hold these; every dataclass they reach gets a definition.
-ROOTS = (Snapshot, ProbeReport, Breakdown, Estimate)
+ROOTS = (Snapshot, ProbeReport, Breakdown, Estimate, Headroom)
 
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 # Keywords of a list field's metadata that constrain each item rather than the list.
@@ -232,7 +232,10 @@ SCHEMA: dict[str, Any] = {
     "title": "gputui JSON output",
     "oneOf": [
         _ref("SnapshotDocument"),
-        _envelope("gputui.probe-report", {"report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS}),
+        _envelope("gputui.probe-report", {
+            "report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS,
+            "headroom": _list(_ref("Headroom"), "room to grow on each GPU of the job, where NVML and the "
+                              "allocator can be read (added in version 1)")}),
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
