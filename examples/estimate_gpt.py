@@ -33,9 +33,9 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, attention: type[nn.Module] = CausalSelfAttention):
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(dim), CausalSelfAttention(dim, heads)
+        self.ln_1, self.attn = nn.LayerNorm(dim), attention(dim, heads)
         self.ln_2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
@@ -47,10 +47,11 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """nanoGPT in miniature: token and position embeddings, blocks, a head tied to the embedding."""
 
-    def __init__(self, vocab: int, block_size: int, dim: int, heads: int, layers: int):
+    def __init__(self, vocab: int = 64, block_size: int = 16, dim: int = 32, heads: int = 2, layers: int = 2,
+                 attention: type[nn.Module] = CausalSelfAttention):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(block_size, dim)
-        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.h = nn.ModuleList(Block(dim, heads, attention) for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.wte.weight = self.lm_head.weight
