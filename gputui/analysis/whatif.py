@@ -75,7 +75,8 @@ def headroom(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None
     activations = step.activations_peak or 0
     at_peak = dataclasses.replace(step.categories, activations=activations)
     world = report.placement.world_size if report.placement and report.placement.world_size else 1
-    changes = [*computed(world if world > 1 else ZERO_GPUS), ("half the micro-batch, 2x accumulation", half_activations)]
+    gpus = world if world > 1 else ZERO_GPUS  # a job on one GPU: what sharding over a node would save
+    changes = [*computed(gpus), ("half the micro-batch, 2x accumulation", half_activations)]
     room = gpu.memory_free + stats.reserved - peak  # what the step's peak could still grow into
     return Headroom(device.device, gpu.memory_free, cache, peak, activations, 1 + max(0, room) / activations,
                     tuple(WhatIf(words, peak - saving(at_peak), saving(at_peak), False) for words, saving in changes))

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from gputui.model import AllocatorStats, Headroom, Job, MemoryCategories, Placement, ProbeReport, Snapshot, StepRecord
 from gputui.analysis.phases import accounts, headline
-from gputui.analysis.text import figures_age
+from gputui.analysis.text import figures_age, headroom_lines
 from gputui.analysis.whatif import headrooms
 from gputui.analysis.sites import keeper_text
 from gputui import units
@@ -158,17 +158,10 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
 
 def _headroom_lines(room: Headroom, width: int, glyphs: Glyphs) -> list[Line]:
     """Room to grow on one GPU, the largest batch that would fit, and what the changes would save."""
-    words = [text(f"headroom {units.size(room.headroom)} (free {units.size(room.free)} + cache "
-                  f"{units.size(room.cache)})")]
-    if room.batch_factor is not None:
-        words.append(text(f"largest batch that would fit: about {room.batch_factor:.1f}x the current one "
-                          f"(step peak {units.size(room.step_peak)}, activations {units.size(room.activations)})"))
-    lines = flow(words, width, first=Line().add(f"Will it fit ({room.device}): ", "head"), indent=2,
+    head, *what_ifs = headroom_lines(room)
+    lines = flow([text(head)], width, first=Line().add(f"Will it fit ({room.device}): ", "head"), indent=2,
                  ellipsis=glyphs.ellipsis)
-    for w in room.what_ifs:
-        lines.append(Line().add(f"  what if {w.change}: saves {units.size(w.saving)} (peak "
-                                f"{units.size(w.peak)}, computed)").cropped(width, glyphs.ellipsis))
-    return lines
+    return lines + [Line().add(f"  {line}").cropped(width, glyphs.ellipsis) for line in what_ifs]
 
 
 def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Glyphs) -> list[Line]:
