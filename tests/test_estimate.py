@@ -120,8 +120,22 @@ def test_wrong_return_and_the_users_exception(env, tmp_path):
     first, *rest = out.stderr.splitlines()
     assert first == "gputui: broken() raised ValueError: no data here"
     assert "Traceback" in rest[0] and "no data here" in rest[-1]  # their traceback, below the line
+    assert "gputui/estimate" not in out.stderr  # their frames, not ours
     out = gputui(env, "estimate", f"{script}:shape", "--batch-size", "2")
     assert out.returncode == 2 and "shape() takes no batch_size" in out.stderr
+
+
+def test_the_users_model_raising_in_the_step(env, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import torch\n\nclass Bad(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        raise RuntimeError('shapes do not match')\n\n"
+                      "def job():\n    return Bad(), torch.randn(2, 2), torch.optim.SGD([torch.nn.Parameter("
+                      "torch.zeros(1))])\n")
+    out = gputui(env, "estimate", f"{script}:job")
+    assert out.returncode == 2
+    first, *rest = out.stderr.splitlines()
+    assert first == "gputui: the training step's forward phase raised RuntimeError: shapes do not match"
+    assert any("in forward" in line for line in rest) and "gputui/estimate" not in out.stderr
 
 
 @pytest.mark.parametrize("text, size", [("16GiB", 16 << 30), ("80G", 80 << 30), ("24000MiB", 24000 << 20),

@@ -23,6 +23,7 @@ import torch
 
 from gputui.errors import UserError
 
+_OURS = str(Path(__file__).resolve().parents[1])  # the gputui package's folder
 CONTRACT = "return (model, batch[, optimizer[, loss]]) or a dict with those keys"
 
 
@@ -70,8 +71,11 @@ class UserCodeError(UserError):
     multiline = True
 
     def __init__(self, what: str, exc: BaseException):
-        frames = traceback.format_exception(exc)
-        super().__init__(f"{what} raised {type(exc).__name__}: {exc}\n" + "".join(frames).rstrip())
+        # Their frames and torch's, not gputui's own that called them.
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OURS)]
+        lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
+                 *traceback.format_exception_only(exc)]
+        super().__init__(f"{what} raised {type(exc).__name__}: {exc}\n" + "".join(lines).rstrip())
 
 
 def load(spec: str) -> Callable[..., Any]:
