@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from gputui import __version__, units
 from gputui.errors import UserError
+from gputui.model.estimate import OPTIMIZER_CHOICES, PRECISIONS
 from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
 
 
@@ -177,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="FUNCTION in SCRIPT returns (model, batch[, optimizer[, loss]]): see README")
     estimate.add_argument("--batch-size", type=_count("sample", "samples"), metavar="N",
                           help="call FUNCTION(batch_size=N) (default: FUNCTION's own batch)")
-    estimate.add_argument("--optimizer", choices=("adam", "adamw", "sgd", "sgd-plain", "adagrad", "rmsprop"),
+    estimate.add_argument("--optimizer", choices=OPTIMIZER_CHOICES,
                           help="step this optimizer (default: FUNCTION's, else adam); sgd has momentum")
-    estimate.add_argument("--precision", choices=("fp32", "bf16", "fp16", "amp"), default="fp32",
+    estimate.add_argument("--precision", choices=PRECISIONS, default="fp32",
                           help="cast the model and batch (bf16, fp16) or run the forward under autocast (amp)")
     estimate.add_argument("--checkpointing", action="store_true",
                           help="checkpoint the activations of the model's blocks")

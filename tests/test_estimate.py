@@ -221,3 +221,11 @@ def test_largest_batch_fit():
     assert largest_batch({2: 300, 4: 500}, 1000) == 9  # 100 fixed, 100 a sample
     assert largest_batch({2: 300, 4: 500}, 50) == 0  # the fixed part alone does not fit
     assert largest_batch({2: 300, 4: 300}, 1000) is None  # a sample costs nothing here
+
+
+def test_the_command_lines_choices_are_what_the_step_runs():
+    from gputui.estimate.step import DTYPES, OPTIMIZERS
+    from gputui.model.estimate import OPTIMIZER_CHOICES, PRECISIONS
+
+    assert tuple(OPTIMIZERS) == OPTIMIZER_CHOICES
+    assert (*DTYPES, "amp") == PRECISIONS

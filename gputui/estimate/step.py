@@ -26,7 +26,6 @@ from gputui.model import MemoryCategories
 from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER, STEADY, PhaseMemory, PhasePeak
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISIONS = (*DTYPES, "amp")
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
     "adamw": torch.optim.AdamW,

@@ -13,6 +13,9 @@ from gputui.model.probe import MemoryCategories
 
 CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY = "created", "forward", "backward", "optimizer", "steady"
 ESTIMATE_PHASES = (CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY)
+# What --precision and --optimizer offer (gputui/estimate/step.py runs them).
+PRECISIONS = ("fp32", "bf16", "fp16", "amp")
+OPTIMIZER_CHOICES = ("adam", "adamw", "sgd", "sgd-plain", "adagrad", "rmsprop")
 # The table's rows: after model creation, then the peaks of the step's phases, then what stays.
 PHASE_WORDS = {CREATED: "model created", FORWARD: "forward", BACKWARD: "backward",
                OPTIMIZER: "optimizer step", STEADY: "steady state"}
@@ -82,7 +85,7 @@ class Estimate:
 
     job: str = field(metadata=doc("SCRIPT:FUNCTION that built the model and batch"))
     optimizer: str = field(metadata=doc("the optimizer stepped, by class name"))
-    precision: str = field(metadata=doc("fp32, bf16, fp16 or amp", enum=["fp32", "bf16", "fp16", "amp"]))
+    precision: str = field(metadata=doc("fp32, bf16, fp16 or amp", enum=list(PRECISIONS)))
     checkpointing: bool = field(metadata=doc("activation checkpointing of the model's blocks"))
     phases: tuple[PhaseMemory, ...] = field(metadata=doc(
         "each phase's peak: the highest of the two steps run"))
