@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
-from gputui import __version__
+from gputui import __version__, units
 from gputui.errors import UserError
+from gputui.model.estimate import OPTIMIZER_CHOICES, PRECISIONS
 from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
 
 
@@ -59,6 +60,13 @@ def _count(one: str, many: str, hint: str = "") -> Callable[[str], int]:
     return count
 
 
+def _size(text: str) -> int:
+    try:
+        return units.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _pid_list(text: str) -> tuple[int, ...]:
     return tuple(_pid(part) for part in text.split(",") if part.strip())
 
@@ -81,7 +89,7 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "oom")
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "estimate", "oom")
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
@@ -168,6 +176,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "
              "graph) or cache (a growing dict of tensors)",
     )
+    estimate = sub.add_parser("estimate", help="will a training job fit? one step measured without real memory")
+    estimate.add_argument("job", metavar="SCRIPT:FUNCTION",
+                          help="FUNCTION in SCRIPT returns (model, batch[, optimizer[, loss]]): see README")
+    estimate.add_argument("--batch-size", type=_count("sample", "samples"), metavar="N",
+                          help="call FUNCTION(batch_size=N) (default: FUNCTION's own batch)")
+    estimate.add_argument("--optimizer", choices=OPTIMIZER_CHOICES,
+                          help="step this optimizer (default: FUNCTION's, else adam); sgd has momentum")
+    estimate.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                          help="cast the model and batch (bf16, fp16) or run the forward under autocast (amp)")
+    estimate.add_argument("--checkpointing", action="store_true",
+                          help="checkpoint the activations of the model's blocks")
+    estimate.add_argument("--max-batch", action="store_true",
+                          help="the largest batch size that fits the device, for the job and each what-if")
+    estimate.add_argument("--zero-gpus", type=_count("GPU", "GPUs"), default=8, metavar="N",
+                          help="the what-if of ZeRO-2 sharding over N GPUs (default 8)")
+    estimate.add_argument("--no-what-if", action="store_true", help="leave out the what-if table (faster)")
+    capacity = estimate.add_mutually_exclusive_group()
+    capacity.add_argument("--device-memory", type=_size, metavar="SIZE",
+                          help="the device's total memory: 16GiB, 80G, 24000MiB, 16GB (10^9)")
+    capacity.add_argument("--gpu", type=int, metavar="INDEX", help="the total memory of this GPU here")
+    estimate.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     serve = sub.add_parser("serve", help="a Prometheus exporter: /metrics, and /snapshot (the --json document)")
     serve.add_argument("--listen", metavar="ADDR:PORT",
                        help=f"where to listen (default {SERVE_LISTEN}: this machine only; 0.0.0.0:PORT for "
@@ -236,11 +265,16 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="oom", extra={"file": args.file}, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
+    if args.subcommand == "estimate":
+        extra = {key: getattr(args, key) for key in (
+            "job", "batch_size", "optimizer", "precision", "checkpointing", "device_memory", "gpu",
+            "max_batch", "zero_gpus", "no_what_if")}
+        return Options(mode="estimate", extra=extra, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
         if args.tls_key and not args.tls_cert:
             parser.error("serve: --tls-key goes with --tls-cert")
         interval = args.interval if args.serve_interval is None else args.serve_interval
-        extra: dict[str, object] = {key: getattr(args, key) for key in (
+        extra = {key: getattr(args, key) for key in (
             "listen", "basic_auth_file", "tls_cert", "tls_key", "hash_password")}
         return Options(mode="serve", extra=extra, **{**common, "interval": interval})
     if args.watch is not None:
@@ -403,4 +437,27 @@ def _dispatch(options: Options) -> int:
         from gputui.probe.demo import demo_train
 
         return demo_train(options)
+    if mode == "estimate":
+        return _estimate(options)
     raise AssertionError(f"unknown mode {mode}")
+
+
+def _estimate(options: Options) -> int:
+    """``gputui estimate``: torch is imported here, in this mode only (never by the monitor)."""
+    from gputui.plain import estimate as shown
+    from gputui.plain.document import dumps, estimate_document
+    from gputui.plain.terminal import emit
+
+    extra = options.extra
+    total, name = shown.device(options, extra["device_memory"], extra["gpu"])  # type: ignore[arg-type]
+    try:
+        from gputui.estimate.run import estimate
+        from gputui.estimate.step import Settings
+    except ImportError as exc:
+        raise UserError(f"gputui estimate needs PyTorch: {exc}") from None
+    settings = Settings(batch_size=extra["batch_size"], optimizer=extra["optimizer"],  # type: ignore[arg-type]
+                        precision=extra["precision"], checkpointing=extra["checkpointing"])  # type: ignore[arg-type]
+    result = estimate(str(extra["job"]), settings, total, name, what_if=not extra["no_what_if"],
+                      max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"])  # type: ignore[arg-type]
+    emit(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))
+    return 0

@@ -22,7 +22,7 @@ SERVE_INTERVAL = 5.0
 
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
 Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve",
-               "oom"]
+               "estimate", "oom"]
 
 
 @dataclass(frozen=True)
@@ -48,4 +48,4 @@ class Options:
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
     hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
-    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve)
+    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)

@@ -48,6 +48,26 @@ def size(value: float | None) -> str:
     return f"{number} {unit}"
 
 
+# Sizes people type: binary with "i" or a bare letter (nvidia-smi's "80G", "24000MiB"), decimal with
+# "B" after the letter ("16GB", the way cards and the rule of thumb's "13.6 GB" are written).
+_TYPED = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in "16GiB", "80G", "24000MiB", "16GB", "1.5 TiB"; ValueError for anything else."""
+    number = text.strip().rstrip("BbIiKkMmGgTt ")
+    unit = text.strip()[len(number):].strip().lower()
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is no size: write e.g. 16GiB, 80G, 24000MiB or 16GB") from None
+    if unit not in _TYPED or not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is no size: write e.g. 16GiB, 80G, 24000MiB or 16GB")
+    return int(value * _TYPED[unit])
+
+
 def size_compact(value: float | None) -> str:
     """For table cells: "3.25GiB", "512MiB", "0B"."""
     if value is None:

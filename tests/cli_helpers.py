@@ -7,9 +7,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def gputui(env, *args, timeout=120):
+def gputui(env, *args, timeout=120, cwd=None):
     return subprocess.run([sys.executable, "-m", "gputui", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, cwd=cwd)
 
 
 def no_traceback(result):

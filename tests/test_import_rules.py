@@ -38,6 +38,8 @@ def forbidden(module: str) -> set[str]:
         banned |= {"pynvml", "psutil"}
     if module.startswith("gputui.probe.") and module not in TORCH_FREE_PROBE_MODULES:
         banned.discard("torch")  # the probe's working parts use torch; its entry points must not
+    if module.startswith("gputui.estimate."):
+        banned.discard("torch")  # gputui estimate's own process runs a step; the package's name does not
     return banned
 
 

@@ -24,8 +24,10 @@ steps: its activations are those a fresh reading shows.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +37,9 @@ from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
 from probe_truth import fresh_reading, storage_bytes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import estimate_gpt  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -245,34 +250,10 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(dim), CausalSelfAttention(dim, heads)
-        self.ln_2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    """nanoGPT in miniature: token and position embeddings, blocks, a head tied to the embedding."""
-
-    def __init__(self, vocab=64, block_size=16, dim=32, heads=2, layers=2):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(block_size, dim)
-        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
-        self.lm_head = nn.Linear(dim, vocab, bias=False)
-        self.wte.weight = self.lm_head.weight
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))  # logits only: the loop computes the loss
+def GPT(block_size: int = 16):
+    """nanoGPT in miniature (examples/estimate_gpt.py's, which gputui estimate's accuracy is measured
+    on too), with torch's fused attention as nanoGPT has it."""
+    return estimate_gpt.GPT(block_size=block_size, attention=CausalSelfAttention)
 
 
 def gpt_accumulation() -> Scenario:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
+from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
 from gputui.units import size, span
 from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
@@ -255,10 +256,10 @@ def _eval_with_grad(seen: _Seen) -> Advice | None:
 def _activations_dominate(seen: _Seen) -> Advice | None:
     # Judged on the latest measured step (the only ones with peaks), so that advice does not come
     # and go with each poll as steps with and without readings alternate.
-    last = next((s for s in reversed(seen.steps) if s.step > 1 and _peaks(s)), None)
+    last = next((s for s in reversed(seen.steps) if s.step > 1 and step_peaks(s)), None)
     if last is None or last.allocated is None:
         return None
-    peaks = _peaks(last)
+    peaks = step_peaks(last)
     peak = max(peaks)
     activations = peak - last.allocated  # what a step adds on top of what it keeps: mostly activations
     if peak <= 0 or activations < ACTIVATIONS_SHARE * peak:
@@ -283,10 +284,6 @@ def _activations_dominate(seen: _Seen) -> Advice | None:
     )
 
 
-def _peaks(step: StepRecord) -> list[int]:
-    return [p for p in (step.peak_forward, step.peak_backward, step.peak_optimizer) if p is not None]
-
-
 def _optimizer_dominates(seen: _Seen) -> Advice | None:
     cats = seen.probe.categories if seen.probe else None
     if cats is None or not cats.optimizer_state:
@@ -304,7 +301,7 @@ def _optimizer_dominates(seen: _Seen) -> Advice | None:
         "    import bitsandbytes as bnb\n"
         "    optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)   # ~1/4 of Adam's state\n"
         "    # or: torch.distributed.optim.ZeroRedundancyOptimizer / FSDP to shard it over ranks",
-        estimated_saving=cats.optimizer_state * 3 // 4,
+        estimated_saving=eight_bit_optimizer(cats),
     )
 
 

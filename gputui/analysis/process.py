@@ -1,7 +1,7 @@
 """Everything the analysis says about one process, put together once for every view.
 
 The live detail screen, ``--once`` and ``gputui probe`` all show a process's leak verdict, its
-growing allocation sites and its advice; they get them from :func:`analyse` so they agree.
+growing allocation sites, its advice and its headroom; they get them from :func:`analyse` so they agree.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from gputui.analysis.advice import advise
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.analysis.sites import growing_sites
-from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.analysis.whatif import headrooms
+from gputui.model import GpuProcess, Headroom, ProbeReport, Snapshot
 from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
 
 
@@ -25,6 +26,7 @@ class ProcessAnalysis:
     advice: tuple[Advice, ...] = ()
     report: ProbeReport | None = None
     now: float | None = None  # the snapshot's time, to count forecasts from
+    headroom: tuple[Headroom, ...] = ()  # room to grow on each GPU of a probed job
 
 
 def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport | None = None, *,
@@ -40,4 +42,4 @@ def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport 
     advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,
                     sites=sites)
     return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
-                           now=snapshot.taken_at)
+                           now=snapshot.taken_at, headroom=headrooms(report, snapshot) if report else ())

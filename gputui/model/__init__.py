@@ -5,6 +5,16 @@ Pure data: nothing here imports another gputui package, textual, torch, psutil o
 
 from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
 from gputui.model.codec import from_jsonable, to_jsonable
+from gputui.model.estimate import (
+    ESTIMATE_PHASES,
+    PHASE_WORDS,
+    RUNS_OUT_WORDS,
+    Estimate,
+    PhaseMemory,
+    PhasePeak,
+    WhatIf,
+    Headroom,
+)
 from gputui.model.fleet import (
     HOST_CONNECTING,
     HOST_LIVE,
@@ -154,6 +164,14 @@ __all__ = [
     "HostProcess",
     "MemoryCategories",
     "TENSOR_CATEGORIES",
+    "ESTIMATE_PHASES",
+    "PHASE_WORDS",
+    "RUNS_OUT_WORDS",
+    "Estimate",
+    "PhaseMemory",
+    "PhasePeak",
+    "WhatIf",
+    "Headroom",
     "FIRST_STEPS_KEPT",
     "MigInstance",
     "MonitorCost",

@@ -2,7 +2,7 @@
 
 ``--json`` prints a snapshot document, ``gputui probe PID --json`` a probe-report document and
 ``gputui probes --json`` a probe list, ``--hosts --json`` a list of hosts with each one's snapshot
-document. Field meanings and units: docs/json-schema.md; the JSON Schema
+document, ``gputui estimate --json`` an estimate. Field meanings and units: docs/json-schema.md; the JSON Schema
 is ``gputui.plain.schema.SCHEMA``.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
-from gputui.model import HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
+from gputui.analysis.whatif import headrooms
+from gputui.model import Estimate, HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
 VERSION = 1
@@ -22,6 +23,7 @@ SNAPSHOT = "gputui.snapshot"
 PROBE_REPORT = "gputui.probe-report"
 PROBE_LIST = "gputui.probes"
 HOSTS = "gputui.hosts"
+ESTIMATE = "gputui.estimate"
 
 
 def _envelope(kind: str) -> dict[str, Any]:
@@ -37,7 +39,8 @@ def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
 def probe_document(report: ProbeReport, snapshot: Snapshot | None = None) -> dict[str, Any]:
     """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one."""
     return {**_envelope(PROBE_REPORT), "report": to_jsonable(report),
-            "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)]}
+            "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)],
+            "headroom": [to_jsonable(h) for h in headrooms(report, snapshot)]}
 
 
 def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
@@ -58,6 +61,12 @@ def hosts_document(hosts: list[HostView]) -> dict[str, Any]:
         {"name": h.name, "state": h.state, "reason": h.reason, "age": h.age,
          "document": None if h.snapshot is None else snapshot_document(h.snapshot)}
         for h in hosts]}
+
+
+def estimate_document(estimate: Estimate) -> dict[str, Any]:
+    """``gputui estimate --json``: the job's phases against the device, and the verdict."""
+    return {**_envelope(ESTIMATE), "estimate": to_jsonable(estimate),
+            "fits": estimate.fits(), "runs_out_in": estimate.runs_out_in()}
 
 
 def read_snapshot_document(document: Any) -> Snapshot:

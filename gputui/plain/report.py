@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import Callable, Sequence
 
-from gputui.model import (AllocatorStats, Job, MemoryCategories, OomRecord, Placement, ProbeReport, Snapshot,
-                          StepRecord)
+from gputui.model import (AllocatorStats, Headroom, Job, MemoryCategories, OomRecord, Placement, ProbeReport,
+                          Snapshot, StepRecord)
 from gputui.analysis.phases import accounts, headline
-from gputui.analysis.text import figures_age
+from gputui.analysis.text import figures_age, headroom_lines
+from gputui.analysis.whatif import headrooms
 from gputui.analysis.sites import keeper_text
 from gputui import units
 from gputui.plain.jobs import job_summary
@@ -123,6 +124,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
                            tz, indent=0)
+    for room in headrooms(report, snapshot):
+        lines += _headroom_lines(room, width, glyphs)
     for device in report.devices:
         if device.allocator is not None:
             lines += _allocator_lines(device.device, device.allocator, width, glyphs)
@@ -172,6 +175,14 @@ def oom_when(record: OomRecord) -> str:
 # Where an OOM came, as its line says it ("other": the loop around the model, e.g. a loss outside it).
 PHASE_WORDS = {"forward": "the forward pass of ", "backward": "the backward pass of ",
                "optimizer": "the optimizer's step of ", "other": "the loop, outside the model, during "}
+
+
+def _headroom_lines(room: Headroom, width: int, glyphs: Glyphs) -> list[Line]:
+    """Room to grow on one GPU, the largest batch that would fit, and what the changes would save."""
+    head, *what_ifs = headroom_lines(room)
+    lines = flow([text(head)], width, first=Line().add(f"Will it fit ({room.device}): ", "head"), indent=2,
+                 ellipsis=glyphs.ellipsis)
+    return lines + [Line().add(f"  {line}").cropped(width, glyphs.ellipsis) for line in what_ifs]
 
 
 def _allocator_lines(device: str, stats: AllocatorStats, width: int, glyphs: Glyphs) -> list[Line]:

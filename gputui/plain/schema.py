@@ -1,5 +1,5 @@
-"""The JSON Schema (draft 2020-12) of the documents ``--json``, ``probe --json``, ``probes --json`` and
-``--hosts --json`` print.
+"""The JSON Schema (draft 2020-12) of the documents ``--json``, ``probe --json``, ``probes --json``,
+``--hosts --json`` and ``estimate --json`` print.
 
 Generated from the model: every dataclass field is a property, its type from the type hints and its
 description and constraints from its metadata (``gputui.model.fielddoc.doc``), so each field's meaning
@@ -20,14 +20,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from gputui.model import HOST_STATES, Breakdown, ProbeReport, Snapshot
+from gputui.model import HOST_STATES, Breakdown, Estimate, Headroom, ProbeReport, Snapshot
 from gputui.model.codec import literal_type
+from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER
 from gputui.model.fielddoc import DOC
 
 SCHEMA_ID = "https://gputui.invalid/schema/v1"  # an identifier, not a URL to fetch
 
 # The documents' bodies hold these; every dataclass they reach gets a definition.
-ROOTS = (Snapshot, ProbeReport, Breakdown)
+ROOTS = (Snapshot, ProbeReport, Breakdown, Estimate, Headroom)
 
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 # Keywords of a list field's metadata that constrain each item rather than the list.
@@ -231,13 +232,23 @@ SCHEMA: dict[str, Any] = {
     "title": "gputui JSON output",
     "oneOf": [
         _ref("SnapshotDocument"),
-        _envelope("gputui.probe-report", {"report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS}),
+        _envelope("gputui.probe-report", {
+            "report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS,
+            "headroom": _list(_ref("Headroom"), "room to grow on each GPU of the job, where NVML and the "
+                              "allocator can be read (added in version 1)")}),
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
             "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
         }),
         _envelope("gputui.hosts", {"hosts": _list(HOST, "the hosts, in the order they were named")}),
+        _envelope("gputui.estimate", {
+            "estimate": _ref("Estimate"),
+            "fits": {"type": ["boolean", "null"],
+                     "description": "the peak is within the device's usable memory; null: no device given"},
+            "runs_out_in": {"enum": [CREATED, FORWARD, BACKWARD, OPTIMIZER, None],
+                            "description": "the first phase, as they ran, to need more than the device has"},
+        }),
     ],
     "$defs": {**DEFS, "SnapshotDocument": SNAPSHOT_DOCUMENT},
 }

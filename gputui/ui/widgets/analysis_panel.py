@@ -14,6 +14,7 @@ from gputui import units
 from gputui.analysis import phases as step_phases
 from gputui.analysis.process import ProcessAnalysis
 from gputui.analysis.sites import keeper_text
+from gputui.analysis.text import headroom_lines
 from gputui.model import ProbeReport
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -71,6 +72,7 @@ class AnalysisPanel(Vertical):
         yield Static(id="analysis-leak")
         yield Static(id="analysis-phases")
         yield Static(id="analysis-sites")
+        yield Static(id="analysis-headroom")
         yield AdviceList("nothing to suggest: this process looks healthy", id="analysis-advice")
 
     def show(self, analysis: ProcessAnalysis) -> None:
@@ -87,6 +89,10 @@ class AnalysisPanel(Vertical):
         if probed:
             self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
             self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))
+        room = self.query_one("#analysis-headroom", Static)
+        room.display = bool(analysis.headroom)
+        room.update(Content("\n").join([part for h in analysis.headroom for part in (
+            Content.styled(f"Will it fit ({h.device})", "bold"), *map(Content, headroom_lines(h)))]))
         self.query_one(AdviceList).show(analysis.advice)
 
 

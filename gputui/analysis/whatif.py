@@ -1,0 +1,97 @@
+"""What-ifs: what a change to a training job saves, computed from its measured categories.
+
+The one place these savings are written: the advice (advice.py), ``gputui estimate``'s what-if table
+(for the changes it cannot run on fake tensors) and the live job's report all use them. Each takes the
+live bytes by category at one moment (a phase's peak) and says how many bytes the change frees then.
+Parameters, gradients and optimizer state do not depend on the batch; activations grow with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gputui.model import Headroom, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord, WhatIf
+
+EIGHT_BIT_KEEPS = 1 / 4  # an 8-bit optimizer (bitsandbytes AdamW8bit) keeps 1 byte a value of Adam's 4
+ZERO_GPUS = 8  # ZeRO's sharding over this many GPUs, unless told
+
+
+def _bytes(value: int | None) -> int:
+    return value or 0
+
+
+def eight_bit_optimizer(c: MemoryCategories) -> int:
+    """Adam's two fp32 moments kept in 8 bits: three quarters of the state freed."""
+    return round(_bytes(c.optimizer_state) * (1 - EIGHT_BIT_KEEPS))
+
+
+def zero_sharding(gpus: int = ZERO_GPUS) -> Callable[[MemoryCategories], int]:
+    """ZeRO stage 2 over ``gpus`` GPUs: each keeps 1/gpus of the optimizer state and the gradients."""
+    def saving(c: MemoryCategories) -> int:
+        return (_bytes(c.optimizer_state) + _bytes(c.gradients)) * (gpus - 1) // gpus
+    return saving
+
+
+def half_activations(c: MemoryCategories) -> int:
+    """Half the micro-batch (and twice the gradient accumulation), checkpointing or mixed precision,
+    without measuring them: each roughly halves the activations."""
+    return _bytes(c.activations) // 2
+
+
+def largest_batch(peaks: dict[int, int], room: int) -> int | None:
+    """The largest batch size whose peak fits ``room`` bytes, from peaks measured at two or more batch
+    sizes (``peaks``: batch size -> peak bytes), fitted as a fixed part plus a cost per sample.
+    0 where the fixed part alone does not fit; None where a sample costs nothing (no limit)."""
+    (small, low), (large, high) = min(peaks.items()), max(peaks.items())
+    per_sample = (high - low) / (large - small)
+    fixed = low - per_sample * small
+    if fixed > room:
+        return 0
+    if per_sample <= 0:
+        return None
+    return int((room - fixed) // per_sample)
+
+
+def computed(gpus: int = ZERO_GPUS) -> list[tuple[str, Callable[[MemoryCategories], int]]]:
+    """The changes computed from measured categories, with their savings, as the tables name them."""
+    return [("8-bit optimizer state", eight_bit_optimizer), (f"ZeRO-2 over {gpus} GPUs", zero_sharding(gpus))]
+
+
+def headroom(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Headroom | None:
+    """A live job's room on one GPU from its latest measured step; None without the GPU's free memory
+    (no NVML) or the allocator's figures (a CPU job)."""
+    gpu = next((d for d in snapshot.devices if d.uuid == device.uuid), None) if snapshot and device.uuid else None
+    stats = device.allocator
+    if gpu is None or gpu.memory_free is None or stats is None:
+        return None
+    # The cache as the breakdown counts it: reserved, not allocated, not stuck in split blocks.
+    cache = max(0, stats.reserved - stats.allocated - (stats.inactive_split or 0))
+    step = next((s for s in reversed(report.steps) if s.device == device.device and s.activations_peak
+                 and s.categories is not None and _peak(s) is not None), None)
+    if step is None or step.categories is None:
+        return Headroom(device.device, gpu.memory_free, cache)
+    peak = _peak(step) or 0
+    activations = step.activations_peak or 0
+    at_peak = dataclasses.replace(step.categories, activations=activations)
+    world = report.placement.world_size if report.placement and report.placement.world_size else 1
+    gpus = world if world > 1 else ZERO_GPUS  # a job on one GPU: what sharding over a node would save
+    changes = [*computed(gpus), ("half the micro-batch, 2x accumulation", half_activations)]
+    room = gpu.memory_free + stats.reserved - peak  # what the step's peak could still grow into
+    return Headroom(device.device, gpu.memory_free, cache, peak, activations, 1 + max(0, room) / activations,
+                    tuple(WhatIf(words, peak - saving(at_peak), saving(at_peak), False) for words, saving in changes))
+
+
+def step_peaks(step: StepRecord) -> list[int]:
+    """The step's phases' peaks that were measured."""
+    return [p for p in (step.peak_forward, step.peak_backward, step.peak_optimizer) if p is not None]
+
+
+def _peak(step: StepRecord) -> int | None:
+    return max(step_peaks(step), default=None)
+
+
+def headrooms(report: ProbeReport, snapshot: Snapshot | None) -> tuple[Headroom, ...]:
+    """``headroom`` for each of the report's devices where it can be had."""
+    found = (headroom(report, device, snapshot) for device in report.devices)
+    return tuple(h for h in found if h is not None)

@@ -1,0 +1,123 @@
+"""The ledger: live tensor bytes by category while a training step runs, and the peak of each phase.
+
+A TorchDispatchMode sees every tensor an operator returns, on the meta device as on a real one; each
+storage is counted once, from the first tensor seen on it until torch frees it (a weakref finalizer on
+the storage: torch keeps a storage's Python object alive as long as the storage itself). A storage
+starts as ``other``; autograd's pack hook marks it ``activations`` (saved for backward) and, at each
+phase's end, the model's parameters, buffers, gradients and the optimizer's state are marked as such.
+A phase's peak keeps which storages were live at its highest point, so its breakdown uses what those
+storages turned out to be.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gputui.model import TENSOR_CATEGORIES
+
+OTHER, ACTIVATIONS = "other", "activations"
+
+
+class Peak:
+    """A phase's highest total and the storages (serial -> bytes) live at that moment."""
+
+    def __init__(self):
+        self.total = -1
+        self.live: dict[int, int] = {}
+
+
+class Ledger(TorchDispatchMode):
+    """Counts live storages; ``phase(name)`` starts a phase whose peak is kept in ``peaks[name]``."""
+
+    def __init__(self):
+        super().__init__()
+        self._serials = itertools.count(1)
+        self._live: dict[int, int] = {}  # id(storage) -> serial, while it lives
+        self._bytes: dict[int, int] = {}  # serial -> bytes, while it lives
+        self.kind: dict[int, str] = {}  # serial -> category, kept after death for the peaks
+        self.total = 0
+        self.activations = 0  # bytes saved for backward, live now
+        self.activations_peak = 0  # their most at once: the probe's activations_peak
+        self.peaks: dict[str, Peak] = {}
+        self._peak: Peak | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):  # an op returns tensors, or a few
+            if isinstance(tensor, torch.Tensor):
+                self.track(tensor)
+        return out
+
+    # -- counting
+
+    def track(self, tensor: torch.Tensor) -> int:
+        """The serial of ``tensor``'s storage, counting the storage if it is new."""
+        storage = tensor.untyped_storage()
+        serial = self._live.get(id(storage))
+        if serial is not None:
+            return serial
+        serial = next(self._serials)
+        nbytes = storage.nbytes()
+        self._live[id(storage)] = serial
+        self._bytes[serial] = nbytes
+        self.kind[serial] = OTHER
+        weakref.finalize(storage, self._free, id(storage), serial).atexit = False
+        self.total += nbytes
+        peak = self._peak
+        if peak is not None and self.total > peak.total:
+            peak.total = self.total
+            peak.live = dict(self._bytes)
+        return serial
+
+    def _free(self, key: int, serial: int) -> None:
+        self._live.pop(key, None)
+        nbytes = self._bytes.pop(serial, 0)
+        self.total -= nbytes
+        if self.kind[serial] == ACTIVATIONS:
+            self.activations -= nbytes
+
+    def mark(self, tensor: torch.Tensor, category: str) -> None:
+        serial = self.track(tensor)
+        if self.kind[serial] == ACTIVATIONS:
+            self.activations -= self._bytes[serial]
+        self.kind[serial] = category
+
+    def saved(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Autograd's pack hook: a tensor kept for backward is an activation, unless it is already
+        something the model holds (a parameter, a buffer)."""
+        serial = self.track(tensor)
+        if self.kind[serial] == OTHER:
+            self.kind[serial] = ACTIVATIONS
+            self.activations += self._bytes[serial]
+            self.activations_peak = max(self.activations_peak, self.activations)
+        return tensor
+
+    # -- phases
+
+    def phase(self, name: str) -> None:
+        """Start (or go on with) phase ``name``: its peak counts from what is live now."""
+        peak = self.peaks.setdefault(name, Peak())
+        if self.total > peak.total:
+            peak.total, peak.live = self.total, dict(self._bytes)
+        self._peak = peak
+
+    def stop(self) -> None:
+        self._peak = None
+
+    def now(self) -> dict[str, int]:
+        """Live bytes by category at this moment."""
+        return self.breakdown(self._bytes)
+
+    def peak(self, name: str) -> dict[str, int]:
+        """Bytes by category at phase ``name``'s peak."""
+        return self.breakdown(self.peaks[name].live)
+
+    def breakdown(self, live: dict[int, int]) -> dict[str, int]:
+        out = dict.fromkeys(TENSOR_CATEGORIES, 0)
+        for serial, nbytes in live.items():
+            out[self.kind[serial]] += nbytes
+        return out

@@ -1,0 +1,175 @@
+"""One job's training step run twice, on the meta device (no real memory) or for real on the CPU.
+
+The step is the usual loop's: ``zero_grad()``, forward and loss, ``backward()``, ``optimizer.step()``.
+The first step allocates the optimizer's state; the second runs with it resident, as every later
+step does. The ledger counts what lives at each phase's peak; the phases' figures are the higher of
+the two steps'. Optimizers run their ``foreach`` implementation, as torch picks on a GPU (on the meta
+device and the CPU it would pick the per-parameter loop, with far smaller temporaries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from gputui.errors import UserError
+from gputui.estimate.fake import fake_tensors
+from gputui.estimate.job import Job, UserCodeError, build
+from gputui.estimate.ledger import Ledger
+from gputui.model import MemoryCategories
+from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER, STEADY, PhaseMemory, PhasePeak
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "sgd": functools.partial(torch.optim.SGD, lr=1e-3, momentum=0.9),  # one buffer per parameter
+    "sgd-plain": functools.partial(torch.optim.SGD, lr=1e-3),  # no state at all
+    "adagrad": torch.optim.Adagrad,
+    "rmsprop": torch.optim.RMSprop,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to run the job: the command line's choices."""
+
+    batch_size: int | None = None
+    optimizer: str | None = None  # a key of OPTIMIZERS; None: the job's own, else Adam
+    precision: str = "fp32"
+    checkpointing: bool = False
+    real: bool = False  # on the CPU with real memory (the accuracy check), not on the meta device
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The phases' peaks, the order they ran in, and the optimizer stepped."""
+
+    phases: tuple[PhaseMemory, ...]
+    timeline: tuple[PhasePeak, ...]
+    optimizer: str
+    activations_peak: int
+
+
+def measure(function: Callable[..., Any], settings: Settings) -> Measured:
+    """Build the job with ``function`` and run two training steps, counting live tensors."""
+    ledger = Ledger()
+    device: Any = torch.device("meta")
+    if settings.real:
+        device = contextlib.nullcontext()
+    elif settings.precision == "amp":
+        device = fake_tensors()
+    timeline: list[PhasePeak] = []
+
+    def phase(name: str, step: int, part: Callable[[], Any]) -> Any:
+        ledger.phase(f"{name} {step}")
+        try:
+            result = part()
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserCodeError(f"the training step's {name} phase", exc) from None
+        ledger.stop()
+        classify(ledger, job)
+        timeline.append(PhasePeak(name, ledger.peaks[f"{name} {step}"].total))
+        return result
+
+    with device, ledger:
+        job = prepare(build(function, settings.batch_size), settings)
+        optimizer = job.optimizer
+        assert optimizer is not None
+        classify(ledger, job)
+        created = ledger.now()
+        for step in (1, 2):
+            optimizer.zero_grad()
+            loss = phase(FORWARD, step, functools.partial(_loss, job, ledger))
+            phase(BACKWARD, step, loss.backward)
+            del loss
+            phase(OPTIMIZER, step, optimizer.step)
+        steady = ledger.now()
+    phases = [_memory(CREATED, created)]
+    for name in (FORWARD, BACKWARD, OPTIMIZER):
+        top = max((ledger.peaks[f"{name} {step}"] for step in (1, 2)), key=lambda p: p.total)
+        phases.append(_memory(name, ledger.breakdown(top.live)))
+    phases.append(_memory(STEADY, steady))
+    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak)
+
+
+def _loss(job: Job, ledger: Ledger) -> torch.Tensor:
+    """The forward pass and the loss, with what autograd saves marked as activations."""
+    with torch.autograd.graph.saved_tensors_hooks(ledger.saved, lambda tensor: tensor):
+        if job.precision == "amp":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return job.loss_of(job.forward())
+        return job.loss_of(job.forward())
+
+
+def _memory(phase: str, breakdown: dict[str, int]) -> PhaseMemory:
+    return PhaseMemory(phase, MemoryCategories(**breakdown), sum(breakdown.values()))
+
+
+# -- the job as asked for
+
+
+def prepare(job: Job, settings: Settings) -> Job:
+    """The job in the precision, with the checkpointing and the optimizer asked for."""
+    dtype = DTYPES.get(settings.precision)
+    if dtype is not None and dtype != torch.float32:
+        job.model.to(dtype)
+        job.batch = _cast(job.batch, dtype)
+    job.precision = settings.precision
+    if settings.checkpointing:
+        for block in blocks(job.model):
+            block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    if settings.optimizer is not None or job.optimizer is None:
+        make = OPTIMIZERS[settings.optimizer or "adam"]
+        job.optimizer = make([p for p in job.model.parameters() if p.requires_grad], foreach=True)
+    else:
+        for group in job.optimizer.param_groups:
+            if group.get("foreach", False) is None:  # torch's default: foreach on a GPU
+                group["foreach"] = True
+    return job
+
+
+def _cast(batch: Any, dtype: torch.dtype) -> Any:
+    """The batch with its floating-point tensors in ``dtype`` (token ids and labels stay as they are)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(dtype) if batch.is_floating_point() else batch
+    if isinstance(batch, dict):
+        return {key: _cast(value, dtype) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_cast(value, dtype) for value in batch)
+    return batch
+
+
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """What checkpointing wraps: the model's top-level children, the items of a list or sequence of
+    blocks (a transformer's layers) each on its own."""
+    out: list[nn.Module] = []
+    for child in model.children():
+        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+            out.extend(child.children())
+        else:
+            out.append(child)
+    return out
+
+
+def classify(ledger: Ledger, job: Job) -> None:
+    """Mark what the model and the optimizer hold now: parameters, buffers, gradients, state."""
+    for buffer in job.model.buffers():
+        ledger.mark(buffer, "buffers")
+    for param in job.model.parameters():
+        ledger.mark(param, "parameters")
+        if param.grad is not None:
+            ledger.mark(param.grad, "gradients")
+    if job.optimizer is not None:
+        for state in job.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    ledger.mark(value, "optimizer_state")

@@ -1,0 +1,80 @@
+"""A live job's room to grow in ``gputui probe PID``: headroom (the GPU's free memory and the job's
+cache), the largest batch that would fit from its measured step, and the what-ifs computed from its
+categories with analysis/whatif.py's savings (the ones ``gputui estimate`` computes too)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cli_helpers import ROOT
+from gputui.analysis.whatif import headroom
+from gputui.model import AllocatorStats, Device, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord
+from gputui.plain.report import render_probe
+
+GIB = 1 << 30
+
+
+def job(categories=True) -> tuple[ProbeReport, Snapshot]:
+    cats = MemoryCategories(parameters=1 * GIB, gradients=1 * GIB, optimizer_state=2 * GIB, activations=0,
+                            other=0, buffers=0) if categories else None
+    step = StepRecord(step=10, ended_at=100.0, device="cuda:0", allocated=4 * GIB, peak_forward=8 * GIB,
+                      peak_backward=9 * GIB, peak_optimizer=6 * GIB, categories=cats, activations_peak=4 * GIB)
+    device = ProbeDevice("cuda:0", uuid="GPU-1", allocator=AllocatorStats(allocated=4 * GIB, reserved=10 * GIB,
+                                                                         inactive_split=1 * GIB),
+                         categories=cats)
+    report = ProbeReport(pid=7, taken_at=100.0, devices=(device,), steps=(step,))
+    snapshot = Snapshot(taken_at=100.0, devices=(Device(index=0, uuid="GPU-1", memory_total=24 * GIB,
+                                                        memory_free=6 * GIB),))
+    return report, snapshot
+
+
+def test_headroom_and_the_largest_batch_from_the_step():
+    report, snapshot = job()
+    room = headroom(report, report.devices[0], snapshot)
+    assert room is not None
+    assert (room.free, room.cache, room.headroom) == (6 * GIB, 5 * GIB, 11 * GIB)  # cache less fragmentation
+    assert room.step_peak == 9 * GIB and room.activations == 4 * GIB
+    # the peak (9) can grow into reserved (10) + free (6): 7 GiB more, 1.75 more batches of activations
+    assert room.batch_factor == pytest.approx(2.75)
+    rows = {w.change: w for w in room.what_ifs}
+    assert rows["8-bit optimizer state"].saving == 3 * GIB // 2
+    assert rows["ZeRO-2 over 8 GPUs"].saving == (2 + 1) * GIB * 7 // 8
+    assert rows["half the micro-batch, 2x accumulation"].saving == 2 * GIB
+    assert all(w.peak == 9 * GIB - w.saving and not w.measured for w in room.what_ifs)
+
+
+def test_without_nvml_or_a_measured_step():
+    report, snapshot = job()
+    assert headroom(report, report.devices[0], None) is None
+    report, snapshot = job(categories=False)
+    room = headroom(report, report.devices[0], snapshot)
+    assert room is not None and room.batch_factor is None and room.what_ifs == ()
+
+
+def test_the_report_says_it_beside_the_advice():
+    report, snapshot = job()
+    out = render_probe(report, snapshot, width=200)
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Will it fit (cuda:0): "))
+    assert "headroom 11.0 GiB (free 6.00 GiB + cache 5.00 GiB)" in lines[at]
+    assert "largest batch that would fit: about 2.8x the current one" in lines[at]
+    assert lines[at + 1] == "  what if 8-bit optimizer state: saves 1.50 GiB (peak 7.50 GiB, computed)"
+
+
+def test_demo_probe_json_carries_the_headroom():
+    result = subprocess.run([sys.executable, "-m", "gputui", "--demo", "leaky", "probe", "51200", "--json"],
+                            capture_output=True, text=True, timeout=120,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    (room,) = document["headroom"]
+    step = document["report"]["steps"][-1]
+    stats = document["report"]["devices"][0]["allocator"]
+    assert room["cache"] == stats["reserved"] - stats["allocated"] - stats["inactive_split"]
+    peak = max(step["peak_forward"], step["peak_backward"], step["peak_optimizer"])
+    assert room["batch_factor"] == pytest.approx(
+        1 + (room["free"] + stats["reserved"] - peak) / step["activations_peak"])
