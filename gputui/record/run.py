@@ -22,10 +22,11 @@ MAX_SIZE = 200 * 1000 * 1000  # bytes per file before it rotates (about 10 hours
 
 
 def record(options: Options, *, clock: Callable[[], float] | None = None,
-           pause: Callable[[float], None] = time.sleep) -> int:
+           pause: Callable[[float], None] = time.sleep, quiet: bool = False) -> int:
     """Record until ``--duration`` is over or Ctrl-C; a sample every ``--interval`` seconds (default 1).
 
-    ``clock`` and ``pause`` replace the real ones (tests: a fake clock that ``pause`` moves on).
+    ``clock`` and ``pause`` replace the real ones (tests: a fake clock that ``pause`` moves on);
+    ``quiet`` leaves out the line that says where the recording goes.
     """
     path = str(options.extra["file"])
     interval = options.interval or 1.0
@@ -38,8 +39,9 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
         first = source.sample()
         recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
                             max_size=max_size)
-        print(f"gputui: recording to {path} every {interval:g} s"
-              f"{'' if duration is None else f' for {duration:g} s'}; Ctrl-C stops", file=sys.stderr)
+        if not quiet:
+            print(f"gputui: recording to {path} every {interval:g} s"
+                  f"{'' if duration is None else f' for {duration:g} s'}; Ctrl-C stops", file=sys.stderr)
         now = clock or time.monotonic
         began = deadline = now()
         snapshot = first

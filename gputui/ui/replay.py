@@ -55,12 +55,14 @@ class ReplayApp(GpuTuiApp):
         Binding("x", "speed", "Speed", tooltip="Replay: x1, x2, x4, x8", id="replay.speed"),
     ]
 
-    def __init__(self, recording: Recording, **options: Any) -> None:
+    def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
+        """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
         super().__init__(None, interval=recording.interval, autostart=False, readonly=True,
                          **options)
         self.recording = recording
+        self.paused = paused
         self.index = -1  # the sample on screen
-        self.wanted = 0  # the sample asked for last: answers for any other are late, and dropped
+        self.wanted = start  # the sample asked for last: answers for any other are late, and dropped
         self.speed = SPEEDS[0]
         self._lock = threading.Lock()  # the recording decodes in one thread at a time
 
@@ -74,7 +76,7 @@ class ReplayApp(GpuTuiApp):
 
     def on_mount(self) -> None:
         # (Textual calls the monitor's own on_mount too, first: it sets up the screens.)
-        self.go(0)
+        self.go(self.wanted)
 
     # -- moving through the recording ----------------------------------------------------------
 
