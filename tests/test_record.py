@@ -96,6 +96,9 @@ def test_a_demo_recording_reads_back_equal(tmp_path):
     assert recording.times == [s.taken_at for s in snapshots]
     assert [recording.sample(i).document for i in range(25)] == [as_read(snapshot_document(s)) for s in snapshots]
     assert recording.sample(3).snapshot == snapshots[3]
+    figures = recording.sample(3).figures  # what a seek feeds the history
+    assert (figures.taken_at, figures.devices, figures.processes) == (
+        snapshots[3].taken_at, snapshots[3].devices, snapshots[3].processes)
     assert path.stat().st_size < 25 * 2000  # a sample's change, not its 20 KB document
 
 
@@ -127,6 +130,11 @@ def test_not_a_recording_or_a_newer_one_is_a_one_line_error(tmp_path, capsys):
         Recording(newer)
     assert main(["replay", str(newer), "--once"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    # a recording whose samples are snapshots of a newer version: the same, for --once
+    newer_snapshot = tmp_path / "newer-snapshot.rec"
+    write(newer_snapshot, [(T0, {"schema": "gputui.snapshot", "version": 99, "snapshot": {}}, {})])
+    assert main(["replay", str(newer_snapshot), "--once"]) == 2
+    assert "upgrade gputui" in capsys.readouterr().err
 
 
 def test_a_full_file_rotates_and_three_are_kept(tmp_path):

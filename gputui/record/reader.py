@@ -20,6 +20,9 @@ from gputui.record import delta
 from gputui.record.format import HEAD, HEADER_LIMIT, KEY, KIND, VERSION, decompressor
 
 
+FIGURES = ("taken_at", "devices", "processes")
+
+
 @dataclass(frozen=True)
 class Sample:
     """One recorded sample: the ``--json`` document as it was printed, and the leak verdicts."""
@@ -30,6 +33,13 @@ class Sample:
     @property
     def snapshot(self) -> Snapshot:
         return read_snapshot_document(self.document)
+
+    @property
+    def figures(self) -> Snapshot:
+        """The snapshot's time, devices and processes only: what the monitor's history keeps. A
+        seek reads the history's span of samples (600 at 1 s), four times as fast this way."""
+        whole = self.document.get("snapshot") or {}
+        return from_jsonable(Snapshot, {key: whole.get(key) for key in FIGURES if key in whole})
 
     @property
     def verdicts(self) -> dict[int, LeakVerdict]:

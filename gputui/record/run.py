@@ -8,11 +8,12 @@ import time
 from typing import Callable
 
 from gputui.analysis.leaks import LeakJudge
+from gputui.errors import UserError
 from gputui.model import to_jsonable
 from gputui.options import Options
 from gputui.plain import terminal
-from gputui.plain.document import dumps, snapshot_document
-from gputui.plain.gather import Source
+from gputui.plain.document import dumps, read_snapshot_document, snapshot_document
+from gputui.plain.gather import lasting_source
 from gputui.plain.modes import snapshot_text
 from gputui.record.at import moment
 from gputui.record.reader import Recording
@@ -35,7 +36,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     max_size = options.extra.get("max_size") or MAX_SIZE
     assert isinstance(max_size, int)
     judge = LeakJudge()
-    with Source(options, clock=clock, pause=pause) as source:
+    with lasting_source(options, clock=clock, pause=pause) as source:
         first = source.sample()
         recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
                             max_size=max_size)
@@ -78,12 +79,15 @@ def print_at(options: Options) -> int:
 
 
 def open_recording(path: str) -> Recording:
-    """The recording at ``path``, its damaged end (if any) said on stderr; UserError if it is empty."""
-    from gputui.errors import UserError
-
+    """The recording at ``path``, its damaged end (if any) said on stderr; UserError if it is empty or
+    its snapshots are not ones this gputui reads."""
     recording = Recording(path)
     if recording.note:
         print(f"gputui: {recording.note}", file=sys.stderr)
     if not len(recording):
         raise UserError(f"{path}: a recording without a sample")
+    try:  # one gputui wrote every sample: if the last one reads, they all do
+        read_snapshot_document(recording.sample(len(recording) - 1).document)
+    except ValueError as exc:
+        raise UserError(f"{path}: its samples are not snapshots this gputui reads: {exc}") from None
     return recording

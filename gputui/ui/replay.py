@@ -100,7 +100,7 @@ class ReplayApp(GpuTuiApp):
                 for i in range(first, index):
                     if self.wanted != index:
                         return  # asked elsewhere meanwhile
-                    history.add(visible_all(recording.sample(i).snapshot))
+                    history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
             sample = recording.sample(index)
             # made visible as the live sampler does: the screens never write a control character
             self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
