@@ -141,7 +141,8 @@ def test_a_stray_number_gets_a_helpful_error(env):
         "or --watch 1 (printing); for GPUs, --only 1")
     word = gputui(env, "--demo", "--once", "top")
     assert word.stderr.splitlines()[-1] == (
-        "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train, serve, oom)")
+        "gputui: error: 'top' is not a command (commands: run, attach, probes, probe, demo-train, serve, oom, "
+        "record, replay)")
 
 
 @pytest.mark.parametrize("steps, said", [

@@ -85,7 +85,7 @@ async def test_step_jump_seek_and_speed(tmp_path):
         # on screen: the recorded time and position in the header, rank 0's memory at second 62
         header = screen_text(app.screen.query_one(HostHeader))
         assert "09:01:02" in header and "replay 1:02 / 2:29" in header
-        assert "16" in str(table(app).rows_by_key[rank0(app)].cells["gpu_memory"])
+        assert "16.0G" in str(table(app).rows_by_key[rank0(app)].cells["gpu_memory"])
         # its history rebuilt: the span before 62, every sample once, in order
         assert app.history.process((2000, 0), "gpu_memory").times == tuple(T0 + i for i in range(63))
         await pilot.press("comma")
