@@ -207,3 +207,13 @@ def test_replay_json_at_a_time_is_the_document_recorded(tmp_path, capsys):
 def test_at_needs_once_or_json():
     with pytest.raises(SystemExit):
         parse(["replay", "x.rec", "--at", "5m"])
+
+
+def test_record_takes_interval_duration_and_size():
+    options = parse(["--demo", "training-node", "record", "r.rec", "--interval", "2", "--duration", "1h30m",
+                     "--max-size", "50M"])
+    assert (options.mode, options.interval) == ("record", 2.0)
+    assert options.extra == {"file": "r.rec", "duration": 5400.0, "max_size": 50_000_000}
+    for wrong in (["--duration", "soon"], ["--max-size", "0"], ["--max-size", "lots"]):
+        with pytest.raises(SystemExit):
+            parse(["record", "r.rec", *wrong])
