@@ -89,7 +89,8 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "estimate", "oom")
+COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "estimate", "oom", "record",
+            "replay")
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
@@ -167,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     oom = sub.add_parser("oom", help="print the report a probed job left when it ran out of memory")
     oom.add_argument("file", nargs="?", metavar="FILE", help="the report (default: your latest)")
     oom.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
+    _add_record_commands(sub)
     demo_train = sub.add_parser("demo-train", help="a small PyTorch training loop with the probe")
     until = "; leave --steps out to train until interrupted"
     demo_train.add_argument("--steps", type=_count("step", "steps", until), default=None, metavar="N",
@@ -212,6 +214,39 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read a password (terminal or standard input), print NAME:HASH for "
                             "--basic-auth-file, and exit")
     return parser
+
+
+def _duration(text: str) -> float:
+    from gputui.record.at import seconds
+
+    value = seconds(text)
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)")
+    return value
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([kmg]?)b?", text.strip().lower())
+    if not match or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 200M, 1G)")
+    return int(match.group(1)) * 1000 ** " kmg".index(match.group(2) or " ")
+
+
+def _add_record_commands(sub: Any) -> None:
+    record = sub.add_parser("record", help="record what the monitor sees to FILE, for gputui replay")
+    record.add_argument("file", metavar="FILE")
+    record.add_argument("--interval", type=_seconds, dest="record_interval", metavar="SECONDS",
+                        help="seconds between samples (default 1)")
+    record.add_argument("--duration", type=_duration, metavar="D", help="stop after D (90s, 30m, 2h)")
+    record.add_argument("--max-size", type=_size, metavar="SIZE",
+                        help="rotate FILE to FILE.1 (3 kept) at this size (default 200M)")
+    replay = sub.add_parser("replay", help="the live monitor on a recording, with time travel")
+    replay.add_argument("file", metavar="FILE")
+    replay.add_argument("--once", action="store_true", dest="sub_once", help="print one sample and exit")
+    replay.add_argument("--json", action="store_true", dest="sub_json", help="print one sample as JSON and exit")
+    replay.add_argument("--at", metavar="TIME",
+                        help="the sample --once/--json print: 90s or 5m from the start, 12:34:56, or an "
+                             "ISO time (default: the last)")
 
 
 def _bare_demo_before_a_command(argv: list[str]) -> list[str]:
@@ -263,6 +298,16 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "oom":
         return Options(mode="oom", extra={"file": args.file}, **{**common, "json": args.sub_json or args.json})
+    if args.subcommand == "record":
+        interval = args.interval if args.record_interval is None else args.record_interval
+        return Options(mode="record", extra={"file": args.file, "duration": args.duration,
+                                             "max_size": args.max_size}, **{**common, "interval": interval})
+    if args.subcommand == "replay":
+        printing = args.sub_once or args.sub_json or args.once or args.json
+        if args.at is not None and not printing:
+            parser.error("replay: --at goes with --once or --json (in the monitor, seek with its keys)")
+        return Options(mode="replay", extra={"file": args.file, "at": args.at, "print": printing},
+                       **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
     if args.subcommand == "estimate":
@@ -391,6 +436,18 @@ def _many_hosts(options: Options, terminal: ModuleType) -> int:
     return run_hosts(options, entries)
 
 
+def _record_or_replay(options: Options, terminal: ModuleType) -> int:
+    from gputui.record import run
+
+    if options.mode == "record":
+        return run.record(options)
+    if options.extra["print"] or _no_live_monitor(terminal) is not None:
+        return run.print_at(options)
+    from gputui.ui.replay import replay
+
+    return replay(options)
+
+
 def _dispatch(options: Options) -> int:
     from gputui.plain import terminal
 
@@ -418,6 +475,8 @@ def _dispatch(options: Options) -> int:
         from gputui.plain.oom import oom
 
         return oom(options)
+    if mode in ("record", "replay"):
+        return _record_or_replay(options, terminal)
     if mode == "tui":
         from gputui.ui.launch import run_tui
 

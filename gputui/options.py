@@ -22,7 +22,7 @@ SERVE_INTERVAL = 5.0
 
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
 Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve",
-               "estimate", "oom"]
+               "estimate", "oom", "record", "replay"]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-from gputui.ui.still import still_app, still_hosts_app  # noqa: E402
+from gputui.ui.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 
@@ -29,7 +30,8 @@ OUT = ROOT / "screenshots"
 # shows; the detail screen is taller than that, so its top, its probe view and its analysis are
 # pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
 # README.md links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
-# table of host names, the picture is the many-host view (None: a host that does not answer).
+# table of host names, the picture is the many-host view (None: a host that does not answer); where
+# it is "replay:SCENARIO", gputui replay of that scenario recorded for 180 s, paused at 2:00.
 PICTURES = (
     ("training-node", "training-node", 120, (120, 40), (), None),
     ("workstation", "workstation", 90, (120, 34), (), None),
@@ -47,6 +49,7 @@ PICTURES = (
     ("job-detail", "dataparallel", 120, (120, 40), ("j", "home", "enter"), None),
     ("hosts", {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation",
                "node5": "mig"}, 120, (120, 40), (), None),
+    ("replay", "replay:leaky", 120, (120, 40), (), None),
 )
 
 
@@ -55,6 +58,10 @@ async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int
     if isinstance(scenario, dict):
         app = still_hosts_app(scenario, seconds=seconds)
         title = f"gputui --hosts {','.join(scenario)}"
+    elif scenario.startswith("replay:"):
+        with tempfile.TemporaryDirectory() as scratch:
+            app = still_replay_app(scenario[len("replay:"):], Path(scratch, "run.rec"), at=seconds)
+        title = "gputui replay run.rec"
     else:
         app = still_app(scenario, seconds=seconds)
         title = f"gputui --demo {scenario}"

@@ -6,7 +6,7 @@ Regenerate after an intended change of the picture: pytest tests/test_ui_snapsho
 
 import pytest
 
-from gputui.ui.still import still_app, still_hosts_app
+from gputui.ui.still import still_app, still_hosts_app, still_replay_app
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -53,3 +53,9 @@ def test_detail_screen(snap_compare):
 def test_many_hosts(snap_compare, size):
     hosts = {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation"}
     assert snap_compare(still_hosts_app(hosts, seconds=120), terminal_size=size, run_before=drawn)
+
+
+def test_replay_screen(snap_compare, tmp_path):
+    """gputui replay, paused 2 minutes into 3: the position in the header, the screens as live."""
+    app = still_replay_app("leaky", tmp_path / "leaky.rec", seconds=180, at=120)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=drawn)

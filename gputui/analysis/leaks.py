@@ -500,3 +500,27 @@ def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None
         return None
     busiest = max(known, key=lambda pd: pd.allocator.reserved if pd.allocator else -1)
     return by_uuid[busiest.uuid]
+
+
+# A probe report's identity for the verdict cache: pid, time taken, steps held, the latest step.
+_ReportKey = tuple[int, float, int, int | None]
+
+
+class LeakJudge:
+    """The leak verdicts of one machine's probed processes; reports that did not change since the
+    last call keep their verdict (the analysis is the costly part of a refresh)."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+
+    def __call__(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
+        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+        for report in snapshot.probes:
+            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
+                   report.steps[-1].step if report.steps else None)
+            remembered = self._verdicts.get(report.pid)
+            if remembered is None or remembered[0] != key:
+                remembered = (key, snapshot_leak_verdict(report, snapshot))
+            verdicts[report.pid] = remembered
+        self._verdicts = verdicts
+        return {pid: verdict for pid, (_, verdict) in verdicts.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gputui.collect import NvmlUnavailable, open_collector
 from gputui.collect.filters import select
@@ -104,6 +104,17 @@ class Source:
         if self.watcher is not None:
             return watched_reports(self.watcher)
         return fetch_real_reports()
+
+
+def lasting_source(options: Options, **kwargs: Any) -> Source:
+    """A Source for sampling for hours (``gputui serve``, ``gputui record``): the real probes asked
+    over connections kept open, for their steps since the last sample; the simulator's probes come
+    with its collector."""
+    if options.demo is not None:
+        return Source(options, **kwargs)
+    from gputui.link.client import ProbeWatcher
+
+    return Source(options, watcher=ProbeWatcher(), **kwargs)
 
 
 def _real_probes_exist() -> bool:

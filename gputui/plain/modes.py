@@ -24,7 +24,7 @@ def once(options: Options) -> int:
     """Print one snapshot as text."""
     try:
         with Source(options) as source:
-            terminal.emit(_text(source.sample(), options))
+            terminal.emit(snapshot_text(source.sample(), options))
     except BrokenPipeError:
         terminal.silence_stdout()
     return 0
@@ -56,9 +56,9 @@ def watch(options: Options) -> int:
                 if options.json:
                     terminal.emit(dumps(snapshot_document(snapshot)) + "\n")
                 elif redraw:
-                    terminal.emit(CLEAR_SCREEN + _text(snapshot, options))
+                    terminal.emit(CLEAR_SCREEN + snapshot_text(snapshot, options))
                 else:
-                    terminal.emit(_separator(snapshot, options) + _text(snapshot, options))
+                    terminal.emit(_separator(snapshot, options) + snapshot_text(snapshot, options))
                 # Keep a steady rhythm: the time spent sampling counts toward the period.
                 deadline = max(deadline + period, time.monotonic())
                 time.sleep(max(0.0, deadline - time.monotonic()))
@@ -69,7 +69,8 @@ def watch(options: Options) -> int:
         return 0
 
 
-def _text(snapshot: Snapshot, options: Options) -> str:
+def snapshot_text(snapshot: Snapshot, options: Options) -> str:
+    """What --once prints for ``snapshot``."""
     return render(snapshot, color=terminal.use_color(options), ascii=terminal.use_ascii(options),
                   width=terminal.width())
 

@@ -15,7 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gputui.errors import UserError
 from gputui.options import SERVE_INTERVAL, SERVE_LISTEN, Options
-from gputui.plain.gather import Source
+from gputui.plain.gather import lasting_source
 from gputui.serve.auth import Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sampling
@@ -39,7 +39,7 @@ def serve(options: Options) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     server = listen(address, tls)  # before the first sample: a port in use is said at once
     try:
-        sampling = Sampling(_source(options), options.interval or SERVE_INTERVAL)
+        sampling = Sampling(lasting_source(options), options.interval or SERVE_INTERVAL)
         try:
             sampling.take()  # no driver (and no probe) stops here, as it stops --json
             server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
@@ -51,14 +51,6 @@ def serve(options: Options) -> int:
     finally:
         server.server_close()
     return 0
-
-
-def _source(options: Options) -> Source:
-    if options.demo is not None:
-        return Source(options)  # the simulator's probes come with its collector
-    from gputui.link.client import ProbeWatcher
-
-    return Source(options, watcher=ProbeWatcher())
 
 
 def _registry(sampling: Sampling) -> CollectorRegistry:

@@ -474,9 +474,11 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.replay import ReplayApp
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
+        ("Replay (gputui replay)", _bindings(ReplayApp.BINDINGS)),
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
         ("Job detail", _bindings(JobDetail.BINDINGS)),

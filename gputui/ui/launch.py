@@ -30,7 +30,7 @@ NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed
                     "from their probes.")
 
 
-def _checked_config(options: Options) -> UiConfig:
+def checked_config(options: Options) -> UiConfig:
     """The config file, its key remaps checked; NO_COLOR set where --no-color asks."""
     from gputui.ui.config import check_binding_ids, load_config
 
@@ -48,7 +48,7 @@ def run_tui(options: Options) -> int:
     """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
     drawing."""
     leave_out_tls()
-    config = _checked_config(options)
+    config = checked_config(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
         opened, first_sample = open_ahead(lambda: open_sampler(options), early.draw if early else None)
@@ -86,7 +86,7 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     monitor draws each host as its first snapshot comes in."""
     if not any(entry.url and entry.url.startswith("https:") for entry in entries):
         leave_out_tls()
-    config = _checked_config(options)
+    config = checked_config(options)
     interval = options.interval or config.interval or 1.0
     from gputui.fleet.fleet import Fleet
     from gputui.ui.hosts_app import HostsApp

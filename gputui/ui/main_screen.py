@@ -155,7 +155,8 @@ class MainScreen(Screen):
         app = self.monitor
         snap: Snapshot | None = getattr(app, "snapshot", None)
         self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.paused,
-                                        compact=self.layout_mode == "tiny", problem=app.problem)
+                                        compact=self.layout_mode == "tiny", problem=app.problem,
+                                        position=getattr(app, "position", None))
         if snap is None:
             return
         self.stale = False

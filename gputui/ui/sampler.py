@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Callable, Protocol, TypedDict
 
-from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.analysis.leaks import LeakJudge
 from gputui.collect.host import HostReader
 from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
@@ -42,10 +42,6 @@ class HostSource(Protocol):
     def read(self) -> Host: ...
 
 
-# A probe report's identity for the verdict cache: pid, time taken, steps held, the latest step.
-_ReportKey = tuple[int, float, int, int | None]
-
-
 class _Filters(TypedDict):
     """The CLI filters, as gputui.collect.filters.select takes them."""
 
@@ -53,26 +49,6 @@ class _Filters(TypedDict):
     only_visible: bool
     users: tuple[str, ...]
     pids: tuple[int, ...]
-
-
-class LeakJudge:
-    """The leak verdicts of one machine's probed processes; reports that did not change since the
-    last call keep their verdict (the analysis is the costly part of a refresh)."""
-
-    def __init__(self) -> None:
-        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
-
-    def __call__(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
-        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
-        for report in snapshot.probes:
-            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
-                   report.steps[-1].step if report.steps else None)
-            remembered = self._verdicts.get(report.pid)
-            if remembered is None or remembered[0] != key:
-                remembered = (key, snapshot_leak_verdict(report, snapshot))
-            verdicts[report.pid] = remembered
-        self._verdicts = verdicts
-        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
 
 
 class Sampler:

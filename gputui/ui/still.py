@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import count
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.analysis.history import History
@@ -17,6 +18,7 @@ from gputui.ui.sampler import Sampler
 
 if TYPE_CHECKING:
     from gputui.ui.hosts_app import HostsApp
+    from gputui.ui.replay import ReplayApp
 
 
 class FrozenSource:
@@ -101,3 +103,26 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     app = HostsApp(sampler, simulated=True, **options)
     app.histories.update((name, history) for name, (history, _) in recorded.items())
     return app
+
+
+def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0, at: float = 120.0,
+                     **options: Any) -> ReplayApp:
+    """``gputui replay`` of ``scenario`` recorded for ``seconds`` (every 2 s, on a fake clock, into
+    ``path``), paused ``at`` seconds in."""
+    from gputui.options import Options
+    from gputui.record.reader import Recording
+    from gputui.record.run import record
+    from gputui.ui.replay import ReplayApp
+
+    now = [0.0]
+
+    def pause(seconds: float) -> None:
+        now[0] += seconds
+
+    recorded = Options(mode="record", demo=scenario, interval=2.0,
+                       extra={"file": str(path), "duration": float(seconds)})
+    record(recorded, clock=lambda: now[0], pause=pause, quiet=True)
+    recording = Recording(path)
+    options.setdefault("me", "lena")
+    return ReplayApp(recording, start=recording.index_at(recording.times[0] + at), paused=True,
+                     simulated=True, **options)

@@ -27,13 +27,15 @@ class HostHeader(StyledLines):
         self.paused = False
         self.compact = False
         self.problem: str | None = None
+        self.position: str | None = None
         self.width_used = 0
 
     def show(self, snapshot: Snapshot | None, *, interval: float, paused: bool, compact: bool,
-             problem: str | None = None) -> None:
-        state = (snapshot, interval, paused, compact, problem)
-        if state != (self.snapshot, self.interval, self.paused, self.compact, self.problem):
-            self.snapshot, self.interval, self.paused, self.compact, self.problem = state
+             problem: str | None = None, position: str | None = None) -> None:
+        """``position``: where a replay is in its recording, said instead of the sampling interval."""
+        state = (snapshot, interval, paused, compact, problem, position)
+        if state != (self.snapshot, self.interval, self.paused, self.compact, self.problem, self.position):
+            self.snapshot, self.interval, self.paused, self.compact, self.problem, self.position = state
             self._draw()
 
     def on_resize(self, event: Resize) -> None:
@@ -55,6 +57,9 @@ class HostHeader(StyledLines):
         every = f"{self.interval:g}s"
         state = styled(" PAUSED ", "reverse $warning") if self.paused else styled(
             f"every {every}", "$text-muted")
+        if self.position is not None:
+            state = join([state, styled(self.position, "$accent")]) if self.paused else styled(
+                self.position, "$accent")
         demo = styled(f"demo:{snap.source[4:]}", "$accent") if snap.source.startswith("sim:") else ""
         cpu_f = None if host.cpu_percent is None else host.cpu_percent / 100
         mem_f = fmt.fraction(host.memory_used, host.memory_total)

@@ -1,0 +1,93 @@
+"""``gputui record FILE``: sample as the live monitor does and append each sample to a recording;
+``gputui replay FILE --once|--json --at TIME``: print what ``--once``/``--json`` printed then."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+from gputui.analysis.leaks import LeakJudge
+from gputui.errors import UserError
+from gputui.model import to_jsonable
+from gputui.options import Options
+from gputui.plain import terminal
+from gputui.plain.document import dumps, read_snapshot_document, snapshot_document
+from gputui.plain.gather import lasting_source
+from gputui.plain.modes import snapshot_text
+from gputui.record.at import moment
+from gputui.record.reader import Recording
+from gputui.record.writer import Recorder
+
+MAX_SIZE = 200 * 1000 * 1000  # bytes per file before it rotates (about 10 hours of a busy 8-GPU node)
+
+
+def record(options: Options, *, clock: Callable[[], float] | None = None,
+           pause: Callable[[float], None] = time.sleep, quiet: bool = False) -> int:
+    """Record until ``--duration`` is over or Ctrl-C; a sample every ``--interval`` seconds (default 1).
+
+    ``clock`` and ``pause`` replace the real ones (tests: a fake clock that ``pause`` moves on);
+    ``quiet`` leaves out the line that says where the recording goes.
+    """
+    path = str(options.extra["file"])
+    interval = options.interval or 1.0
+    duration = options.extra.get("duration")
+    assert duration is None or isinstance(duration, float)
+    max_size = options.extra.get("max_size") or MAX_SIZE
+    assert isinstance(max_size, int)
+    judge = LeakJudge()
+    with lasting_source(options, clock=clock, pause=pause) as source:
+        first = source.sample()
+        recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
+                            max_size=max_size)
+        if not quiet:
+            print(f"gputui: recording to {path} every {interval:g} s"
+                  f"{'' if duration is None else f' for {duration:g} s'}; Ctrl-C stops", file=sys.stderr)
+        now = clock or time.monotonic
+        began = deadline = now()
+        snapshot = first
+        try:
+            while True:
+                verdicts = judge(snapshot)
+                recorder.add(snapshot.taken_at, snapshot_document(snapshot),
+                             {str(pid): to_jsonable(v) for pid, v in verdicts.items()})
+                deadline += interval
+                if duration is not None and deadline - began >= duration:
+                    return 0
+                pause(max(0.0, deadline - now()))
+                snapshot = source.sample()
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            recorder.close()
+
+
+def print_at(options: Options) -> int:
+    """``--once`` or ``--json`` as printed at ``--at`` (the recording's last sample without it)."""
+    recording = open_recording(str(options.extra["file"]))
+    at = options.extra.get("at")
+    index = len(recording) - 1 if at is None else recording.index_at(moment(str(at), recording.times[0]))
+    sample = recording.sample(index)
+    try:
+        if options.json:
+            terminal.emit(dumps(sample.document) + "\n")
+        else:
+            terminal.emit(snapshot_text(sample.snapshot, options))
+    except BrokenPipeError:
+        terminal.silence_stdout()
+    return 0
+
+
+def open_recording(path: str) -> Recording:
+    """The recording at ``path``, its damaged end (if any) said on stderr; UserError if it is empty or
+    its snapshots are not ones this gputui reads."""
+    recording = Recording(path)
+    if recording.note:
+        print(f"gputui: {recording.note}", file=sys.stderr)
+    if not len(recording):
+        raise UserError(f"{path}: a recording without a sample")
+    try:  # one gputui wrote every sample: if the last one reads, they all do
+        read_snapshot_document(recording.sample(len(recording) - 1).document)
+    except ValueError as exc:
+        raise UserError(f"{path}: its samples are not snapshots this gputui reads: {exc}") from None
+    return recording

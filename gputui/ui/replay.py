@@ -1,0 +1,186 @@
+"""``gputui replay FILE``: the live monitor on a recording, with time travel.
+
+The recorded samples go through the monitor's own path (history, trends, screens) in order, so each
+position shows what the live monitor showed then. Seeking anywhere but one sample forward rebuilds the
+history from the samples of the history's span before the new position, off the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from textual import work
+from textual.binding import Binding
+from textual.message import Message
+
+from gputui import units
+from gputui.analysis.history import History
+from gputui.model import Snapshot
+from gputui.model.verdicts import LeakVerdict
+from gputui.options import Options
+from gputui.record.reader import Recording
+from gputui.record.run import open_recording
+from gputui.ui.app import GpuTuiApp
+from gputui.untrusted import visible_all
+
+SPEEDS = (1, 2, 4, 8)
+LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
+NOTHING_TO_SEND = "A recording: there is no process to send {what} to."
+
+
+class Replayed(Message):
+    """The sample at ``index`` decoded, with the history before it where it was rebuilt."""
+
+    def __init__(self, index: int, snapshot: Snapshot, leaks: dict[int, LeakVerdict],
+                 history: History | None) -> None:
+        super().__init__()
+        self.index, self.snapshot, self.leaks, self.history = index, snapshot, leaks, history
+
+
+class ReplayApp(GpuTuiApp):
+    """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
+
+    BINDINGS = [
+        Binding("comma", "step(-1)", "Back", show=False, tooltip="Replay: one sample back (,)",
+                id="replay.back"),
+        Binding("full_stop", "step(1)", "Forward", show=False, tooltip="Replay: one sample forward (.)",
+                id="replay.forward"),
+        Binding("left_square_bracket", "jump(-60)", "-1 min", tooltip="Replay: a minute back ([)",
+                id="replay.back_minute"),
+        Binding("right_square_bracket", "jump(60)", "+1 min", tooltip="Replay: a minute forward (])",
+                id="replay.forward_minute"),
+        Binding("b", "seek(0)", "Start", show=False, tooltip="Replay: back to the start", id="replay.start"),
+        Binding("e", "seek(-1)", "End", show=False, tooltip="Replay: on to the end", id="replay.end"),
+        Binding("x", "speed", "Speed", tooltip="Replay: x1, x2, x4, x8", id="replay.speed"),
+    ]
+
+    def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
+        """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
+        super().__init__(None, interval=recording.interval, autostart=False, readonly=True,
+                         **options)
+        self.recording = recording
+        self.paused = paused
+        self.index = -1  # the sample on screen
+        self.wanted = start  # the sample asked for last: answers for any other are late, and dropped
+        self.speed = SPEEDS[0]
+        self._lock = threading.Lock()  # the recording decodes in one thread at a time
+
+    @property
+    def position(self) -> str:
+        """The header's word on where the replay is: time into the recording, its length, the speed."""
+        times = self.recording.times
+        at = times[max(self.index, 0)] - times[0]
+        return (f"replay {units.elapsed(at)} / {units.elapsed(times[-1] - times[0])}"
+                f"  {max(self.index, 0) + 1}/{len(times)}  x{self.speed}")
+
+    def on_mount(self) -> None:
+        # (Textual calls the monitor's own on_mount too, first: it sets up the screens.)
+        self.go(self.wanted)
+
+    # -- moving through the recording ----------------------------------------------------------
+
+    def go(self, index: int) -> None:
+        """Show sample ``index`` (clamped to the recording)."""
+        index = min(max(index, 0), len(self.recording) - 1)
+        if self._next is not None:
+            self._next.stop()
+            self._next = None
+        self.wanted = index
+        self._decode(index, rebuild=index != self.index + 1)
+
+    @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
+    def _decode(self, index: int, *, rebuild: bool) -> None:
+        recording = self.recording
+        with self._lock:
+            history = None
+            if rebuild:
+                history = History(self.history.span, self.history.max_points)
+                first = recording.index_at(recording.times[index] - self.history.span)
+                for i in range(first, index):
+                    if self.wanted != index:
+                        return  # asked elsewhere meanwhile
+                    history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
+            sample = recording.sample(index)
+            # made visible as the live sampler does: the screens never write a control character
+            self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
+
+    def on_replayed(self, message: Replayed) -> None:
+        if message.index != self.wanted:
+            return
+        if message.history is not None:
+            self.history, self.snapshot, self._trend_cache = message.history, None, None
+        self.index = message.index
+        self.accept(message.snapshot, message.leaks)
+        if self.index == len(self.recording) - 1 and not self.paused:
+            self.paused = True
+            self.notify("The end of the recording: b goes back to its start.", timeout=4)
+            self.main.render_snapshot()
+        self._play_on()
+
+    def _play_on(self) -> None:
+        if self.paused or self.index + 1 >= len(self.recording):
+            return
+        times = self.recording.times
+        gap = min(times[self.index + 1] - times[self.index], LONGEST_WAIT)
+        self._next = self.set_timer(max(0.02, gap / self.speed), lambda: self.go(self.index + 1))
+
+    def action_toggle_pause(self) -> None:
+        """Play or pause (at the end, play starts again from the start)."""
+        self.paused = not self.paused
+        if self.paused and self._next is not None:
+            self._next.stop()
+            self._next = None
+        elif not self.paused:
+            if self.index + 1 >= len(self.recording):
+                self.go(0)
+            else:
+                self._play_on()
+        self.main.render_snapshot()
+
+    def action_step(self, samples: int) -> None:
+        self.paused = True
+        self.go(self.index + samples)
+
+    def action_jump(self, seconds: float) -> None:
+        times = self.recording.times
+        target = self.recording.index_at(times[self.index] + seconds)
+        if seconds > 0 and target == self.index:
+            target += 1  # a gap longer than the jump: at least one sample on
+        self.go(target)
+
+    def action_seek(self, index: int) -> None:
+        self.go(index if index >= 0 else len(self.recording) - 1)
+
+    def action_speed(self) -> None:
+        self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
+        self.main.render_snapshot()
+        if self._next is not None:  # the next sample comes at the new speed
+            self._next.stop()
+            self._next = None
+            self._play_on()
+
+    # -- what a recording cannot do ---------------------------------------------------------------
+
+    def action_interval(self, step: int) -> None:
+        self.notify("A recording keeps its own interval: x changes the replay's speed.", timeout=4)
+
+    def action_signal(self, name: str) -> None:
+        self.notify(NOTHING_TO_SEND.format(what=name), severity="warning")
+
+    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
+        self.notify(NOTHING_TO_SEND.format(what="a request"), severity="warning",
+                    title="Allocation sites")
+
+
+def replay(options: Options) -> int:
+    """Open the monitor on the recording ``options.extra["file"]``."""
+    from gputui.ui.launch import checked_config, leave_out_tls
+
+    leave_out_tls()
+    config = checked_config(options)
+    recording = open_recording(str(options.extra["file"]))
+    app = ReplayApp(recording, ascii=options.ascii, theme=options.theme or config.theme or "dark",
+                    columns=config.columns, keymap=config.keys, handle_signals=True)
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,219 @@
+"""Recordings: written and read back equal (generated snapshots, the demo), damaged ends, rotation,
+``gputui record`` and ``gputui replay --once|--json --at``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gputui.cli import main, parse
+from gputui.errors import UserError
+from gputui.model import LeakVerdict, Snapshot, to_jsonable
+from gputui.plain import terminal
+from gputui.plain.document import dumps, snapshot_document
+from gputui.plain.gather import Source
+from gputui.plain.modes import snapshot_text
+from gputui.record import delta, run
+from gputui.record.at import moment
+from gputui.record.format import HEAD
+from gputui.record.reader import Recording
+from gputui.record.writer import Recorder
+
+T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
+
+# Finite floats: --json writes NaN and infinity as null, which reads back as None, not as themselves.
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+st.register_type_strategy(float, FINITE)
+SNAPSHOTS = st.from_type(Snapshot)
+VERDICTS = st.dictionaries(st.integers(1, 1 << 22).map(str), st.from_type(LeakVerdict).map(to_jsonable), max_size=3)
+
+
+def as_read(document):
+    """The document as a reader of ``--json`` sees it."""
+    return json.loads(dumps(document))
+
+
+def write(path, samples, **options):
+    recorder = Recorder(path, interval=1.0, host="test", **options)
+    for taken_at, document, leaks in samples:
+        recorder.add(taken_at, document, leaks)
+    recorder.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(snapshots=st.lists(SNAPSHOTS, min_size=1, max_size=6), leaks=VERDICTS,
+       key_every=st.integers(1, 4), order=st.randoms(use_true_random=False))
+def test_every_field_survives_a_round_trip(tmp_path, snapshots, leaks, key_every, order):
+    # Repeats make changes that are small, or none: the patches' cases, not only whole documents.
+    snapshots = snapshots + [dataclasses.replace(s, taken_at=s.taken_at + 1) for s in snapshots[:2]]
+    documents = [snapshot_document(s) for s in snapshots]
+    path = tmp_path / "generated.rec"
+    write(path, [(float(i), d, leaks) for i, d in enumerate(documents)], key_every=key_every)
+    recording = Recording(path)
+    assert recording.note == "" and len(recording) == len(documents)
+    positions = list(range(len(documents)))
+    order.shuffle(positions)  # seeking back and forth: from key frames, and on from the last one
+    for i in positions:
+        sample = recording.sample(i)
+        assert sample.document == as_read(documents[i])
+        assert sample.snapshot == snapshots[i]  # every field of the model, typed
+        assert sample.leaks == leaks
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | FINITE | st.text(max_size=3),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4))
+
+
+@given(old=JSON, new=JSON)
+def test_a_patch_turns_one_document_into_the_next(old, new):
+    change = json.loads(json.dumps(delta.diff(old, new)))  # as stored
+    assert json.dumps(delta.patch(old, change), sort_keys=True) == json.dumps(new, sort_keys=True)
+    assert delta.diff(new, new) is None
+
+
+def demo_samples(count, *, processes=8):
+    """``count`` samples of the training-node demo, one second apart, as ``gputui record`` takes them."""
+    now = [T0]
+    options = parse(["--demo", "training-node", "--demo-processes", str(processes)])
+    with Source(options, clock=lambda: now[0], pause=lambda s: None, environ={}) as source:
+        for _ in range(count):
+            snapshot = source.sample()
+            yield snapshot
+            now[0] += 1.0
+
+
+def test_a_demo_recording_reads_back_equal(tmp_path):
+    snapshots = list(demo_samples(25))
+    path = tmp_path / "demo.rec"
+    write(path, [(s.taken_at, snapshot_document(s), {}) for s in snapshots], key_every=10)
+    recording = Recording(path)
+    assert recording.times == [s.taken_at for s in snapshots]
+    assert [recording.sample(i).document for i in range(25)] == [as_read(snapshot_document(s)) for s in snapshots]
+    assert recording.sample(3).snapshot == snapshots[3]
+    figures = recording.sample(3).figures  # what a seek feeds the history
+    assert (figures.taken_at, figures.devices, figures.processes) == (
+        snapshots[3].taken_at, snapshots[3].devices, snapshots[3].processes)
+    assert path.stat().st_size < 25 * 2000  # a sample's change, not its 20 KB document
+
+
+def test_a_cut_off_or_damaged_end_is_left_out_with_a_note(tmp_path):
+    snapshots = list(demo_samples(6))
+    path = tmp_path / "cut.rec"
+    write(path, [(s.taken_at, snapshot_document(s), {}) for s in snapshots], key_every=4)
+    data = path.read_bytes()
+    for cut in (len(data) - 1, len(data) - 200, len(data) - HEAD.size - 1):
+        path.write_bytes(data[:cut])
+        recording = Recording(path)
+        assert len(recording) == 5 and "cut off" in recording.note
+        assert recording.sample(4).document == as_read(snapshot_document(snapshots[4]))
+    damaged = bytearray(data)
+    damaged[-5] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    recording = Recording(path)
+    assert len(recording) == 5 and "damaged" in recording.note
+
+
+def test_not_a_recording_or_a_newer_one_is_a_one_line_error(tmp_path, capsys):
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    with pytest.raises(UserError, match="not a gputui recording"):
+        Recording(other)
+    newer = tmp_path / "newer.rec"
+    newer.write_text(json.dumps({"schema": "gputui.recording", "version": 99, "gputui": "9.0"}) + "\n")
+    with pytest.raises(UserError, match="upgrade gputui"):
+        Recording(newer)
+    assert main(["replay", str(newer), "--once"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # a recording whose samples are snapshots of a newer version: the same, for --once
+    newer_snapshot = tmp_path / "newer-snapshot.rec"
+    write(newer_snapshot, [(T0, {"schema": "gputui.snapshot", "version": 99, "snapshot": {}}, {})])
+    assert main(["replay", str(newer_snapshot), "--once"]) == 2
+    assert "upgrade gputui" in capsys.readouterr().err
+
+
+def test_a_full_file_rotates_and_three_are_kept(tmp_path):
+    snapshots = list(demo_samples(3))
+    path = tmp_path / "r.rec"
+    samples = [(s.taken_at, snapshot_document(s), {}) for s in snapshots]
+    for _ in range(5):
+        write(path, samples, max_size=1)  # a file already there rotates too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.rec", "r.rec.1", "r.rec.2", "r.rec.3"]
+    assert len(Recording(path)) == 1  # each sample filled the file: the last one is in it alone
+    assert Recording(tmp_path / "r.rec.1").sample(0).document == as_read(samples[1][1])
+
+
+def test_at_takes_offsets_clock_times_and_iso_times():
+    start = datetime(2026, 1, 5, 9, 0, 0).astimezone().timestamp()  # local, as clock times are
+    assert moment("90s", start) == start + 90
+    assert moment("1h30m", start) == start + 5400
+    assert moment("09:01:05", start) == start + 65
+    assert moment("08:59", start) == start + 86340  # before the start: the next day
+    assert moment("2026-01-05T09:00:00+00:00", start) == datetime(2026, 1, 5, 9, tzinfo=timezone.utc).timestamp()
+    with pytest.raises(UserError, match="--at yesterday"):
+        moment("yesterday", start)
+
+
+def recorded_demo(tmp_path, seconds=5):
+    """``gputui record`` of the demo for ``seconds``, on a fake clock."""
+    now = [T0]
+
+    def pause(s):
+        now[0] += s
+
+    path = tmp_path / "demo.rec"
+    options = parse(["--demo", "training-node", "record", str(path), "--duration", f"{seconds}s"])
+    assert run.record(options, clock=lambda: now[0], pause=pause) == 0
+    return path
+
+
+def once_live(options, start, first, then):
+    """--once in a demo begun at ``start``, its readings at ``first`` and ``then``."""
+    live = [start]
+    with Source(options, clock=lambda: live[0], pause=lambda s: live.__setitem__(0, then), environ={}) as source:
+        live[0] = first
+        return snapshot_text(source.sample(), options)
+
+
+def test_replay_once_at_a_time_prints_what_once_printed_then(tmp_path, capsys, monkeypatch):
+    path = recorded_demo(tmp_path)
+    recording = Recording(path)
+    assert len(recording) == 5 and recording.times[0] > T0  # --once's first reading came first
+    monkeypatch.setattr(terminal, "width", lambda: 120)
+    options = parse(["--demo", "training-node", "--once"])
+    for at, i in (("2s", 2), ("0s", 0), (datetime.fromtimestamp(recording.times[4], timezone.utc).isoformat(), 4)):
+        # --once in a demo begun at the same moment (the simulated machine's time runs from its start),
+        # run at the moment of sample i, its first reading (for CPU %) at the recorded one before it
+        printed_live = once_live(options, T0, recording.times[i - 1] if i else T0, recording.times[i])
+        assert main(["replay", str(path), "--once", "--at", at]) == 0
+        assert capsys.readouterr().out == printed_live, at
+
+
+def test_replay_json_at_a_time_is_the_document_recorded(tmp_path, capsys):
+    path = recorded_demo(tmp_path, seconds=3)
+    assert main(["replay", str(path), "--json", "--at", "1s"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    sample = Recording(path).sample(1)
+    assert document["schema"] == "gputui.snapshot" and document == sample.document
+    probed = {report["pid"] for report in document["snapshot"]["probes"]}
+    assert probed and set(sample.verdicts) == probed  # each probed process's leak verdict with it
+
+
+def test_at_needs_once_or_json():
+    with pytest.raises(SystemExit):
+        parse(["replay", "x.rec", "--at", "5m"])
+
+
+def test_record_takes_interval_duration_and_size():
+    options = parse(["--demo", "training-node", "record", "r.rec", "--interval", "2", "--duration", "1h30m",
+                     "--max-size", "50M"])
+    assert (options.mode, options.interval) == ("record", 2.0)
+    assert options.extra == {"file": "r.rec", "duration": 5400.0, "max_size": 50_000_000}
+    for wrong in (["--duration", "soon"], ["--max-size", "0"], ["--max-size", "lots"]):
+        with pytest.raises(SystemExit):
+            parse(["record", "r.rec", *wrong])

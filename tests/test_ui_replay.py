@@ -1,0 +1,129 @@
+"""gputui replay: the live monitor on a recording, driven by Textual's pilot: position, play/pause,
+step, jump, seek, speed, and what a recording refuses."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gputui.model import to_jsonable
+from gputui.model.verdicts import LeakVerdict
+from gputui.plain.document import snapshot_document
+from gputui.record.reader import Recording
+from gputui.record.writer import Recorder
+from gputui.ui.replay import ReplayApp
+from gputui.ui.widgets.header import HostHeader
+from gputui.ui.widgets.processes import ProcessTable
+from ui_data import GIB, T0, table_keys, training_snapshot
+
+SAMPLES = 150  # 2.5 minutes, one a second
+
+
+def snapshot_at(i: int):
+    """Sample i: rank 0's memory grows by a GiB every 10 seconds (what is on screen tells the time)."""
+    snap = training_snapshot(T0 + i)
+    procs = tuple(dataclasses.replace(p, gpu_memory=(10 + i // 10) * GIB) if p.pid == 2000 else p
+                  for p in snap.processes)
+    return dataclasses.replace(snap, processes=procs)
+
+
+def recording(tmp_path, samples=SAMPLES):
+    path = tmp_path / "r.rec"
+    recorder = Recorder(path, interval=1.0, host="dgx-test-01", key_every=40)
+    leaks = {"2000": to_jsonable(LeakVerdict(state="ok", reason="steady"))}
+    for i in range(samples):
+        recorder.add(T0 + i, snapshot_document(snapshot_at(i)), leaks)
+    recorder.close()
+    return Recording(path)
+
+
+def screen_text(widget) -> str:
+    return "\n".join(strip.text for strip in widget.render_lines(widget.size.region))
+
+
+def table(app) -> ProcessTable:
+    return app.screen.query_one(ProcessTable)
+
+
+def rank0(app) -> str:
+    return next(key for key in table_keys(app) if key.startswith("2000"))
+
+
+async def at(pilot, index):
+    """Wait until the replay shows sample ``index``."""
+    for _ in range(200):
+        if pilot.app.index == index and pilot.app.snapshot is not None:
+            break
+        await pilot.pause(0.02)
+    assert pilot.app.index == index
+    await pilot.pause()
+
+
+
+async def test_it_plays_from_the_start_and_pauses_at_the_end(tmp_path):
+    app = ReplayApp(recording(tmp_path, samples=5), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        assert app.snapshot.taken_at == T0 and not app.paused
+        assert app.position.startswith("replay 0s / 4s  1/5  x1")
+        await at(pilot, 4)  # one a second
+        assert app.paused and app.snapshot.taken_at == T0 + 4
+        assert app.history.device(0, "gpu_util").times == tuple(T0 + i for i in range(5))
+
+
+async def test_step_jump_seek_and_speed(tmp_path):
+    app = ReplayApp(recording(tmp_path), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        await pilot.press("p")
+        assert app.paused
+        await pilot.press("full_stop", "full_stop")
+        await at(pilot, 2)
+        await pilot.press("right_square_bracket")
+        await at(pilot, 62)
+        assert app.snapshot.taken_at == T0 + 62
+        assert app.position.startswith("replay 1:02 / 2:29  63/150")
+        # on screen: the recorded time and position in the header, rank 0's memory at second 62
+        header = screen_text(app.screen.query_one(HostHeader))
+        assert "09:01:02" in header and "replay 1:02 / 2:29" in header
+        assert "16.0G" in str(table(app).rows_by_key[rank0(app)].cells["gpu_memory"])
+        # its history rebuilt: the span before 62, every sample once, in order
+        assert app.history.process((2000, 0), "gpu_memory").times == tuple(T0 + i for i in range(63))
+        await pilot.press("comma")
+        await at(pilot, 61)
+        assert app.history.process((2000, 0), "gpu_memory").times[-1] == T0 + 61
+        await pilot.press("left_square_bracket")
+        await at(pilot, 1)
+        await pilot.press("e")
+        await at(pilot, SAMPLES - 1)
+        await pilot.press("b")
+        await at(pilot, 0)
+        assert app.history.process((2000, 0), "gpu_memory").times == (T0,)
+        for speed in (2, 4, 8, 1):
+            await pilot.press("x")
+            assert app.speed == speed and app.position.endswith(f"x{speed}")
+        assert table_keys(app)  # the process table is there, as live
+
+
+async def test_playing_at_x8_moves_eight_times_as_fast(tmp_path):
+    app = ReplayApp(recording(tmp_path), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        for _ in range(3):
+            await pilot.press("x")
+        assert app.speed == 8
+        await pilot.pause(1.0)
+        assert 4 <= app.index <= 12  # about 8 samples in a second (x1 would be 1)
+
+
+async def test_signals_and_probe_requests_are_refused(tmp_path):
+    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        await pilot.press("K")
+        await pilot.pause()
+        app.record_sites(2000, on=True, steps=10)
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any("no process to send SIGKILL" in m for m in said)
+        assert any("no process to send a request" in m for m in said)
+        assert len(app.screen_stack) == 2  # no confirmation asked: nothing to confirm
