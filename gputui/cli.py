@@ -225,13 +225,6 @@ def _duration(text: str) -> float:
     return value
 
 
-def _size(text: str) -> int:
-    match = re.fullmatch(r"(\d+)([kmg]?)b?", text.strip().lower())
-    if not match or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 200M, 1G)")
-    return int(match.group(1)) * 1000 ** " kmg".index(match.group(2) or " ")
-
-
 def _add_record_commands(sub: Any) -> None:
     record = sub.add_parser("record", help="record what the monitor sees to FILE, for gputui replay")
     record.add_argument("file", metavar="FILE")
