@@ -7,6 +7,7 @@ machine's speed; `bench/bench_leaks.py` measures the same at the default budget.
 """
 
 import dataclasses
+import gc
 import json
 import subprocess
 import sys
@@ -41,6 +42,7 @@ def a_leak_check_every_16_steps(monkeypatch):
 
 
 def run(name: str, steps: int = STEPS):
+    gc.collect()  # earlier tests' garbage, freed while the loop runs, would take its share off the growth
     probe = gputui.probe.start(serve=False, budget=1.0)
     try:
         kept = leak_corpus.PATTERNS[name].run(steps)

@@ -5,6 +5,7 @@ allocation sites by itself and names the line; the loops that only look like lea
 that fills then stays, the garbage collector's sawtooth) must stay clean and record nothing.
 """
 
+import gc
 import sys
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def check_every_16_steps(monkeypatch):
 
 def report_of(kind: str, steps: int = STEPS):
     # A reading every step (budget 1.0) keeps the test deterministic; the default budget samples.
+    # The verdict reads the whole process's C heap: garbage that earlier tests left, freed by the
+    # collector while this loop runs, would take its share off the growth.
+    gc.collect()
     probe = gputui.probe.start(serve=False, budget=1.0)
     try:
         kept = loops.run(kind, steps)
