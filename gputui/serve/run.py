@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import signal
+import threading
 import sys
 
 from prometheus_client import ProcessCollector
@@ -35,22 +36,31 @@ def serve(options: Options) -> int:
     users = Users.load(auth_file) if auth_file else None
     certificate = _setting(options, "tls_cert")
     tls = tls_context(certificate, _setting(options, "tls_key")) if certificate else None
-    # SIGTERM (systemd, docker stop) leaves as SIGINT does, through the finally blocks below.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    server = listen(address, tls)  # before the first sample: a port in use is said at once
+    # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop) are taken by sigwait() below, and by nothing
+    # else: a handler raising wherever the main thread happens to be can land inside threading's own
+    # locks (a Thread.start() of the sampler or of a request) and break them. Blocked before any
+    # thread starts, so every thread inherits the mask; one that comes early waits for sigwait.
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
-        sampling = Sampling(lasting_source(options), options.interval or SERVE_INTERVAL)
+        server = listen(address, tls)  # before the first sample: a port in use is said at once
         try:
-            sampling.take()  # no driver (and no probe) stops here, as it stops --json
-            server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
-            _say_where(server.url, server.loopback, users is not None, tls is not None, sampling.interval)
-            sampling.start()
-            server.serve_forever()
+            sampling = Sampling(lasting_source(options), options.interval or SERVE_INTERVAL)
+            try:
+                sampling.take()  # no driver (and no probe) stops here, as it stops --json
+                server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
+                _say_where(server.url, server.loopback, users is not None, tls is not None, sampling.interval)
+                sampling.start()
+                threading.Thread(target=server.serve_forever, name="gputui-serve", daemon=True).start()
+                signum = signal.sigwait(stop_signals)
+                server.shutdown()
+                return 128 + signum  # 130 for Ctrl-C, 143 for SIGTERM, as a signal's default would say
+            finally:
+                sampling.stop()
         finally:
-            sampling.stop()
+            server.server_close()
     finally:
-        server.server_close()
-    return 0
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
 def _registry(sampling: Sampling) -> CollectorRegistry:
