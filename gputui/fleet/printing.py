@@ -37,21 +37,13 @@ def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     sections = [host_line(view).write(color) + "\n" + (
         render(view.snapshot, color=color, ascii=ascii, width=width) if view.snapshot else "")
         for view in views]
-    try:
-        terminal.emit("\n".join(sections))
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    return terminal.show("\n".join(sections))
 
 
 def json(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     """One ``gputui.hosts`` document: every host's state and its own snapshot document."""
     views = first_views(entries, wait)
-    try:
-        terminal.emit(dumps(hosts_document(list(views))) + "\n")
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    return terminal.show(dumps(hosts_document(list(views))) + "\n")
 
 
 def host_line(view: HostView) -> Line:

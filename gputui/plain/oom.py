@@ -36,11 +36,7 @@ def oom(options: Options) -> int:
             title += f", written {clock_time(report.last_oom.at, date=True, zone=True)}"
         out = title + "\n\n" + render_probe(report, color=terminal.use_color(options),
                                             ascii=terminal.use_ascii(options), width=terminal.width())
-    try:
-        terminal.emit(out)
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    return terminal.show(out)
 
 
 def _which(given: object) -> Path:

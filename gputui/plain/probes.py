@@ -27,7 +27,7 @@ def probes(options: Options) -> int:
     else:
         out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
                                 ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs)
-    return _print(out)
+    return terminal.show(out)
 
 
 def probe(options: Options) -> int:
@@ -38,7 +38,7 @@ def probe(options: Options) -> int:
     else:
         out = render_probe(report, _gpus_now(options), color=terminal.use_color(options),
                            ascii=terminal.use_ascii(options), width=terminal.width())
-    return _print(out)
+    return terminal.show(out)
 
 
 def _gpus_now(options: Options) -> Snapshot | None:
@@ -127,11 +127,3 @@ def _demo_probes(options: Options) -> tuple[tuple[ProbeReport, ...], tuple[Job, 
         return reports, collector.jobs.of_probes(reports)
     finally:
         collector.close()
-
-
-def _print(out: str) -> int:
-    try:
-        terminal.emit(out)
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0

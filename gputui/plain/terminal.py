@@ -84,6 +84,15 @@ def emit(text: str) -> None:
         raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
 
 
+def show(text: str) -> int:
+    """Print a command's whole output; a reader that went away (`| head`) ends it quietly. Exit code 0."""
+    try:
+        emit(text)
+    except BrokenPipeError:
+        silence_stdout()
+    return 0
+
+
 def silence_stdout() -> None:
     """After a closed pipe: point stdout at /dev/null so the flush at exit cannot fail again."""
     try:

@@ -68,14 +68,9 @@ def print_at(options: Options) -> int:
     at = options.extra.get("at")
     index = len(recording) - 1 if at is None else recording.index_at(moment(str(at), recording.times[0]))
     sample = recording.sample(index)
-    try:
-        if options.json:
-            terminal.emit(dumps(sample.document) + "\n")
-        else:
-            terminal.emit(snapshot_text(sample.snapshot, options))
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    if options.json:
+        return terminal.show(dumps(sample.document) + "\n")
+    return terminal.show(snapshot_text(sample.snapshot, options))
 
 
 def open_recording(path: str) -> Recording:
