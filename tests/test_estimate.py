@@ -166,6 +166,48 @@ def test_amp_runs_under_autocast_on_fake_tensors():
     assert amp.phase("forward").categories.activations < 0.75 * fp32.phase("forward").categories.activations
 
 
+OLD_STYLE_OPTIMIZER = """\
+import torch
+
+class CountingSGD(torch.optim.Optimizer):
+    \"\"\"As Adam before torch 2.13: a step counter made with torch.tensor(0.0), no device named,
+    and read back with .item().\"\"\"
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.1})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["moment"] = torch.zeros_like(p)
+                state["step"] += 1
+                state["moment"].mul_(0.9).add_(p.grad)
+                p.add_(state["moment"], alpha=-group["lr"] / state["step"].item())
+
+def job():
+    model = torch.nn.Linear(256, 128)
+    return model, torch.randn(32, 256), CountingSGD(model.parameters())
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_an_optimizer_that_reads_a_scalar_it_made_without_a_device(tmp_path, precision):
+    """Torch 2.11's Adam on the meta device failed with "Tensor.item() cannot be called on meta
+    tensors" (seen on an H100 machine): tensors the step makes without a device go to the CPU, as in
+    a real GPU job, so the counter is readable and the moments still count."""
+    script = tmp_path / "old_style.py"
+    script.write_text(OLD_STYLE_OPTIMIZER)
+    result = estimate(f"{script}:job", Settings(precision=precision))
+    steady = result.phase("steady").categories
+    weights = (256 * 128 + 128) * 4
+    assert steady.parameters == weights and steady.gradients == weights
+    assert steady.optimizer_state == weights + 2 * 4  # the moments, and a 4-byte counter per tensor
+
+
 # -- --max-batch and the what-ifs
 
 

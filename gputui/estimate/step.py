@@ -91,7 +91,7 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
             loss = phase(FORWARD, step, functools.partial(_loss, job, ledger))
             phase(BACKWARD, step, loss.backward)
             del loss
-            phase(OPTIMIZER, step, optimizer.step)
+            phase(OPTIMIZER, step, functools.partial(_optimizer_step, optimizer))
         steady = ledger.now()
     phases = [_memory(CREATED, created)]
     for name in (FORWARD, BACKWARD, OPTIMIZER):
@@ -108,6 +108,16 @@ def _loss(job: Job, ledger: Ledger) -> torch.Tensor:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return job.loss_of(job.forward())
         return job.loss_of(job.forward())
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> Any:
+    """``optimizer.step()`` with tensors made without a device put on the CPU, as in a real GPU job.
+
+    Torch before 2.13 (2.11 seen on an H100 machine) makes Adam's step counter with ``torch.tensor(0.0)``
+    and reads it with ``.item()``: under the meta device that counter would be a meta tensor, and fail.
+    """
+    with torch.device("cpu"):
+        return optimizer.step()
 
 
 def _memory(phase: str, breakdown: dict[str, int]) -> PhaseMemory:
