@@ -69,6 +69,7 @@ def test_the_report_names_the_step_the_phase_and_the_line(runs):
     assert oom is not None and oom.device == "cpu" and "can't allocate memory" in oom.message
     assert oom.phase == "forward"
     assert oom.where[-1].startswith(f"{JOB}:{FORWARD_LINE} in forward")
+    assert oom.line == f"{JOB}:{FORWARD_LINE} in forward"  # the job's own line, innermost
     assert oom.step is not None and oom.step > 3  # past the warm-up, under the limit
     assert report.steps[-1].step == oom.step  # the steps done, the failing one the next
     assert oom.requested == 128 << 20  # the forward pass's scratch
@@ -107,7 +108,7 @@ def test_gputui_oom_prints_the_latest_report(runs):
     assert lines[0].startswith(f"OOM report {next((where / 'oom').iterdir())}, written ")
     assert any("can't allocate memory" in line for line in lines)
     report = from_jsonable(ProbeReport, oom_file.read(next((where / "oom").iterdir())))
-    assert f"  in the forward pass of step {report.last_oom.step + 1}" in lines
+    assert f"  in the forward pass of step {report.last_oom.step + 1}; at {JOB}:{FORWARD_LINE} in forward" in lines
     as_json = subprocess.run([sys.executable, "-m", "gputui", "oom", "--json"], env=env, capture_output=True,
                              text=True, timeout=60)
     document = json.loads(as_json.stdout)
@@ -139,3 +140,23 @@ def test_reports_are_private_and_the_newest_are_kept(tmp_path):
     assert {stat.S_IMODE(p.stat().st_mode) for p in kept} == {0o600}
     with pytest.raises(FileExistsError):  # never over another report (or through a planted link)
         oom_file.write({}, 7, tmp_path, now=1_700_000_000 + oom_file.KEEP + 2)
+
+
+def test_a_cuda_oom_in_the_optimizer_names_the_jobs_line_not_torchs():
+    """The stack of a CUDA OOM seen on an H100 (torch 2.11): the job's `optimizer.step()` line, then
+    seven frames inside torch. The phase is the optimizer's; the line is the job's own, though the
+    innermost frames kept in `where` are all torch's."""
+    from traceback import FrameSummary
+
+    from gputui.probe.oom import phase_of, user_line
+
+    torch_dir = str(Path(pytest.importorskip("torch").__file__).parent)
+    frames = [FrameSummary("/home/me/train.py", 15, "<module>"),
+              FrameSummary(f"{torch_dir}/optim/optimizer.py", 533, "wrapper"),
+              FrameSummary(f"{torch_dir}/optim/optimizer.py", 81, "_use_grad"),
+              FrameSummary(f"{torch_dir}/optim/adam.py", 248, "step"),
+              FrameSummary(f"{torch_dir}/optim/adam.py", 971, "adam"),
+              FrameSummary(f"{torch_dir}/optim/adam.py", 791, "_multi_tensor_adam")]
+    assert phase_of(frames) == "optimizer"
+    assert user_line(frames) == "/home/me/train.py:15 in <module>"
+    assert user_line(frames[1:]) is None

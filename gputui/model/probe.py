@@ -159,6 +159,9 @@ class OomRecord:
     message: str = field(default="", metadata=doc("the error message"))
     where: tuple[str, ...] = field(default=(), metadata=doc(
         'Python frames, `"file.py:123 in function"`, innermost last'))
+    line: str | None = field(default=None, metadata=doc(
+        'the innermost frame of the job\'s own code (not torch\'s, the standard library\'s or gputui\'s), '
+        '`"train.py:42 in forward"`: where a change would go; null when none was on the stack'))
     phase: str | None = field(default=None, metadata=doc(
         "where in the training loop it came, by torch's frames on the stack: `forward` (a module's forward "
         "pass), `backward`, `optimizer` (the optimizer's step) or `other` (the loop around them: data, a loss "

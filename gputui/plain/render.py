@@ -490,8 +490,8 @@ def _oom_lines(oom: OomRecord, width: int, glyphs: Glyphs, tz: tzinfo | None,
         chunks.append(text(f"free {units.size_compact(oom.free)}"))
     if oom.allocated is not None:
         chunks.append(text(f"allocated {units.size_compact(oom.allocated)}"))
-    if oom.where:
-        chunks.append(text(f"at {oom.where[-1]}"))
+    if oom.line or oom.where:
+        chunks.append(text(f"at {oom.line or oom.where[-1]}"))
     return flow(chunks, width, first=Line().add(" " * indent).add("last OOM", "alert"),
                 indent=indent + 2, ellipsis=glyphs.ellipsis)
 

@@ -161,12 +161,14 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
 
 
 def oom_when(record: OomRecord) -> str:
-    """Where in the training step an OOM came, and the report it left: "in the backward pass of step
-    12; report: PATH"."""
+    """Where in the training step and the job's code an OOM came, and the report it left: "in the
+    backward pass of step 12; at train.py:42 in forward; report: PATH"."""
     parts = []
     if record.step is not None:
         phase = PHASE_WORDS.get(record.phase or "", "")
         parts.append(f"in {phase}step {record.step + 1}" if phase else f"at step {record.step + 1}")
+    if record.line:
+        parts.append(f"at {record.line}")
     if record.report_file:
         parts.append(f"report: {record.report_file}")
     return "; ".join(parts)

@@ -18,6 +18,7 @@ import traceback
 from typing import Callable
 
 from gputui.model import OomRecord
+from gputui.probe.sites import is_user_file
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _CUDA_TRIED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
@@ -75,6 +76,7 @@ def record_from_exception(exc: BaseException, tb=None, *, at: float | None = Non
         reserved=reserved,
         message=text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__,
         where=format_frames(frames),
+        line=user_line(frames),
         phase=phase_of(frames),
     )
 
@@ -108,6 +110,15 @@ def format_frames(frames, limit: int = 8) -> tuple[str, ...]:
         if not any(part in frame.filename.replace("\\", "/") for part in _OUR_FILES)
     ]
     return tuple(lines[-limit:])
+
+
+def user_line(frames) -> str | None:
+    """The innermost frame of the job's own code, "train.py:42 in forward", from the whole stack (the
+    innermost frames ``where`` keeps may all be torch's)."""
+    for frame in reversed(frames):
+        if is_user_file(frame.filename):
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return None
 
 
 class OomWatch:
@@ -184,6 +195,7 @@ class OomWatch:
                 reserved=int(stats.get("reserved_bytes.all.current", 0)),
                 message=f"CUDA out of memory: tried to allocate {int(requested)} bytes on cuda:{device}",
                 where=format_frames(frames),
+                line=user_line(frames),
                 phase=phase_of(frames),
                 step=self.board.step_count,
             )

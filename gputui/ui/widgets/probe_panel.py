@@ -145,6 +145,8 @@ def oom_text(oom: OomRecord) -> Content:
     figures = [f"asked for {units.size(oom.requested)}", f"free {units.size(oom.free)}",
                f"allocated {units.size(oom.allocated)}", f"reserved {units.size(oom.reserved)}"]
     lines.append(Content("  " + ", ".join(figures)))
+    if oom.line:
+        lines.append(Content.styled(f"  in your code at {oom.line}", "bold"))
     for frame in reversed(oom.where):  # innermost first: the line that asked
         lines.append(Content.styled(f"  at {frame}", "$text-muted"))
     if oom.message:
