@@ -592,7 +592,7 @@ def part_leak(steps: int) -> int:
     probe = gputui.probe.start()
     model, optimizer = build_job()
     kept = []
-    first, category, allocated = None, None, []
+    first, category, allocated, states = None, None, [], []
     for step in range(1, steps + 1):
         if step > 200 and len(kept) > 100:
             del kept[:50]  # room on the device; the leak goes on
@@ -601,7 +601,11 @@ def part_leak(steps: int) -> int:
         allocated.append(torch.cuda.memory_allocated())
         kept.append(model(x[:4], y[:4]))  # the leak: no torch.no_grad(), the graph kept
         if step % 5 == 0 and first is None:
-            verdict = leak_verdict(probe.report())
+            report = probe.report()
+            verdict = leak_verdict(report)
+            seen = (verdict.state, verdict.category, verdict.reason)
+            if not states or states[-1][1:] != seen:  # how the verdict got there, step by step
+                states.append((step, *seen, len(report.steps)))
             if verdict.state == "leak":
                 first, category = step, verdict.category
     report = probe.report()
@@ -614,7 +618,7 @@ def part_leak(steps: int) -> int:
     print(json.dumps({"sites": [(s.where, s.live_bytes[-3:]) for s in report.sites[:5]],
                       "recorded_steps": list(report.recorded_steps), "recording": report.recording,
                       "keepers": [(k.name, k.what, k.per_step, list(k.where)) for k in report.keepers[:3]],
-                      "recording_cost": report.recording_cost, "first_leak_step": first,
+                      "recording_cost": report.recording_cost, "first_leak_step": first, "states": states,
                       "category": category, "state": verdict.state,
                       "reason": verdict.reason, "verdict_per_step": verdict.allocated_per_step,
                       "growth_per_step": per_step, "activations_kept": kept_figures,
