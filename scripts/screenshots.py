@@ -50,6 +50,7 @@ PICTURES = (
     ("hosts", {"node1": "training-node", "node2": "leaky", "node3": None, "node4": "workstation",
                "node5": "mig"}, 120, (120, 40), (), None),
     ("replay", "replay:leaky", 120, (120, 40), (), None),
+    ("oom-ended", "leaky", 200, (120, 24), ("end",), None),
 )
 
 

@@ -107,8 +107,8 @@ def test_every_model_type_in_a_document_has_a_schema():
     assert set(DEFS) == {cls.__name__ for cls in SCHEMA_TYPES} == {
         "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
         "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
-        "ProbeReport", "Snapshot", "MonitorCost", "Breakdown", "BreakdownItem", "Placement", "Job", "JobRank",
-        "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom"}
+        "ProbeReport", "Snapshot", "EndedProcess", "MonitorCost", "Breakdown", "BreakdownItem", "Placement",
+        "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gputui.cli import main, parse
 from gputui.errors import UserError
-from gputui.model import LeakVerdict, Snapshot, to_jsonable
+from gputui.model import EndedProcess, LeakVerdict, OomRecord, ProbeReport, Snapshot, StepRecord, to_jsonable
 from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import Source
@@ -29,6 +29,13 @@ T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
 # Finite floats: --json writes NaN and infinity as null, which reads back as None, not as themselves.
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 st.register_type_strategy(float, FINITE)
+# A process an OOM ended carries a whole probe report: a small one (its OOM and one step), so that a
+# snapshot stays within what hypothesis generates well; the reports themselves are generated in full.
+st.register_type_strategy(EndedProcess, st.builds(
+    EndedProcess, report=st.builds(ProbeReport, last_oom=st.from_type(OomRecord),
+                                   steps=st.lists(st.from_type(StepRecord), max_size=1).map(tuple)),
+    report_file=st.none() | st.text(max_size=20), user=st.none() | st.text(max_size=8),
+    devices=st.lists(st.integers(0, 7), max_size=2).map(tuple), gpu_memory=st.none() | st.integers(0, 1 << 40)))
 SNAPSHOTS = st.from_type(Snapshot)
 VERDICTS = st.dictionaries(st.integers(1, 1 << 22).map(str), st.from_type(LeakVerdict).map(to_jsonable), max_size=3)
 

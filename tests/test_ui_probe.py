@@ -127,6 +127,43 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         assert "1:08" not in screen_text_all(screen)
 
 
+async def test_a_probed_job_an_oom_ended_keeps_its_row_and_its_report():
+    """The leaky demo's job runs out at 09:03:09 and its launcher starts it again as 51217: the
+    ended process stays, marked, with the report it left; nothing is signalled or asked of it."""
+    app = still_app("leaky", seconds=200)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        ended = row(app, "51200/oom")
+        assert [k for k in app.screen.query_one(ProcessTable).row_keys][-1] == "51200/oom"
+        assert (ended.cells["pid"], ended.cells["probe"], ended.cells["gpu"], ended.cells["type"]) == (
+            "51200", "✗", "0", "end")
+        assert ended.cells["gpu_memory"] == "34.6G" and ended.cells["trend"] == "✗ OOM 09:03:09"
+        assert ended.styles["trend"] == "$error"
+        assert "51217/0" in app.screen.query_one(ProcessTable).rows_by_key  # the restarted run
+        assert "PROCESSES  3" in str(app.screen.query_one("#table-status").render())  # the ended one not counted
+        table = app.screen.query_one(ProcessTable)
+        table.move_cursor(row=len(table.row_keys) - 1)
+        await pilot.pause()
+        assert app.screen.signal_target() is None
+        assert app.screen.why_no_signal_target() == (
+            "Process 51200 has ended (out of memory): there is nothing to signal.")
+
+        screen = await open_detail_of(pilot, 51200)
+        assert text(screen, "#detail-title") == "Process 51200 ended: out of memory at 2026-01-05 09:03:09"
+        headline = text(screen, "#detail-headline")
+        assert headline.startswith("in the forward pass of step 499; at model.py:41 in forward")
+        assert "Out of memory in about" not in screen_text_all(screen)  # no forecast for what has ended
+        assert "devices  GPU 0, holding 34.6G when last seen" in text(screen, "#detail-info")
+        assert "report  none written: these figures are its probe's last report" in text(screen, "#detail-info")
+        probe = screen_text_all(screen)
+        assert "Last OOM at 2026-01-05 09:03:09 on cuda:0" in probe
+        assert "in your code at model.py:41 in forward" in probe
+        await pilot.press("s")
+        await pilot.pause()
+        assert any("Process 51200 has ended: there is no probe left to record." in n.message
+                   for n in app._notifications)
+
+
 async def test_the_demo_record_key_says_its_sites_are_simulated():
     asked = []
     app = still_app("leaky", seconds=120, requester=lambda *a: asked.append(a) or {})

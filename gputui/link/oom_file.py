@@ -71,6 +71,17 @@ def latest(directory: Path) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
+def of_process(directory: Path, pid: int, since: float) -> Path | None:
+    """The newest report of process ``pid`` in ``directory`` written at ``since`` or later, or None
+    (an older one is a former process's that had the same pid)."""
+    try:
+        found = [(p.stat().st_mtime, p) for p in directory.glob(f"{PREFIX}{pid}-*.json")]
+    except OSError:
+        return None
+    fresh = [(mtime, p) for mtime, p in found if mtime >= since]
+    return max(fresh)[1] if fresh else None
+
+
 def read(path: Path) -> dict[str, Any]:
     """The report's JSON form from a report file; UserError saying why where it is not one."""
     try:

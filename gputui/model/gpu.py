@@ -227,6 +227,26 @@ class MonitorCost:
 
 
 @dataclass(frozen=True)
+class EndedProcess:
+    """A probed process that an out-of-memory error ended while the monitor watched it: kept in view,
+    with the report it left, instead of letting its row vanish."""
+
+    pid: int = field(metadata=doc("its PID (gputui's namespace)", minimum=1))
+    ended_at: float = field(metadata=doc("when the out-of-memory error came (seconds since the epoch)"))
+    report: ProbeReport = field(metadata=doc(
+        "its probe's last report: the OOM report file's where one was written, whose `last_oom` says what "
+        "failed, where and in which phase"))
+    report_file: str | None = field(default=None, metadata=doc(
+        "the OOM report the probe wrote (`gputui oom FILE` prints it); null when the process was seen to fail "
+        "but left no file"))
+    user: str | None = field(default=None, metadata=doc("owner's user name, as last seen"))
+    devices: tuple[int, ...] = field(default=(), metadata=doc(
+        "NVML indices of the GPUs it held memory on when last seen", minimum=0))
+    gpu_memory: int | None = field(default=None, metadata=doc(
+        "GPU memory NVML charged to it when last seen, all its GPUs (bytes)", minimum=0))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the monitor knows at one instant. Immutable: widgets render from it."""
 
@@ -255,3 +275,6 @@ class Snapshot:
     jobs: tuple[Job, ...] = field(default=(), metadata=doc(
         "training jobs: processes grouped across their ranks and GPUs (a torchrun job, a Slurm step, one process "
         "on several GPUs), probed CPU jobs included"))
+    ended: tuple[EndedProcess, ...] = field(default=(), metadata=doc(
+        "probed processes an out-of-memory error ended while the live monitor watched, oldest first (the live "
+        "monitor's; `--once` and `--json` sample too briefly to see one end)"))

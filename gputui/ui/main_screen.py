@@ -180,7 +180,7 @@ class MainScreen(Screen):
         if built is None:
             return
         found, total = built
-        shown = sum(1 for r in found if r.process is not None or r.report is not None)
+        shown = sum(1 for r in found if (r.process is not None or r.report is not None) and r.ended is None)
         if self.job_view:
             found = group_by_job(found, self.job_sources(), self.folded, ascii=self.ascii)
         trend_width = max((len(r.trend) for r in found), default=0)
@@ -241,6 +241,8 @@ class MainScreen(Screen):
             return None
         # The process's start time pins down which process the user chose: the one sampled, or for
         # a probed process NVML does not list, the one living under that pid now.
+        if row.ended is not None:
+            return None  # gone: its pid may already be another process's
         if row.process is not None:
             p = row.process
             return Target(p.pid, p.local_pid,
@@ -256,6 +258,8 @@ class MainScreen(Screen):
         """Why a signal key found nothing to signal, in words true of the selected row."""
         table = self.query_one(ProcessTable)
         row = table.rows_by_key.get(table.selected_key or "")
+        if row is not None and row.ended is not None:
+            return f"Process {row.pid} has ended (out of memory): there is nothing to signal."
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.

@@ -13,7 +13,7 @@ from typing import Callable
 
 from gputui import units
 from gputui.analysis.history import ProcessKey
-from gputui.model import PROCESS_OK, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
+from gputui.model import PROCESS_OK, EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_FRAGMENTATION,
@@ -163,6 +163,7 @@ class Row:
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
     trend: str = ""  # the trend cell's text, known up front: the column is as wide as the widest
     job: Job | None = None  # the job view's line of a job (gputui.ui.job_rows)
+    ended: EndedProcess | None = None  # a probed process an OOM ended (its report in ``report``)
     group: str | None = None  # in the job view: the key of the job line this row is (or is under)
     _looked: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
 
@@ -343,7 +344,8 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
                filter_text: str = "", only_user: str | None = None, tree: bool = False,
                trends: Mapping | None = None, ascii: bool = False,
                leaks: Mapping | None = None, host: str | None = None) -> list[Row]:
-    """The rows to show, in order: GPU processes, then probed processes NVML does not list.
+    """The rows to show, in order: GPU processes, probed processes NVML does not list, then the probed
+    processes an OOM ended.
 
     ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` the probed processes'
     leak verdicts by pid; ``host`` names the host of them all in the many-host view.
@@ -353,7 +355,8 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
              if matches(p, filter_text, host) and (only_user is None or p.user == only_user)]
     procs = sort_processes(procs, sort, reverse, ctx)
     rows = [_process_row(p, ctx) for p in procs] if not tree else _tree_rows(procs, snapshot.parents, ctx)
-    return rows + _unlisted_rows(snapshot, ctx, filter_text, only_user)
+    return rows + _unlisted_rows(snapshot, ctx, filter_text, only_user) + _ended_rows(
+        snapshot, ctx, filter_text, only_user)
 
 
 @dataclass(frozen=True)
@@ -440,6 +443,41 @@ def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None
     if trend_style:
         styles["trend"] = styles["trend_mark"] = trend_style
     return cells, styles
+
+
+def _ended_rows(snapshot: Snapshot, ctx: Context, filter_text: str, only_user: str | None) -> list[Row]:
+    """Rows of the probed processes an OOM ended, the latest first: kept in view with their reports."""
+    return [ended_row(e, ctx) for e in reversed(snapshot.ended)
+            if _report_matches(e.report, filter_text, None, ctx.host) and (only_user is None or e.user == only_user)]
+
+
+def ended_row(ended: EndedProcess, ctx: Context) -> Row:
+    """A row for a probed process an OOM ended: where it was, what it held, and when it failed."""
+    trend = ended_trend(ended, ctx.ascii)
+    key = f"{ended.pid}/oom" if ctx.host is None else f"{ctx.host}//{ended.pid}/oom"
+    return Row(key, ended.pid, None, lambda: ended_cells(ended, ctx), host=ctx.host, report=ended.report,
+               trend=trend, ended=ended)
+
+
+def ended_trend(ended: EndedProcess, ascii: bool = False) -> str:
+    """The trend cell of an ended process: "✗ OOM 03:12"."""
+    return f"{'x' if ascii else '✗'} OOM {units.clock_time(ended.ended_at)}"
+
+
+def ended_cells(ended: EndedProcess, ctx: Context) -> tuple[dict, dict]:
+    """Texts and styles of every column for a probed process an OOM ended."""
+    report = ended.report
+    cells = {c: "" for c in COLUMNS}
+    cells.update(
+        host=ctx.host or "", pid=str(ended.pid), probe="x" if ctx.ascii else "✗", user=ended.user or units.NA,
+        gpu=",".join(str(i) for i in ended.devices) or probe_device_text(report), type="end",
+        gpu_memory=units.size_short(ended.gpu_memory) if ended.gpu_memory is not None else "-",
+        trend=ended_trend(ended, ctx.ascii), trend_mark="OOM",
+        command=fmt.command_line(report.command) if report.command else f"[probed process {ended.pid}]",
+    )
+    bad = "$error"
+    return cells, {c: bad for c in ("probe", "trend", "trend_mark")} | {
+        c: "$text-muted" for c in ("pid", "user", "gpu", "type", "gpu_memory", "command")}
 
 
 def probe_device_text(report: ProbeReport) -> str:

@@ -1,5 +1,5 @@
 """What the monitor's worker thread runs: one collector sample, the probe reports, the CLI filters,
-and the probed processes' leak verdicts, as finished, immutable results for the app.
+the probed processes' leak verdicts and the ones an OOM ended, as finished, immutable results for the app.
 
 No Textual here: the first sample is taken while Textual is still being imported (ui/launch.py).
 """
@@ -16,6 +16,7 @@ from gputui.analysis.leaks import LeakJudge
 from gputui.collect.host import HostReader
 from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
+from gputui.link.endings import OomEndings
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible_all
@@ -68,6 +69,7 @@ class Sampler:
                             pids=tuple(pids))
         self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
         self._judge = LeakJudge()
+        self._endings = OomEndings()
 
     def sample(self) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
@@ -89,7 +91,7 @@ class Sampler:
         jobs = getattr(self.collector, "jobs", None)
         if jobs is not None:  # grouped again with the probes in (CPU ranks) and the filters applied
             snapshot = jobs.add_to(snapshot)
-        return visible_all(snapshot)
+        return visible_all(self._endings.add_to(snapshot))
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid."""

@@ -161,6 +161,9 @@ def report_for(now: JobNow, machine: SimulatedMachine) -> ProbeReport:
                      f"{max(0, budget - mem.reserved) / MiB:.2f} MiB is free."),
             where=("train.py:88 in train_step", "model.py:41 in forward",
                    "torch/nn/functional.py:2573 in layer_norm"),
+            line="model.py:41 in forward",
+            phase="forward",
+            step=mem.step,
         )
     recorded: tuple[int, ...] = ()
     sites: tuple[AllocationSite, ...] = ()

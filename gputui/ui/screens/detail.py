@@ -6,6 +6,7 @@ growing allocation sites, advice). A probed process that NVML does not list show
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
@@ -18,7 +19,8 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.model import GpuProcess, LeakVerdict, ProbeReport, Snapshot
+from gputui.model import EndedProcess, GpuProcess, LeakVerdict, ProbeReport, Snapshot
+from gputui.plain.report import oom_when
 from gputui.ui import format as fmt
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.analysis.process import ProcessAnalysis, analyse
@@ -64,6 +66,7 @@ class ProcessDetail(Screen):
         if ascii:
             self.add_class("-ascii")
         self.report: ProbeReport | None = None
+        self.ended: EndedProcess | None = None
         self.analysis: ProcessAnalysis | None = None
 
     @property
@@ -99,7 +102,10 @@ class ProcessDetail(Screen):
         proc = next((p for p in mine if p.device_index == self.device_index), None)
         local = proc.own_pid if proc is not None else self.pid
         report = next((r for r in snapshot.probes if r.pid == local), None)
-        if report is None and self.device_index is None:
+        self.ended = next((e for e in snapshot.ended if e.pid == local), None) if report is None else None
+        if self.ended is not None:
+            report = self.ended.report  # an OOM ended it: the report it left
+        elif report is None and self.device_index is None:
             report = self.report  # the probe went away: its last report is all there is
         self.report = report
         device = None
@@ -109,7 +115,9 @@ class ProcessDetail(Screen):
         leak = (leaks or {}).get(local)
 
         self.query_one("#detail-title", Static).update(self._title(proc, report))
-        if proc is not None:
+        if self.ended is not None:
+            self.query_one("#detail-info", Static).update(ended_info(self.ended))
+        elif proc is not None:
             self.query_one("#detail-info", Static).update(info_text(proc, mine, snapshot))
         elif self.device_index is None and report is not None:
             self.query_one("#detail-info", Static).update(probe_only_info(report))
@@ -126,10 +134,14 @@ class ProcessDetail(Screen):
             trend_line.update(Content.assemble(("GPU memory trend (NVML): ", "bold"),
                                                (trend_words(trend, probe_forecast=forecasts_oom(leak)),
                                                 style or "$text-muted")))
-        self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device)
+        self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device,
+                                        ended=self.ended is not None)
         self.analysis = analyse(snapshot, proc, report, trend=trend, leak=leak)
+        if self.ended is not None:  # no forecast and no room to grow for a process that has ended
+            self.analysis = dataclasses.replace(
+                self.analysis, headroom=(), advice=tuple(a for a in self.analysis.advice if a.kind != "oom-soon"))
         self.query_one(AnalysisPanel).show(self.analysis)
-        top = headline(self.analysis)
+        top = headline(self.analysis) if self.ended is None else ended_headline(self.ended, self.analysis)
         self.query_one("#detail-headline", Static).display = bool(top)
         self.query_one("#detail-headline", Static).update(top)
 
@@ -138,6 +150,8 @@ class ProcessDetail(Screen):
         return title if self.host is None else Content.assemble((self.host, "bold $accent"), "  ", title)
 
     def _title_here(self, proc: GpuProcess | None, report: ProbeReport | None) -> Content:
+        if self.ended is not None:
+            return ended_title(self.ended)
         if self.device_index is None:
             where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
             command = fmt.command_line(report.command) if report else ""
@@ -153,12 +167,47 @@ class ProcessDetail(Screen):
         self.app.pop_screen()
 
     def action_record_sites(self) -> None:
+        if self.ended is not None:
+            self.notify(f"Process {self.pid} has ended: there is no probe left to record.", severity="warning")
+            return
         if self.report is None:
             self.notify("No PyTorch probe in this process: nothing can record its allocation sites.",
                         severity="warning")
             return
         on = not self.report.recording
         cast("GpuTuiApp", self.app).record_sites(self.report.pid, on=on, steps=RECORD_STEPS)  # (Textual: any App)
+
+
+def ended_title(ended: EndedProcess) -> Content:
+    """The title of a process an OOM ended: when, and where its report is."""
+    oom = ended.report.last_oom
+    when = units.clock_time(oom.at if oom is not None else ended.ended_at, date=True)
+    parts: list = [(f"Process {ended.pid} ended: out of memory at {when}", "bold $error")]
+    if ended.report_file:
+        parts += ["  ", (f"gputui oom {ended.report_file}", "$text-muted")]
+    return Content.assemble(*parts)
+
+
+def ended_headline(ended: EndedProcess, analysis: ProcessAnalysis) -> Content:
+    """Where the OOM came, then the first advice: "in the forward pass of step 499; at model.py:41"."""
+    oom = ended.report.last_oom
+    parts = [Content.styled(oom_when(dataclasses.replace(oom, report_file=None)) or "out of memory", "$error")
+             ] if oom is not None else []
+    if analysis.advice:
+        parts.append(Content.assemble(("advice 1: ", "$text-muted"), (analysis.advice[0].title, "bold")))
+    return Content("  ·  ").join(parts)
+
+
+def ended_info(ended: EndedProcess) -> Content:
+    """What is known of a process an OOM ended: its command, where it was, its report."""
+    where = ", ".join(f"GPU {i}" for i in ended.devices) or ", ".join(d.device for d in ended.report.devices)
+    held = f", holding {units.size_short(ended.gpu_memory)}" if ended.gpu_memory is not None else ""
+    return _rows([
+        ("command", " ".join(ended.report.command) or units.NA),
+        ("devices", f"{where or units.NA}{held} when last seen"),
+        ("report", f"gputui oom {ended.report_file}" if ended.report_file else
+                   "none written: these figures are its probe's last report"),
+    ])
 
 
 def forecasts_oom(leak: LeakVerdict | None) -> bool:

@@ -54,6 +54,8 @@ def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
          "(narrow panes show the arrow and the time)"),
         ("/" if ascii else "↗", "TREND", "memory grew as the job started and is levelling off"),
         ("~", "TREND", "memory grows and is released again and again (no net growth)"),
+        ("x OOM 09:03:09" if ascii else "✗ OOM 09:03:09", "P, TREND",
+         "a probed process that an out-of-memory error ended at that time; Enter opens its report"),
         (" ".join(m.strip() for m in MARKS[ascii]), "COMMAND",
          "job view (j): a job's line, its ranks under it or folded (right / left arrow); Enter opens "
          "the job's detail"),

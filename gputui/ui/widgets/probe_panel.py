@@ -60,9 +60,10 @@ class ProbePanel(Vertical):
         yield Static(id="probe-oom")
 
     def show(self, report: ProbeReport | None, *, nvml: int | None = None,
-             device: Device | None = None) -> None:
-        """``nvml`` is the driver's figure for this process on ``device`` (None when unlisted)."""
-        state = (report, nvml, device.uuid if device else None)
+             device: Device | None = None, ended: bool = False) -> None:
+        """``nvml`` is the driver's figure for this process on ``device`` (None when unlisted);
+        ``ended``: the process has ended, and ``report`` is the last it left."""
+        state = (report, nvml, device.uuid if device else None, ended)
         if state == self._state:
             return
         self._state = state
@@ -74,7 +75,7 @@ class ProbePanel(Vertical):
             summary.update(Content.styled(HOW_TO_ATTACH, "$text-muted"))
             return
         pd = probe_device(report, device)
-        summary.update(headline(report, pd))
+        summary.update(headline(report, pd, ended=ended))
         self.query_one(MemoryBreakdown).show(explain(report.pid, pd, nvml))
         self.query_one(StepChart).show(step_series(report.steps, pd.device if pd else None))
         alloc = pd.allocator if pd else None
@@ -85,10 +86,10 @@ class ProbePanel(Vertical):
             oom.update(oom_text(report.last_oom))
 
 
-def headline(report: ProbeReport, pd: ProbeDevice | None) -> Content:
+def headline(report: ProbeReport, pd: ProbeDevice | None, *, ended: bool = False) -> Content:
     where = pd.device if pd else "no device in use yet"
     cpu = "" if report.probe_cpu_seconds is None else f", the probe used {report.probe_cpu_seconds:.2f} s CPU"
-    lines = [Content.assemble(("Probe attached", "bold $accent"),
+    lines = [Content.assemble(("The probe's last report" if ended else "Probe attached", "bold $accent"),
                               f" (torch {report.torch_version or units.NA}) on {where}, report at "
                               f"{units.clock_time(report.taken_at)}{cpu}"),
              Content.styled(figures_age(report.read_at, report.read_at_step, report.taken_at),
