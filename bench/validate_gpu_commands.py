@@ -7,6 +7,8 @@ issues 15-18 added, each part in a process of its own so that one crash is a fin
 - record: `gputui record` of that job for a few seconds, then `gputui replay --json --at`.
 - oom-report: a CUDA job that dies of an uncaught OutOfMemoryError under `gputui run`: the report file
   and `gputui oom`, and the job's last line and exit code beside the same job without the probe.
+- ended: the live monitor's sampler watching that job: once it has died, its row is kept as ended by
+  an OOM, with the report file.
 - ddp: a 2-rank DistributedDataParallel job (gloo, both ranks on cuda:0) under `gputui run -- torchrun`:
   one job, two probed ranks, each rank's NVML memory, the launcher unprobed.
 - estimate: `gputui estimate`'s phase peaks (meta device) beside a real CUDA step of the same job
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from validate_gpu import gputui, smi_apps, smi_gpus  # noqa: E402 - beside this script
 
 MiB = 1 << 20
-PARTS = ("serve", "record", "oom-report", "ddp", "estimate")
+PARTS = ("serve", "record", "oom-report", "ended", "ddp", "estimate")
 
 
 def start_job(*extra: str) -> subprocess.Popen:
@@ -212,6 +214,42 @@ def part_oom_report(out: Path) -> dict:
     return result
 
 
+def part_ended(out: Path) -> dict:
+    from gputui.collect import open_collector
+    from gputui.ui.sampler import Sampler
+
+    work = Path(tempfile.mkdtemp(prefix="gputui-ended-"))
+    script = work / "oom_job.py"
+    script.write_text(OOM_JOB)
+    os.environ["GPUTUI_OOM_DIR"] = str(work / "reports")  # the sampler looks where the job writes
+    job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable, str(script)], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(open_collector())
+    seen, result = set(), {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            snapshot = sampler.sample()
+            seen |= {r.pid for r in snapshot.probes}
+            if snapshot.ended:
+                ended = snapshot.ended[-1]
+                oom = ended.report.last_oom
+                result = {"pid": ended.pid, "probed_pids_seen": sorted(seen), "report_file": ended.report_file,
+                          "devices": ended.devices, "gpu_memory": ended.gpu_memory, "user": ended.user,
+                          "line": oom.line if oom else None, "phase": oom.phase if oom else None,
+                          "step": oom.step if oom else None, "after_exit_s": None}
+                break
+            if job.poll() is not None and "exited_at" not in result:
+                result["exited_at"] = time.monotonic()
+            time.sleep(0.5)
+        if "exited_at" in result and "pid" in result:
+            result["after_exit_s"] = round(time.monotonic() - result.pop("exited_at"), 1)
+    finally:
+        sampler.close()
+        result["job"] = stop(job) if job.poll() is None else {"rc": job.returncode, "stderr": job.stderr.read()[-600:]}
+    return result
+
+
 DDP_JOB = '''
 import os, sys, time
 import torch
@@ -351,7 +389,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.part:
-        runs = {"serve": part_serve, "record": part_record, "oom-report": part_oom_report, "ddp": part_ddp}
+        runs = {"serve": part_serve, "record": part_record, "oom-report": part_oom_report, "ended": part_ended,
+                "ddp": part_ddp}
         result = part_estimate() if args.part == "estimate" else runs[args.part](args.out)
         print(json.dumps(result, default=str))
         return 0

@@ -27,7 +27,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
                    for z in self.qkv(x).split(c, dim=2))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
         return self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
 
