@@ -160,3 +160,23 @@ def test_a_cuda_oom_in_the_optimizer_names_the_jobs_line_not_torchs():
     assert phase_of(frames) == "optimizer"
     assert user_line(frames) == "/home/me/train.py:15 in <module>"
     assert user_line(frames[1:]) is None
+
+
+def test_a_real_cuda_oom_report_reads_back_with_the_jobs_line(tmp_path):
+    """A report a probe wrote on an H100 as a job ran out in Adam's step (tests/fixtures/torch)."""
+    real = ROOT / "tests" / "fixtures" / "torch" / "real-h100-oom-report.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "120"}
+    shown = subprocess.run([sys.executable, "-m", "gputui", "oom", str(real)], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "  in the optimizer's step of step 207; at /home/user/oom_job.py:15 in <module>" in lines
+    assert any(line.startswith("  last OOM") and line.endswith("at /home/user/oom_job.py:15 in <module>")
+               for line in lines)
+    report = from_jsonable(ProbeReport, oom_file.read(real))
+    oom = report.last_oom
+    assert (oom.device, oom.requested, oom.allocated, oom.reserved) == ("cuda:0", 64 << 20, 2417115136, 2501902336)
+    (device, _) = report.devices
+    breakdown = breakdown_of(report, device, None)
+    assert breakdown is not None and sum(item.size for item in breakdown.items) == breakdown.total
+    assert device.categories.parameters == device.categories.gradients == 134250496  # 2 x Linear(4096, 4096)
