@@ -250,39 +250,12 @@ def part_ended(out: Path) -> dict:
     return result
 
 
-DDP_JOB = '''
-import os, sys, time
-import torch
-import torch.distributed as dist
-from torch import nn
-
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-device = torch.device("cuda", 0)  # both ranks on the one GPU: gloo allows it, NCCL does not
-model = nn.parallel.DistributedDataParallel(
-    nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(device))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = torch.randn(64, 1024, device=device), torch.randint(0, 10, (64,), device=device)
-ended = time.monotonic() + 120
-step = 0
-while time.monotonic() < ended and (step < 30 or not os.path.exists(sys.argv[1])):
-    optimizer.zero_grad()
-    nn.functional.cross_entropy(model(x), y).backward()
-    optimizer.step()
-    step += 1
-    time.sleep(0.02)
-dist.barrier()
-dist.destroy_process_group()
-'''
-
-
 def part_ddp(out: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="gputui-ddp-"))
-    script, stop_file = work / "ddp_job.py", work / "stop"
-    script.write_text(DDP_JOB)
+    stop_file = Path(tempfile.mkdtemp(prefix="gputui-ddp-")) / "stop"
     job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable, "-m",
-                            "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-                            str(stop_file)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                            str(ROOT / "tests" / "ddp_job.py"), str(stop_file), "cuda"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     result: dict = {}
     try:
         deadline, probes = time.monotonic() + 90, []

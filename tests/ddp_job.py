@@ -1,4 +1,6 @@
-"""A 2-rank DistributedDataParallel job on CPU (gloo), for tests/test_ddp_ranks.py to run under torchrun.
+"""A 2-rank DistributedDataParallel job on CPU (gloo), for tests/test_ddp_ranks.py to run under torchrun
+(and bench/validate_gpu_commands.py, with "cuda" as its second argument: both ranks on GPU 0, which gloo
+allows and NCCL does not).
 
 It trains until the file named by its first argument exists (at most a minute), so the test can look
 at its probes while it runs. The model's bytes are fixed: Linear(64, 128) and Linear(128, 10) in float32.
@@ -15,9 +17,11 @@ from torch import nn
 PARAMETER_BYTES = (64 * 128 + 128 + 128 * 10 + 10) * 4
 
 
-def main(stop_file: str) -> None:
+def main(stop_file: str, device: str = "cpu") -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
+    if device != "cpu":
+        torch.set_default_device(device)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)))
     assert sum(p.nbytes for p in model.parameters()) == PARAMETER_BYTES
     # SGD with momentum keeps one buffer per parameter: its state is the parameters' bytes again.
@@ -36,4 +40,4 @@ def main(stop_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
