@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Protocol
 
 from gputui.analysis.history import History, ProcessKey
-from gputui.analysis.leaks import snapshot_leak_verdict
+from gputui.analysis.leaks import LeakJudge
 from gputui.analysis.trends import TrendCache, trends
 from gputui.model import Snapshot
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
@@ -57,6 +57,7 @@ class Sampling:
         self.latest: Sample | None = None
         self.failure: str | None = None  # why the latest attempt failed, while it keeps failing
         self._history = History()
+        self._judge = LeakJudge()
         self._trend_cache = TrendCache()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gputui-sampling", daemon=True)
@@ -65,7 +66,7 @@ class Sampling:
         """Sample now, judge, and publish the result."""
         snapshot = self.source.sample()
         try:
-            leaks = {r.pid: snapshot_leak_verdict(r, snapshot) for r in snapshot.probes}
+            leaks = self._judge(snapshot)
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
             leaks = {}
             snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + (
