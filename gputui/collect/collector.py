@@ -18,6 +18,7 @@ from gputui.collect.host import HostReader
 from gputui.collect.interfaces import Psutil
 from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable
+from gputui.collect.own_cpu import OwnCpu
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
@@ -64,9 +65,8 @@ class Collector:
             nvml.nvmlShutdown()
             raise NvmlUnavailable(str(exc)) from None
         self.clock = clock
-        self.cpu_clock = cpu_clock
         self.timer = timer
-        self._last_cost: tuple[float, float] | None = None  # (timer, cpu seconds) at the last sample
+        self._own_cpu = OwnCpu(cpu_clock, timer) if cpu_clock is not None else None
         self.readers = [DeviceReader(nvml, i, timer=timer) for i in range(count)]
         # No procfs to consult (the simulator): NVML's PIDs are taken as they are.
         self.namespace = PidNamespace(proc_root) if proc_root is not None else None
@@ -150,13 +150,9 @@ class Collector:
 
     def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
         """What this sample cost, and the monitor's CPU since the previous one."""
-        if self.cpu_clock is None:
+        if self._own_cpu is None:
             return None
-        ended, cpu = self.timer(), self.cpu_clock()
-        last, self._last_cost = self._last_cost, (ended, cpu)
-        percent = None
-        if last is not None and ended > last[0]:
-            percent = round(100 * (cpu - last[1]) / (ended - last[0]), 2)
+        ended, percent = self._own_cpu.read()
         return MonitorCost(cpu_percent=percent, nvml_ms=round(1000 * nvml_seconds, 3),
                            sample_ms=round(1000 * (ended - started), 3))
 

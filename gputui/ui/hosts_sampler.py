@@ -13,7 +13,8 @@ from typing import Callable, Protocol
 
 from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.verdicts import LeakVerdict
-from gputui.ui.sampler import LeakJudge
+from gputui.analysis.leaks import LeakJudge
+from gputui.collect.own_cpu import OwnCpu
 from gputui.untrusted import visible, visible_all
 
 
@@ -42,8 +43,8 @@ class HostsSampler:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """The clocks are replaced in still pictures and tests."""
         self.hosts = hosts
-        self._cpu_clock, self._clock, self._wall = cpu_clock, clock, wall
-        self._last_cost: tuple[float, float] | None = None
+        self._clock, self._wall = clock, wall
+        self._own_cpu = OwnCpu(cpu_clock, clock)
         self._shown: dict[str, tuple[Snapshot, Snapshot]] = {}  # host -> (as received, made visible)
         self._judges: dict[str, LeakJudge] = {}
 
@@ -69,11 +70,7 @@ class HostsSampler:
 
     def _cost(self, started: float) -> MonitorCost:
         """The monitor's own CPU since the previous sample (all its threads: the hosts' readers too)."""
-        ended, cpu = self._clock(), self._cpu_clock()
-        last, self._last_cost = self._last_cost, (ended, cpu)
-        percent = None
-        if last is not None and ended > last[0]:
-            percent = round(100 * (cpu - last[1]) / (ended - last[0]), 2)
+        ended, percent = self._own_cpu.read()
         return MonitorCost(cpu_percent=percent, sample_ms=round(1000 * (ended - started), 3))
 
     def close(self) -> None:
