@@ -498,7 +498,7 @@ def _estimate(options: Options) -> int:
     """``gputui estimate``: torch is imported here, in this mode only (never by the monitor)."""
     from gputui.plain import estimate as shown
     from gputui.plain.document import dumps, estimate_document
-    from gputui.plain.terminal import emit
+    from gputui.plain.terminal import show
 
     extra = options.extra
     total, name = shown.device(options, extra["device_memory"], extra["gpu"])  # type: ignore[arg-type]
@@ -511,5 +511,4 @@ def _estimate(options: Options) -> int:
                         precision=extra["precision"], checkpointing=extra["checkpointing"])  # type: ignore[arg-type]
     result = estimate(str(extra["job"]), settings, total, name, what_if=not extra["no_what_if"],
                       max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"])  # type: ignore[arg-type]
-    emit(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))
-    return 0
+    return show(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))

@@ -22,22 +22,14 @@ SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wi
 
 def once(options: Options) -> int:
     """Print one snapshot as text."""
-    try:
-        with Source(options) as source:
-            terminal.emit(snapshot_text(source.sample(), options))
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    with Source(options) as source:
+        return terminal.show(snapshot_text(source.sample(), options))
 
 
 def json(options: Options) -> int:
     """Print one snapshot as a JSON document (one line)."""
-    try:
-        with Source(options) as source:
-            terminal.emit(dumps(snapshot_document(source.sample())) + "\n")
-    except BrokenPipeError:
-        terminal.silence_stdout()
-    return 0
+    with Source(options) as source:
+        return terminal.show(dumps(snapshot_document(source.sample())) + "\n")
 
 
 def watch(options: Options) -> int:
