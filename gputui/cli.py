@@ -217,9 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _duration(text: str) -> float:
-    from gputui.record.at import seconds
-
-    value = seconds(text)
+    value = units.parse_duration(text)
     if value is None or value <= 0:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)")
     return value

@@ -9,6 +9,7 @@ reported": every formatter gives ``NA`` for it, never "0".
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone, tzinfo
 
 NA = "n/a"
@@ -66,6 +67,20 @@ def parse_size(text: str) -> int:
     if unit not in _TYPED or not value > 0 or value == float("inf"):
         raise ValueError(f"{text!r} is no size: write e.g. 16GiB, 80G, 24000MiB or 16GB")
     return int(value * _TYPED[unit])
+
+
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+_DURATION = re.compile(r"(?:(\d+(?:\.\d*)?)([hms]))+")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in "90s", "5m", "1h30m", "2.5" (seconds); None for anything else."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d*)?", text):
+        return float(text)
+    if not _DURATION.fullmatch(text):
+        return None
+    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in re.findall(r"(\d+(?:\.\d*)?)([hms])", text))
 
 
 def size_compact(value: float | None) -> str:

@@ -77,3 +77,14 @@ def test_clock_time_in_a_given_zone():
     assert units.clock_time(T, timezone.utc, date=True, zone=True) == "2026-01-05 09:00:00 UTC"
     assert units.clock_time(T + 61, timezone.utc) == "09:01:01"
     assert units.clock_time(None) == "n/a"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), (" 2.5 ", 2.5),
+                                               ("2H", 7200.0), ("1m30.5s", 90.5)])
+def test_durations_as_typed(text, seconds):
+    assert units.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "5 m", "-5s", "5d", "12:00", "1h 30m"])
+def test_not_a_duration(text):
+    assert units.parse_duration(text) is None

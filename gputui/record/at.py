@@ -7,24 +7,12 @@ import re
 from datetime import datetime, timedelta
 
 from gputui.errors import UserError
-
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
-_OFFSET = re.compile(r"(?:(\d+(?:\.\d*)?)([hms]))+")
-
-
-def seconds(text: str) -> float | None:
-    """``90s``, ``5m``, ``1h30m``, ``2.5`` (seconds) as seconds; None for anything else."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d*)?", text):
-        return float(text)
-    if not _OFFSET.fullmatch(text):
-        return None
-    return sum(float(n) * _UNITS[unit] for n, unit in re.findall(r"(\d+(?:\.\d*)?)([hms])", text))
+from gputui.units import parse_duration
 
 
 def moment(text: str, start: float) -> float:
     """The epoch time ``text`` names in a recording that began at ``start``."""
-    offset = seconds(text)
+    offset = parse_duration(text)
     if offset is not None:
         return start + offset
     began = datetime.fromtimestamp(start).astimezone()
