@@ -62,3 +62,13 @@ def test_floats_accept_integers():
 def test_snapshots_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         sample_snapshot().taken_at = 0
+
+
+def test_parse_json_refuses_deep_nesting_with_a_value_error():
+    from gputui.model.codec import parse_json
+
+    assert parse_json(b'{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_json("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError):
+        parse_json(b"\xff\xfe")

@@ -8,12 +8,26 @@ and an older monitor (or the reverse) still understand each other.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from functools import cache
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+
+
+def parse_json(data: str | bytes | bytearray) -> Any:
+    """JSON text from outside (a probe's socket, a host, a recording, a report file) as Python values.
+
+    ValueError for anything that is not JSON, bytes that are not UTF-8 included, and for nesting
+    deep enough to exhaust the parser's recursion (``[[[[...`` from a hostile peer): callers need
+    one exception to catch, never a RecursionError that escapes as a traceback.
+    """
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def to_jsonable(value: Any) -> Any:
