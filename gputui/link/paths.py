@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gputui.errors import UserError
+from gputui.untrusted import visible
 
 # Set to a directory to use only that one (tests, or jobs and monitors that disagree on
 # $XDG_RUNTIME_DIR); it must pass the same ownership and mode checks as the default ones.
@@ -140,25 +141,29 @@ def every_users_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
     return found
 
 
-def check_dir(path: Path, owner: int | None = None) -> None:
+def check_dir(path: Path, owner: int | None = None, *, what: str = "the probe directory",
+              env: str = DIR_ENV) -> None:
     """Raise ProbeDirUnsafe unless ``path`` is a real directory of ours (or of ``owner``), closed
-    to everyone else. Raises FileNotFoundError when it does not exist.
+    to everyone else. Raises FileNotFoundError when it does not exist. ``what`` names the directory
+    and ``env`` the variable that points elsewhere, in the message.
     """
     uid = os.getuid() if owner is None else owner
+    where = visible(os.fspath(path))
+    shown = f"{what} {where}"
     info = os.lstat(path)  # lstat: a symlink planted by someone else must not be followed
     if stat.S_ISLNK(info.st_mode):
-        raise ProbeDirUnsafe(f"the probe directory {path} is a symlink; remove it and try again")
+        raise ProbeDirUnsafe(f"{shown} is a symlink; remove it and try again")
     if not stat.S_ISDIR(info.st_mode):
-        raise ProbeDirUnsafe(f"the probe directory {path} is not a directory; remove it")
+        raise ProbeDirUnsafe(f"{shown} is not a directory; remove it")
     if info.st_uid != uid:
         raise ProbeDirUnsafe(
-            f"the probe directory {path} belongs to uid {info.st_uid}, not to you (uid "
-            f"{uid}); set {DIR_ENV} to a private directory of yours"
+            f"{shown} belongs to uid {info.st_uid}, not to you (uid "
+            f"{uid}); set {env} to a private directory of yours"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise ProbeDirUnsafe(
-            f"the probe directory {path} is open to other users (mode "
-            f"{stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}"
+            f"{shown} is open to other users (mode "
+            f"{stat.S_IMODE(info.st_mode):o}); run: chmod 700 {where}"
         )
 
 
