@@ -17,6 +17,7 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document
 from gputui.plain.report import render_probe
 from gputui.units import clock_time
+from gputui.untrusted import visible
 
 
 def oom(options: Options) -> int:
@@ -27,11 +28,11 @@ def oom(options: Options) -> int:
     except UserError:
         raise
     except Exception as exc:  # a report from another version, or hand-edited
-        raise UserError(f"{path} is not a report this gputui can read: {exc}") from None
+        raise UserError(f"{visible(str(path))} is not a report this gputui can read: {visible(str(exc))}") from None
     if options.json:
         out = dumps(probe_document(report)) + "\n"
     else:
-        title = f"OOM report {path}"
+        title = f"OOM report {visible(str(path))}"  # a file name may hold escape sequences
         if report.last_oom is not None:
             title += f", written {clock_time(report.last_oom.at, date=True, zone=True)}"
         out = title + "\n\n" + render_probe(report, color=terminal.use_color(options),
@@ -43,8 +44,8 @@ def _which(given: object) -> Path:
     if isinstance(given, str):
         return Path(given)
     directory = oom_file.oom_dir(create=False)
-    found = oom_file.latest(directory)
+    found = oom_file.latest(directory)  # ProbeDirUnsafe when another user could have put it there
     if found is None:
-        raise UserError(f"no OOM report in {directory}: a probed job leaves one there when an out-of-memory "
-                        f"error ends it (set {oom_file.DIR_ENV} to look elsewhere)")
+        raise UserError(f"no OOM report in {visible(str(directory))}: a probed job leaves one there when an "
+                        f"out-of-memory error ends it (set {oom_file.DIR_ENV} to look elsewhere)")
     return found
