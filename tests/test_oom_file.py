@@ -20,6 +20,8 @@ from gputui import cli
 from gputui.link import oom_file, paths
 from gputui.link.endings import OomEndings
 from gputui.model import OomRecord, ProbeReport, Snapshot, to_jsonable
+from gputui.probe.board import Board
+from gputui.probe.oom import OomWatch
 
 AS_ROOT = pytest.mark.skipif(os.getuid() != 0, reason="handing a directory to another uid needs root")
 REAL = ROOT / "tests" / "fixtures" / "torch" / "real-h100-oom-report.json"
@@ -87,6 +89,23 @@ def test_a_report_names_control_characters_are_shown_not_obeyed(tmp_path):
     assert title.startswith(f"OOM report {tmp_path}/oom-1-\\x1b]0;pwned\\x07\\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07"
                             ".json, written ")
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+
+
+@AS_ROOT
+def test_the_probe_refuses_an_oom_directory_another_user_owns_and_says_why(tmp_path, monkeypatch, capsys):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, OTHER, OTHER)
+    monkeypatch.setenv(oom_file.DIR_ENV, str(theirs))
+    watch = OomWatch(Board(), write_report=lambda: str(oom_file.write({}, 7, oom_file.oom_dir())))
+    watch._excepthook(RuntimeError, RuntimeError("DefaultCPUAllocator: can't allocate memory"), None)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == (f"gputui: out of memory; no report was written: the OOM report directory {theirs} belongs "
+                    f"to uid {OTHER}, not to you (uid 0); set GPUTUI_OOM_DIR to a private directory of yours")
+    assert list(theirs.iterdir()) == []
+    assert watch.last is not None and watch.last.report_file is None
+    (problem,) = watch.problems.lines()
+    assert problem.startswith("writing the OOM report: ProbeDirUnsafe: the OOM report directory")
 
 
 @AS_ROOT

@@ -19,6 +19,7 @@ from typing import Callable
 
 from gputui.model import OomRecord
 from gputui.probe.sites import is_user_file
+from gputui.untrusted import visible
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _CUDA_TRIED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
@@ -131,8 +132,9 @@ class OomWatch:
     Neither touches a tensor; what they keep is a frozen OomRecord, swapped onto the board whole.
     """
 
-    def __init__(self, board, *, write_report: Callable[[], str | None] | None = None):
-        """``write_report``: writes the OOM report when an OOM ends a thread, and says where."""
+    def __init__(self, board, *, write_report: Callable[[], str] | None = None):
+        """``write_report``: writes the OOM report when an OOM ends a thread and says where (raises
+        where it cannot)."""
         self.board = board
         self.problems = board.problems
         self.write_report = write_report
@@ -203,7 +205,8 @@ class OomWatch:
             self.problems.record("OOM observer", exc)
 
     def _note(self, exc: BaseException, tb) -> str | None:
-        """Keep the OOM that ends a thread, and write its report; the report's path, if written."""
+        """Keep the OOM that ends a thread, and write its report; the line that says where it is, or
+        why there is none."""
         try:
             if exc is None or not is_oom(exc):
                 return None
@@ -213,34 +216,39 @@ class OomWatch:
                 self.last = dataclasses.replace(known, message=str(exc).splitlines()[0][:400])
             else:
                 self.last = dataclasses.replace(record_from_exception(exc, tb), step=self.board.step_count)
-            written = self.write_report() if self.write_report is not None else None
-            if written is not None:
-                self.last = dataclasses.replace(self.last, report_file=written)
-            return written
+            if self.write_report is None:
+                return None
+            try:
+                written = self.write_report()
+            except Exception as problem:  # an unsafe directory, a full disk: the job's owner must hear why
+                self.problems.record("writing the OOM report", problem)
+                return f"gputui: out of memory; no report was written: {visible(str(problem))}"
+            self.last = dataclasses.replace(self.last, report_file=written)
+            return (f"gputui: out of memory: a report of what filled it is in {visible(written)} "
+                    "(`gputui oom` prints it)")
         except Exception as problem:
             self.problems.record("excepthook", problem)
             return None
 
     def _excepthook(self, exc_type, exc, tb):
-        written = self._note(exc, tb)
+        line = self._note(exc, tb)
         previous = self._previous_excepthook or sys.__excepthook__
         previous(exc_type, exc, tb)
-        _say_where(written)
+        _say_last(line)
 
     def _thread_excepthook(self, args):
-        written = self._note(args.exc_value, args.exc_traceback)
+        line = self._note(args.exc_value, args.exc_traceback)
         previous = self._previous_thread_hook or threading.__excepthook__
         previous(args)
-        _say_where(written)
+        _say_last(line)
 
 
-def _say_where(written: str | None) -> None:
+def _say_last(line: str | None) -> None:
     """One line on stderr, after the traceback, where the user looks last."""
-    if written is None:
+    if line is None:
         return
     try:
-        sys.stderr.write(f"gputui: out of memory: a report of what filled it is in {written} "
-                         "(`gputui oom` prints it)\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except Exception:  # noqa: BLE001 - a closed stderr must not change how the job ends
         pass

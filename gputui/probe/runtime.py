@@ -134,14 +134,10 @@ class Probe:
     def _write_oom_report(self) -> str | None:
         """Write the report of an OOM that ends a thread of the job (on that thread, in the excepthook):
         the last published figures and steps and the OOM's own record, from the board alone (no tensor
-        is read here). Its path, or None."""
+        is read here). Its path; raises where none could be written (OomWatch contains it and says why)."""
         self._oom_reserve = None  # room to write in, however little the job left
-        try:
-            report = self.desk.report_now()
-            return str(oom_file.write(to_jsonable(report), self.pid, oom_file.oom_dir()))
-        except Exception as exc:
-            self.problems.record("writing the OOM report", exc)
-            return None
+        report = self.desk.report_now()
+        return str(oom_file.write(to_jsonable(report), self.pid, oom_file.oom_dir()))
 
     def _start_server(self) -> None:
         server = ProbeServer(self.desk.handlers(), path=self.socket_path)
