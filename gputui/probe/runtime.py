@@ -131,7 +131,7 @@ class Probe:
         except Exception as exc:
             self.problems.record("stopping", exc)
 
-    def _write_oom_report(self) -> str | None:
+    def _write_oom_report(self) -> str:
         """Write the report of an OOM that ends a thread of the job (on that thread, in the excepthook):
         the last published figures and steps and the OOM's own record, from the board alone (no tensor
         is read here). Its path; raises where none could be written (OomWatch contains it and says why)."""
