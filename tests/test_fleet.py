@@ -174,6 +174,31 @@ def test_a_refused_document_ends_the_connection_with_the_reason():
     link.close()
 
 
+NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"\n"  # json.loads: RecursionError
+
+
+@pytest.mark.parametrize("transport", ["ssh", "url"])
+def test_deeply_nested_json_is_refused_and_the_hosts_thread_goes_on(transport):
+    opened = []
+
+    def open_stream(entry, interval):
+        opened.append(FakeStream([NESTED], then=Ended("closed")))
+        return opened[-1]
+
+    def fetch(entry, timeout):
+        opened.append(NESTED)
+        return NESTED
+
+    entry = HostEntry("a", url="http://a:1" if transport == "url" else None)
+    link = Link(entry, 1.0, open_stream=open_stream, fetch=fetch)
+    link.start()
+    wait_until(lambda: link.view().state == "unreachable")
+    assert link.view().reason == "refused its answer: JSON nested too deeply"
+    assert link.answered.is_set() and opened
+    assert link._thread.is_alive()  # waiting to try again, not dead
+    link.close()
+
+
 def test_a_dead_host_does_not_stall_the_others():
     streams = {"slow": FakeStream([]), "fast": FakeStream([line_of(snapshot_document(workstation()))])}
     fleet = Fleet([HostEntry("slow"), HostEntry("fast")], 1.0,
@@ -342,6 +367,22 @@ def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
     assert "simulated: leaky" in result.stdout
     assert "== n2 · unreachable: ssh ended with status 3" in result.stdout
     assert "== n3 · connecting: no answer within 5 s" in result.stdout  # late, and said so
+
+
+def test_once_reports_a_host_sending_deep_nesting_in_a_line_without_a_traceback(tmp_path):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    nested = tmp_path / "nested.py"
+    nested.write_text(f"import sys, time; sys.stdout.buffer.write({NESTED!r}); sys.stdout.flush(); time.sleep(60)")
+    config = tmp_path / "config.toml"
+    config.write_text(f'[hosts]\nnames = ["n1"]\ncommand = "{sys.executable} {nested}"\nssh = "{ssh}"\nwait = 5\n')
+    started = time.monotonic()
+    result = gputui(os.environ, "--hosts", "--config", str(config), "--once")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "== n1 · unreachable: refused its answer: JSON nested too deeply\n"
+    assert time.monotonic() - started < 5  # answered, not waited out
 
 
 def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
