@@ -6,6 +6,9 @@ transport against a local HTTP server serving real ``gputui --demo ... --json`` 
 import base64
 import json
 import os
+import shutil
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -320,6 +323,118 @@ def test_an_unreachable_url_says_why():
         fleet.wait_first(10)
         (view,) = fleet.view()
     assert view.state == "unreachable" and "refused" in view.reason.lower()
+
+
+class Origin:
+    """A local HTTP(S) server: ``routes`` maps a path to (status, headers, body); every request's
+    path and Authorization header is kept in ``asked``."""
+
+    def __init__(self, routes, context=None):
+        self.routes, self.asked = routes, []
+        origin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                origin.asked.append((self.path, self.headers.get("Authorization")))
+                status, headers, body = origin.routes.get(self.path, (404, {}, b""))
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if context is not None:
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def first_view(name):
+    with Fleet(host_entries((name,), HostsSettings(), environ={}), 1.0) as fleet:
+        fleet.wait_first(10)
+        (view,) = fleet.view()
+    return view
+
+
+LENA = "Basic " + base64.b64encode(b"lena:pw").decode()
+
+
+@pytest.fixture
+def elsewhere():
+    """Another origin (another port of 127.0.0.1) that would answer with a snapshot."""
+    other = Origin({"/snapshot": (200, {}, line_of(snapshot_document(workstation())))})
+    yield other
+    other.close()
+
+
+def test_a_redirect_to_another_origin_is_not_followed_and_gets_no_credentials(elsewhere):
+    host = Origin({"/snapshot": (302, {"Location": f"http://127.0.0.1:{elsewhere.port}/snapshot"}, b"")})
+    try:
+        view = first_view(f"http://lena:pw@127.0.0.1:{host.port}")
+    finally:
+        host.close()
+    assert host.asked == [("/snapshot", LENA)]
+    assert (view.state, view.reason) == (
+        "unreachable", f"redirected to another origin (http://127.0.0.1:{elsewhere.port}); not followed")
+    assert elsewhere.asked == []  # never even asked, so never sent the password
+
+
+def test_a_redirect_within_the_origin_is_followed_with_the_credentials():
+    document = line_of(snapshot_document(workstation()))
+    host = Origin({"/old/snapshot": (308, {"Location": "/new/snapshot"}, b""), "/new/snapshot": (200, {}, document)})
+    try:
+        view = first_view(f"http://lena:pw@127.0.0.1:{host.port}/old")
+    finally:
+        host.close()
+    assert view.state == "live" and view.snapshot == workstation()
+    assert host.asked == [("/old/snapshot", LENA), ("/new/snapshot", LENA)]
+
+
+def test_an_origin_is_scheme_host_and_port():
+    from gputui.fleet.transport import origin
+
+    assert origin("https://Node3/snapshot") == origin("https://node3:443/other") == ("https", "node3", 443)
+    assert origin("http://node3:443/snapshot") != origin("https://node3:443/snapshot")  # a downgrade
+    assert origin("http://node3:9403") != origin("http://node3:9404")
+    assert origin("http://node3:x/") == ("http", "node3", -1)
+
+
+@pytest.fixture
+def trusted_certificate(tmp_path, monkeypatch):
+    """A server context for 127.0.0.1 whose certificate this process trusts (SSL_CERT_FILE)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed here (it makes the test's certificate)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def test_https_is_never_downgraded_to_http(trusted_certificate, elsewhere):
+    document = line_of(snapshot_document(workstation()))
+    host = Origin({"/snapshot": (200, {}, document),
+                   "/down/snapshot": (301, {"Location": f"http://127.0.0.1:{elsewhere.port}/snapshot"}, b"")},
+                  trusted_certificate)
+    try:
+        assert first_view(f"https://lena:pw@127.0.0.1:{host.port}").state == "live"  # the certificate is trusted
+        view = first_view(f"https://lena:pw@127.0.0.1:{host.port}/down")
+    finally:
+        host.close()
+    assert (view.state, view.reason) == (
+        "unreachable", f"redirected to another origin (http://127.0.0.1:{elsewhere.port}); not followed")
+    assert elsewhere.asked == []
 
 
 # ------------------------------------------------------------------------- the hosts document

@@ -1,5 +1,6 @@
 """How a host's snapshot documents reach the monitor: an ssh child running ``gputui --json --watch``
 (one NDJSON line per sample), or a ``gputui serve`` endpoint's /snapshot asked over HTTP(S).
+A URL host's redirects are followed only within its own origin: its credentials go nowhere else.
 
 Every command is an argv list: no host name ever goes through a local shell. Lines are bounded
 (MAX_LINE), so a host cannot make the monitor hold more than one document's worth of its output.
@@ -16,6 +17,9 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.client import HTTPMessage
+from typing import IO
+from urllib.parse import urlsplit
 
 from gputui.fleet.entries import HostEntry
 
@@ -101,6 +105,42 @@ def why_ended(errors: list[str], status: int) -> str:
     return f"ssh ended with status {status}" if status else "the remote gputui stopped"
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``url``'s scheme, host and port: where a request (and its credentials) goes."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number: an origin of its own, never ours
+        port = -1
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), DEFAULT_PORTS.get(scheme) if port is None else port
+
+
+class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the origin asked (same scheme, host and port).
+
+    urllib's own handler copies every header, Authorization included, to wherever a host points
+    it, and follows https to plain http: a host (or whoever answers for it) could collect the
+    password that way. Refusing another scheme also refuses every https -> http downgrade.
+    """
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: HTTPMessage, newurl: str) -> urllib.request.Request | None:
+        if origin(newurl) != origin(req.full_url):
+            fp.close()
+            parts = urlsplit(newurl)
+            where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # any userinfo left out
+            raise Ended(f"redirected to another origin ({where}); not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+# One opener for every host's thread, as urlopen's own is: it keeps no state between requests.
+_OPENER = urllib.request.build_opener(SameOriginRedirects)
+
+
 def fetch_snapshot(entry: HostEntry, timeout: float) -> bytes:
     """The body of ``entry``'s /snapshot; raises Ended with the reason."""
     assert entry.url is not None
@@ -109,7 +149,7 @@ def fetch_snapshot(entry: HostEntry, timeout: float) -> bytes:
         token = base64.b64encode(f"{entry.auth[0]}:{entry.auth[1]}".encode()).decode("ascii")
         request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with _OPENER.open(request, timeout=timeout) as answer:
             body: bytes = answer.read(MAX_LINE + 1)
     except urllib.error.HTTPError as exc:
         raise Ended(f"HTTP {exc.code} {exc.reason}") from None
