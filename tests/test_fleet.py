@@ -23,7 +23,7 @@ from gputui.fleet.entries import HostEntry, HostsSettings, host_entries, name_pr
 from gputui.fleet.fleet import Fleet
 from gputui.fleet.link import Link
 from gputui.fleet.status import HostStatus, retry_delay, state_words
-from gputui.fleet.transport import MAX_LINE, NO_GPUTUI, Ended, SshStream, why_ended
+from gputui.fleet.transport import BURST, MAX_LINE, NO_GPUTUI, Ended, NewestLine, Pace, SshStream, why_ended
 from gputui.model import HostView
 from gputui.plain.document import dumps, hosts_document, read_snapshot_document, snapshot_document
 from gputui.ui.config import ConfigError, parse_config
@@ -242,6 +242,50 @@ def test_a_line_longer_than_the_bound_ends_the_connection():
     with pytest.raises(Ended, match="longer than 16 MiB"):
         list(stream.lines())
     stream.close()
+
+
+FLOOD = ("import itertools, sys\n"
+         "for n in itertools.count(): sys.stdout.buffer.write(b'{\"n\": %d, \"pad\": \"%s\"}\\n' % (n, b'x' * 2000))")
+
+
+def test_a_flooding_host_has_only_its_newest_line_handed_on_once_an_interval():
+    stream = SshStream(HostEntry("n", ssh=(sys.executable, "-c", FLOOD)), 0.25)
+    handed, started, cpu = [], time.monotonic(), time.thread_time()
+    for line in stream.lines():
+        handed.append(json.loads(line)["n"])
+        if time.monotonic() - started > 2.0:
+            break
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - started
+    stream.close()
+    assert BURST + 2.0 / 0.25 - 2 <= len(handed) <= BURST + 2.0 / 0.25 + 1  # 4 at once, then 4 a second
+    assert all(b > a for a, b in zip(handed, handed[1:]))  # newer each time, what came between dropped
+    assert handed[-1] - handed[0] > 2 * len(handed)
+    assert cpu < 0.2 * wall, (cpu, wall)  # the pipe holds the flood back: no core spent reading it
+
+
+def test_only_the_newest_complete_line_is_kept_and_lines_are_bounded():
+    newest = NewestLine()
+    newest.feed(b"Welcome\n{\"a\"")
+    assert newest.line == b"Welcome\n"
+    newest.feed(b": 1}\n{\"b\": 2}\n{\"c\"")
+    assert newest.take() == b'{"b": 2}\n' and newest.line is None
+    newest.feed(b": 3}")
+    newest.end()  # a last line without its newline
+    assert newest.take() == b'{"c": 3}'
+    with pytest.raises(Ended, match="longer than 16 MiB"):
+        newest.feed(b"x" * (MAX_LINE + 1))
+
+
+def test_the_pace_lets_a_burst_through_then_one_a_gap():
+    now = [0.0]
+    pace = Pace(0.5, 4, clock=lambda: now[0])
+    assert [pace.delay() for _ in range(5)] == [0.0, 0.0, 0.0, 0.0, 0.5]
+    now[0] = 0.25
+    assert pace.delay() == 0.25
+    now[0] = 0.5
+    assert pace.delay() == 0.0 and pace.delay() == 0.5
+    now[0] = 100.0  # a quiet while fills the bucket again, to the burst and no further
+    assert [pace.delay() for _ in range(5)] == [0.0, 0.0, 0.0, 0.0, 0.5]
 
 
 def test_why_ssh_ended_in_its_own_words():
