@@ -10,6 +10,7 @@ the status line showing the new sort in capture-pane, so tmux's own round trip i
 
     python bench/bench_hosts.py                       # 1 host, 64 hosts, 30 s each
     python bench/bench_hosts.py --hosts 1 16 64 --seconds 60
+    python bench/bench_hosts.py --hosts 1 --flood     # hosts that send documents as fast as they can
 Target (issue 15): with 64 hosts, CPU within 3x the single-host figure, keys answered within 100 ms.
 """
 
@@ -101,6 +102,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--presses", type=int, default=10)
     parser.add_argument("--size", default="120x40")
+    parser.add_argument("--flood", action="store_true", help="hosts that ignore --watch and send without pause")
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print("tmux is needed for this benchmark", file=sys.stderr)
@@ -111,7 +113,8 @@ def main() -> int:
     record(recording, documents=20, period=0.5)
     config = work / "config.toml"
     config.write_text('[hosts]\ncommand = "gputui"\n')
-    stand_in = f"{sys.executable} {ROOT / 'bench' / 'replay_host.py'} {recording}"
+    flood = " --flood" if args.flood else ""
+    stand_in = f"{sys.executable} {ROOT / 'bench' / 'replay_host.py'}{flood} {recording}"
     cache = Path(tempfile.gettempdir()) / "gputui-bench-pycache"
     python = f"env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX={cache} {sys.executable} -m gputui"
 
@@ -125,7 +128,7 @@ def main() -> int:
                  f"--interval {args.interval}", "dgx-sim-01")]
         for n in args.hosts:
             names = ",".join(f"node{i:02d}" for i in range(1, n + 1))
-            runs.append((f"--hosts, {n} host{'s' if n != 1 else ''}",
+            runs.append((f"--hosts, {n}{' flooding' if args.flood else ''} host{'s' if n != 1 else ''}",
                          f"cd {ROOT} && exec env GPUTUI_SSH='{stand_in}' {python} --hosts {names} "
                          f"--config {config} --interval {args.interval}", f"{n} host"))
         for label, command, ready in runs:

@@ -3,6 +3,9 @@ it replays a recorded ``gputui --demo ... --json --watch`` stream at the period 
 each document's time set to now, so many hosts can be simulated without running many monitors.
 
     GPUTUI_SSH="python bench/replay_host.py RECORDING" gputui --hosts h1,h2
+
+With ``--flood`` first, it ignores the period and writes documents as fast as the monitor takes them:
+a broken or hostile host, for bench_hosts.py --flood.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ TAKEN_AT = re.compile(rb'"taken_at":[0-9.eE+-]+')
 
 
 def main() -> int:
-    recording, *ssh_args = sys.argv[1:]
-    period = float(ssh_args[-1].split("--watch", 1)[1].split()[0])  # the remote command's --watch S
+    flood = sys.argv[1] == "--flood"
+    recording, *ssh_args = sys.argv[2:] if flood else sys.argv[1:]
+    period = 0.0 if flood else float(ssh_args[-1].split("--watch", 1)[1].split()[0])  # the command's --watch S
     lines = open(recording, "rb").read().splitlines()
     out = sys.stdout.buffer
     i = 0
@@ -29,7 +33,8 @@ def main() -> int:
         except BrokenPipeError:
             return 0
         i += 1
-        time.sleep(period)
+        if period:
+            time.sleep(period)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ transport against a local HTTP server serving real ``gputui --demo ... --json`` 
 import base64
 import json
 import os
+import shutil
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -20,7 +23,7 @@ from gputui.fleet.entries import HostEntry, HostsSettings, host_entries, name_pr
 from gputui.fleet.fleet import Fleet
 from gputui.fleet.link import Link
 from gputui.fleet.status import HostStatus, retry_delay, state_words
-from gputui.fleet.transport import MAX_LINE, NO_GPUTUI, Ended, SshStream, why_ended
+from gputui.fleet.transport import BURST, MAX_LINE, NO_GPUTUI, Ended, NewestLine, Pace, SshStream, why_ended
 from gputui.model import HostView
 from gputui.plain.document import dumps, hosts_document, read_snapshot_document, snapshot_document
 from gputui.ui.config import ConfigError, parse_config
@@ -174,6 +177,31 @@ def test_a_refused_document_ends_the_connection_with_the_reason():
     link.close()
 
 
+NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"\n"  # json.loads: RecursionError
+
+
+@pytest.mark.parametrize("transport", ["ssh", "url"])
+def test_deeply_nested_json_is_refused_and_the_hosts_thread_goes_on(transport):
+    opened = []
+
+    def open_stream(entry, interval):
+        opened.append(FakeStream([NESTED], then=Ended("closed")))
+        return opened[-1]
+
+    def fetch(entry, timeout):
+        opened.append(NESTED)
+        return NESTED
+
+    entry = HostEntry("a", url="http://a:1" if transport == "url" else None)
+    link = Link(entry, 1.0, open_stream=open_stream, fetch=fetch)
+    link.start()
+    wait_until(lambda: link.view().state == "unreachable")
+    assert link.view().reason == "refused its answer: JSON nested too deeply"
+    assert link.answered.is_set() and opened
+    assert link._thread.is_alive()  # waiting to try again, not dead
+    link.close()
+
+
 def test_a_dead_host_does_not_stall_the_others():
     streams = {"slow": FakeStream([]), "fast": FakeStream([line_of(snapshot_document(workstation()))])}
     fleet = Fleet([HostEntry("slow"), HostEntry("fast")], 1.0,
@@ -214,6 +242,50 @@ def test_a_line_longer_than_the_bound_ends_the_connection():
     with pytest.raises(Ended, match="longer than 16 MiB"):
         list(stream.lines())
     stream.close()
+
+
+FLOOD = ("import itertools, sys\n"
+         "for n in itertools.count(): sys.stdout.buffer.write(b'{\"n\": %d, \"pad\": \"%s\"}\\n' % (n, b'x' * 2000))")
+
+
+def test_a_flooding_host_has_only_its_newest_line_handed_on_once_an_interval():
+    stream = SshStream(HostEntry("n", ssh=(sys.executable, "-c", FLOOD)), 0.25)
+    handed, started, cpu = [], time.monotonic(), time.thread_time()
+    for line in stream.lines():
+        handed.append(json.loads(line)["n"])
+        if time.monotonic() - started > 2.0:
+            break
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - started
+    stream.close()
+    assert BURST + 2.0 / 0.25 - 2 <= len(handed) <= BURST + 2.0 / 0.25 + 1  # 4 at once, then 4 a second
+    assert all(b > a for a, b in zip(handed, handed[1:]))  # newer each time, what came between dropped
+    assert handed[-1] - handed[0] > 2 * len(handed)
+    assert cpu < 0.2 * wall, (cpu, wall)  # the pipe holds the flood back: no core spent reading it
+
+
+def test_only_the_newest_complete_line_is_kept_and_lines_are_bounded():
+    newest = NewestLine()
+    newest.feed(b"Welcome\n{\"a\"")
+    assert newest.line == b"Welcome\n"
+    newest.feed(b": 1}\n{\"b\": 2}\n{\"c\"")
+    assert newest.take() == b'{"b": 2}\n' and newest.line is None
+    newest.feed(b": 3}")
+    newest.end()  # a last line without its newline
+    assert newest.take() == b'{"c": 3}'
+    with pytest.raises(Ended, match="longer than 16 MiB"):
+        newest.feed(b"x" * (MAX_LINE + 1))
+
+
+def test_the_pace_lets_a_burst_through_then_one_a_gap():
+    now = [0.0]
+    pace = Pace(0.5, 4, clock=lambda: now[0])
+    assert [pace.delay() for _ in range(5)] == [0.0, 0.0, 0.0, 0.0, 0.5]
+    now[0] = 0.25
+    assert pace.delay() == 0.25
+    now[0] = 0.5
+    assert pace.delay() == 0.0 and pace.delay() == 0.5
+    now[0] = 100.0  # a quiet while fills the bucket again, to the burst and no further
+    assert [pace.delay() for _ in range(5)] == [0.0, 0.0, 0.0, 0.0, 0.5]
 
 
 def test_why_ssh_ended_in_its_own_words():
@@ -297,6 +369,118 @@ def test_an_unreachable_url_says_why():
     assert view.state == "unreachable" and "refused" in view.reason.lower()
 
 
+class Origin:
+    """A local HTTP(S) server: ``routes`` maps a path to (status, headers, body); every request's
+    path and Authorization header is kept in ``asked``."""
+
+    def __init__(self, routes, context=None):
+        self.routes, self.asked = routes, []
+        origin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                origin.asked.append((self.path, self.headers.get("Authorization")))
+                status, headers, body = origin.routes.get(self.path, (404, {}, b""))
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if context is not None:
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def first_view(name):
+    with Fleet(host_entries((name,), HostsSettings(), environ={}), 1.0) as fleet:
+        fleet.wait_first(10)
+        (view,) = fleet.view()
+    return view
+
+
+LENA = "Basic " + base64.b64encode(b"lena:pw").decode()
+
+
+@pytest.fixture
+def elsewhere():
+    """Another origin (another port of 127.0.0.1) that would answer with a snapshot."""
+    other = Origin({"/snapshot": (200, {}, line_of(snapshot_document(workstation())))})
+    yield other
+    other.close()
+
+
+def test_a_redirect_to_another_origin_is_not_followed_and_gets_no_credentials(elsewhere):
+    host = Origin({"/snapshot": (302, {"Location": f"http://127.0.0.1:{elsewhere.port}/snapshot"}, b"")})
+    try:
+        view = first_view(f"http://lena:pw@127.0.0.1:{host.port}")
+    finally:
+        host.close()
+    assert host.asked == [("/snapshot", LENA)]
+    assert (view.state, view.reason) == (
+        "unreachable", f"redirected to another origin (http://127.0.0.1:{elsewhere.port}); not followed")
+    assert elsewhere.asked == []  # never even asked, so never sent the password
+
+
+def test_a_redirect_within_the_origin_is_followed_with_the_credentials():
+    document = line_of(snapshot_document(workstation()))
+    host = Origin({"/old/snapshot": (308, {"Location": "/new/snapshot"}, b""), "/new/snapshot": (200, {}, document)})
+    try:
+        view = first_view(f"http://lena:pw@127.0.0.1:{host.port}/old")
+    finally:
+        host.close()
+    assert view.state == "live" and view.snapshot == workstation()
+    assert host.asked == [("/old/snapshot", LENA), ("/new/snapshot", LENA)]
+
+
+def test_an_origin_is_scheme_host_and_port():
+    from gputui.fleet.transport import origin
+
+    assert origin("https://Node3/snapshot") == origin("https://node3:443/other") == ("https", "node3", 443)
+    assert origin("http://node3:443/snapshot") != origin("https://node3:443/snapshot")  # a downgrade
+    assert origin("http://node3:9403") != origin("http://node3:9404")
+    assert origin("http://node3:x/") == ("http", "node3", -1)
+
+
+@pytest.fixture
+def trusted_certificate(tmp_path, monkeypatch):
+    """A server context for 127.0.0.1 whose certificate this process trusts (SSL_CERT_FILE)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed here (it makes the test's certificate)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def test_https_is_never_downgraded_to_http(trusted_certificate, elsewhere):
+    document = line_of(snapshot_document(workstation()))
+    host = Origin({"/snapshot": (200, {}, document),
+                   "/down/snapshot": (301, {"Location": f"http://127.0.0.1:{elsewhere.port}/snapshot"}, b"")},
+                  trusted_certificate)
+    try:
+        assert first_view(f"https://lena:pw@127.0.0.1:{host.port}").state == "live"  # the certificate is trusted
+        view = first_view(f"https://lena:pw@127.0.0.1:{host.port}/down")
+    finally:
+        host.close()
+    assert (view.state, view.reason) == (
+        "unreachable", f"redirected to another origin (http://127.0.0.1:{elsewhere.port}); not followed")
+    assert elsewhere.asked == []
+
+
 # ------------------------------------------------------------------------- the hosts document
 
 def test_the_hosts_document_follows_the_schema():
@@ -342,6 +526,22 @@ def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
     assert "simulated: leaky" in result.stdout
     assert "== n2 · unreachable: ssh ended with status 3" in result.stdout
     assert "== n3 · connecting: no answer within 5 s" in result.stdout  # late, and said so
+
+
+def test_once_reports_a_host_sending_deep_nesting_in_a_line_without_a_traceback(tmp_path):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    nested = tmp_path / "nested.py"
+    nested.write_text(f"import sys, time; sys.stdout.buffer.write({NESTED!r}); sys.stdout.flush(); time.sleep(60)")
+    config = tmp_path / "config.toml"
+    config.write_text(f'[hosts]\nnames = ["n1"]\ncommand = "{sys.executable} {nested}"\nssh = "{ssh}"\nwait = 5\n')
+    started = time.monotonic()
+    result = gputui(os.environ, "--hosts", "--config", str(config), "--once")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "== n1 · unreachable: refused its answer: JSON nested too deeply\n"
+    assert time.monotonic() - started < 5  # answered, not waited out
 
 
 def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():

@@ -4,7 +4,6 @@ latest, and on failure wait (backing off) and connect again, until closed.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from gputui.fleet.entries import HostEntry
 from gputui.fleet.status import HostStatus
 from gputui.fleet.transport import Ended, SshStream, fetch_snapshot
 from gputui.model import HostView
+from gputui.model.codec import parse_json
 from gputui.plain.document import read_snapshot_document
 
 
@@ -103,8 +103,8 @@ class Link:
 
     def _take(self, raw: bytes) -> None:
         try:
-            snapshot = read_snapshot_document(json.loads(raw))
-        except ValueError as exc:  # also JSONDecodeError, and what the codec finds
+            snapshot = read_snapshot_document(parse_json(raw))
+        except ValueError as exc:  # not JSON, nested too deeply, not UTF-8, not a snapshot
             raise Ended(f"refused its answer: {exc}") from None
         with self._lock:
             self._status.received(snapshot, self._clock())
