@@ -162,6 +162,63 @@ def test_an_error_message_shows_a_config_value_made_visible(env, tmp_path):
     assert b"\nExample of a valid file:\n" in result.stderr  # the message's own lines are kept
 
 
+# ------------------------------------------------------------------------------------ nested JSON
+
+NOTE = b"unreadable reply: not valid JSON: JSON nested too deeply"
+
+
+@pytest.fixture
+def nested_probe(env):
+    """Another user's trick: a probe socket answering JSON nested far past the parser's recursion."""
+    proc = subprocess.Popen([sys.executable, str(HOSTILE), "nested"], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_one_shot_prints_note_a_probe_answering_nested_json(env, nested_probe):
+    pid = nested_probe.pid
+    note = f"probe of process {pid} did not answer: {NOTE.decode()}"
+    once = run_gputui(env, "--once")
+    assert once.returncode == 0 and f"! {note}\n".encode() in once.stdout, once.stdout.decode()
+    document = run_gputui(env, "--json")
+    assert document.returncode == 0 and note in json.loads(document.stdout)["snapshot"]["problems"]
+    listed = run_gputui(env, "probes")
+    assert listed.returncode == 0 and f"{pid} did not answer: ".encode() + NOTE in listed.stdout, \
+        listed.stdout.decode()
+    listed = run_gputui(env, "probes", "--json")
+    assert listed.returncode == 0
+    assert json.loads(listed.stdout)["unreachable"] == [{"pid": pid, "reason": NOTE.decode()}]
+
+
+@pytest.mark.parametrize("args", [["probe", "PID"], ["probe", "PID", "--json"]])
+def test_asking_a_probe_answering_nested_json_is_one_line(env, nested_probe, args):
+    result = run_gputui(env, *[str(nested_probe.pid) if a == "PID" else a for a in args])
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert result.stderr == (f"gputui: process {nested_probe.pid}: ".encode() + NOTE +
+                             b". `gputui probes` lists the probed processes you can reach.\n")
+
+
+def test_watch_keeps_printing_beside_a_probe_answering_nested_json(env, nested_probe):
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--watch", "0.5"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while seen.count(NOTE) < 2 and time.monotonic() < deadline:  # two prints: it lived through one
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break  # it ended
+            seen += chunk
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert seen.count(NOTE) >= 2, (seen + err).decode(errors="replace")
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode(errors="replace")
+
+
 # ------------------------------------------------------------------------------------ live monitor
 
 async def settle(pilot) -> None:
