@@ -30,7 +30,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.processes import ProcessTable
-from gputui.untrusted import visible, visible_all
+from gputui.untrusted import harmless, visible, visible_all
 
 from hostile import (
     ATTACK,
@@ -60,8 +60,22 @@ def test_escapes_read_like_python():
 
 
 def test_ordinary_text_is_the_same_object():
-    for text in ("python train.py --lr 3e-4", "训练.py", "café", "ünïcödé 🚀", "tab-free\\x1b"):
-        assert visible(text) is text
+    for text in ("python train.py --lr 3e-4", "训练.py", "café", "ünïcödé 🚀", "x1b [a-z]+ ^$"):
+        assert visible(text) is text and harmless(text) is text
+
+
+def test_a_literal_escape_never_shows_as_the_escaped_character():
+    # Sent literally, "\x1b" is four characters; shown, it must differ from an escaped ESC.
+    assert visible("\\x1b") == "\\\\x1b" and visible("\x1b") == "\\x1b"
+    assert visible("\\a") != visible("\a") and visible("\\a") == "\\\\a"
+    assert visible("C:\\data\\run1") == "C:\\\\data\\\\run1"
+    assert visible_all(("a\\n", "b")) == ("a\\\\n", "b")
+
+
+def test_harmless_is_the_last_guard_and_keeps_what_visible_made():
+    for text in (ATTACK, "\\x1b", "a\\\x07", "C:\\tmp\x1b[2J"):
+        assert harmless(visible(text)) == visible(text)
+    assert harmless("saw \\x07 then \x07") == "saw \\x07 then \\x07"  # controls only
 
 
 def test_visible_all_copies_only_what_changes():
@@ -93,6 +107,14 @@ def test_once_text_shows_every_outside_string_made_visible(poisoned, color):
     out = render(poisoned, color=color, width=100_000).encode("utf-8", "surrogateescape")
     assert_plain_output_safe(out)
     assert out.count(b"PWNED") >= 10  # commands, users, names, the device, the probe, the problem
+
+
+def test_once_text_tells_a_literal_backslash_from_an_escape(poisoned):
+    first = poisoned.processes[0]
+    sent = (dataclasses.replace(first, command=("python", "literal\\x1b")),
+            dataclasses.replace(first, pid=first.pid + 1, command=("python", "escaped\x1b")))
+    out = render(dataclasses.replace(poisoned, processes=sent), width=100_000)
+    assert "python literal\\\\x1b" in out and "python escaped\\x1b" in out
 
 
 @pytest.mark.parametrize("color", [False, True])
@@ -160,6 +182,14 @@ def test_an_error_message_shows_a_config_value_made_visible(env, tmp_path):
     assert b"`hostile\\x1b]0;PWNED\\x07\\r\\nFORGED` is not a setting" in result.stderr
     assert b"\x1b" not in result.stderr and b"\nFORGED" not in result.stderr
     assert b"\nExample of a valid file:\n" in result.stderr  # the message's own lines are kept
+
+
+def test_an_error_message_tells_a_literal_backslash_from_an_escape(env, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('"literal\\\\x1b" = 1\n')  # the TOML text "literal\\x1b": a key with one backslash
+    result = run_gputui(env, "--demo", "--once", "--config", str(config))
+    assert result.returncode == 2
+    assert b"`literal\\\\x1b` is not a setting" in result.stderr
 
 
 # ------------------------------------------------------------------------------------ nested JSON
@@ -259,7 +289,7 @@ async def test_the_live_monitor_shows_outside_strings_made_visible():
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         assert_screen_safe(app.export_screenshot())
-        assert app._notifications and all(visible(n.message) == n.message for n in app._notifications)
+        assert app._notifications and all(harmless(n.message) == n.message for n in app._notifications)
         table = app.screen.query_one(ProcessTable)
         pid = app.snapshot.probes[0].pid
         table.move_cursor(row=next(i for i, key in enumerate(table.row_keys)
@@ -284,7 +314,7 @@ async def test_a_probes_answer_to_the_record_key_is_shown_made_visible(answer):
         await app.workers.wait_for_complete()
         await pilot.pause()
         told = [n.message for n in app._notifications if "PWNED" in n.message and "Process" in n.message]
-        assert told and all(SHOWN in m and visible(m) == m for m in told)
+        assert told and all(SHOWN in m and harmless(m) == m for m in told)
 
 
 def test_a_real_terminal_gets_no_escape_from_a_fake_probe(env, fake_probe):
