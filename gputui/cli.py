@@ -352,11 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(options)
     except UserError as exc:
-        from gputui.untrusted import visible
+        from gputui.untrusted import harmless
 
-        # Messages quote paths, config values and probes' answers: shown, never obeyed.
+        # Messages quote paths, config values and probes' answers: shown, never obeyed. Most quote
+        # them made visible already, so the guard leaves backslashes as they are.
         lines = str(exc).split("\n") if exc.multiline else [str(exc)]
-        print("gputui: " + "\n".join(visible(line) for line in lines), file=sys.stderr)
+        print("gputui: " + "\n".join(harmless(line) for line in lines), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -5,8 +5,11 @@ every string in a probe report from a socket that anyone may serve in their own 
 Written raw, an escape sequence in any of them would retitle the terminal, clear it, write the
 clipboard (OSC 52) or forge lines, in a monitor that root runs on shared boxes. So every text output
 (the live monitor, --once, `gputui probe`, error messages) shows them through ``visible``, which
-writes each control character as a Python-style escape. ``--json`` needs none of this: JSON escapes
-control characters itself, and scripts get the strings as they were.
+writes each control character as a Python-style escape, and a backslash as ``\\\\``, so that an escape
+shown is never the same as text that was sent literally. ``visible`` is applied once, to the string
+as it came; ``harmless`` is the last guard over whole lines that may hold parts already made visible.
+``--json`` needs none of this: JSON escapes control characters itself, and scripts get the strings as
+they were.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ T = TypeVar("T")
 # CR, LF, TAB), Unicode format characters (bidi overrides and isolates, zero-width characters, tags),
 # the line and paragraph separators, and lone surrogates (bytes that were not UTF-8, decoded with
 # surrogateescape, which would make the write itself fail).
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+_UNSAFE_CHARS = (
+    "\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
     "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f]"
+    "\U000e0001\U000e0020-\U000e007f"
 )
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_UNSAFE = re.compile(f"[{_UNSAFE_CHARS}]")
+# visible() also writes a backslash as two: otherwise a literal "\\x1b" sent by another user would show
+# the same as an escaped ESC.
+_ESCAPED = re.compile(f"[{_UNSAFE_CHARS}\\\\]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\\": "\\\\"}
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -47,8 +54,19 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: str) -> str:
-    """``text`` with every control or invisible formatting character written as an escape
-    (``\\x1b``, ``\\n``, ``\\u202e``); the same object when there is none."""
+    """``text`` as it came from outside, with every control or invisible formatting character written
+    as an escape (``\\x1b``, ``\\n``, ``\\u202e``) and each backslash doubled; the same object when
+    there is nothing to escape. Not for text that holds parts made visible already: see ``harmless``."""
+    if not _ESCAPED.search(text):
+        return text
+    return _ESCAPED.sub(_escape, text)
+
+
+def harmless(text: str) -> str:
+    """``text`` with control and formatting characters escaped as ``visible`` does, backslashes left
+    as they are: the last guard on a whole line (an error message, a rendered piece) that may quote
+    parts made visible already, which a second ``visible`` would escape again. It leaves anything
+    ``visible`` returned unchanged; the same object when there is nothing to escape."""
     if not _UNSAFE.search(text):
         return text
     return _UNSAFE.sub(_escape, text)
@@ -66,12 +84,12 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 def _walk(value: Any) -> Any:
     kind = type(value)
     if kind is str:
-        return value if not _UNSAFE.search(value) else _UNSAFE.sub(_escape, value)
+        return value if not _ESCAPED.search(value) else _ESCAPED.sub(_escape, value)
     if kind in (int, float, bool) or value is None:
         return value
     if isinstance(value, tuple):
         try:  # the common case, a command line: all strings and nothing to escape, one search
-            if not _UNSAFE.search("".join(value)):
+            if not _ESCAPED.search("".join(value)):
                 return value
         except TypeError:
             pass

@@ -3,7 +3,8 @@ them reaches a terminal raw.
 
 ``python tests/hostile.py`` serves a fake probe: any user can bind a socket in their own runtime
 directory and answer with whatever report they like. Started with a hostile argv[0], its /proc
-command line is hostile too.
+command line is hostile too. ``python tests/hostile.py nested`` answers every op with JSON nested
+far deeper than a parser's recursion allows.
 """
 
 from __future__ import annotations
@@ -80,17 +81,28 @@ def hostile_report(pid: int):
     return poison(dataclasses.replace(report, pid=pid))
 
 
-def serve() -> None:
-    """Serve hostile reports on this process's probe socket until killed."""
+# A reply's result nested this deep: json.loads raises RecursionError at about a thousand levels.
+NESTING = 100_000
+
+
+def serve(nested: bool = False) -> None:
+    """Serve hostile reports (or, ``nested``, deeply nested JSON) on this process's probe socket
+    until killed."""
+    from gputui.link.protocol import RawJSON
     from gputui.link.server import ProbeServer
     from gputui.model import to_jsonable
 
-    report = to_jsonable(hostile_report(os.getpid()))
-    server = ProbeServer({
-        "hello": lambda params: {"probe_version": 1, "torch_version": ATTACK, "steps": 1},
-        "report": lambda params: {**report, "taken_at": time.time()},
-        "record_sites": lambda params: {"recording": ATTACK, "steps": ATTACK, "starts_at_step": ATTACK},
-    })
+    if nested:
+        deep = RawJSON(b"[" * NESTING + b"]" * NESTING)
+        handlers = {op: (lambda params: deep) for op in ("hello", "report", "record_sites")}
+    else:
+        report = to_jsonable(hostile_report(os.getpid()))
+        handlers = {
+            "hello": lambda params: {"probe_version": 1, "torch_version": ATTACK, "steps": 1},
+            "report": lambda params: {**report, "taken_at": time.time()},
+            "record_sites": lambda params: {"recording": ATTACK, "steps": ATTACK, "starts_at_step": ATTACK},
+        }
+    server = ProbeServer(handlers)
     if not server.start():
         print(f"cannot serve: {server.error}", flush=True)
         sys.exit(1)
@@ -100,4 +112,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(nested=sys.argv[1:] == ["nested"])

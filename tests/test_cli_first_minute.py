@@ -111,6 +111,22 @@ def test_a_broken_config_file_stops_once_as_it_stops_the_monitor(env, tmp_path, 
     assert gputui(env, "--demo", "--json").returncode == 2
 
 
+@pytest.mark.parametrize("kind", ["not-utf8", "device", "fifo"])
+def test_a_config_that_is_no_text_file_is_one_line_at_once(env, tmp_path, kind):
+    config = tmp_path / "config.toml"
+    if kind == "not-utf8":
+        config.write_bytes(b"interval = 2\n# caf\xe9\n")
+        said = f"config file {config} is not UTF-8 text: byte 0xe9 at offset 18"  # 13 + len("# caf")
+    elif kind == "device":
+        config = "/dev/zero"
+        said = "config file /dev/zero is not a regular file"
+    else:
+        os.mkfifo(config)
+        said = f"config file {config} is not a regular file"
+    result = gputui(env, "--demo", "--once", "--config", str(config), timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"gputui: {said}\n")
+
+
 # ------------------------------------------------------------------------------------ habits
 
 def snapshot(env, *args):

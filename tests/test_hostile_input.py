@@ -30,7 +30,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.processes import ProcessTable
-from gputui.untrusted import visible, visible_all
+from gputui.untrusted import harmless, visible, visible_all
 
 from hostile import (
     ATTACK,
@@ -60,8 +60,22 @@ def test_escapes_read_like_python():
 
 
 def test_ordinary_text_is_the_same_object():
-    for text in ("python train.py --lr 3e-4", "训练.py", "café", "ünïcödé 🚀", "tab-free\\x1b"):
-        assert visible(text) is text
+    for text in ("python train.py --lr 3e-4", "训练.py", "café", "ünïcödé 🚀", "x1b [a-z]+ ^$"):
+        assert visible(text) is text and harmless(text) is text
+
+
+def test_a_literal_escape_never_shows_as_the_escaped_character():
+    # Sent literally, "\x1b" is four characters; shown, it must differ from an escaped ESC.
+    assert visible("\\x1b") == "\\\\x1b" and visible("\x1b") == "\\x1b"
+    assert visible("\\a") != visible("\a") and visible("\\a") == "\\\\a"
+    assert visible("C:\\data\\run1") == "C:\\\\data\\\\run1"
+    assert visible_all(("a\\n", "b")) == ("a\\\\n", "b")
+
+
+def test_harmless_is_the_last_guard_and_keeps_what_visible_made():
+    for text in (ATTACK, "\\x1b", "a\\\x07", "C:\\tmp\x1b[2J"):
+        assert harmless(visible(text)) == visible(text)
+    assert harmless("saw \\x07 then \x07") == "saw \\x07 then \\x07"  # controls only
 
 
 def test_visible_all_copies_only_what_changes():
@@ -93,6 +107,14 @@ def test_once_text_shows_every_outside_string_made_visible(poisoned, color):
     out = render(poisoned, color=color, width=100_000).encode("utf-8", "surrogateescape")
     assert_plain_output_safe(out)
     assert out.count(b"PWNED") >= 10  # commands, users, names, the device, the probe, the problem
+
+
+def test_once_text_tells_a_literal_backslash_from_an_escape(poisoned):
+    first = poisoned.processes[0]
+    sent = (dataclasses.replace(first, command=("python", "literal\\x1b")),
+            dataclasses.replace(first, pid=first.pid + 1, command=("python", "escaped\x1b")))
+    out = render(dataclasses.replace(poisoned, processes=sent), width=100_000)
+    assert "python literal\\\\x1b" in out and "python escaped\\x1b" in out
 
 
 @pytest.mark.parametrize("color", [False, True])
@@ -162,6 +184,71 @@ def test_an_error_message_shows_a_config_value_made_visible(env, tmp_path):
     assert b"\nExample of a valid file:\n" in result.stderr  # the message's own lines are kept
 
 
+def test_an_error_message_tells_a_literal_backslash_from_an_escape(env, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('"literal\\\\x1b" = 1\n')  # the TOML text "literal\\x1b": a key with one backslash
+    result = run_gputui(env, "--demo", "--once", "--config", str(config))
+    assert result.returncode == 2
+    assert b"`literal\\\\x1b` is not a setting" in result.stderr
+
+
+# ------------------------------------------------------------------------------------ nested JSON
+
+NOTE = b"unreadable reply: not valid JSON: JSON nested too deeply"
+
+
+@pytest.fixture
+def nested_probe(env):
+    """Another user's trick: a probe socket answering JSON nested far past the parser's recursion."""
+    proc = subprocess.Popen([sys.executable, str(HOSTILE), "nested"], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_one_shot_prints_note_a_probe_answering_nested_json(env, nested_probe):
+    pid = nested_probe.pid
+    note = f"probe of process {pid} did not answer: {NOTE.decode()}"
+    once = run_gputui(env, "--once")
+    assert once.returncode == 0 and f"! {note}\n".encode() in once.stdout, once.stdout.decode()
+    document = run_gputui(env, "--json")
+    assert document.returncode == 0 and note in json.loads(document.stdout)["snapshot"]["problems"]
+    listed = run_gputui(env, "probes")
+    assert listed.returncode == 0 and f"{pid} did not answer: ".encode() + NOTE in listed.stdout, \
+        listed.stdout.decode()
+    listed = run_gputui(env, "probes", "--json")
+    assert listed.returncode == 0
+    assert json.loads(listed.stdout)["unreachable"] == [{"pid": pid, "reason": NOTE.decode()}]
+
+
+@pytest.mark.parametrize("args", [["probe", "PID"], ["probe", "PID", "--json"]])
+def test_asking_a_probe_answering_nested_json_is_one_line(env, nested_probe, args):
+    result = run_gputui(env, *[str(nested_probe.pid) if a == "PID" else a for a in args])
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert result.stderr == (f"gputui: process {nested_probe.pid}: ".encode() + NOTE +
+                             b". `gputui probes` lists the probed processes you can reach.\n")
+
+
+def test_watch_keeps_printing_beside_a_probe_answering_nested_json(env, nested_probe):
+    proc = subprocess.Popen([sys.executable, "-m", "gputui", "--watch", "0.5"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while seen.count(NOTE) < 2 and time.monotonic() < deadline:  # two prints: it lived through one
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break  # it ended
+            seen += chunk
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert seen.count(NOTE) >= 2, (seen + err).decode(errors="replace")
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode(errors="replace")
+
+
 # ------------------------------------------------------------------------------------ live monitor
 
 async def settle(pilot) -> None:
@@ -202,7 +289,7 @@ async def test_the_live_monitor_shows_outside_strings_made_visible():
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         assert_screen_safe(app.export_screenshot())
-        assert app._notifications and all(visible(n.message) == n.message for n in app._notifications)
+        assert app._notifications and all(harmless(n.message) == n.message for n in app._notifications)
         table = app.screen.query_one(ProcessTable)
         pid = app.snapshot.probes[0].pid
         table.move_cursor(row=next(i for i, key in enumerate(table.row_keys)
@@ -227,7 +314,7 @@ async def test_a_probes_answer_to_the_record_key_is_shown_made_visible(answer):
         await app.workers.wait_for_complete()
         await pilot.pause()
         told = [n.message for n in app._notifications if "PWNED" in n.message and "Process" in n.message]
-        assert told and all(SHOWN in m and visible(m) == m for m in told)
+        assert told and all(SHOWN in m and harmless(m) == m for m in told)
 
 
 def test_a_real_terminal_gets_no_escape_from_a_fake_probe(env, fake_probe):

@@ -265,6 +265,9 @@ class FakeProbe:
     (b'{"v": 1, "id": null, "ok": false, "code": "wrong_version", "error": "version 0 is not '
      b'supported"}\n', client.MISMATCH, "version 0 is not supported"),
     (b"<html>hello</html>\n", client.BAD_REPLY, "unreadable reply"),
+    pytest.param(b'{"v": 1, "id": 1, "ok": true, "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+                 client.BAD_REPLY, "unreadable reply: not valid JSON: JSON nested too deeply",
+                 id="nested-too-deeply"),
     (b'{"v": 1, "id": 1}\n', client.BAD_REPLY, "no 'ok' field"),
     (b'{"v": 1, "id": -5, "ok": true, "result": {}}\n', client.BAD_REPLY, "answered request -5"),
     (None, client.NO_PROBE, "closed the connection"),

@@ -49,6 +49,8 @@ def test_missing_or_null_params_mean_none():
 @pytest.mark.parametrize("line, code, words", [
     (b"{", "bad_json", "not valid JSON"),
     (b"\xc3\x28", "bad_json", "not valid JSON"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "bad_json", "not valid JSON: JSON nested too deeply",
+                 id="nested-too-deeply"),
     (b'"report"', "bad_request", "expected a JSON object, got str"),
     (b'{"v":1,"id":1.5,"op":"x"}', "bad_request", "'id' must be an integer or a string"),
     (b'{"v":1,"id":[1],"op":"x"}', "bad_request", "'id' must be an integer or a string"),

@@ -67,6 +67,28 @@ async def test_a_first_sample_that_failed_is_said_and_sampling_goes_on():
         assert app.sampler.collector.calls == 1 and len(table_keys(app)) == 6
 
 
+async def test_a_refused_sample_is_said_as_the_cli_says_it():
+    """A UserError quotes outside strings made visible already: its backslashes are not doubled again."""
+    from gputui.errors import UserError
+    from gputui.untrusted import visible
+
+    asked = "C:\\gpu\x1b"  # a backslash and an ESC, as typed after --only
+
+    def refuse():
+        raise UserError(f"--only {visible(asked)}: no such GPU")
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.sampler.sample = refuse
+        app._sample()
+        for _ in range(100):
+            if app.problem:
+                break
+            await pilot.pause(0.05)
+        assert app.problem == "--only C:\\\\gpu\\x1b: no such GPU"
+
+
 async def test_sort_keys_and_header_click():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -1,9 +1,14 @@
 """The monitor's config file: defaults, valid settings, and a clear error for every bad value."""
 
+import os
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
 from gputui.errors import UserError
-from gputui.ui.config import ConfigError, check_binding_ids, default_path, load_config
+from gputui.ui.config import CONFIG_LIMIT, ConfigError, UiConfig, check_binding_ids, default_path, load_config
 
 
 def write(tmp_path, text):
@@ -54,6 +59,60 @@ def test_bad_values_are_user_errors_naming_the_key(tmp_path, text, words):
 def test_explicit_missing_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_a_config_that_is_not_utf8_names_the_byte_and_its_offset(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'theme = "\xfflight"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"config file {path} is not UTF-8 text: byte 0xff at offset 9"
+
+
+def test_a_device_as_config_is_refused_without_reading_it():
+    with pytest.raises(ConfigError) as caught:
+        load_config("/dev/zero")
+    assert str(caught.value) == "config file /dev/zero is not a regular file"
+    # but /dev/null, the usual way to ask for no settings, still means the defaults
+    assert load_config(os.devnull) == UiConfig(path=Path(os.devnull))
+
+
+def test_a_fifo_as_config_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    said = []
+
+    def load():
+        try:
+            load_config(fifo)
+        except ConfigError as exc:
+            said.append(str(exc))
+
+    reader = threading.Thread(target=load, daemon=True)
+    started = time.monotonic()
+    reader.start()
+    reader.join(5)
+    took = time.monotonic() - started
+    if reader.is_alive():  # blocked in open(): a writer's open lets it go before the test ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert said == [f"config file {fifo} is not a regular file"] and took < 1.0
+
+
+def test_a_config_over_the_limit_is_refused(tmp_path):
+    path = write(tmp_path, "# " + "x" * CONFIG_LIMIT + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"config file {path} is {CONFIG_LIMIT + 3} bytes; the limit is {CONFIG_LIMIT}"
+    assert CONFIG_LIMIT == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, "{a = " * 5000 + "1" + "}" * 5000],
+                         ids=["arrays", "tables"])
+def test_a_config_nested_too_deeply_is_one_error(tmp_path, value):
+    path = write(tmp_path, f"interval = {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path} is not valid TOML: nested too deeply"
 
 
 def test_unknown_binding_id_is_an_error(tmp_path):

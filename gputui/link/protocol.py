@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputui.model.codec import parse_json
+
 VERSION = 1
 MAX_REQUEST = 1 << 20  # bytes in one request line, enforced by the probe
 MAX_REPLY = 64 << 20  # bytes in one reply line, enforced by the monitor (reports with many sites)
@@ -91,8 +93,10 @@ def parse_object(line: bytes, limit: int) -> dict:
     if len(line) > limit:
         raise ProtocolError(f"message of {len(line)} bytes exceeds the {limit}-byte limit", TOO_LARGE)
     try:
-        message = json.loads(line)
-    except (UnicodeDecodeError, ValueError) as exc:
+        # parse_json, not json.loads: deep nesting from a hostile peer is a ValueError like any
+        # bad line, never a RecursionError that escapes the callers' handling as a traceback.
+        message = parse_json(line)
+    except ValueError as exc:
         raise ProtocolError(f"not valid JSON: {exc}", BAD_JSON) from None
     if not isinstance(message, dict):
         raise ProtocolError(f"expected a JSON object, got {type(message).__name__}", BAD_REQUEST)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gputui.untrusted import visible
+from gputui.untrusted import harmless
 
 # Named styles the renderer uses, as ANSI SGR parameters.
 STYLES = {
@@ -32,9 +32,10 @@ class Line:
 
     def add(self, text: str, style: str | None = None) -> Line:
         # The renderers show outside strings made visible already (so widths are right); this is
-        # the guarantee that no control character reaches the terminal by a path they missed.
+        # the guarantee that no control character reaches the terminal by a path they missed
+        # (harmless, not visible: the backslashes visible wrote stay single).
         if text:
-            self.pieces.append((visible(text), style))
+            self.pieces.append((harmless(text), style))
         return self
 
     def extend(self, other: Line) -> Line:

@@ -34,7 +34,7 @@ from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, send
 from gputui.ui.widgets.processes import ProcessTable
-from gputui.untrusted import visible, visible_all
+from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
@@ -208,7 +208,7 @@ class GpuTuiApp(App[int]):
             assert self.sampler is not None  # a subclass without one samples in its own way
             snapshot = ahead.result() if ahead is not None else self.sampler.sample()
         except UserError as exc:  # the request cannot be met (--only 99): said in --once's words
-            self.post_message(SampleFailed(visible(str(exc)), refusal=exc))
+            self.post_message(SampleFailed(harmless(str(exc)), refusal=exc))
             return
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))

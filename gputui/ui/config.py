@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
 from gputui.untrusted import visible
 
@@ -27,6 +28,9 @@ THEMES = ("dark", "light")
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
 KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts")
+# Bytes read at most: a real config is a few hundred; a path to /dev/zero or a log must not be read
+# until memory runs out.
+CONFIG_LIMIT = 1 << 20
 
 EXAMPLE = """\
 interval = 2.0                 # seconds between samples
@@ -68,19 +72,42 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
     """Read the config file; a missing default file means defaults, a missing explicit one an error."""
     explicit = path is not None
     file = Path(path) if path is not None else default_path(environ)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    shown = visible(str(file))
+    if str(file) == os.devnull:  # `--config /dev/null`, the usual way to ask for no settings
+        return parse_config({}, file)
+    if _missing(file):
         if explicit:
-            raise ConfigError(f"config file {file} does not exist") from None
+            raise ConfigError(f"config file {shown} does not exist")
         return UiConfig()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
     try:
-        data = tomllib.loads(text)
+        # read_small: never blocks on a FIFO, refuses devices and anything over CONFIG_LIMIT.
+        data = read_small(file, CONFIG_LIMIT, "config file")
+    except UserError as exc:  # one type for every trouble with the config, as callers expect
+        raise ConfigError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {shown} is not UTF-8 text: byte 0x{data[exc.start]:02x} at "
+                          f"offset {exc.start}") from None
+    try:
+        config = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-    return parse_config(data, file)
+        raise ConfigError(f"{shown} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into each nested array or table: a = [[[[...
+        raise ConfigError(f"{shown} is not valid TOML: nested too deeply") from None
+    return parse_config(config, file)
+
+
+def _missing(file: Path) -> bool:
+    """True when there is no file at ``file``; one that is there but cannot be read is for read_small
+    to say why (Path.exists raises on a directory we may not search)."""
+    try:
+        os.stat(file)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def interval_problem(seconds: float) -> str | None:
