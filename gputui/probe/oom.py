@@ -19,7 +19,7 @@ from typing import Callable
 
 from gputui.model import OomRecord
 from gputui.probe.sites import is_user_file
-from gputui.untrusted import visible
+from gputui.untrusted import harmless, visible
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _CUDA_TRIED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
@@ -222,7 +222,7 @@ class OomWatch:
                 written = self.write_report()
             except Exception as problem:  # an unsafe directory, a full disk: the job's owner must hear why
                 self.problems.record("writing the OOM report", problem)
-                return f"gputui: out of memory; no report was written: {visible(str(problem))}"
+                return f"gputui: out of memory; no report was written: {harmless(str(problem))}"
             self.last = dataclasses.replace(self.last, report_file=written)
             return (f"gputui: out of memory: a report of what filled it is in {visible(written)} "
                     "(`gputui oom` prints it)")
