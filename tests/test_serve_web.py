@@ -7,6 +7,7 @@ import base64
 import gzip
 import json
 import os
+import select
 import shutil
 import socket
 import ssl
@@ -21,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gputui.errors import UserError
 from gputui.serve import auth
+from gputui.serve import server as server_module
 from gputui.serve.auth import Hashed, Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sample
@@ -347,6 +349,101 @@ def test_a_name_that_does_not_resolve_is_one_line():
         listen(Address("no-such-host.invalid", 9403))
 
 
+# ------------------------------------------------------------------------------ slow and many clients
+
+@pytest.fixture
+def counted(sample):
+    """A served app on loopback that notes each request it runs; yields (server, the paths run)."""
+    run: list[str] = []
+    app = app_for(sample)
+
+    def counting(environ, start_response):
+        run.append(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    server = listen(Address("127.0.0.1", 0))
+    server.set_app(counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, run
+    server.shutdown()
+    server.server_close()
+
+
+def until_closed(connection: socket.socket, seconds: float, trickle: bytes = b"") -> tuple[float, bytes] | None:
+    """(seconds until the server ended ``connection``, what it sent), sending ``trickle`` every 0.2 s
+    meanwhile; None if it kept the connection open ``seconds``."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if select.select([connection], [], [], 0.2)[0]:
+            try:
+                return time.monotonic() - started, connection.recv(1 << 16)
+            except OSError:
+                return time.monotonic() - started, b""
+        try:
+            connection.sendall(trickle)
+        except OSError:
+            return time.monotonic() - started, b""
+    return None
+
+
+def test_a_request_must_come_whole_in_time_and_a_partial_one_never_runs(counted, monkeypatch):
+    server, run = counted
+    monkeypatch.setattr(server_module, "REQUEST_TIMEOUT", 1.0, raising=False)
+    trickler = socket.create_connection(server.server_address[:2])
+    half = None
+    try:
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
+        ended = until_closed(trickler, 4.0, trickle=b"X")  # a header a byte every 0.2 s, never ended
+        assert ended is not None and ended[0] < 2.0 and ended[1] == b""
+        half = socket.create_connection(server.server_address[:2])
+        half.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")  # no blank line, then the client closes
+        half.shutdown(socket.SHUT_WR)
+        assert until_closed(half, 3.0) == (pytest.approx(0, abs=1.0), b"")
+        assert run == []  # neither ran as a scrape
+        assert fetch(server.url + "/metrics")[0] == 200 and run == ["/metrics"]
+    finally:
+        trickler.close()
+        if half is not None:
+            half.close()
+
+
+def test_connections_beyond_the_bound_are_answered_503_at_once(sample, monkeypatch):
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 3, raising=False)
+    server = listen(Address("127.0.0.1", 0))
+    server.set_app(app_for(sample))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    silent = [socket.create_connection(server.server_address[:2]) for _ in range(3)]
+    try:
+        time.sleep(0.3)  # accepted: each holds a thread, waiting for its request
+        started = time.monotonic()
+        status, headers, body = fetch(server.url + "/metrics")
+        assert (status, headers["Retry-After"], body) == (503, "1", b"gputui: too many connections; try again\n")
+        assert time.monotonic() - started < 1.0
+        for connection in silent:
+            connection.close()
+        time.sleep(0.3)  # their threads see the close and give their places back
+        assert fetch(server.url + "/metrics")[0] == 200
+    finally:
+        for connection in silent:
+            connection.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_ipv4_loopback_written_as_ipv6_is_this_machine_only():
+    server = listen(parse_address("[::ffff:127.0.0.1]:0"))
+    try:
+        assert server.address.host == "::ffff:127.0.0.1" and server.loopback
+    finally:
+        server.server_close()
+    for host, loopback in (("::1", True), ("127.0.0.1", True), ("0.0.0.0", False)):
+        server = listen(Address(host, 0))
+        try:
+            assert server.loopback is loopback
+        finally:
+            server.server_close()
+
+
 # ------------------------------------------------------------------------------------------- TLS
 
 @pytest.fixture(scope="module")
@@ -380,6 +477,21 @@ def test_tls_serves_https_and_a_silent_client_holds_up_no_one(sample, certificat
         silent.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_fifo_as_a_tls_file_is_one_line(tmp_path, certificate):
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)
+
+    def refused(*files):
+        try:
+            tls_context(*files)
+        except UserError as exc:
+            return str(exc)
+        return "loaded"
+
+    assert finishes(lambda: refused(str(fifo)), 5) == f"the TLS file {fifo} is not a regular file"
+    assert finishes(lambda: refused(str(certificate[0]), str(fifo)), 5) == f"the TLS file {fifo} is not a regular file"
 
 
 @pytest.mark.parametrize("files, why", [
