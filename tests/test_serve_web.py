@@ -306,6 +306,19 @@ def test_a_known_password_never_waits_for_the_checks_of_guesses(sample, monkeypa
     assert sorted(status for status, _ in answers) == [401, 401] + [503] * 6
 
 
+def test_scrypt_runs_on_its_own_few_threads(monkeypatch):
+    """Not on each request's thread: glibc would keep 16 MiB in every such thread's arena (278 MB)."""
+    users = Users({"alice": Hashed.of("s3cret pass")})
+    ran_on = set()
+    monkeypatch.setattr(Hashed, "matches", lambda self, password: ran_on.add(threading.current_thread().name))
+    askers = [threading.Thread(target=users.check, args=(basic("alice", f"guess {n}"),)) for n in range(12)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(10)
+    assert 1 <= len(ran_on) <= auth.CHECKS_AT_ONCE and all(name.startswith("gputui-scrypt") for name in ran_on)
+
+
 @pytest.mark.parametrize("name", ["", "a:b", " alice", "al\nice"])
 def test_a_user_name_must_fit_the_file(name):
     with pytest.raises(UserError):
