@@ -23,7 +23,7 @@ from prometheus_client.registry import CollectorRegistry
 from gputui.errors import UserError
 from gputui.serve import auth
 from gputui.serve import server as server_module
-from gputui.serve.auth import Hashed, Users, password_line
+from gputui.serve.auth import Check, Hashed, Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sample
 from gputui.serve.server import Address, listen, parse_address, tls_context
@@ -183,7 +183,7 @@ def test_the_users_file(tmp_path):
     path = tmp_path / "users"
     path.write_text(f"# who may scrape\n\n{password_line('alice', 'pw1')}\n{password_line('bob', 'pw2')}\n")
     users = Users.load(path)
-    assert users.allow(basic("bob", "pw2")) and not users.allow(basic("bob", "pw1"))
+    assert users.check(basic("bob", "pw2")) is Check.ALLOWED and users.check(basic("bob", "pw1")) is Check.REFUSED
 
 
 @pytest.mark.parametrize("text, why", [

@@ -170,10 +170,6 @@ class Users:
                             "gputui serve --hash-password NAME >> FILE)")
         return cls(hashes)
 
-    def allow(self, header: str | None) -> bool:
-        """Whether ``header`` names a user with that password (waiting for a turn to check it)."""
-        return self.check(header) is Check.ALLOWED
-
     def check(self, header: str | None) -> Check:
         """Whether ``header`` (``Basic base64(name:password)``) names a user with that password: at once
         for a header that passed before; else scrypt, when one of CHECKS_AT_ONCE turns comes within

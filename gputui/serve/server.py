@@ -30,8 +30,8 @@ from gputui.untrusted import visible
 # sends its request at once; a client that takes longer is cut off without an answer.
 REQUEST_TIMEOUT = 5.0
 SEND_TIMEOUT = 10.0  # seconds for the answer to leave, to a client that reads slowly
-# Connections served at once (a thread and a socket each, some 250 kB); one more is answered 503 and
-# closed at once. Room for 64 clients that keep guessing passwords and a scraper beside them.
+# Connections served at once (a thread and a socket each: 128 trickling clients held cost 2 MB); one
+# more is answered 503 and closed at once. Room for 64 clients guessing passwords and a scraper beside.
 MAX_CONNECTIONS = 128
 BACKLOG = 128  # connections the kernel holds for accept(): a burst of scrapes is not reset
 TLS_FILE_LIMIT = 1 << 20  # bytes: a certificate chain or a key is a few kB
