@@ -344,11 +344,11 @@ def _current_user() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if sys.stdout is None:  # started with stdout closed (gputui >&-): nowhere to show anything
+    options = parse(argv)  # argparse writes --help to stderr when stdout is closed
+    if sys.stdout is None and not _quiet(options):  # started with stdout closed (gputui >&-)
         if sys.stderr is not None:
             print("gputui: standard output is closed: nothing to show on", file=sys.stderr)
         return 2
-    options = parse(argv)
     try:
         return _dispatch(options)
     except UserError as exc:
@@ -365,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         # `gputui --json | head` closed the pipe: not an error worth a traceback.
         sys.stderr.close()
         return 0
+
+
+def _quiet(options: Options) -> bool:
+    """Whether the mode writes nothing on standard output: ``gputui serve`` (under systemd, or
+    ``>&-``) says where it listens on stderr and answers over HTTP; only --hash-password prints."""
+    return options.mode == "serve" and options.extra.get("hash_password") is None
 
 
 def _no_live_monitor(terminal: ModuleType) -> str | None:

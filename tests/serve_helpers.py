@@ -14,11 +14,14 @@ from cli_helpers import ROOT
 
 
 @contextmanager
-def serving(env, *args, timeout: float = 60.0):
+def serving(env, *args, timeout: float = 60.0, stdout_closed: bool = False):
     """``python -m gputui [ARGS] serve ...`` on a free port; yields (process, base URL). Stopped with
-    SIGTERM afterwards, which must end it with 143."""
-    proc = subprocess.Popen([sys.executable, "-m", "gputui", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    SIGTERM afterwards, which must end it with 143. ``stdout_closed``: started as ``gputui ... >&-``."""
+    command = [sys.executable, "-m", "gputui", *args]
+    if stdout_closed:
+        command = ["sh", "-c", 'exec "$@" >&-', "sh", *command]  # exec: the signal reaches gputui itself
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL if stdout_closed else subprocess.PIPE)
     try:
         line = proc.stderr.readline()  # "gputui serve: http://127.0.0.1:PORT/metrics and /snapshot, ..."
         assert line.startswith("gputui serve: http"), line + proc.stderr.read()
@@ -26,7 +29,8 @@ def serving(env, *args, timeout: float = 60.0):
     finally:
         proc.terminate()
         proc.wait(timeout=timeout)
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == 143, proc.returncode
 

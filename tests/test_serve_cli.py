@@ -104,6 +104,30 @@ def test_what_cannot_be_served_is_one_line_and_exit_2(env, port_in_use, args, me
     assert result.stderr.startswith(message.format(port=port_in_use)) and result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("flags", [
+    ("--tls-cert", "{fifo}"),
+    ("--tls-cert", "{regular}", "--tls-key", "{fifo}"),
+    ("--basic-auth-file", "{fifo}"),
+])
+def test_a_fifo_given_for_a_file_is_one_line_not_a_hang(env, tmp_path, flags):
+    fifo, regular = tmp_path / "fifo", tmp_path / "regular.pem"
+    os.mkfifo(fifo)
+    regular.write_text("not read: the FIFO is\n")
+    result = gputui(env, *DEMO, "serve", *(f.format(fifo=fifo, regular=regular) for f in flags), timeout=30)
+    what = "the basic auth file" if flags[0] == "--basic-auth-file" else "the TLS file"
+    assert (result.returncode, result.stderr) == (2, f"gputui: {what} {fifo} is not a regular file\n")
+
+
+def test_serve_runs_with_standard_output_closed(env):
+    """It writes nothing there (where it listens goes to stderr): ``gputui serve >&-`` serves."""
+    with serving(env, *DEMO, "serve", "--listen", "127.0.0.1:0", stdout_closed=True) as (proc, url):
+        assert fetch(url + "/metrics")[0] == 200 and proc.poll() is None
+    made = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "gputui", "serve",
+                           "--hash-password", "prometheus"], input="pw\n", capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert (made.returncode, made.stderr) == (2, "gputui: standard output is closed: nothing to show on\n")
+
+
 def test_a_probe_that_vanishes_leaves_the_exporter_serving(env, probed_process):
     """No driver here (or a real one): the probed CPU job is served, then killed mid-run."""
     pid = str(probed_process.pid)

@@ -4,7 +4,10 @@ address, a port in use, TLS), in process: the WSGI app called directly, the serv
 from __future__ import annotations
 
 import base64
+import gzip
 import json
+import os
+import select
 import shutil
 import socket
 import ssl
@@ -18,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gputui.errors import UserError
-from gputui.serve.auth import Hashed, Users, password_line
+from gputui.serve import auth
+from gputui.serve import server as server_module
+from gputui.serve.auth import Check, Hashed, Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sample
 from gputui.serve.server import Address, listen, parse_address, tls_context
@@ -34,8 +39,8 @@ def app_for(sample: Sample | None, users: Users | None = None):
     return make_app(lambda: sample, registry, users)
 
 
-def ask(app, path: str = "/", method: str = "GET", authorization: str | None = None):
-    environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": method}
+def ask(app, path: str = "/", method: str = "GET", authorization: str | None = None, extra: dict | None = None):
+    environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": method, **(extra or {})}
     if authorization is not None:
         environ["HTTP_AUTHORIZATION"] = authorization
     setup_testing_defaults(environ)
@@ -106,6 +111,33 @@ def test_before_the_first_sample_snapshot_is_unavailable_and_metrics_are_empty()
     assert ask(app_for(None), "/metrics")[:3:2] == (200, b"")
 
 
+def test_metrics_are_rendered_once_per_sample_and_format(sample):
+    """A scrape between samples is a copy of the bytes rendered at the first one: the collectors run
+    once per sample and format, however many scrapes come."""
+    current = [sample]
+    renders = []
+
+    class Counting(SampleCollector):
+        def collect(self):
+            renders.append(current[0])
+            return super().collect()
+
+    registry = CollectorRegistry()
+    registry.register(Counting(lambda: current[0]))
+    app = make_app(lambda: current[0], registry)
+    first = [ask(app, "/metrics")[2] for _ in range(5)]
+    assert len(renders) == 1 and first == [first[0]] * 5 and b"gputui_device_memory_used_bytes{" in first[0]
+    environ = {"HTTP_ACCEPT": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+               "HTTP_ACCEPT_ENCODING": "gzip"}
+    status, headers, zipped = ask(app, "/metrics", extra=environ)
+    assert status == 200 and headers["Content-Encoding"] == "gzip" and len(renders) == 2
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert gzip.decompress(zipped).endswith(b"# EOF\n") and ask(app, "/metrics", extra=environ)[2] == zipped
+    assert len(renders) == 2
+    current[0] = Sample(workstation())  # the next sample: rendered anew at its first scrape
+    assert ask(app, "/metrics")[2] == first[0] and len(renders) == 3
+
+
 # ------------------------------------------------------------------------------------- basic auth
 
 @pytest.fixture(scope="module")
@@ -151,7 +183,7 @@ def test_the_users_file(tmp_path):
     path = tmp_path / "users"
     path.write_text(f"# who may scrape\n\n{password_line('alice', 'pw1')}\n{password_line('bob', 'pw2')}\n")
     users = Users.load(path)
-    assert users.allow(basic("bob", "pw2")) and not users.allow(basic("bob", "pw1"))
+    assert users.check(basic("bob", "pw2")) is Check.ALLOWED and users.check(basic("bob", "pw1")) is Check.REFUSED
 
 
 @pytest.mark.parametrize("text, why", [
@@ -172,6 +204,119 @@ def test_a_bad_users_file_is_one_line_that_does_not_quote_it(tmp_path, text, why
 def test_an_unreadable_users_file(tmp_path):
     with pytest.raises(UserError, match="cannot read the basic auth file .*: No such file or directory"):
         Users.load(tmp_path / "missing")
+
+
+def hash_text(cost: int, block_size: int, parallel: int) -> str:
+    salt, key = (base64.b64encode(bytes(size)).decode() for size in (16, 32))
+    return f"scrypt${cost}${block_size}${parallel}${salt}${key}"
+
+
+@pytest.mark.parametrize("cost, block_size, parallel, why", [
+    (16384, 8, 1048576, r"out of range \(N=16384, r=8, p=1048576: .*p at most 16"),  # minutes a check
+    (16384, 8, 17, "out of range"),
+    (1 << 17, 8, 16, "out of range"),  # 16 times the default's memory and 128 times its time
+    (2, 8, 1, r"too weak \(N=2, r=8, p=1: N\*r\*p under 131072\); make the line again"),
+    (16384, 1, 1, "too weak"),
+])
+def test_scrypt_parameters_are_bounded_both_ways(tmp_path, cost, block_size, parallel, why):
+    path = tmp_path / "users"
+    path.write_text(f"alice:{hash_text(cost, block_size, parallel)}\n")
+    with pytest.raises(UserError, match=f"line 1: its scrypt parameters are {why}"):
+        Users.load(path)
+
+
+def test_the_costliest_parameters_allowed_still_check_a_password():
+    hashed = Hashed.parse(hash_text(16384, 8, 16))
+    assert not hashed.matches("guess")  # 16 times the default's time, no MemoryError or ValueError
+
+
+@pytest.mark.parametrize("mode, owner, why", [
+    (0o666, 0, r"may be written by other users \(mode 666\); run: chmod go-w "),
+    (0o620, 0, r"may be written by other users \(mode 620\)"),
+    (0o600, 12345, "belongs to uid 12345, not to you; use a file you own"),
+])
+def test_a_users_file_others_may_change_is_refused(tmp_path, mode, owner, why):
+    path = tmp_path / "users"
+    path.write_text(password_line("alice", "pw") + "\n")
+    os.chmod(path, mode)
+    if owner != os.geteuid():
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user takes root")
+        os.chown(path, owner, -1)
+    with pytest.raises(UserError, match=f"^the basic auth file {path} {why}"):
+        Users.load(path)
+
+
+def finishes(call, seconds: float):
+    """``call()``'s result, asserting that it came within ``seconds`` (it runs in a thread that may hang)."""
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert result, f"still waiting after {seconds} s"
+    return result[0]
+
+
+def test_a_fifo_or_a_device_as_the_users_file_is_one_line(tmp_path):
+    fifo = tmp_path / "users"
+    os.mkfifo(fifo)
+
+    def refused(path):
+        try:
+            Users.load(path)
+        except UserError as exc:
+            return str(exc)
+        return "loaded"
+
+    assert finishes(lambda: refused(fifo), 5) == f"the basic auth file {fifo} is not a regular file"
+    assert finishes(lambda: refused("/dev/zero"), 5) == "the basic auth file /dev/zero is not a regular file"
+
+
+def test_a_known_password_never_waits_for_the_checks_of_guesses(sample, monkeypatch):
+    """A header that passed is answered at once while guesses hold every scrypt turn; guesses beyond
+    the turns wait at most CHECK_WAIT and are answered 503, so scrypt's memory and CPU stay bounded."""
+    users = Users({"alice": Hashed.of("s3cret pass")})
+    app = app_for(sample, users)
+    right = basic("alice", "s3cret pass")
+    assert ask(app, "/metrics", authorization=right)[0] == 200  # remembered from here on
+    release, checking = threading.Event(), []
+
+    def slow_scrypt(self, password):
+        checking.append(password)
+        release.wait(10)
+        return False
+
+    monkeypatch.setattr(Hashed, "matches", slow_scrypt)
+    monkeypatch.setattr(auth, "CHECK_WAIT", 0.2, raising=False)
+    answers: list = []
+    guessers = [threading.Thread(target=lambda n=n: answers.append(ask(app, "/metrics", authorization=basic(
+        "alice", f"guess {n}"))[:2]), daemon=True) for n in range(8)]
+    try:
+        for guesser in guessers:
+            guesser.start()
+        time.sleep(0.6)
+        assert finishes(lambda: ask(app, "/metrics", authorization=right)[0], 1.0) == 200
+        assert len(checking) == auth.CHECKS_AT_ONCE == 2
+        assert [status for status, _ in answers] == [503] * 6
+        assert answers[0][1]["Retry-After"] == "1"
+    finally:
+        release.set()
+        for guesser in guessers:
+            guesser.join(5)
+    assert sorted(status for status, _ in answers) == [401, 401] + [503] * 6
+
+
+def test_scrypt_runs_on_its_own_few_threads(monkeypatch):
+    """Not on each request's thread: glibc would keep 16 MiB in every such thread's arena (278 MB)."""
+    users = Users({"alice": Hashed.of("s3cret pass")})
+    ran_on = set()
+    monkeypatch.setattr(Hashed, "matches", lambda self, password: ran_on.add(threading.current_thread().name))
+    askers = [threading.Thread(target=users.check, args=(basic("alice", f"guess {n}"),)) for n in range(12)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(10)
+    assert 1 <= len(ran_on) <= auth.CHECKS_AT_ONCE and all(name.startswith("gputui-scrypt") for name in ran_on)
 
 
 @pytest.mark.parametrize("name", ["", "a:b", " alice", "al\nice"])
@@ -217,6 +362,101 @@ def test_a_name_that_does_not_resolve_is_one_line():
         listen(Address("no-such-host.invalid", 9403))
 
 
+# ------------------------------------------------------------------------------ slow and many clients
+
+@pytest.fixture
+def counted(sample):
+    """A served app on loopback that notes each request it runs; yields (server, the paths run)."""
+    run: list[str] = []
+    app = app_for(sample)
+
+    def counting(environ, start_response):
+        run.append(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    server = listen(Address("127.0.0.1", 0))
+    server.set_app(counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, run
+    server.shutdown()
+    server.server_close()
+
+
+def until_closed(connection: socket.socket, seconds: float, trickle: bytes = b"") -> tuple[float, bytes] | None:
+    """(seconds until the server ended ``connection``, what it sent), sending ``trickle`` every 0.2 s
+    meanwhile; None if it kept the connection open ``seconds``."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if select.select([connection], [], [], 0.2)[0]:
+            try:
+                return time.monotonic() - started, connection.recv(1 << 16)
+            except OSError:
+                return time.monotonic() - started, b""
+        try:
+            connection.sendall(trickle)
+        except OSError:
+            return time.monotonic() - started, b""
+    return None
+
+
+def test_a_request_must_come_whole_in_time_and_a_partial_one_never_runs(counted, monkeypatch):
+    server, run = counted
+    monkeypatch.setattr(server_module, "REQUEST_TIMEOUT", 1.0, raising=False)
+    trickler = socket.create_connection(server.server_address[:2])
+    half = None
+    try:
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
+        ended = until_closed(trickler, 4.0, trickle=b"X")  # a header a byte every 0.2 s, never ended
+        assert ended is not None and ended[0] < 2.0 and ended[1] == b""
+        half = socket.create_connection(server.server_address[:2])
+        half.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")  # no blank line, then the client closes
+        half.shutdown(socket.SHUT_WR)
+        assert until_closed(half, 3.0) == (pytest.approx(0, abs=1.0), b"")
+        assert run == []  # neither ran as a scrape
+        assert fetch(server.url + "/metrics")[0] == 200 and run == ["/metrics"]
+    finally:
+        trickler.close()
+        if half is not None:
+            half.close()
+
+
+def test_connections_beyond_the_bound_are_answered_503_at_once(sample, monkeypatch):
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 3, raising=False)
+    server = listen(Address("127.0.0.1", 0))
+    server.set_app(app_for(sample))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    silent = [socket.create_connection(server.server_address[:2]) for _ in range(3)]
+    try:
+        time.sleep(0.3)  # accepted: each holds a thread, waiting for its request
+        started = time.monotonic()
+        status, headers, body = fetch(server.url + "/metrics")
+        assert (status, headers["Retry-After"], body) == (503, "1", b"gputui: too many connections; try again\n")
+        assert time.monotonic() - started < 1.0
+        for connection in silent:
+            connection.close()
+        time.sleep(0.3)  # their threads see the close and give their places back
+        assert fetch(server.url + "/metrics")[0] == 200
+    finally:
+        for connection in silent:
+            connection.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_ipv4_loopback_written_as_ipv6_is_this_machine_only():
+    server = listen(parse_address("[::ffff:127.0.0.1]:0"))
+    try:
+        assert server.address.host == "::ffff:127.0.0.1" and server.loopback
+    finally:
+        server.server_close()
+    for host, loopback in (("::1", True), ("127.0.0.1", True), ("0.0.0.0", False)):
+        server = listen(Address(host, 0))
+        try:
+            assert server.loopback is loopback
+        finally:
+            server.server_close()
+
+
 # ------------------------------------------------------------------------------------------- TLS
 
 @pytest.fixture(scope="module")
@@ -250,6 +490,21 @@ def test_tls_serves_https_and_a_silent_client_holds_up_no_one(sample, certificat
         silent.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_fifo_as_a_tls_file_is_one_line(tmp_path, certificate):
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)
+
+    def refused(*files):
+        try:
+            tls_context(*files)
+        except UserError as exc:
+            return str(exc)
+        return "loaded"
+
+    assert finishes(lambda: refused(str(fifo)), 5) == f"the TLS file {fifo} is not a regular file"
+    assert finishes(lambda: refused(str(certificate[0]), str(fifo)), 5) == f"the TLS file {fifo} is not a regular file"
 
 
 @pytest.mark.parametrize("files, why", [

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import hashlib
 import hmac
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from gputui.errors import UserError
+from gputui.files import check_private, read_small
 from gputui.untrusted import visible
 
 SCHEME = "scrypt"
@@ -26,10 +28,20 @@ SCHEME = "scrypt"
 # sends the same header at every scrape, so a header that passed is remembered (as a digest) and the
 # check is paid once, not every 15 s.
 COST, BLOCK_SIZE, PARALLEL = 1 << 14, 8, 1
-MAX_MEMORY = 64 << 20  # what a hash's own parameters may ask scrypt for
+# What a hash in the file may ask for, both ways: no weaker than --hash-password's own (N=2 would make
+# the hash worthless), and at most 16 times its time and 64 MiB (p=1048576 would take a minute a check).
+MIN_WORK = COST * BLOCK_SIZE * PARALLEL
+MAX_WORK = 16 * MIN_WORK
+MAX_PARALLEL = 16
+MAX_MEMORY = 64 << 20
 SALT_BYTES, KEY_BYTES = 16, 32
+MIN_SALT, KEY_RANGE = 8, range(16, 65)
 REMEMBERED = 64  # headers that passed, kept
-
+# Checks of headers not seen before, at once: each takes a core for 50 ms and 16 MiB, and a flood of
+# guesses must not take more than this of either. A request waits for a turn at most CHECK_WAIT.
+CHECKS_AT_ONCE = 2
+CHECK_WAIT = 1.0
+USERS_FILE_LIMIT = 1 << 20  # bytes: some thousands of users
 
 @dataclass(frozen=True)
 class Hashed:
@@ -57,9 +69,9 @@ class Hashed:
             salt, key = base64.b64decode(parts[4], validate=True), base64.b64decode(parts[5], validate=True)
         except (ValueError, binascii.Error):
             raise ValueError("its parameters or base64 parts are damaged") from None
-        if cost < 2 or cost & (cost - 1) or block_size < 1 or parallel < 1 or not key or \
-                128 * cost * block_size > MAX_MEMORY:
-            raise ValueError("its scrypt parameters are out of range")
+        _check_parameters(cost, block_size, parallel)
+        if len(salt) < MIN_SALT or len(key) not in KEY_RANGE:
+            raise ValueError("its salt or key has the wrong length")
         return cls(cost, block_size, parallel, salt, key)
 
     def __str__(self) -> str:
@@ -70,6 +82,19 @@ class Hashed:
     def matches(self, password: str) -> bool:
         derived = _derive(password, self.salt, self.cost, self.block_size, self.parallel, len(self.key))
         return hmac.compare_digest(derived, self.key)
+
+
+def _check_parameters(cost: int, block_size: int, parallel: int) -> None:
+    """ValueError unless scrypt's N, r and p are a cost this server can pay and an attacker cannot skip."""
+    work = cost * block_size * parallel
+    shown = f"N={cost}, r={block_size}, p={parallel}"
+    if cost < 2 or cost & (cost - 1) or block_size < 1 or not 1 <= parallel <= MAX_PARALLEL or \
+            128 * cost * block_size > MAX_MEMORY or work > MAX_WORK:
+        raise ValueError(f"its scrypt parameters are out of range ({shown}: N a power of two, p at most "
+                         f"{MAX_PARALLEL}, at most {MAX_MEMORY >> 20} MiB and N*r*p at most {MAX_WORK})")
+    if work < MIN_WORK:
+        raise ValueError(f"its scrypt parameters are too weak ({shown}: N*r*p under {MIN_WORK}); "
+                         "make the line again with gputui serve --hash-password")
 
 
 def _derive(password: str, salt: bytes, cost: int, block_size: int, parallel: int,
@@ -87,6 +112,14 @@ def password_line(name: str, password: str) -> str:
     return f"{name}:{Hashed.of(password)}"
 
 
+class Check(enum.Enum):
+    """What a request's ``Authorization`` header is worth."""
+
+    ALLOWED = "allowed"
+    REFUSED = "refused"
+    BUSY = "busy"  # not checked: as many checks as allowed are running; ask again later
+
+
 class Users:
     """Who may ask, and the check of a request's ``Authorization`` header."""
 
@@ -96,17 +129,29 @@ class Users:
         # wrong password and the answer's time does not tell which names exist.
         self._nobody = Hashed.of(os.urandom(16).hex())
         self._passed: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()  # one scrypt at a time: a flood of guesses takes one core
+        # Held for dictionary steps only, never during scrypt: a header that passed before is
+        # answered at once however many guesses are being checked.
+        self._lock = threading.Lock()
+        self._checks = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+        # scrypt runs on these threads only: glibc keeps the 16 MiB it frees in the arena of the thread
+        # that ran it, so scrypt on each request's thread grew the exporter by up to 16 MiB a thread.
+        self._scrypt = ThreadPoolExecutor(CHECKS_AT_ONCE, thread_name_prefix="gputui-scrypt")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Users:
-        """The users file at ``path``; UserError when it is unreadable or a line is not NAME:HASH."""
+        """The users file at ``path``; UserError when it is unreadable, not yours alone to change, or a
+        line is not NAME:HASH."""
+        what = "the basic auth file"
         where = visible(os.fspath(path))
+        data = read_small(path, USERS_FILE_LIMIT, what)  # a FIFO, /dev/zero or a huge file: one line
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
-            raise UserError(f"cannot read the basic auth file {where}: {why}") from None
+            # read_small has checked that it is a regular file; who owns it and who may write it here.
+            check_private(os.stat(path), path, what)
+            text = data.decode("utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot read {what} {where}: {visible(exc.strerror or str(exc))}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"cannot read {what} {where}: it is not UTF-8 text") from None
         hashes = {}
         for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
@@ -125,23 +170,32 @@ class Users:
                             "gputui serve --hash-password NAME >> FILE)")
         return cls(hashes)
 
-    def allow(self, header: str | None) -> bool:
-        """Whether ``header`` (``Basic base64(name:password)``) names a user with that password."""
+    def check(self, header: str | None) -> Check:
+        """Whether ``header`` (``Basic base64(name:password)``) names a user with that password: at once
+        for a header that passed before; else scrypt, when one of CHECKS_AT_ONCE turns comes within
+        CHECK_WAIT seconds, or BUSY."""
         if not header:
-            return False
+            return Check.REFUSED
         digest = hashlib.sha256(header.encode("utf-8", "surrogateescape")).digest()
         with self._lock:
             if digest in self._passed:
                 self._passed.move_to_end(digest)
-                return True
+                return Check.ALLOWED
+        if not self._checks.acquire(timeout=CHECK_WAIT):
+            return Check.BUSY
+        try:
             name, password = _credentials(header)
             hashed = self._hashes.get(name)
-            ok = (hashed or self._nobody).matches(password) and hashed is not None
-            if ok:
-                self._passed[digest] = None
-                while len(self._passed) > REMEMBERED:
-                    self._passed.popitem(last=False)
-            return ok
+            ok = self._scrypt.submit((hashed or self._nobody).matches, password).result() and hashed is not None
+        finally:
+            self._checks.release()
+        if not ok:
+            return Check.REFUSED
+        with self._lock:
+            self._passed[digest] = None
+            while len(self._passed) > REMEMBERED:
+                self._passed.popitem(last=False)
+        return Check.ALLOWED
 
 
 def _credentials(header: str) -> tuple[str, str]:

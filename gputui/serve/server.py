@@ -1,26 +1,43 @@
-"""Where the exporter listens: the address, TLS, and a thread per request.
+"""Where the exporter listens: the address, TLS, and a thread per connection, up to a bound.
 
 The stdlib's WSGI server, as prometheus_client's own start_http_server uses it, with what that one
-leaves out: a time limit on slow clients, the TLS handshake in the request's thread (a client that
-connects and says nothing cannot hold up the others), and a one-line error instead of a traceback.
+leaves out: at most MAX_CONNECTIONS at once (more are answered 503 and closed), a whole request within
+REQUEST_TIMEOUT or nothing (a client trickling a byte at a time, or closing halfway, never gets its
+request run), the TLS handshake in the connection's thread (a client that connects and says nothing
+holds up no one), and a one-line error instead of a traceback.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import ipaddress
 import socket
 import ssl
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from gputui.errors import UserError
+from gputui.files import read_small
 from gputui.untrusted import visible
 
-CLIENT_TIMEOUT = 10.0  # seconds a client may take to send its request (and to finish TLS's handshake)
+# Seconds from the connection to the request's last header, TLS's handshake included: Prometheus
+# sends its request at once; a client that takes longer is cut off without an answer.
+REQUEST_TIMEOUT = 5.0
+SEND_TIMEOUT = 10.0  # seconds for the answer to leave, to a client that reads slowly
+# Connections served at once (a thread and a socket each: 128 trickling clients held cost 2 MB); one
+# more is answered 503 and closed at once. Room for 64 clients guessing passwords and a scraper beside.
+MAX_CONNECTIONS = 128
+BACKLOG = 128  # connections the kernel holds for accept(): a burst of scrapes is not reset
+TLS_FILE_LIMIT = 1 << 20  # bytes: a certificate chain or a key is a few kB
+_BUSY_TEXT = b"gputui: too many connections; try again\n"
+BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
 
 
 @dataclass(frozen=True)
@@ -48,26 +65,96 @@ def parse_address(text: str) -> Address:
     return Address(host, int(port))
 
 
+class _Deadline(io.RawIOBase):
+    """A connection's incoming bytes under one deadline for all of them (a socket's own timeout is per
+    read, so a byte every few seconds would keep it for ever); ``ended`` once the client closed its side."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        self._connection = connection
+        self._deadline = deadline
+        self.ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not come whole in time")
+        self._connection.settimeout(left)
+        count = self._connection.recv_into(buffer)
+        self.ended = self.ended or count == 0
+        return count
+
+
 class _Handler(WSGIRequestHandler):
-    timeout = CLIENT_TIMEOUT
+    timeout = REQUEST_TIMEOUT
 
     def setup(self) -> None:
+        deadline = time.monotonic() + REQUEST_TIMEOUT
         super().setup()
         if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()  # here, in this request's thread, under its timeout
+            self.connection.do_handshake()  # here, in this connection's thread, under its timeout
+        self._reader = _Deadline(self.connection, deadline)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self._reader.ended:
+            # The headers ended with the connection, not with their blank line: a request cut short
+            # is not run (the stdlib's parser would take it as whole).
+            self.close_connection = True
+            return False
+        self.connection.settimeout(SEND_TIMEOUT)
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are not logged: Prometheus asks every few seconds, for days."""
 
 
 class Server(ThreadingMixIn, WSGIServer):
-    """The stdlib's WSGI server, a thread per request."""
+    """The stdlib's WSGI server, a thread per connection, MAX_CONNECTIONS of them at most."""
 
     daemon_threads = True  # a request in flight does not hold up the exit
+    request_queue_size = BACKLOG
 
     def __init__(self, address: Any, family: socket.AddressFamily) -> None:
         self.address_family = family
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._turn_away(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread: the slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _turn_away(self, request: socket.socket) -> None:
+        """503 and close, in the accepting thread, so without waiting on the client: what it has sent
+        is read first (unread bytes would make the close a reset that loses the 503). A TLS connection
+        is only closed: an answer would need a handshake."""
+        if not isinstance(request, ssl.SSLSocket):
+            try:
+                request.setblocking(False)
+                request.recv(1 << 16)
+            except OSError:
+                pass
+            try:
+                request.send(BUSY)
+            except OSError:
+                pass
+        self.shutdown_request(request)
 
     @property
     def address(self) -> Address:
@@ -82,8 +169,9 @@ class Server(ThreadingMixIn, WSGIServer):
 
     @property
     def loopback(self) -> bool:
-        """Whether only this machine can connect."""
-        return ipaddress.ip_address(self.address.host).is_loopback
+        """Whether only this machine can connect (::ffff:127.0.0.1 too: IPv4's loopback written as IPv6)."""
+        address = ipaddress.ip_address(self.address.host)
+        return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         failure = sys.exc_info()[1]
@@ -113,10 +201,8 @@ def tls_context(certificate: str, key: str | None = None) -> ssl.SSLContext:
     """A server's TLS context with the certificate (PEM) and its key (in the certificate's file
     unless ``key`` is given), on the ssl module's defaults; UserError where they cannot be loaded."""
     for path in filter(None, (certificate, key)):
-        try:
-            open(path, "rb").close()  # ssl's own error would not name the file
-        except OSError as exc:
-            raise UserError(f"cannot read the TLS file {visible(path)}: {exc.strerror}") from None
+        # ssl's own error would not name the file, and ssl would wait for ever on a FIFO.
+        read_small(path, TLS_FILE_LIMIT, "the TLS file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(certificate, key)

@@ -1,20 +1,24 @@
 """What the exporter answers, as a WSGI app: ``/metrics``, ``/snapshot`` and a small index.
 
 Read-only by design: GET and HEAD only (405 for anything else), no query changes anything, and
-nothing here can send a signal. With a users file, every path asks for basic auth first.
+nothing here can send a signal. With a users file, every path asks for basic auth first. /metrics is
+rendered once per sample (and format) and those bytes served until the next sample: a scrape costs a
+copy, not a render, however often it comes.
 """
 
 from __future__ import annotations
 
+import gzip
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from gputui import __version__
 from gputui.plain.document import SNAPSHOT, VERSION
-from gputui.serve.auth import Users
+from gputui.serve.auth import Check, Users
 from gputui.serve.sampling import Sample
 
 StartResponse = Callable[..., Any]
@@ -29,24 +33,68 @@ INDEX = f"""gputui {__version__}: a Prometheus exporter of this machine's GPUs a
 """.encode()
 
 
+# The two formats served: OpenMetrics 1.0.0 to whoever accepts it (Prometheus asks for it first), else
+# the text format 0.0.4. Other versions and escapings in an Accept header would each need a render.
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+class Exposition:
+    """/metrics's bytes for the latest sample, rendered at the first scrape that asks for each format
+    (and compression) and kept until the sample changes. The registry's other collectors (the
+    exporter's own CPU and memory) are read at that render, so they are as old as the sample."""
+
+    def __init__(self, latest: Callable[[], Sample | None], registry: CollectorRegistry) -> None:
+        self._latest = latest
+        self._registry = registry
+        self._lock = threading.Lock()  # one render per sample and format, however many scrapes wait for it
+        self._sample: Sample | None | object = _NOTHING
+        self._bodies: dict[tuple[bool, bool], tuple[str, bytes]] = {}
+
+    def body(self, accept: str, accept_encoding: str) -> tuple[str, bytes, bool]:
+        """(content type, bytes, gzipped) for a request's Accept and Accept-Encoding headers."""
+        key = ("application/openmetrics-text" in accept, gzip_accepted(accept_encoding))
+        sample = self._latest()
+        with self._lock:
+            if sample is not self._sample:
+                self._sample, self._bodies = sample, {}
+            if key not in self._bodies:
+                self._bodies[key] = self._render(*key)
+            content_type, body = self._bodies[key]
+        return content_type, body, key[1]
+
+    def _render(self, openmetrics: bool, gzipped: bool) -> tuple[str, bytes]:
+        encoder, content_type = choose_encoder(OPENMETRICS if openmetrics else "")
+        body = encoder(self._registry)
+        return content_type, gzip.compress(body) if gzipped else body
+
+
+_NOTHING = object()  # no render yet (None is a sample's absence, and has a render of its own)
+
+
 def make_app(latest: Callable[[], Sample | None], registry: CollectorRegistry,
              users: Users | None = None) -> App:
     """The exporter's app: ``latest`` gives the sample to answer from, ``registry`` the metrics."""
-    metrics = make_wsgi_app(registry)
+    exposition = Exposition(latest, registry)
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if users is not None and not users.allow(environ.get("HTTP_AUTHORIZATION")):
-            return _answer(start_response, "401 Unauthorized", b"gputui: user name and password, please\n",
-                           [("WWW-Authenticate", 'Basic realm="gputui", charset="UTF-8"')])
+        if users is not None:
+            check = users.check(environ.get("HTTP_AUTHORIZATION"))
+            if check is Check.BUSY:
+                return _answer(start_response, "503 Service Unavailable",
+                               b"gputui: too many passwords being checked; try again\n", [("Retry-After", "1")])
+            if check is not Check.ALLOWED:
+                return _answer(start_response, "401 Unauthorized", b"gputui: user name and password, please\n",
+                               [("WWW-Authenticate", 'Basic realm="gputui", charset="UTF-8"')])
         method = environ.get("REQUEST_METHOD", "")
         if method not in ("GET", "HEAD"):
             return _answer(start_response, "405 Method Not Allowed",
                            b"gputui: this exporter only answers GET and HEAD\n", [("Allow", "GET, HEAD")])
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
-            # prometheus_client answers GET only: a HEAD gets its GET's headers, without the body.
-            body = metrics({**environ, "REQUEST_METHOD": "GET"}, start_response)
-            return [] if method == "HEAD" else body
+            content_type, body, gzipped = exposition.body(environ.get("HTTP_ACCEPT", ""),
+                                                          environ.get("HTTP_ACCEPT_ENCODING", ""))
+            return _answer(start_response, "200 OK", body, [("Content-Encoding", "gzip")] if gzipped else [],
+                           content_type=content_type, head=method == "HEAD")
         if path == "/snapshot":
             sample = latest()
             if sample is None:
