@@ -332,3 +332,10 @@ def test_any_crafted_change_reads_in_part_or_is_one_line(tmp_path, capsys, patch
     body = {"change": {"k": {"snapshot": patch}}, "leaks": leaks}
     path = crafted(tmp_path / "crafted.rec", KEY_BODY, body, {"change": None, "leaks": {}}, KEY_BODY)
     replay_reads_in_part_or_is_one_line(path, at, capsys)
+
+
+def test_a_header_interval_that_is_not_a_period_reads_as_one_second(tmp_path):
+    path = crafted(tmp_path / "i.rec", KEY_BODY)
+    data = path.read_bytes().replace(b'"interval": 1.0', b'"interval": Infinity', 1)
+    path.write_bytes(data)
+    assert Recording(path).interval == 1.0

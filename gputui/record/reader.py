@@ -1,12 +1,15 @@
 """Reading a recording: its frames indexed by time, any sample decoded on demand.
 
-A damaged or cut-off end (a crash while writing, a full disk) is left out with a note; a file that is
-not a recording, or one from a newer gputui, is a UserError.
+A damaged frame is read past: the samples up to the next intact key frame are left out, and the note
+says how many and where; a damaged or cut-off end (a crash while writing) is left out with a note. A
+file that is not a recording, or one from a newer gputui, is a UserError; a sample that a crafted file
+makes undecodable (its CRC right, its content not) is a ValueError when it is asked for.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -88,7 +91,8 @@ class Recording:
     @property
     def interval(self) -> float:
         value = self.header.get("interval")
-        return float(value) if isinstance(value, (int, float)) and value > 0 else 1.0
+        # (a header may say Infinity: json reads it)
+        return float(value) if isinstance(value, (int, float)) and 0 < value < math.inf else 1.0
 
     @property
     def note(self) -> str:
