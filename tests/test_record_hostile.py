@@ -272,6 +272,18 @@ def test_a_stream_that_inflates_too_far_is_refused(tmp_path):
         recording.sample(5)
 
 
+def test_a_stream_of_too_many_values_is_refused_within_bounded_memory(tmp_path):
+    # Small in bytes, large in memory: "[]," is 3 bytes and a 64-byte list. Each change adds 1.2M lists
+    # to the document; the fourth takes the stream past 4M values.
+    lists = [[b'{"change": {"k": {"a%d": {"=": [' % i, b"[]," * 1_200_000, b'[]]}}}, "leaks": {}}'] for i in range(4)]
+    path = crafted(tmp_path / "values.rec", KEY_BODY, *lists)
+    rss, code, err = peak_rss(tmp_path, ["replay", str(path), "--json"])
+    assert code == 0 and err == f"gputui: {path}: its end is damaged: the 4 samples before it are read\n"
+    assert rss < 350, rss  # 3.6M lists held: the most a stream may hold is about 300 MB of them
+    with pytest.raises(ValueError, match="sample 4 does not decode: its stream holds over 4194304 JSON values"):
+        Recording(crafted(path, KEY_BODY, *lists, KEY_BODY)).sample(4)
+
+
 def test_a_billion_items_asked_for_is_refused_within_bounded_memory(tmp_path):
     path = crafted(tmp_path / "list.rec", KEY_BODY, change({"devices": {"n": 10 ** 9, "i": {}}}), KEY_BODY)
     rss, code, err = peak_rss(tmp_path, ["replay", str(path), "--json", "--at", "1s"])

@@ -9,8 +9,8 @@ their change from the sample before (record/delta.py). Seeking decodes from the 
 and a reader that meets a damaged frame reads on from the next key frame.
 
 A recording may come from anyone, so the reader bounds what it decodes: a frame's length, what one
-frame inflates to (its document or change) and what a stream inflates to from its key frame on (a
-document is built only from that, so this bounds the document as well).
+frame inflates to (its document or change), and what a stream inflates to from its key frame on, in
+bytes and in JSON values (a document is built only from that, so this bounds the document as well).
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ FILE_LIMIT = 2 << 30  # bytes of a recording file (the recorder rotates at 200 M
 FRAME_LIMIT = 16 << 20  # bytes of one frame's payload, compressed
 SAMPLE_LIMIT = 16 << 20  # bytes one frame inflates to
 STREAM_LIMIT = 64 << 20  # bytes a stream inflates to, its key frame and the changes after it together
+# JSON values in a stream, the same way. Memory goes by values more than by bytes: "[]," is 3 bytes and a
+# 64-byte list, so 64 MiB of it is 1.5 GB. A busy node's stream holds ~300k values (a document ~3k, a
+# change ~1k); 4M values are at most ~300-400 MB of Python objects.
+VALUE_LIMIT = 4 << 20
 LATEST_TIME = 1e11  # a frame's time (epoch seconds) is at or after 1970 and before this (year 5138)
 
 
@@ -45,6 +49,7 @@ class Inflater:
     def __init__(self) -> None:
         self._stream = zlib.decompressobj(-15)
         self.inflated = 0  # bytes so far, over every frame of the stream
+        self.values = 0  # JSON values so far, at most (see _values)
 
     def frame(self, payload: bytes) -> bytes:
         """The frame's payload inflated; ValueError where it is not deflate or inflates past a bound."""
@@ -58,4 +63,15 @@ class Inflater:
         self.inflated += len(text)
         if self.inflated > STREAM_LIMIT:
             raise ValueError(f"its stream inflates past {STREAM_LIMIT >> 20} MiB since its key frame")
+        self.values += _values(text)
+        if self.values > VALUE_LIMIT:
+            raise ValueError(f"its stream holds over {VALUE_LIMIT} JSON values since its key frame")
         return text
+
+
+def _values(text: bytes) -> int:
+    """At least the number of JSON values and keys in ``text``, counted before it is parsed: each but the
+    first follows a comma, a colon or the opening bracket of a container that is not empty (marks
+    inside strings, or spaces inside an empty container, only add to the count)."""
+    marks = sum(text.count(mark) for mark in (b",", b":", b"[", b"{"))
+    return marks - text.count(b"[]") - text.count(b"{}") + 1

@@ -79,11 +79,9 @@ class Recording:
         self._end = ""  # why the end was left out, or ""
         self._index(self._data.index(b"\n") + 1)
         self._at: tuple[int, Inflater, Any, Any] | None = None  # the last decoded: index, stream, document, leaks
-        if self._frames:  # a frame whose payload does not decode is damage too: found now, not mid-replay
-            try:
-                self.sample(len(self._frames) - 1)
-            except ValueError:
-                self._cut_at_damage()
+        if self._frames and not self._decodes(len(self._frames) - 1):
+            # A frame whose payload does not decode is damage too: found now, not mid-replay.
+            self._cut_at_damage()
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -164,15 +162,20 @@ class Recording:
         """Keep the samples of the last stretch that decode (the CRCs vouch for those before it)."""
         key = max(j for j, frame in enumerate(self._frames) if frame.key)
         good = key
-        for i in range(key, len(self._frames)):
-            try:
-                self.sample(i)
-            except ValueError:
-                break
-            good = i + 1
+        while good < len(self._frames) and self._decodes(good):
+            good += 1
         del self._frames[good:], self.times[good:]
         self._at = None
         self._end = DAMAGED
+
+    def _decodes(self, i: int) -> bool:
+        """Whether sample ``i`` decodes. (Not a try around the caller's work: the exception's frames would
+        keep the half-decoded documents alive meanwhile.)"""
+        try:
+            self.sample(i)
+        except ValueError:
+            return False
+        return True
 
     def sample(self, i: int) -> Sample:
         """The ``i``-th sample: the one after the last asked for decodes in one step, any other from
