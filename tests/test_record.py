@@ -52,7 +52,7 @@ def write(path, samples, **options):
     recorder.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                 HealthCheck.function_scoped_fixture])
 @given(snapshots=st.lists(SNAPSHOTS, min_size=1, max_size=6), leaks=VERDICTS,
        key_every=st.integers(1, 4), order=st.randoms(use_true_random=False))

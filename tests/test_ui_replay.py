@@ -13,6 +13,7 @@ from gputui.record.writer import Recorder
 from gputui.ui.replay import ReplayApp
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
+from record_helpers import KEY_BODY, change, crafted
 from ui_data import GIB, T0, table_keys, training_snapshot
 
 SAMPLES = 150  # 2.5 minutes, one a second
@@ -127,3 +128,19 @@ async def test_signals_and_probe_requests_are_refused(tmp_path):
         assert any("no process to send SIGKILL" in m for m in said)
         assert any("no process to send a request" in m for m in said)
         assert len(app.screen_stack) == 2  # no confirmation asked: nothing to confirm
+
+
+async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_path):
+    # a crafted file: its CRCs right, a patch not
+    path = crafted(tmp_path / "c.rec", KEY_BODY, change({"devices": {"n": 10 ** 9, "i": {}}}), KEY_BODY)
+    app = ReplayApp(Recording(path), me="bob", paused=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        await pilot.press("full_stop")
+        for _ in range(100):
+            if app._notifications:
+                break
+            await pilot.pause(0.02)
+        said = [n.message for n in app._notifications]
+        assert said == ["sample 1 does not decode: a change to an array of 4 items that asks for 1000000000"]
+        assert app.index == 0 and app.snapshot.taken_at == T0  # still showing what it showed

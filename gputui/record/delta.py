@@ -41,18 +41,42 @@ def _same(old: Any, new: Any) -> bool:
 
 
 def patch(old: Any, change: Any) -> Any:
-    """``old`` with ``change`` (a :func:`diff`) applied; ``old`` itself is left as it was."""
+    """``old`` with ``change`` (a :func:`diff`) applied; ``old`` itself is left as it was.
+
+    ValueError where ``change`` is not a patch of ``old``'s shape: a recording may come from anyone.
+    """
     if change is None:
         return old
+    if not isinstance(change, dict):
+        raise ValueError("a change that is not an object")
     if "=" in change:
         return change["="]
     if "k" in change:
-        new = {key: value for key, value in old.items() if key not in change.get("x", ())}
-        for key, item in change["k"].items():
-            new[key] = patch(old.get(key), item)
-        return new
-    items = [old[i] if i < len(old) else None for i in range(change["n"])]
-    for index, item in change["i"].items():
-        i = int(index)
-        items[i] = patch(old[i], item) if i < len(old) else patch(None, item)
+        return _patch_object(old, change["k"], change.get("x", []))
+    return _patch_array(old, change.get("n"), change.get("i"))
+
+
+def _patch_object(old: Any, changed: Any, gone: Any) -> dict[str, Any]:
+    if not isinstance(old, dict) or not isinstance(changed, dict) or not isinstance(gone, list):
+        raise ValueError("a change to an object that is not one")
+    drop = {key for key in gone if isinstance(key, str)}  # (a set: the gone keys may be many)
+    new = {key: value for key, value in old.items() if key not in drop}
+    for key, item in changed.items():
+        new[key] = patch(old.get(key), item)
+    return new
+
+
+def _patch_array(old: Any, length: Any, changed: Any) -> list[Any]:
+    if not isinstance(old, list) or not isinstance(changed, dict) or type(length) is not int:
+        raise ValueError("a change to an array that is not one")
+    # Items past the old end are all in the change (diff writes each new one): so a few bytes cannot
+    # ask for a billion items.
+    if not 0 <= length <= len(old) + len(changed):
+        raise ValueError(f"a change to an array of {len(old)} items that asks for {length}")
+    items = old[:length] + [None] * (length - len(old))
+    for index, item in changed.items():
+        i = int(index) if index.isascii() and index.isdigit() else -1
+        if not 0 <= i < length:
+            raise ValueError(f"a change to item {index[:20]!r} of an array of {length}")
+        items[i] = patch(old[i] if i < len(old) else None, item)
     return items

@@ -64,23 +64,26 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
 
 def print_at(options: Options) -> int:
     """``--once`` or ``--json`` as printed at ``--at`` (the recording's last sample without it)."""
-    recording = open_recording(str(options.extra["file"]))
+    path = str(options.extra["file"])
+    recording = open_recording(path)
     at = options.extra.get("at")
     index = len(recording) - 1 if at is None else recording.index_at(moment(str(at), recording.times[0]))
-    sample = recording.sample(index)
-    if options.json:
-        return terminal.show(dumps(sample.document) + "\n")
-    return terminal.show(snapshot_text(sample.snapshot, options))
+    try:  # the CRCs vouch for what was written, not for who wrote it: a crafted sample is refused here
+        sample = recording.sample(index)
+        text = dumps(sample.document) + "\n" if options.json else snapshot_text(sample.snapshot, options)
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    return terminal.show(text)
 
 
 def open_recording(path: str) -> Recording:
     """The recording at ``path``, its damaged end (if any) said on stderr; UserError if it is empty or
     its snapshots are not ones this gputui reads."""
     recording = Recording(path)
+    if not len(recording):  # (its note would only say that none is read)
+        raise UserError(f"{path}: a recording without {'an intact' if recording.note else 'a'} sample")
     if recording.note:
         print(f"gputui: {recording.note}", file=sys.stderr)
-    if not len(recording):
-        raise UserError(f"{path}: a recording without a sample")
     try:  # one gputui wrote every sample: if the last one reads, they all do
         read_snapshot_document(recording.sample(len(recording) - 1).document)
     except ValueError as exc:

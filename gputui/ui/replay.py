@@ -22,7 +22,7 @@ from gputui.options import Options
 from gputui.record.reader import Recording
 from gputui.record.run import open_recording
 from gputui.ui.app import GpuTuiApp
-from gputui.untrusted import visible_all
+from gputui.untrusted import visible, visible_all
 
 SPEEDS = (1, 2, 4, 8)
 LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
@@ -91,19 +91,25 @@ class ReplayApp(GpuTuiApp):
 
     @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
     def _decode(self, index: int, *, rebuild: bool) -> None:
-        recording = self.recording
         with self._lock:
-            history = None
-            if rebuild:
-                history = History(self.history.span, self.history.max_points)
-                first = recording.index_at(recording.times[index] - self.history.span)
-                for i in range(first, index):
-                    if self.wanted != index:
-                        return  # asked elsewhere meanwhile
-                    history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
-            sample = recording.sample(index)
-            # made visible as the live sampler does: the screens never write a control character
-            self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
+            try:
+                self._decoded(index, rebuild=rebuild)
+            except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
+                self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
+
+    def _decoded(self, index: int, *, rebuild: bool) -> None:
+        recording = self.recording
+        history = None
+        if rebuild:
+            history = History(self.history.span, self.history.max_points)
+            first = recording.index_at(recording.times[index] - self.history.span)
+            for i in range(first, index):
+                if self.wanted != index:
+                    return  # asked elsewhere meanwhile
+                history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
+        sample = recording.sample(index)
+        # made visible as the live sampler does: the screens never write a control character
+        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:

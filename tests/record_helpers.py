@@ -1,0 +1,34 @@
+"""Recordings made by hand, as someone who means harm would write them (tests of the reader)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from gputui.plain.document import dumps, snapshot_document
+from gputui.record.format import CHANGE, HEAD, KEY, KIND, compressor
+from ui_data import T0, training_snapshot
+
+
+def crafted(path, *bodies, times=None):
+    """A recording of hand-made frames: each body (JSON, bytes as they are, or a list of bytes) a frame, the first and
+    each KEY_BODY a key frame, with right CRCs: what someone who means harm writes."""
+    header = {"schema": KIND, "version": 1, "gputui": "x", "interval": 1.0, "host": "h"}
+    out, stream = [json.dumps(header).encode() + b"\n"], compressor()
+    for i, body in enumerate(bodies):
+        key = i == 0 or body is KEY_BODY
+        stream = compressor() if key else stream
+        chunks = body if isinstance(body, list) else [body if isinstance(body, bytes) else json.dumps(body).encode()]
+        payload = b"".join(stream.compress(chunk) for chunk in chunks) + stream.flush(zlib.Z_SYNC_FLUSH)
+        taken_at = times[i] if times else T0 + i
+        out.append(HEAD.pack(KEY if key else CHANGE, len(payload), zlib.crc32(payload), taken_at) + payload)
+    path.write_bytes(b"".join(out))
+    return path
+
+
+DOCUMENT = json.loads(dumps(snapshot_document(training_snapshot())))
+KEY_BODY = {"document": DOCUMENT, "leaks": {}}
+
+
+def change(patch):
+    return {"change": {"k": {"snapshot": {"k": patch}}}, "leaks": {}}
