@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Callable
 
 # Signals that end the monitor: 128 + the signal is its exit status (143 for SIGTERM), as for a
 # process the signal killed, so scripts and shells read it the usual way.
@@ -18,6 +20,49 @@ WHAT_IT_DOES = {
     "SIGTERM": "ask it to terminate",
     "SIGKILL": "kill it at once; it cannot clean up",
 }
+
+
+class StopGuard:
+    """Passes SIGCONT on to Textual's driver only when it ends the driver's own SIGTSTP suspend.
+
+    Textual restarts application mode on every SIGCONT, as if each followed its own suspend. After a
+    plain SIGSTOP (kill -STOP, a debugger, a job-control shell) nothing was suspended, and the restart
+    starts a second keyboard thread beside the first: the two race for each read, and a key that goes
+    to one holding half an escape sequence (a terminal's answer to the restart's queries) is swallowed
+    until Escape. Such a SIGCONT calls ``reclaim`` instead (from the signal handler: it must only
+    schedule work)."""
+
+    def __init__(self, reclaim: Callable[[], object]) -> None:
+        self._reclaim = reclaim
+        self._suspended = False
+        self._before: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Put the guard in front of the handlers in place now (Textual's driver's)."""
+        self._before[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._stopping)
+        self._before[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._continued)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+        self._before.clear()
+
+    def _stopping(self, signum: int, frame: FrameType | None) -> None:
+        self._suspended = True
+        before = self._before.get(signum)
+        if callable(before):
+            before(signum, frame)  # Textual's: leaves application mode, then stops the process
+        else:
+            os.kill(os.getpid(), signal.SIGSTOP)  # SIGTSTP's default: stop
+
+    def _continued(self, signum: int, frame: FrameType | None) -> None:
+        before = self._before.get(signum)
+        if self._suspended:
+            self._suspended = False
+            if callable(before):
+                before(signum, frame)
+        else:
+            self._reclaim()
 
 
 # Start times are psutil's (boot time plus clock ticks): the same process reads the same to well
