@@ -32,7 +32,7 @@ from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui.sampler import Sampler
-from gputui.ui.signals import EXIT_SIGNALS, StopGuard, send
+from gputui.ui.signals import EXIT_SIGNALS, StopGuard, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import visible, visible_all
 
@@ -429,13 +429,17 @@ class GpuTuiApp(App[int]):
             self.notify(f"Demo mode: process {target.pid} is simulated, no signal sent.",
                         severity="warning")
             return
+        never = cannot_signal(target)
+        if never is not None:  # said now: asking first would offer a choice there is not
+            self.notify(never, title=f"{name} not sent", severity="error", markup=False)
+            return
 
         def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            refusal = send(target, name)
-            if refusal:
-                self.notify(refusal, title=f"{name} not sent", severity="error", markup=False)
+            why = send(target, name)
+            if why:
+                self.notify(why, title=f"{name} not sent", severity="error", markup=False)
             else:
                 self.notify(f"Sent {name} to process {target.local_pid}.", title="Signal sent")
 

@@ -73,8 +73,9 @@ SAME_START = 0.01
 @dataclass(frozen=True)
 class Target:
     """The process a signal would go to: the pid shown, the pid here (None in another PID
-    namespace), how to name it in the confirmation, and when it started (its identity: a pid can
-    be reused by another process before the user confirms)."""
+    namespace), how to name it in the confirmation, and when it started as read when it was sampled
+    (its identity: the pid may name another process by the time the user confirms; None: unknown,
+    and then it is not signalled)."""
 
     pid: int
     local_pid: int | None
@@ -94,14 +95,29 @@ def started_at(pid: int | None) -> float | None:
         return None
 
 
-def send(target: Target, name: str) -> str | None:
-    """Send the named signal to ``target`` if it is still the same process; None when sent,
-    otherwise why not, in words."""
+def cannot_signal(target: Target) -> str | None:
+    """Why ``target`` cannot be signalled whatever the user answers, in words; None when it may be."""
     pid = target.local_pid
     if pid is None:
         return "this process is not visible from here (another PID namespace): no signal sent"
     if pid <= 1 or pid == os.getpid():
         return f"refusing to signal process {pid}"
+    if target.started_at is None:
+        # Without the start time read when the row was sampled there is nothing to tell the process
+        # shown from one that took its pid since: reading it now would compare the new one with itself.
+        return (f"cannot signal process {pid}: its start time was not read when it was sampled, so it "
+                "cannot be told from a new process with the same pid; no signal sent")
+    return None
+
+
+def send(target: Target, name: str) -> str | None:
+    """Send the named signal to ``target`` if it is still the process sampled; None when sent,
+    otherwise why not, in words."""
+    why = cannot_signal(target)
+    if why is not None:
+        return why
+    pid = target.local_pid
+    assert pid is not None and target.started_at is not None  # cannot_signal() said so
     try:
         # A pidfd holds on to this very process: once its identity is checked, a pid reused by a
         # new process cannot receive the signal. Kernels before 5.3 have none: check, then kill.
@@ -114,7 +130,7 @@ def send(target: Target, name: str) -> str | None:
         now = started_at(pid)
         if now is None:
             return f"process {pid} has already exited"
-        if target.started_at is None or abs(now - target.started_at) > SAME_START:
+        if abs(now - target.started_at) > SAME_START:
             return (f"process {pid} is not the process you chose: that one exited and its pid now "
                     "belongs to another process; no signal sent")
         if handle is not None:
