@@ -232,6 +232,14 @@ def test_a_pid_reused_before_the_answer_gets_no_signal(sleeper):
     assert send(chosen, "SIGTERM") == f"process {sleeper.pid} has already exited"
 
 
+def test_a_process_started_one_clock_tick_after_the_chosen_one_is_another(sleeper):
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # start times are counted in ticks: the closest two can be
+    now = started_at(sleeper.pid)
+    for sampled in (now - tick, now + tick):
+        assert "is not the process you chose" in send(Target(sleeper.pid, sleeper.pid, "sleep", sampled), "SIGKILL")
+    assert sleeper.poll() is None
+
+
 async def test_the_kill_key_checks_the_process_is_still_the_one_chosen(sleeper, monkeypatch):
     app = make_app([snapshot_with(sleeper.pid)])
     async with app.run_test(size=(120, 40)) as pilot:

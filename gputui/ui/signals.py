@@ -65,9 +65,10 @@ class StopGuard:
             self._reclaim()
 
 
-# Start times are psutil's (boot time plus clock ticks): the same process reads the same to well
-# under this, and a pid reused by a new process cannot have started within it of the old one.
-SAME_START = 0.01
+# Start times are psutil's: the boot time plus the clock ticks (1/100 s) to the process's start, so
+# the same process reads the very same value each time, and a new process at the same pid started at
+# least a tick later. Half a tick tells them apart (a whole tick, as once here, took one for the other).
+SAME_START = 0.5 / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
