@@ -48,6 +48,7 @@ class Terminal:
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
             os.execve(sys.executable, [sys.executable, "-m", "gputui", *args], env)
         self.out = bytearray()
+        self.modes_after: list | None = None  # the terminal's modes once the monitor has exited
 
     def read(self, seconds: float, until: bytes | None = None) -> None:
         end = time.monotonic() + seconds
@@ -62,6 +63,13 @@ class Terminal:
                     return
                 self.out.extend(data)
 
+    def read_new(self, seconds: float, until: bytes) -> bytes:
+        """Read until ``until`` is written anew (it may be in what came before); what came, from now."""
+        start, end = len(self.out), time.monotonic() + seconds
+        while until not in self.out[start:] and time.monotonic() < end:
+            self.read(0.1)
+        return bytes(self.out[start:])
+
     def wait(self, seconds: float = 15.0) -> int | None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -69,6 +77,7 @@ class Terminal:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.read(0.2)
+                self.modes_after = termios.tcgetattr(self.fd)
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(status)
         os.kill(self.pid, signal.SIGKILL)
@@ -98,6 +107,46 @@ def test_a_signal_ends_the_monitor_with_the_terminal_restored_and_the_shells_sta
     tail = bytes(term.out[-400:])
     assert all(code in tail for code in RESTORED), tail
     assert b"Traceback" not in term.out
+
+
+def threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_a_stop_and_continue_leaves_one_keyboard_reader_and_q_still_quits(env):
+    """kill -STOP then kill -CONT (no SIGTSTP): Textual's driver restarted application mode as if it
+    had suspended itself, starting a second keyboard thread beside the first (keys were then lost
+    until Escape in 5 of 14 runs in tmux) and taking the raw modes for the ones to restore at exit."""
+    term = Terminal(env, "--demo")
+    term.drawn()
+    before = threads(term.pid)
+    os.kill(term.pid, signal.SIGSTOP)
+    time.sleep(0.3)
+    os.kill(term.pid, signal.SIGCONT)
+    term.read(1.5)
+    assert threads(term.pid) == before
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert all(code in bytes(term.out[-400:]) for code in RESTORED)
+    assert term.modes_after is not None
+    lflag = term.modes_after[3]
+    assert lflag & termios.ECHO and lflag & termios.ICANON  # the terminal as it was, not left raw
+
+
+def test_a_suspend_by_sigtstp_gives_the_terminal_back_and_takes_it_again(env):
+    """kill -TSTP is Textual's own suspend: the terminal restored while stopped, set up again on SIGCONT."""
+    term = Terminal(env, "--demo")
+    term.drawn()
+    before = threads(term.pid)
+    os.kill(term.pid, signal.SIGTSTP)
+    assert RESTORED[0] in term.read_new(10, RESTORED[0])
+    os.kill(term.pid, signal.SIGCONT)
+    assert MONITOR_STARTED in term.read_new(10, MONITOR_STARTED)
+    term.read(0.5)
+    assert threads(term.pid) == before
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert term.modes_after is not None and term.modes_after[3] & termios.ECHO
 
 
 def test_the_first_sample_is_on_screen_before_the_monitor_has_loaded(env):

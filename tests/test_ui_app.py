@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+import psutil
+
+from gputui.collect.probed import ProbedProcesses
+from gputui.collect.processes import NOTE_GONE
+from gputui.model import PROCESS_GONE, ProbeReport
 from gputui.ui.app import GpuTuiApp, binding_ids
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.rows import TINY
@@ -209,9 +217,10 @@ async def test_kill_confirmation_sends_the_chosen_signal(sleeper):
 
 
 async def test_signal_refusal_is_a_notification_not_a_crash(sleeper):
+    sampled = snapshot_with(sleeper.pid)
     sleeper.kill()
     sleeper.wait()  # reaped: its pid now names no process
-    app = make_app([snapshot_with(sleeper.pid)])
+    app = make_app([sampled])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("I", "y")
@@ -245,6 +254,14 @@ def test_a_pid_reused_before_the_answer_gets_no_signal(sleeper):
     assert send(chosen, "SIGTERM") == f"process {sleeper.pid} has already exited"
 
 
+def test_a_process_started_one_clock_tick_after_the_chosen_one_is_another(sleeper):
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # start times are counted in ticks: the closest two can be
+    now = started_at(sleeper.pid)
+    for sampled in (now - tick, now + tick):
+        assert "is not the process you chose" in send(Target(sleeper.pid, sleeper.pid, "sleep", sampled), "SIGKILL")
+    assert sleeper.poll() is None
+
+
 async def test_the_kill_key_checks_the_process_is_still_the_one_chosen(sleeper, monkeypatch):
     app = make_app([snapshot_with(sleeper.pid)])
     async with app.run_test(size=(120, 40)) as pilot:
@@ -258,6 +275,111 @@ async def test_the_kill_key_checks_the_process_is_still_the_one_chosen(sleeper, 
         await pilot.pause()
         assert sleeper.poll() is None
         assert any("is not the process you chose" in n.message for n in app._notifications)
+
+
+def probed_only(pid: int):
+    """A snapshot where NVML lists nothing and a probe reports from ``pid``, with what the collector's
+    own code (real psutil) read of that process when it sampled it: its identity."""
+    report = ProbeReport(pid=pid, taken_at=T0, command=("python", "train.py"))
+    bare = dataclasses.replace(training_snapshot(), processes=(), parents=(), probes=(report,))
+    return ProbedProcesses(psutil).add_to(bare)
+
+
+def taken_over(snapshot, pid: int):
+    """``snapshot`` as if its probed process had had pid ``pid``: the pid now names another process."""
+    return dataclasses.replace(snapshot, probes=tuple(dataclasses.replace(r, pid=pid) for r in snapshot.probes),
+                               probed=tuple(dataclasses.replace(h, pid=pid) for h in snapshot.probed))
+
+
+async def kill_first_row(snapshot) -> list[str]:
+    """Press K and answer y on the first row of ``snapshot``; the notifications' messages."""
+    app = make_app([snapshot])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("K")
+        if isinstance(app.screen, ConfirmSignal):
+            await pilot.press("y")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        return [n.message for n in app._notifications]
+
+
+async def test_a_probed_process_is_killed_as_sampled(sleeper):
+    messages = await kill_first_row(probed_only(sleeper.pid))
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert f"Sent SIGKILL to process {sleeper.pid}." in messages
+
+
+async def test_a_probed_job_whose_pid_another_process_took_is_not_killed(sleeper):
+    """The probed job is sampled, then exits; a new process (the sleeper) has its pid when K is
+    pressed. The identity checked is the one sampled, not one read from the pid at the key."""
+    time.sleep(0.05)  # a few clock ticks after the sleeper: start times are in ticks
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sampled = probed_only(job.pid)
+    job.kill()
+    job.wait()
+    assert sampled.probed[0].started_at is not None
+    messages = await kill_first_row(taken_over(sampled, sleeper.pid))
+    assert sleeper.poll() is None
+    assert (f"process {sleeper.pid} is not the process you chose: that one exited and its pid now belongs "
+            "to another process; no signal sent") in messages
+    assert not any(m.startswith("Sent") for m in messages)
+
+
+def spawn_at(pid: int, tries: int = 50) -> subprocess.Popen | None:
+    """A new process with pid ``pid`` (the kernel hands out the pid after ns_last_pid), or None."""
+    for _ in range(tries):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(pid - 1))
+        except OSError:
+            return None
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        if child.pid == pid:
+            return child
+        child.kill()
+        child.wait()
+    return None
+
+
+@pytest.mark.skipif(not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK), reason="needs ns_last_pid (root)")
+async def test_a_probed_job_killed_and_its_pid_reused_for_real_is_not_signalled():
+    """The issue's steps with a real pid reuse: sample the probed job, kill it, start a new process at
+    its pid, press K and confirm: the new process lives."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sampled = probed_only(job.pid)
+    job.kill()
+    job.wait()
+    time.sleep(0.05)  # start times are in clock ticks: the new process's is a later one
+    new = spawn_at(job.pid)
+    if new is None:
+        pytest.skip("could not start a process at the freed pid (other processes took it)")
+    try:
+        messages = await kill_first_row(sampled)
+        assert new.poll() is None
+        assert any(f"process {job.pid} is not the process you chose" in m for m in messages)
+    finally:
+        new.kill()
+        new.wait()
+
+
+async def test_a_process_that_exited_before_its_details_were_read_cannot_be_signalled(sleeper):
+    """NVML listed the pid but its process was gone when /proc was read: no start time was sampled.
+    The pid now names the sleeper; the key refuses at once, without asking."""
+    gone = process(sleeper.pid, 0, gpu_memory=70 << 30, state=PROCESS_GONE, note=NOTE_GONE, name=None,
+                   command=(), user=None, started_at=None)
+    app = make_app([training_snapshot(extra=[gone])])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.screen.target_process().pid == sleeper.pid
+        await pilot.press("K")
+        assert isinstance(app.screen, MainScreen)  # nothing to confirm
+        await pilot.press("y")
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+    assert sleeper.poll() is None
+    assert (f"cannot signal process {sleeper.pid}: its start time was not read when it was sampled, so it "
+            "cannot be told from a new process with the same pid; no signal sent") in messages
 
 
 async def test_readonly_never_asks_and_never_signals(sleeper):

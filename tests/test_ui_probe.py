@@ -310,11 +310,16 @@ async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
     import subprocess
     import sys
 
+    import psutil
+
+    from gputui.collect.probed import ProbedProcesses
     from gputui.ui.screens.confirm import ConfirmSignal
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(pid=job.pid),))
+        # The collector reads what /proc says of it (its start time: the identity the key checks).
+        snap = ProbedProcesses(psutil).add_to(
+            dataclasses.replace(training_snapshot(), probes=(cpu_job(pid=job.pid),)))
         app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot)

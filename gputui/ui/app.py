@@ -32,7 +32,7 @@ from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui.sampler import Sampler
-from gputui.ui.signals import EXIT_SIGNALS, send
+from gputui.ui.signals import EXIT_SIGNALS, StopGuard, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
@@ -153,6 +153,7 @@ class GpuTuiApp(App[int]):
         self._next: Timer | None = None
         self._first_sample = first_sample
         self._told: set[str] = set()
+        self._stop_guard: StopGuard | None = None
         self._trend_cache: TrendCache | None = None
         self.theme = THEMES.get(theme, theme)
         self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
@@ -177,6 +178,9 @@ class GpuTuiApp(App[int]):
                 # Asked to stop, SSH dropped, kill -QUIT: leave through exit() so the terminal is
                 # restored, with the status a shell expects of a process ended by that signal.
                 loop.add_signal_handler(signum, functools.partial(self.exit, None, 128 + signum))
+            # kill -STOP, then -CONT: Textual would restart its terminal set-up (see StopGuard).
+            self._stop_guard = StopGuard(functools.partial(loop.call_soon_threadsafe, self._reclaim_terminal))
+            self._stop_guard.install()
         if self.autostart:
             self.sample_now()
 
@@ -189,6 +193,17 @@ class GpuTuiApp(App[int]):
             loop = asyncio.get_running_loop()
             for signum in EXIT_SIGNALS:
                 loop.remove_signal_handler(signum)
+        if self._stop_guard is not None:
+            self._stop_guard.uninstall()
+            self._stop_guard = None
+
+    def _reclaim_terminal(self) -> None:
+        """After a plain SIGSTOP and SIGCONT: whoever had the terminal meanwhile may have set its modes
+        back (a job-control shell puts its own back when a job stops). Leaving application mode and
+        entering it again takes the terminal as it is now, sets it up again and repaints."""
+        if self.is_running:
+            with self.suspend():
+                pass
 
     # -- sampling ----------------------------------------------------------------------------
 
@@ -414,13 +429,17 @@ class GpuTuiApp(App[int]):
             self.notify(f"Demo mode: process {target.pid} is simulated, no signal sent.",
                         severity="warning")
             return
+        never = cannot_signal(target)
+        if never is not None:  # said now: asking first would offer a choice there is not
+            self.notify(never, title=f"{name} not sent", severity="error", markup=False)
+            return
 
         def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            refusal = send(target, name)
-            if refusal:
-                self.notify(refusal, title=f"{name} not sent", severity="error", markup=False)
+            why = send(target, name)
+            if why:
+                self.notify(why, title=f"{name} not sent", severity="error", markup=False)
             else:
                 self.notify(f"Sent {name} to process {target.local_pid}.", title="Signal sent")
 

@@ -22,7 +22,7 @@ from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.rows import COLUMNS
-from gputui.ui.signals import Target, started_at
+from gputui.ui.signals import Target
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
@@ -239,19 +239,18 @@ class MainScreen(Screen):
         row = table.rows_by_key.get(table.selected_key or "")
         if row is None:
             return None
-        # The process's start time pins down which process the user chose: the one sampled, or for
-        # a probed process NVML does not list, the one living under that pid now.
+        # The process's start time as sampled pins down which process the user chose; never one read
+        # now, which would be whichever process has the pid now. Without it, send() refuses.
         if row.ended is not None:
             return None  # gone: its pid may already be another process's
         if row.process is not None:
             p = row.process
             return Target(p.pid, p.local_pid,
-                          f"{' '.join(p.command) or p.name or '?'}  (user {p.user or '?'})",
-                          p.started_at if p.started_at is not None else started_at(p.local_pid))
+                          f"{' '.join(p.command) or p.name or '?'}  (user {p.user or '?'})", p.started_at)
         if row.report is not None:
             command = " ".join(row.report.command) or f"probed process {row.pid}"
             return Target(row.pid, row.pid, f"{command}  (probed, not listed by NVML)",
-                          started_at(row.pid))
+                          None if row.probed is None else row.probed.started_at)
         return None
 
     def why_no_signal_target(self) -> str:

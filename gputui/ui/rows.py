@@ -161,6 +161,7 @@ class Row:
     process: GpuProcess | None = None
     parent: HostProcess | None = None
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
+    probed: HostProcess | None = None  # /proc's view of a probed process NVML does not list, as sampled
     trend: str = ""  # the trend cell's text, known up front: the column is as wide as the widest
     job: Job | None = None  # the job view's line of a job (gputui.ui.job_rows)
     ended: EndedProcess | None = None  # a probed process an OOM ended (its report in ``report``)
@@ -415,7 +416,7 @@ def probe_only_row(report: ProbeReport, ctx: Context, proc: HostProcess | None =
     trend = trend_text(None, ascii=ctx.ascii, leak=leak, now=ctx.taken_at)[0]
     key = f"{report.pid}/probe" if ctx.host is None else f"{ctx.host}//{report.pid}/probe"
     return Row(key, report.pid, None, lambda: probe_only_cells(report, ctx, proc),
-               host=ctx.host, report=report, trend=trend)
+               host=ctx.host, report=report, probed=proc, trend=trend)
 
 
 def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None) -> tuple[dict, dict]:
