@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -32,10 +34,8 @@ def env(tmp_path):
 
 def test_850m_fp32_adam_does_not_fit_16gb_and_runs_out_in_the_optimizer_step():
     """The rule of thumb: 16 bytes a parameter of model states (13.6 GB) before activations, on meta
-    tensors (no real memory), in seconds."""
-    started = time.perf_counter()
+    tensors (no real memory). How long it takes is bench/bench_estimate.py's to measure, not a test's."""
     result = estimate(f"{GPT}:gpt_850m", Settings(), device_total=16 * 10**9)
-    assert time.perf_counter() - started < 60
     steady = result.phase("steady").categories
     assert steady.parameters == 4 * PARAMS_850M
     assert steady.gradients == 4 * PARAMS_850M
@@ -48,6 +48,18 @@ def test_850m_fp32_adam_does_not_fit_16gb_and_runs_out_in_the_optimizer_step():
     assert result.runs_out_in() == "optimizer"
     assert result.device_usable == 16 * 10**9 - CUDA_CONTEXT
 
+
+
+def test_the_speed_goal_is_the_benchs_to_print(env):
+    """bench/bench_estimate.py times the estimate (the 850M GPT by default) against its goal of a minute."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_estimate.py"), "--job", f"{GPT}:build"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"{GPT}:build (torch {torch.__version__}, ")
+    assert re.fullmatch(r"estimate with the what-ifs: \d+\.\d s \(goal: under 60 s, met\)", lines[1]), lines
+    assert re.fullmatch(r"estimate alone \(--no-what-if\): \d+\.\d s", lines[2]), lines
+    assert re.fullmatch(r"peak resident memory: \d+ MiB", lines[3]), lines
 
 def test_table_and_verdict_fit_80_columns(env):
     out = gputui(env, "estimate", "examples/estimate_gpt.py:gpt_850m", "--device-memory", "16GB", cwd=ROOT)
