@@ -150,6 +150,36 @@ def test_the_users_model_raising_in_the_step(env, tmp_path):
     assert any("in forward" in line for line in rest) and "gputui/estimate" not in out.stderr
 
 
+
+@pytest.fixture
+def no_numpy(env, tmp_path):
+    """A machine without NumPy (a fresh venv: torch does not require it), on this one that has it: a
+    ``numpy`` that cannot be imported, first on the path, so torch warns "Failed to initialize NumPy"."""
+    stub = tmp_path / "no_numpy" / "numpy"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    env = {**env, "PYTHONPATH": f"{stub.parent}{os.pathsep}{env['PYTHONPATH']}"}
+    loaded = subprocess.run([sys.executable, "-c", "import torch.utils._python_dispatch"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert "Failed to initialize NumPy" in loaded.stderr  # what torch 2.13 prints there, unfiltered
+    return env
+
+
+def test_torchs_warnings_as_it_loads_leave_an_error_one_line(no_numpy, tmp_path):
+    """Torch's warnings at import are about its environment, not the job: left out. The user's own
+    warnings, from their job, still show above gputui's line."""
+    out = gputui(no_numpy, "estimate", "nowhere.py:build")
+    assert out.returncode == 2
+    assert out.stderr == "gputui: nowhere.py: no such file\n"
+    script = tmp_path / "job.py"
+    script.write_text("import warnings\n\ndef shape():\n    warnings.warn('my data is odd')\n    return 3\n")
+    out = gputui(no_numpy, "estimate", f"{script}:shape")
+    assert out.returncode == 2
+    first, *_, last = out.stderr.splitlines()
+    assert first.endswith("UserWarning: my data is odd")
+    assert last == "gputui: shape() returned int: return (model, batch[, optimizer[, loss]]) or a dict with those keys"
+    assert "NumPy" not in out.stderr
+
 @pytest.mark.parametrize("text, size", [("16GiB", 16 << 30), ("80G", 80 << 30), ("24000MiB", 24000 << 20),
                                         ("16GB", 16 * 10**9), ("1.5 TiB", 3 << 39), ("512", 512)])
 def test_sizes_as_typed(text, size):
