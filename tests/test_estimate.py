@@ -39,9 +39,10 @@ def test_850m_fp32_adam_does_not_fit_16gb_and_runs_out_in_the_optimizer_step():
     steady = result.phase("steady").categories
     assert steady.parameters == 4 * PARAMS_850M
     assert steady.gradients == 4 * PARAMS_850M
-    # AdamW's two moments, and one 4-byte step count per parameter tensor
+    # AdamW's two moments on the device; its 4-byte step count per parameter tensor on the host
     tensors = 2 + 25 * 12 + 2  # embeddings (the head tied to wte), 12 a block, the final LayerNorm
-    assert steady.optimizer_state == 8 * PARAMS_850M + 4 * tensors
+    assert steady.optimizer_state == 8 * PARAMS_850M
+    assert result.host_state == 4 * tensors
     model_states = steady.parameters + steady.gradients + steady.optimizer_state
     assert model_states == pytest.approx(13.6e9, rel=0.01)
     assert result.fits() is False
@@ -247,7 +248,78 @@ def test_an_optimizer_that_reads_a_scalar_it_made_without_a_device(tmp_path, pre
     steady = result.phase("steady").categories
     weights = (256 * 128 + 128) * 4
     assert steady.parameters == weights and steady.gradients == weights
-    assert steady.optimizer_state == weights + 2 * 4  # the moments, and a 4-byte counter per tensor
+    assert steady.optimizer_state == weights  # the moments; the counters are CPU tensors in a GPU job too
+    assert result.host_state == 2 * 4
+
+
+SMALL_CNN = """\
+import torch
+from torch import nn
+
+def job(fused=False):
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
+    return model, torch.randn(4, 3, 32, 32), torch.optim.Adam(model.parameters(), fused=fused)
+
+def fused():
+    return job(fused=True)
+"""
+CNN_PARAMS = 4 * (8 * 3 * 3 * 3 + 8 + 8 + 8 + 8 * 30 * 30 * 10 + 10)  # bytes: conv, BatchNorm, linear
+CNN_TENSORS = 6  # a weight and a bias each
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_adams_step_counters_are_the_hosts(tmp_path, precision):
+    """Without capturable or fused, torch keeps Adam's step counters on the CPU in a GPU job: the
+    device's optimizer state is exactly the two moments, twice the parameters (was 2P + 24 B here)."""
+    script = tmp_path / "cnn.py"
+    script.write_text(SMALL_CNN)
+    result = estimate(f"{script}:job", Settings(precision=precision), what_if=False)
+    for phase in ("backward", "optimizer", "steady"):
+        categories = result.phase(phase).categories
+        assert categories.parameters == CNN_PARAMS
+        assert categories.optimizer_state == 2 * CNN_PARAMS, phase
+    assert result.host_state == 4 * CNN_TENSORS
+
+
+@pytest.mark.parametrize("optimizer, moments", [("adagrad", 1), ("rmsprop", 1), ("adamw", 2)])
+def test_the_chosen_optimizers_step_counters_are_the_hosts(optimizer, moments):
+    """--optimizer's too: Adagrad makes its counters as it is built, with no device (the CPU in a GPU
+    job; the meta device here, before the optimizer was built with the CPU as the default device)."""
+    from gputui.estimate.job import build, load
+
+    tensors = len(list(build(load(f"{GPT}:build"), None).model.parameters()))
+    result = estimate(f"{GPT}:build", Settings(optimizer=optimizer), what_if=False)
+    steady = result.phase("steady").categories
+    assert steady.optimizer_state == moments * steady.parameters
+    assert result.host_state == 4 * tensors
+
+def test_fused_adams_step_counters_are_the_devices(tmp_path):
+    """Fused, torch keeps the counters on the parameters' device. Torch 2.13 refuses fused=True for
+    meta tensors (in the job's own function), and runs it on the CPU: amp's fake CPU tensors."""
+    script = tmp_path / "cnn.py"
+    script.write_text(SMALL_CNN)
+    result = estimate(f"{script}:fused", Settings(precision="amp"), what_if=False)
+    assert result.phase("steady").categories.optimizer_state == 2 * CNN_PARAMS + 4 * CNN_TENSORS
+    assert result.host_state == 0
+
+
+def test_capturable_adams_step_counters_are_the_devices():
+    """Capturable, the counters are on the parameters' device too. Torch 2.13 steps it on CUDA only
+    (on the meta device and the CPU alike it refuses), having made the state: that state is counted."""
+    from gputui.estimate.job import Job
+    from gputui.estimate.ledger import Ledger
+    from gputui.estimate.step import classify
+
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.Adam(model.parameters(), capturable=True)
+    model(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(AssertionError, match="capturable=True"):
+        optimizer.step()
+    ledger = Ledger()
+    classify(ledger, Job(model, None, optimizer))
+    weights = (4 * 3 + 3) * 4
+    assert ledger.now()["optimizer_state"] == 2 * weights + 2 * 4
+    assert ledger.host == 0
 
 
 # -- --max-batch and the what-ifs
