@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NoReturn
@@ -508,8 +509,13 @@ def _estimate(options: Options) -> int:
     extra = options.extra
     total, name = shown.device(options, extra["device_memory"], extra["gpu"])  # type: ignore[arg-type]
     try:
-        from gputui.estimate.run import estimate
-        from gputui.estimate.step import Settings
+        # torch's own warnings while it loads ("Failed to initialize NumPy" where NumPy is missing, which
+        # the estimate never uses) are about torch's environment, not the job: left out, so an error stays
+        # one line. Only warnings from torch's modules, and only at import: the user's job's still show.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"torch(\.|$)")
+            from gputui.estimate.run import estimate
+            from gputui.estimate.step import Settings
     except ImportError as exc:
         raise UserError(f"gputui estimate needs PyTorch: {exc}") from None
     settings = Settings(batch_size=extra["batch_size"], optimizer=extra["optimizer"],  # type: ignore[arg-type]

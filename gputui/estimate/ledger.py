@@ -4,7 +4,8 @@ A TorchDispatchMode sees every tensor an operator returns, on the meta device as
 storage is counted once, from the first tensor seen on it until torch frees it (a weakref finalizer on
 the storage: torch keeps a storage's Python object alive as long as the storage itself). A storage
 starts as ``other``; autograd's pack hook marks it ``activations`` (saved for backward) and, at each
-phase's end, the model's parameters, buffers, gradients and the optimizer's state are marked as such.
+phase's end, the model's parameters, buffers, gradients and the optimizer's state are marked as such;
+state a GPU job keeps on the host (Adam's step counters) is marked ``host`` and leaves the device's count.
 A phase's peak keeps which storages were live at its highest point, so its breakdown uses what those
 storages turned out to be.
 """
@@ -19,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gputui.model import TENSOR_CATEGORIES
 
-OTHER, ACTIVATIONS = "other", "activations"
+OTHER, ACTIVATIONS, HOST = "other", "activations", "host"
 
 
 class Peak:
@@ -39,7 +40,8 @@ class Ledger(TorchDispatchMode):
         self._live: dict[int, int] = {}  # id(storage) -> serial, while it lives
         self._bytes: dict[int, int] = {}  # serial -> bytes, while it lives
         self.kind: dict[int, str] = {}  # serial -> category, kept after death for the peaks
-        self.total = 0
+        self.total = 0  # live bytes on the device: every storage but the host's
+        self.host = 0  # live bytes marked HOST
         self.activations = 0  # bytes saved for backward, live now
         self.activations_peak = 0  # their most at once: the probe's activations_peak
         self.peaks: dict[str, Peak] = {}
@@ -76,14 +78,24 @@ class Ledger(TorchDispatchMode):
     def _free(self, key: int, serial: int) -> None:
         self._live.pop(key, None)
         nbytes = self._bytes.pop(serial, 0)
+        if self.kind[serial] == HOST:
+            self.host -= nbytes
+            return
         self.total -= nbytes
         if self.kind[serial] == ACTIVATIONS:
             self.activations -= nbytes
 
     def mark(self, tensor: torch.Tensor, category: str) -> None:
+        """``tensor``'s storage is ``category``'s (a device category, or HOST: off the device's count)."""
         serial = self.track(tensor)
-        if self.kind[serial] == ACTIVATIONS:
-            self.activations -= self._bytes[serial]
+        kind, nbytes = self.kind[serial], self._bytes[serial]
+        if kind == HOST:  # the host's stays the host's (classify marks it again at every phase's end)
+            return
+        if kind == ACTIVATIONS:
+            self.activations -= nbytes
+        if category == HOST:
+            self.total -= nbytes
+            self.host += nbytes
         self.kind[serial] = category
 
     def saved(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -117,7 +129,11 @@ class Ledger(TorchDispatchMode):
         return self.breakdown(self.peaks[name].live)
 
     def breakdown(self, live: dict[int, int]) -> dict[str, int]:
+        """The device's bytes by category: HOST storages left out (a peak taken before they were marked
+        may hold some)."""
         out = dict.fromkeys(TENSOR_CATEGORIES, 0)
         for serial, nbytes in live.items():
-            out[self.kind[serial]] += nbytes
+            kind = self.kind[serial]
+            if kind != HOST:
+                out[kind] += nbytes
         return out

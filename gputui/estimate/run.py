@@ -27,7 +27,7 @@ def estimate(spec: str, settings: Settings, device_total: int | None = None, dev
     return Estimate(
         job=spec, optimizer=measured.optimizer, precision=settings.precision,
         checkpointing=settings.checkpointing, phases=measured.phases, timeline=measured.timeline,
-        activations_peak=measured.activations_peak, batch_size=settings.batch_size,
+        activations_peak=measured.activations_peak, host_state=measured.host_state, batch_size=settings.batch_size,
         device_total=device_total, device_usable=room, device_name=device_name,
         what_ifs=tuple(what_ifs(function, settings, measured, gpus, room, max_batch)) if what_if else (),
         largest_batch=largest, safe_batch=safe)

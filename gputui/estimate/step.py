@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from gputui.errors import UserError
 from gputui.estimate.fake import fake_tensors
 from gputui.estimate.job import Job, UserCodeError, build
-from gputui.estimate.ledger import Ledger
+from gputui.estimate.ledger import HOST, Ledger
 from gputui.model import MemoryCategories
 from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER, STEADY, PhaseMemory, PhasePeak
 
@@ -55,6 +55,7 @@ class Measured:
     timeline: tuple[PhasePeak, ...]
     optimizer: str
     activations_peak: int
+    host_state: int  # optimizer state a GPU job keeps on the host, after the second step
 
 
 def measure(function: Callable[..., Any], settings: Settings) -> Measured:
@@ -77,7 +78,7 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
             raise UserCodeError(f"the training step's {name} phase", exc) from None
         ledger.stop()
         classify(ledger, job)
-        timeline.append(PhasePeak(name, ledger.peaks[f"{name} {step}"].total))
+        timeline.append(PhasePeak(name, sum(ledger.peak(f"{name} {step}").values())))
         return result
 
     with device, ledger:
@@ -93,12 +94,13 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
             del loss
             phase(OPTIMIZER, step, functools.partial(_optimizer_step, optimizer))
         steady = ledger.now()
+        host_state = ledger.host
     phases = [_memory(CREATED, created)]
     for name in (FORWARD, BACKWARD, OPTIMIZER):
         top = max((ledger.peaks[f"{name} {step}"] for step in (1, 2)), key=lambda p: p.total)
         phases.append(_memory(name, ledger.breakdown(top.live)))
     phases.append(_memory(STEADY, steady))
-    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak)
+    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak, host_state)
 
 
 def _loss(job: Job, ledger: Ledger) -> torch.Tensor:
@@ -139,7 +141,9 @@ def prepare(job: Job, settings: Settings) -> Job:
             block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
     if settings.optimizer is not None or job.optimizer is None:
         make = OPTIMIZERS[settings.optimizer or "adam"]
-        job.optimizer = make([p for p in job.model.parameters() if p.requires_grad], foreach=True)
+        # On the CPU by default, as in a GPU job: Adagrad makes its step counters here, with no device
+        with torch.device("cpu"):
+            job.optimizer = make([p for p in job.model.parameters() if p.requires_grad], foreach=True)
     else:
         for group in job.optimizer.param_groups:
             if group.get("foreach", False) is None:  # torch's default: foreach on a GPU
@@ -171,15 +175,34 @@ def blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def classify(ledger: Ledger, job: Job) -> None:
-    """Mark what the model and the optimizer hold now: parameters, buffers, gradients, state."""
+    """Mark what the model and the optimizer hold now: parameters, buffers, gradients, state (the
+    device's, or the host's)."""
     for buffer in job.model.buffers():
         ledger.mark(buffer, "buffers")
     for param in job.model.parameters():
         ledger.mark(param, "parameters")
         if param.grad is not None:
             ledger.mark(param.grad, "gradients")
-    if job.optimizer is not None:
-        for state in job.optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    ledger.mark(value, "optimizer_state")
+    if job.optimizer is None:
+        return
+    group_of = {id(p): group for group in job.optimizer.param_groups for p in group["params"]}
+    for owner, state in job.optimizer.state.items():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                on_host = kept_on_host(value, owner, group_of.get(id(owner), {}))
+                ledger.mark(value, HOST if on_host else "optimizer_state")
+
+
+def kept_on_host(state: torch.Tensor, param: torch.Tensor, group: dict) -> bool:
+    """Whether a GPU job keeps this optimizer state on the host, not the device.
+
+    Torch keeps its optimizers' step counters (and NAdam's mu_product) on the CPU unless the group is
+    capturable or fused: a kernel launch per 4-byte counter costs more than it saves. On the meta
+    device that shows (the counter is a CPU tensor, the parameter is not); where the step runs on CPU
+    tensors (amp's fake ones, the accuracy check's real ones) a 0-dim state in such a group is one.
+    """
+    if state.device.type != "cpu":
+        return False
+    if param.device.type != "cpu":
+        return True
+    return state.dim() == 0 and not (group.get("capturable") or group.get("fused"))

@@ -93,6 +93,9 @@ class Estimate:
         "each phase of both steps, in the order they ran: where a device runs out first"))
     activations_peak: int = field(default=0, metadata=doc(
         "the most bytes saved for backward at once, in either step (the probe's `activations_peak`)", minimum=0))
+    host_state: int = field(default=0, metadata=doc(
+        "optimizer state a GPU job keeps on the host, in no phase's figures: the step counters of Adam and most of "
+        "torch's optimizers, unless capturable or fused (bytes)", minimum=0))
     batch_size: int | None = field(default=None, metadata=doc("the batch size asked for; null: the function's own",
                                                               minimum=1))
     device_total: int | None = field(default=None, metadata=doc(
