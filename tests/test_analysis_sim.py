@@ -9,12 +9,14 @@ import pytest
 
 from gputui.analysis.advice import advise
 from gputui.analysis.history import History
+from gputui.analysis.process import analyse
 from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict, snapshot_leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.trends import TrendCache, trends
 from gputui.collect import open_collector
 from gputui.collect.sim import scenarios
 from gputui.collect.sim.scenarios import leaky_layout
+from gputui.units import span
 
 
 def run(scenario, seconds, every=None):
@@ -73,7 +75,8 @@ TREND_SHARE = 0.10
 
 def test_leaky_forecasts_are_checked_against_the_simulators_own_oom():
     """The probe's and NVML's time to OOM, every 3 s of the leaky job's first run, against the second
-    the simulator makes that run fail (the step whose reservation no longer fits)."""
+    the simulator makes that run fail (the step whose reservation no longer fits); and the headroom
+    shown beside them offers no larger batch."""
     job = next(p.job for p in scenarios.build("leaky").programs if p.probed and p.job is not None)
     lay = job.layout
     first = job.run_at(0.0)
@@ -84,12 +87,18 @@ def test_leaky_forecasts_are_checked_against_the_simulators_own_oom():
     for t, snap, judged, reports in run("leaky", int(first.oom_at), every=3):
         truth = first.oom_at - t
         (report,) = reports
-        left = snapshot_leak_verdict(report, snap).seconds_to_oom(snap.taken_at)
+        verdict = snapshot_leak_verdict(report, snap)
+        left = verdict.seconds_to_oom(snap.taken_at)
         if left is not None:
             early = LATE if t >= warm else WARMING_SHARE * truth
             checked["probe warm" if t >= warm else "probe warming"] += 1
             assert -early <= left - truth <= LATE, (t, left, truth)
         trend = judged[(first.pid, 0)]
+        # The room the views show agrees: no larger batch for a job the forecast runs out of memory.
+        proc = next(p for p in snap.processes if p.pid == first.pid)
+        (room,) = analyse(snap, proc, report, trend=trend, leak=verdict).headroom
+        assert room.batch_factor is None and room.withheld == (
+            f"allocated grows 48.0 MiB per step (leak), out of memory in about {span(left)}"), t
         if trend.time_to_oom is not None:
             checked["nvml"] += 1
             assert -max(LATE, TREND_SHARE * truth) <= trend.time_to_oom - truth <= LATE, (t, trend.time_to_oom, truth)

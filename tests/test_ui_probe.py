@@ -110,8 +110,11 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         assert "recording (16 steps recorded, steps 310-325, costs 3.1 ms per step)" in sites
         assert "train.py:97 in train_step  +48.0 MiB/step over 16 steps, 15.2 GiB live" in sites
         room = text(screen, "#analysis-headroom")
+        # No larger batch for a job that runs out of memory in 69 s (the room would have read 1.5x).
         assert room.startswith("Will it fit (cuda:0)\nheadroom 12.3 GiB (free 8.56 GiB + cache 3.72 GiB); "
-                               "largest batch that would fit: about 1.5x the current one")
+                               "no larger batch fits: allocated grows 48.0 MiB per step (leak), "
+                               "out of memory in about 69 s\n")
+        assert "largest batch" not in room
         assert "what if 8-bit optimizer state: saves 2.02 GiB (peak 22.1 GiB, computed)" in room
         advice = advice_shown(screen)
         assert advice[0] == "Advice"
