@@ -2,9 +2,11 @@
 
     python scripts/smoke.py [--gputui PATH] [--scenario NAME ...] [--size 120x40 ...]
 
-For each demo scenario: ``--once`` and ``--json`` print the devices and processes; the live monitor,
-started in a detached tmux session of each size, draws devices and process rows without a
-traceback, and quits with ``q`` (exit 0). Needs tmux. Exit status 0 when every check passed.
+For each demo scenario: ``--once`` and ``--json`` print the devices and processes and what that
+scenario is there to show (SHOWS: a lost GPU, MIG instances, the leak and its OOM ...); the live
+monitor, started in a detached tmux session of each size, draws devices and process rows without a
+traceback, and quits with ``q`` (exit 0). Every scenario the installed gputui offers must have its
+checks here. Needs tmux. Exit status 0 when every check passed.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
-SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults")
 SIZES = ("120x40", "50x15")
 SOURCE_TREE = Path(__file__).resolve().parents[1]
 DRAW_TIMEOUT = 60.0  # seconds for the first screen (a cold start on a busy CI machine)
@@ -29,6 +31,66 @@ QUIT_TIMEOUT = 20.0
 
 class SmokeFailure(Exception):
     pass
+
+
+# What one scenario shows, checked on its --once text and its --json snapshot.
+Shows = Callable[[str, dict], bool]
+
+
+def printed(pattern: str) -> Shows:
+    """The --once text has a line (or lines) matching ``pattern``."""
+    return lambda text, snapshot: re.search(pattern, text, re.M) is not None
+
+
+def devices_of(pid: int, snapshot: dict) -> list[int]:
+    """The GPUs process ``pid`` is on, by index."""
+    return sorted(p["device_index"] for p in snapshot["processes"] if p["pid"] == pid)
+
+
+# What each demo scenario is there to show, in the words of its check. The scenario's clock starts where
+# it is interesting (gputui.collect.sim.DEMO_START), so these hold from the first sample on.
+SHOWS: dict[str, tuple[tuple[str, Shows], ...]] = {
+    "workstation": (
+        ("Xorg, a graphics process, on GPU 0", printed(r"^\s*1455\s+root\s+0\s+G\s")),
+        ("blender, compute and graphics, on GPU 1", printed(r"^\s*5230\s+carol\s+1\s+C\+G\s")),
+        ("ffmpeg's video encoder busy on GPU 1", lambda text, s: (s["devices"][1]["encoder_util"] or 0) > 0),
+    ),
+    "training-node": (
+        ("8 H100s", lambda text, s: [d["name"] for d in s["devices"]] == ["NVIDIA H100 80GB HBM3"] * 8),
+        ("the torchrun job's 8 ranks as one job", printed(r"^train\.py \(torchrun\)\s+8 ranks, GPUs 0-7")),
+        ("rank 0's probe report under its row", printed(r"^48231 .*\n\s+probe torch ")),
+    ),
+    "leaky": (
+        ("the probe's leak verdict", printed(r"leak: allocated grows 48\.0 MiB per step")),
+        # The simulator's leaking run fails in step 499, 498 done (tests/test_analysis_sim.py holds the
+        # forecast to that truth all along the run).
+        ("the OOM forecast at the simulator's own step", printed(r"out of memory at step 498 in \d")),
+        ("the advice on the kept graphs", printed(r"advice \d: Each step's autograd graph is kept alive")),
+    ),
+    "mig": (
+        ("GPU 0's four MIG instances", lambda text, s: [m["profile"] for m in s["devices"][0]["mig_instances"]]
+         == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]),
+        ("a process on MIG instance 0:1", printed(r"^\s*61010\s+priya\s+0:1\s")),
+        ("GPU 1 in exclusive-process mode", lambda text, s: s["devices"][1]["compute_mode"] == "exclusive_process"
+         and re.search(r"^\[1\] .*\n?.*exclusive process", text, re.M) is not None),
+    ),
+    "faults": (
+        ("GPU 1 lost", printed(r"^\[1\] .*GPU is lost")),
+        ("another user's process hidden (hidepid)", printed(r"^\s*2718\s.*access denied")),
+        ("a zombie holding GPU memory", printed(r"^\s*1618\s.*zombie")),
+        ("a process gone from /proc", printed(r"^\s*4040\s.*exited before its details could be read")),
+    ),
+    "dataparallel": (
+        ("one process on all 4 GPUs", lambda text, s: devices_of(61042, s) == [0, 1, 2, 3]),
+        ("GPU 0 holding more than the replicas", printed(r"! GPU 0 holds [\d.]+ GiB, [\d.]+x the others' median")),
+        ("the advice to use DistributedDataParallel", printed(r"advice: Use DistributedDataParallel")),
+    ),
+    "torchrun": (
+        ("this node's 8 ranks of the 16-rank job", printed(r"^pretrain\.py \(torchrun\)\s+8 ranks of 16")),
+        ("the straggler, rank 13", printed(r"! rank 13 lags the others")),
+    ),
+}
+SCENARIOS = tuple(SHOWS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="gputui-smoke-") as work:
         env = _environment(Path(work))
-        checks = [("installed outside the source tree", lambda: check_installed(gputui, env, work))]
+        checks = [("installed outside the source tree", lambda: check_installed(gputui, env, work)),
+                  ("every demo scenario has its checks", lambda: check_every_scenario(gputui, env, work))]
         for scenario in args.scenario or SCENARIOS:
-            checks.append((f"{scenario}: --once and --json",
+            checks.append((f"{scenario}: --once and --json show what it is for",
                            lambda s=scenario: check_plain(gputui, s, env, work)))
             for size in args.size or SIZES:
                 checks.append((f"{scenario}: live monitor at {size}",
@@ -101,6 +164,29 @@ def _interpreter(script: str) -> str:
     return first[2:].strip().split()[0]
 
 
+def check_every_scenario(gputui: str, env: dict[str, str], cwd: str) -> None:
+    """The installed gputui offers no demo scenario that SHOWS has no checks for."""
+    offered = run([_interpreter(gputui), "-c", "from gputui.options import SCENARIOS; print(*SCENARIOS)"],
+                  env, cwd).split()
+    missing = [name for name in offered if name not in SHOWS]
+    if missing or not offered:
+        raise SmokeFailure(f"no smoke checks for the demo scenarios {missing or offered}: add them to SHOWS")
+
+
+def check_shows(scenario: str, text: str, snapshot: dict) -> None:
+    """What ``scenario`` is there to show is in its --once ``text`` and --json ``snapshot``."""
+    missing = [what for what, shows in SHOWS[scenario] if not _holds(shows, text, snapshot)]
+    if missing:
+        raise SmokeFailure(f"--once/--json do not show {'; '.join(missing)}:\n{text}")
+
+
+def _holds(shows: Shows, text: str, snapshot: dict) -> bool:
+    try:
+        return shows(text, snapshot)
+    except (KeyError, IndexError, TypeError):  # a device or field it looks for is not there
+        return False
+
+
 def check_plain(gputui: str, scenario: str, env: dict[str, str], cwd: str) -> dict:
     document = json.loads(run([gputui, "--demo", scenario, "--json"], env, cwd))
     snapshot = document["snapshot"]
@@ -113,6 +199,7 @@ def check_plain(gputui: str, scenario: str, env: dict[str, str], cwd: str) -> di
     for process in snapshot["processes"]:
         if not re.search(rf"^\s*{process['pid']}\b", text, re.M):
             raise SmokeFailure(f"--once does not list process {process['pid']}:\n{text}")
+    check_shows(scenario, text, snapshot)
     return snapshot
 
 

@@ -4,6 +4,7 @@ categories with analysis/whatif.py's savings (the ones ``gputui estimate`` compu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,11 +12,13 @@ import sys
 import pytest
 
 from cli_helpers import ROOT
-from gputui.analysis.whatif import headroom
+from gputui.analysis.whatif import headroom, headrooms
 from gputui.model import AllocatorStats, Device, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord
+from gputui.model.verdicts import ProcessTrend
 from gputui.plain.report import render_probe
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def job(categories=True) -> tuple[ProbeReport, Snapshot]:
@@ -65,16 +68,63 @@ def test_the_report_says_it_beside_the_advice():
     assert lines[at + 1] == "  what if 8-bit optimizer state: saves 1.50 GiB (peak 7.50 GiB, computed)"
 
 
-def test_demo_probe_json_carries_the_headroom():
-    result = subprocess.run([sys.executable, "-m", "gputui", "--demo", "leaky", "probe", "51200", "--json"],
+def leaking_job() -> tuple[ProbeReport, Snapshot]:
+    """job()'s, 40 steps on, each keeping 24 MiB more alive (and reserving it)."""
+    report, snapshot = job()
+    (last,) = report.steps
+    steps = tuple(dataclasses.replace(
+        last, step=s, ended_at=100.0 + (s - 40) * 0.5, duration=0.5, allocated=4 * GIB + s * 24 * MIB,
+        reserved=10 * GIB + s * 24 * MIB, peak_forward=8 * GIB + s * 24 * MIB, peak_backward=9 * GIB + s * 24 * MIB,
+        peak_optimizer=6 * GIB + s * 24 * MIB) for s in range(1, 41))
+    return dataclasses.replace(report, steps=steps), snapshot
+
+
+def test_a_job_growing_toward_oom_is_not_told_it_has_room_for_a_larger_batch():
+    report, snapshot = leaking_job()
+    (room,) = headrooms(report, snapshot)
+    # 6 GiB free at 24 MiB a step: 256 steps of 0.5 s, 128 s (the cache above the peak grows along
+    # with the leak: it is no room).
+    assert room.batch_factor is None
+    assert room.withheld == "allocated grows 24.0 MiB per step (leak), out of memory in about 2 min"
+    head = render_probe(report, snapshot, width=300).splitlines()
+    line = next(x for x in head if x.startswith("Will it fit (cuda:0): "))
+    assert line.endswith("; no larger batch fits: allocated grows 24.0 MiB per step (leak), "
+                         "out of memory in about 2 min")
+    assert "largest batch" not in line
+    assert room.what_ifs  # what the changes save still holds
+
+
+def test_nvmls_growing_trend_withholds_the_larger_batch_too():
+    report, snapshot = job()  # one step: the probe has no verdict yet
+    trend = ProcessTrend("growing", rate=10 * MIB, time_to_oom=600.0)
+    (room,) = headrooms(report, snapshot, trend=trend)
+    assert room.batch_factor is None
+    assert room.withheld == "memory grows 600 MiB/min (NVML), out of memory in about 10 min"
+    (steady,) = headrooms(report, snapshot, trend=ProcessTrend("steady", rate=0.0))
+    assert steady.batch_factor == pytest.approx(2.75) and steady.withheld is None
+
+
+def demo_probe_json(scenario: str, pid: int) -> dict:
+    result = subprocess.run([sys.executable, "-m", "gputui", "--demo", scenario, "probe", str(pid), "--json"],
                             capture_output=True, text=True, timeout=120,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_demo_probe_json_carries_the_headroom():
+    document = demo_probe_json("training-node", 48231)  # rank 0, warm and steady
     (room,) = document["headroom"]
     step = document["report"]["steps"][-1]
     stats = document["report"]["devices"][0]["allocator"]
     assert room["cache"] == stats["reserved"] - stats["allocated"] - stats["inactive_split"]
     peak = max(step["peak_forward"], step["peak_backward"], step["peak_optimizer"])
+    assert room["withheld"] is None
     assert room["batch_factor"] == pytest.approx(
         1 + (room["free"] + stats["reserved"] - peak) / step["activations_peak"])
+
+
+def test_demo_probe_json_withholds_the_leaky_jobs_larger_batch():
+    (room,) = demo_probe_json("leaky", 51200)["headroom"]
+    assert room["batch_factor"] is None
+    assert room["withheld"].startswith("allocated grows 48.0 MiB per step (leak), out of memory in about ")

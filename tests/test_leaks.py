@@ -75,6 +75,19 @@ def test_forecast_from_the_total_assumes_the_job_is_alone():
     assert leak_verdict(leaking_activations()).oom_step is None
 
 
+def test_a_reservation_that_grows_with_the_leak_runs_the_device_out_first():
+    """The allocator's cache grows along with a leak (its blocks rounded up and split): the device's free
+    memory goes at the reservation's pace, and the cache never becomes room (the leaky demo's forecast
+    came 15 s late for counting it)."""
+    v = leak_verdict(report(
+        40, lambda s: 4 * GIB + s * 24 * MIB, reserved=lambda s: 5 * GIB + s * 32 * MIB,
+        cats=lambda s: training_cats(activations=s * 24 * MIB), peak=2 * GIB), device_free=10 * GIB)
+    assert v.state == "leak" and v.reserved_per_step == 32 * MIB
+    # At the allocations' pace: 10 GiB free + 1.30 GiB of cache - the 2 GiB peak = 397 steps of 24 MiB.
+    # At the reservation's: 10 GiB free = 320 steps of 32 MiB, the sooner.
+    assert v.oom_step == 39 + 320 + 1 and v.oom_in == 320 * 0.5
+
+
 def test_step_time_from_step_ends_when_durations_are_unknown():
     v = leak_verdict(leaking_activations(duration=None), device_free=10 * GIB)
     assert v.step_time == 0.5 and v.oom_in == 192.0

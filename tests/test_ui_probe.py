@@ -88,41 +88,45 @@ async def test_leaky_demo_shows_the_leak_in_the_table_and_the_detail_screen():
         await settle(pilot)
         leak = app.leaks[51200]
         assert (leak.state, leak.category, leak.allocated_per_step, leak.oom_step) == (
-            "leak", "activations", 48 * MIB, 538)
+            "leak", "activations", 48 * MIB, 498)
         job = row(app, "51200/0")
         # Probe column: the growing category's letter in the error colour; trend: NVML's rate per
-        # minute (127.25 MiB/s) and the probe's forecast, counted from the snapshot (84.8 s).
+        # minute (127.25 MiB/s) and the probe's forecast, counted from the snapshot (68.9 s: the
+        # simulator's OOM comes 69.4 s on, at 09:03:09.4, when the reservation for step 499 fails).
         assert job.cells["probe"] == "A" and job.styles["probe"] == "bold $error"
-        assert job.cells["trend"] == "▲7.5G/m 85s" and job.styles["trend"] == "$error"
+        assert job.cells["trend"] == "▲7.5G/m 69s" and job.styles["trend"] == "$error"
         others = [r for k, r in app.screen.query_one(ProcessTable).rows_by_key.items() if k != "51200/0"]
         assert all(r.cells["probe"] == "" for r in others)
 
         screen = await open_detail_of(pilot, 51200)
         assert "probe: LEAK in activations" in text(screen, "#detail-headline")
-        assert "advice 1: Out of memory in about 85 s" in text(screen, "#detail-headline")
+        assert "advice 1: Out of memory in about 69 s" in text(screen, "#detail-headline")
         verdict = text(screen, "#analysis-leak")
         assert "allocated grows 48.0 MiB per step" in verdict
         assert "growing: activations (tensors saved for backward) grows 48.0 MiB per step" in verdict
         assert "(7.03 GiB/min at 0.40 s per step)" in verdict
-        assert "out of memory: at step 538, in about 1:25 at 09:03:24" in verdict
+        assert "out of memory: at step 498, in about 1:09 at 09:03:08" in verdict
         sites = text(screen, "#analysis-sites")
         assert "recording (16 steps recorded, steps 310-325, costs 3.1 ms per step)" in sites
         assert "train.py:97 in train_step  +48.0 MiB/step over 16 steps, 15.2 GiB live" in sites
         room = text(screen, "#analysis-headroom")
+        # No larger batch for a job that runs out of memory in 69 s (the room would have read 1.5x).
         assert room.startswith("Will it fit (cuda:0)\nheadroom 12.3 GiB (free 8.56 GiB + cache 3.72 GiB); "
-                               "largest batch that would fit: about 1.5x the current one")
+                               "no larger batch fits: allocated grows 48.0 MiB per step (leak), "
+                               "out of memory in about 69 s\n")
+        assert "largest batch" not in room
         assert "what if 8-bit optimizer state: saves 2.02 GiB (peak 22.1 GiB, computed)" in room
         advice = advice_shown(screen)
         assert advice[0] == "Advice"
-        assert advice[1] == "1. Out of memory in about 85 s  [critical]"
-        assert advice[2].startswith("saw: At 48.0 MiB per step (leak), the device is full by step 538.\n"
+        assert advice[1] == "1. Out of memory in about 69 s  [critical]"
+        assert advice[2].startswith("saw: At 48.0 MiB per step (leak), the device is full by step 498.\n"
                                     "do: Apply the fix below before then")
         assert advice[3] == "2. Each step's autograd graph is kept alive  [critical]"
         assert "    total_loss += loss.item()" in advice[4] and advice[4].endswith("saves about 15.2 GiB")
         assert advice[5] == "3. Other processes hold 4.99 GiB on GPU 0  [info]"
         assert len(advice) == 7
         trend = text(screen, "#detail-trend")
-        # One time to OOM on the screen: NVML's straight line (1:08) gives way to the probe's (85 s).
+        # One time to OOM on the screen: NVML's straight line (1:08) gives way to the probe's (69 s).
         assert trend.endswith("growing at 7.46 GiB/min; time to out of memory: the probe's forecast, below")
         assert "1:08" not in screen_text_all(screen)
 

@@ -173,11 +173,18 @@ def leak_verdict(
         category = _leading(growth, TENSOR_CATEGORIES, slope)
         what = f" ({category} +{size(_slope_of(growth, category))}/step)" if category else ""
         if figure == "allocated":
-            headroom = _headroom(last, device_total, device_free, True)
+            left = _earliest(
+                _steps_left(steps, slope, _headroom(last, device_total, device_free, True), peaks=True),
+                # The cache is room only while it does not grow along: where the reservation grows
+                # with the leak (blocks rounded up and split), the device's free memory goes at the
+                # reservation's pace, and runs out before the cache is ever used up.
+                _steps_left(steps, reserved_slope if reserved_grows else None,
+                            _headroom(last, device_total, device_free, False)))
         else:  # host memory: what the process holds now is what has to fit
             headroom = device_free if device_free is not None else (
                 device_total - totals[-1] if device_total is not None else None)
-        oom = _forecast(steps, slope, headroom, peaks=True)
+            left = _steps_left(steps, slope, headroom, peaks=True)
+        oom = _forecast(steps, left)
         return LeakVerdict(
             LEAK_LEAK, category=category, reason=f"{name} grows {size(slope)} per step over the "
             f"last {span} steps{what}; now {size(totals[-1])}", **oom, **base)
@@ -194,7 +201,7 @@ def leak_verdict(
             f"allocated memory; the cache may warm up until step {CACHE_WARMUP_STEPS}", **base)
     if fragmented:
         rate = reserved_slope if reserved_grows else None
-        oom = _forecast(steps, rate, _headroom(last, device_total, device_free, False))
+        oom = _forecast(steps, _steps_left(steps, rate, _headroom(last, device_total, device_free, False)))
         return LeakVerdict(
             LEAK_FRAGMENTATION, category="fragmentation",
             reason=f"{size(inactive[-1])} free but split in reserved blocks "
@@ -202,7 +209,7 @@ def leak_verdict(
             f"{len(allocator)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
 
     if reserved_grows:
-        oom = _forecast(steps, reserved_slope, _headroom(last, device_total, device_free, False))
+        oom = _forecast(steps, _steps_left(steps, reserved_slope, _headroom(last, device_total, device_free, False)))
         return LeakVerdict(
             LEAK_CACHE_GROWTH, category="cache",
             reason=f"reserved grows {size(reserved_slope)} per step while allocated stays at "
@@ -438,17 +445,16 @@ def _headroom(last: StepRecord, total: int | None, free: int | None, cache_count
     return None if held is None else total - held
 
 
-def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | None,
-              peaks: bool = False) -> _Forecast:
-    """The step during which memory no longer fits, and when, at ``rate`` bytes per step.
+def _steps_left(steps: list[StepRecord], rate: float | None, headroom: float | None,
+                peaks: bool = False) -> float | None:
+    """Steps until ``headroom`` bytes are used up at ``rate`` bytes per step; None without either.
 
     With ``peaks``, what must fit is the step's peak (forward, backward, optimizer), not its end:
     a leaking job fails inside a step, when the transient tensors come on top of what leaked.
     Growing cache, by contrast, fills the device (and then forces retries) at its own pace.
     """
     if rate is None or rate <= 0 or headroom is None:
-        return _Forecast()
-    last = steps[-1]
+        return None
     transient = 0
     # The latest measured step's peaks, over its own end: what each step adds on top for a while.
     measured = next((s for s in reversed(steps) if s.peak_backward is not None or s.peak_forward is not None
@@ -457,7 +463,19 @@ def _forecast(steps: list[StepRecord], rate: float | None, headroom: float | Non
         p for p in (measured.peak_forward, measured.peak_backward, measured.peak_optimizer) if p is not None]
     if peaks and highs and measured is not None and measured.allocated is not None:
         transient = max(0, max(highs) - measured.allocated)
-    steps_left = max(0.0, headroom - transient) / rate
+    return max(0.0, headroom - transient) / rate
+
+
+def _earliest(*lefts: float | None) -> float | None:
+    """The soonest of several forecasts (steps left), ignoring the ones that cannot be made."""
+    return min((left for left in lefts if left is not None), default=None)
+
+
+def _forecast(steps: list[StepRecord], steps_left: float | None) -> _Forecast:
+    """The step during which memory no longer fits, ``steps_left`` after the latest, and when."""
+    if steps_left is None:
+        return _Forecast()
+    last = steps[-1]
     out = _Forecast(oom_step=last.step + math.floor(steps_left) + 1)
     step_time = _step_time(steps)
     if step_time is not None:

@@ -42,4 +42,5 @@ def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport 
     advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,
                     sites=sites)
     return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
-                           now=snapshot.taken_at, headroom=headrooms(report, snapshot) if report else ())
+                           now=snapshot.taken_at,
+                           headroom=headrooms(report, snapshot, leak=leak, trend=trend) if report else ())

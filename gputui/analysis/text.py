@@ -23,5 +23,7 @@ def headroom_lines(room: Headroom) -> list[str]:
     if room.batch_factor is not None:
         head += (f"; largest batch that would fit: about {room.batch_factor:.1f}x the current one "
                  f"(step peak {size(room.step_peak)}, activations {size(room.activations)})")
+    elif room.withheld:
+        head += f"; no larger batch fits: {room.withheld}"
     return [head] + [f"what if {w.change}: saves {size(w.saving)} (peak {size(w.peak)}, computed)"
                      for w in room.what_ifs]

@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import Headroom, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord, WhatIf
+from gputui.model.verdicts import (LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION, LEAK_GROWING, LEAK_LEAK, TREND_GROWING,
+                                   LeakVerdict, ProcessTrend)
+from gputui.units import size, span
 
 EIGHT_BIT_KEEPS = 1 / 4  # an 8-bit optimizer (bitsandbytes AdamW8bit) keeps 1 byte a value of Adam's 4
 ZERO_GPUS = 8  # ZeRO's sharding over this many GPUs, unless told
@@ -58,9 +62,11 @@ def computed(gpus: int = ZERO_GPUS) -> list[tuple[str, Callable[[MemoryCategorie
     return [("8-bit optimizer state", eight_bit_optimizer), (f"ZeRO-2 over {gpus} GPUs", zero_sharding(gpus))]
 
 
-def headroom(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Headroom | None:
+def headroom(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None,
+             growing: str | None = None) -> Headroom | None:
     """A live job's room on one GPU from its latest measured step; None without the GPU's free memory
-    (no NVML) or the allocator's figures (a CPU job)."""
+    (no NVML) or the allocator's figures (a CPU job). ``growing`` (see :func:`growing_toward_oom`)
+    withholds the largest batch, with that reason."""
     gpu = next((d for d in snapshot.devices if d.uuid == device.uuid), None) if snapshot and device.uuid else None
     stats = device.allocator
     if gpu is None or gpu.memory_free is None or stats is None:
@@ -78,8 +84,11 @@ def headroom(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None
     gpus = world if world > 1 else ZERO_GPUS  # a job on one GPU: what sharding over a node would save
     changes = [*computed(gpus), ("half the micro-batch, 2x accumulation", half_activations)]
     room = gpu.memory_free + stats.reserved - peak  # what the step's peak could still grow into
-    return Headroom(device.device, gpu.memory_free, cache, peak, activations, 1 + max(0, room) / activations,
-                    tuple(WhatIf(words, peak - saving(at_peak), saving(at_peak), False) for words, saving in changes))
+    # A job growing toward OOM uses that room up step by step: it has none for a bigger batch.
+    factor = None if growing else 1 + max(0, room) / activations
+    return Headroom(device.device, gpu.memory_free, cache, peak, activations, factor,
+                    tuple(WhatIf(words, peak - saving(at_peak), saving(at_peak), False) for words, saving in changes),
+                    withheld=growing)
 
 
 def step_peaks(step: StepRecord) -> list[int]:
@@ -91,7 +100,34 @@ def _peak(step: StepRecord) -> int | None:
     return max(step_peaks(step), default=None)
 
 
-def headrooms(report: ProbeReport, snapshot: Snapshot | None) -> tuple[Headroom, ...]:
-    """``headroom`` for each of the report's devices where it can be had."""
-    found = (headroom(report, device, snapshot) for device in report.devices)
+def headrooms(report: ProbeReport, snapshot: Snapshot | None, *, leak: LeakVerdict | None = None,
+              trend: ProcessTrend | None = None) -> tuple[Headroom, ...]:
+    """``headroom`` for each of the report's devices where it can be had, the largest batch withheld
+    while the job grows toward OOM: by ``leak`` (judged here from the report when not given) or by
+    NVML's ``trend``."""
+    if snapshot is None:
+        return ()  # no NVML: no free memory, no headroom
+    if leak is None and report.steps:
+        leak = snapshot_leak_verdict(report, snapshot)
+    growing = growing_toward_oom(leak, trend, snapshot.taken_at)
+    found = (headroom(report, device, snapshot, growing) for device in report.devices)
     return tuple(h for h in found if h is not None)
+
+
+# The figure that grows in each of the leak verdict's growing states.
+GROWING_FIGURE = {LEAK_LEAK: "allocated", LEAK_CACHE_GROWTH: "reserved", LEAK_FRAGMENTATION: "split free blocks"}
+
+
+def growing_toward_oom(leak: LeakVerdict | None, trend: ProcessTrend | None, now: float | None) -> str | None:
+    """What grows toward OOM, how fast and when it runs out, in words (the probe's verdict first, it
+    knows the step's peak; else NVML's trend); None where neither sees growth."""
+    if leak is not None and leak.state in LEAK_GROWING:
+        what = GROWING_FIGURE.get(leak.state, "memory")
+        words = f"{what} grows {size(leak.growth_per_step or 0)} per step ({leak.state.replace('_', ' ')})"
+        left = leak.seconds_to_oom(now)
+    elif trend is not None and trend.verdict == TREND_GROWING:
+        words = f"memory grows {size((trend.rate or 0) * 60)}/min (NVML)"
+        left = trend.time_to_oom
+    else:
+        return None
+    return words if left is None else f"{words}, out of memory in about {span(left)}"

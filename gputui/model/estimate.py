@@ -69,9 +69,12 @@ class Headroom:
         "that step's activations at their peak (bytes)", minimum=0))
     batch_factor: float | None = field(default=None, metadata=doc(
         "the largest batch that would fit, as a multiple of the current batch: the room above the step's "
-        "peak filled with more of its activations", minimum=0))
+        "peak filled with more of its activations; null where it is withheld", minimum=0))
     what_ifs: tuple[WhatIf, ...] = field(default=(), metadata=doc(
         "the step's peak with one change each, computed from its measured categories"))
+    withheld: str | None = field(default=None, metadata=doc(
+        "why no largest batch is given: the job's memory grows toward OOM (what grows, how fast, when it "
+        "runs out), so the room above its peak is being used up; null: not withheld"))
 
     @property
     def headroom(self) -> int:

@@ -33,6 +33,7 @@ LEAK_FRAGMENTATION: Final = "fragmentation"  # free bytes stuck in split blocks 
 LEAK_STATES: tuple[LeakState, ...] = (
     LEAK_COLLECTING, LEAK_CLEAN, LEAK_WARMING_UP, LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION,
 )
+LEAK_GROWING: tuple[LeakState, ...] = (LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION)  # memory grows
 
 # CategoryGrowth.name values: the probe's tensor categories, then what the allocator holds beyond them.
 CATEGORIES = (*TENSOR_CATEGORIES, "cache", "fragmentation")
@@ -103,6 +104,13 @@ class LeakVerdict:
     host_other_per_step: float | None = None
     # While evidence is gathered (collecting, warming_up): how many more steps the verdict needs.
     steps_needed: int | None = None
+
+    @property
+    def growth_per_step(self) -> float | None:
+        """Bytes per step of what grows in a growing state: allocated memory (leak), reserved memory
+        (cache growth), free bytes split in reserved blocks (fragmentation); None in the others."""
+        return {LEAK_LEAK: self.allocated_per_step, LEAK_CACHE_GROWTH: self.reserved_per_step,
+                LEAK_FRAGMENTATION: self.inactive_split_per_step}.get(self.state)
 
     def seconds_to_oom(self, now: float | None = None) -> float | None:
         """Seconds until the forecast OOM, counted from ``now`` where given (the views count from the

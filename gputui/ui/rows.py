@@ -15,8 +15,7 @@ from gputui import units
 from gputui.analysis.history import ProcessKey
 from gputui.model import PROCESS_OK, EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
 from gputui.model.verdicts import (
-    LEAK_CACHE_GROWTH,
-    LEAK_FRAGMENTATION,
+    LEAK_GROWING,
     LEAK_LEAK,
     TREND_GROWING,
     LeakVerdict,
@@ -213,7 +212,7 @@ def trend_text(mark: ProcessTrend | None, *, ascii: bool = False,
     return ("", "")
 
 
-GROWTH_STATES = (LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION)
+GROWTH_STATES = LEAK_GROWING
 
 
 def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
@@ -229,8 +228,7 @@ def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
     oom_in = None
     if leak is not None and leak.state in GROWTH_STATES:
         if rate is None:
-            per_step = {LEAK_LEAK: leak.allocated_per_step, LEAK_CACHE_GROWTH: leak.reserved_per_step,
-                        LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
+            per_step = leak.growth_per_step
             if per_step and per_step > 0 and leak.step_time:
                 rate = per_step / leak.step_time
         oom_in = leak.seconds_to_oom(now)

@@ -21,6 +21,7 @@ from gputui.model.verdicts import (
     LEAK_CLEAN,
     LEAK_COLLECTING,
     LEAK_FRAGMENTATION,
+    LEAK_GROWING,
     LEAK_LEAK,
     LEAK_WARMING_UP,
     Advice,
@@ -185,9 +186,8 @@ def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
         return Content("\n").join([title, Content.styled("no verdict yet", "$text-muted")])
     word, style = STATE_WORDS.get(leak.state, (leak.state, ""))
     lines = [title, Content.assemble((word, style), "  ", leak.reason)]
-    if leak.state in (LEAK_LEAK, LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION):
-        per_step = {LEAK_LEAK: leak.allocated_per_step, LEAK_CACHE_GROWTH: leak.reserved_per_step,
-                    LEAK_FRAGMENTATION: leak.inactive_split_per_step}[leak.state]
+    if leak.state in LEAK_GROWING:
+        per_step = leak.growth_per_step
         what = CATEGORY_WORDS.get(leak.category or "", leak.category or "allocated memory")
         growth = f"grows {units.size(per_step)} per step" if per_step is not None else "grows"
         if per_step and leak.step_time:
