@@ -18,11 +18,12 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import Source
 from gputui.plain.modes import snapshot_text
-from gputui.record import delta, run
+from gputui.record import delta
 from gputui.record.at import moment
 from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
+from record_helpers import recorded_demo
 
 T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
 
@@ -166,19 +167,6 @@ def test_at_takes_offsets_clock_times_and_iso_times():
         moment("yesterday", start)
 
 
-def recorded_demo(tmp_path, seconds=5):
-    """``gputui record`` of the demo for ``seconds``, on a fake clock."""
-    now = [T0]
-
-    def pause(s):
-        now[0] += s
-
-    path = tmp_path / "demo.rec"
-    options = parse(["--demo", "training-node", "record", str(path), "--duration", f"{seconds}s"])
-    assert run.record(options, clock=lambda: now[0], pause=pause) == 0
-    return path
-
-
 def once_live(options, start, first, then):
     """--once in a demo begun at ``start``, its readings at ``first`` and ``then``."""
     live = [start]
@@ -209,6 +197,32 @@ def test_replay_json_at_a_time_is_the_document_recorded(tmp_path, capsys):
     assert document["schema"] == "gputui.snapshot" and document == sample.document
     probed = {report["pid"] for report in document["snapshot"]["probes"]}
     assert probed and set(sample.verdicts) == probed  # each probed process's leak verdict with it
+
+
+def leaky_run():
+    """The leaky demo's first run, in scenario seconds: its OOM (189.4) and its exit (192.4)."""
+    from gputui.collect.sim.scenarios import build
+
+    (job,) = [p.job for p in build("leaky").programs if p.job is not None]
+    return job.run_at(0.0)
+
+
+def test_a_recording_keeps_the_process_an_oom_ended(tmp_path, capsys, monkeypatch):
+    """As the live monitor does (gputui/link/endings.py): the leaky demo's job, gone after its OOM, stays on
+    every later sample with the report it left."""
+    monkeypatch.setenv("GPUTUI_OOM_DIR", str(tmp_path / "oom"))  # no report file: its last report it is
+    path = recorded_demo(tmp_path, 198, scenario="leaky", interval=3)  # a sample every 3 s to 195.3
+    recording, run_ = Recording(path), leaky_run()
+    dying = recording.sample(recording.index_at(T0 + run_.exit_at)).snapshot  # the last sample it was in
+    (report,) = dying.probes
+    assert report.pid == 51200 and report.last_oom.at == pytest.approx(T0 + run_.oom_at)
+    held = sum(p.gpu_memory for p in dying.processes if p.pid == 51200)
+    last = recording.sample(len(recording) - 1).snapshot
+    assert last.taken_at > T0 + run_.exit_at and last.probes == ()
+    assert last.ended == (EndedProcess(pid=51200, ended_at=report.last_oom.at, report=report, report_file=None,
+                                       user="dev", devices=(0,), gpu_memory=held),)
+    assert main(["replay", str(path), "--json"]) == 0  # and so --json prints it
+    assert [e["pid"] for e in json.loads(capsys.readouterr().out)["snapshot"]["ended"]] == [51200]
 
 
 def test_at_needs_once_or_json():

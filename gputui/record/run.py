@@ -9,6 +9,7 @@ from typing import Callable
 
 from gputui.analysis.leaks import LeakJudge
 from gputui.errors import UserError
+from gputui.link.endings import OomEndings
 from gputui.model import to_jsonable
 from gputui.options import Options
 from gputui.plain import terminal
@@ -36,6 +37,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     max_size = options.extra.get("max_size") or MAX_SIZE
     assert isinstance(max_size, int)
     judge = LeakJudge()
+    endings = OomEndings()  # the live monitor's own (ui/sampler.py): a replay shows the rows it showed
     with lasting_source(options, clock=clock, pause=pause) as source:
         first = source.sample()
         recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
@@ -48,6 +50,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
         snapshot = first
         try:
             while True:
+                snapshot = endings.add_to(snapshot)
                 verdicts = judge(snapshot)
                 recorder.add(snapshot.taken_at, snapshot_document(snapshot),
                              {str(pid): to_jsonable(v) for pid, v in verdicts.items()})
