@@ -238,7 +238,7 @@ def _add_record_commands(sub: Any) -> None:
     replay.add_argument("--json", action="store_true", dest="sub_json", help="print one sample as JSON and exit")
     replay.add_argument("--at", metavar="TIME",
                         help="the sample --once/--json print: 90s or 5m from the start, 12:34:56, or an "
-                             "ISO time (default: the last)")
+                             "ISO time, within the recording (default: the last)")
 
 
 def _bare_demo_before_a_command(argv: list[str]) -> list[str]:

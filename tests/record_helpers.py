@@ -1,11 +1,14 @@
-"""Recordings made by hand, as someone who means harm would write them (tests of the reader)."""
+"""Recordings made by hand, as someone who means harm would write them (tests of the reader), and
+recordings of the demo made as ``gputui record`` makes them."""
 
 from __future__ import annotations
 
 import json
 import zlib
 
+from gputui.cli import parse
 from gputui.plain.document import dumps, snapshot_document
+from gputui.record import run
 from gputui.record.format import CHANGE, HEAD, KEY, KIND, compressor
 from ui_data import T0, training_snapshot
 
@@ -32,3 +35,18 @@ KEY_BODY = {"document": DOCUMENT, "leaks": {}}
 
 def change(patch):
     return {"change": {"k": {"snapshot": {"k": patch}}}, "leaks": {}}
+
+
+def recorded_demo(tmp_path, seconds=5, *, scenario="training-node", interval=1.0):
+    """``gputui record`` of the demo ``scenario`` for ``seconds``, a sample every ``interval``, on a fake
+    clock from T0 (the simulated machine's second 0 there: its reports' times and the samples' agree)."""
+    now = [T0]
+
+    def pause(s):
+        now[0] += s
+
+    path = tmp_path / "demo.rec"
+    options = parse(["--demo", scenario, "record", str(path), "--duration", f"{seconds}s",
+                     "--interval", str(interval)])
+    assert run.record(options, clock=lambda: now[0], pause=pause, quiet=True) == 0
+    return path

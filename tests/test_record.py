@@ -18,11 +18,12 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.gather import Source
 from gputui.plain.modes import snapshot_text
-from gputui.record import delta, run
+from gputui.record import delta
 from gputui.record.at import moment
 from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
+from record_helpers import recorded_demo
 
 T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
 
@@ -164,19 +165,9 @@ def test_at_takes_offsets_clock_times_and_iso_times():
     assert moment("2026-01-05T09:00:00+00:00", start) == datetime(2026, 1, 5, 9, tzinfo=timezone.utc).timestamp()
     with pytest.raises(UserError, match="--at yesterday"):
         moment("yesterday", start)
-
-
-def recorded_demo(tmp_path, seconds=5):
-    """``gputui record`` of the demo for ``seconds``, on a fake clock."""
-    now = [T0]
-
-    def pause(s):
-        now[0] += s
-
-    path = tmp_path / "demo.rec"
-    options = parse(["--demo", "training-node", "record", str(path), "--duration", f"{seconds}s"])
-    assert run.record(options, clock=lambda: now[0], pause=pause) == 0
-    return path
+    for no_time in ("25:00", "09:99", "09:00:60", "0001-01-01T00:00:00"):  # one line, not a traceback
+        with pytest.raises(UserError, match=f"--at {no_time}: give an offset"):
+            moment(no_time, start)
 
 
 def once_live(options, start, first, then):
@@ -187,6 +178,7 @@ def once_live(options, start, first, then):
         return snapshot_text(source.sample(), options)
 
 
+@pytest.mark.usefixtures("utc")
 def test_replay_once_at_a_time_prints_what_once_printed_then(tmp_path, capsys, monkeypatch):
     path = recorded_demo(tmp_path)
     recording = Recording(path)
@@ -198,17 +190,101 @@ def test_replay_once_at_a_time_prints_what_once_printed_then(tmp_path, capsys, m
         # run at the moment of sample i, its first reading (for CPU %) at the recorded one before it
         printed_live = once_live(options, T0, recording.times[i - 1] if i else T0, recording.times[i])
         assert main(["replay", str(path), "--once", "--at", at]) == 0
-        assert capsys.readouterr().out == printed_live, at
+        # which sample it is, first: --once of 5 seconds ago looks just like --once of now
+        heading = f"replay {path}: sample {i + 1} of 5, 2026-01-05 09:00:0{i} UTC, {i}s into the recording\n"
+        assert capsys.readouterr().out == heading + printed_live, at
 
 
 def test_replay_json_at_a_time_is_the_document_recorded(tmp_path, capsys):
     path = recorded_demo(tmp_path, seconds=3)
     assert main(["replay", str(path), "--json", "--at", "1s"]) == 0
     document = json.loads(capsys.readouterr().out)
+    times = Recording(path).times
+    # which sample it is, in the one field the recorded document had not
+    assert document.pop("replay") == {"sample": 2, "samples": 3, "taken_at": times[1], "start": times[0],
+                                      "end": times[2]}
     sample = Recording(path).sample(1)
     assert document["schema"] == "gputui.snapshot" and document == sample.document
     probed = {report["pid"] for report in document["snapshot"]["probes"]}
     assert probed and set(sample.verdicts) == probed  # each probed process's leak verdict with it
+
+
+def replay_json(path, at, capsys):
+    """``gputui replay FILE --json --at AT``'s exit code, its document's ``replay`` field, stderr."""
+    code = main(["replay", str(path), "--json", "--at", at])
+    out, err = capsys.readouterr()
+    return code, json.loads(out)["replay"] if out else None, err
+
+
+@pytest.mark.usefixtures("utc")
+def test_at_outside_the_recording_is_an_error_naming_its_span(tmp_path, capsys):
+    path = recorded_demo(tmp_path)  # samples at 09:00:00.3 to 09:00:04.3
+    span = "demo.rec holds 2026-01-05 09:00:00 to 09:00:04 UTC (4s, 5 samples)\n"
+    for at, where in (
+            ("08:59:30", " (the clock time 2026-01-05 08:59:30 UTC) is before the recording's start"),
+            ("2026-01-05T08:00:00Z", " is before the recording's start"),
+            ("99h", " is after the recording's end"),
+            ("6s", " is after the recording's end"),
+            ("09:00:30", " (the clock time 2026-01-05 09:00:30 UTC) is after the recording's end"),
+            # (the replay's header writes offsets so: a clock time that looks like one says how to write it)
+            ("2:20", " (the clock time 2026-01-05 02:20:00 UTC; an offset into the recording is written 2m20s)"
+                     " is before the recording's start")):
+        assert replay_json(path, at, capsys) == (2, None, f"gputui: --at {at}{where}: {span}"), at
+        assert main(["replay", str(path), "--once", "--at", at]) == 2
+        assert capsys.readouterr() == ("", f"gputui: --at {at}{where}: {span}")
+    # the clock time it was started at is its first sample; one interval past the last, still the last
+    assert replay_json(path, "09:00:00", capsys)[:2] == (0, {"sample": 1, "samples": 5, "taken_at": T0 + 0.3,
+                                                            "start": T0 + 0.3, "end": T0 + 4.3})
+    assert replay_json(path, "5s", capsys)[1]["sample"] == 5
+    assert replay_json(path, "5.1s", capsys)[0] == 2
+    (tmp_path / "demo.rec.1").write_bytes(b"")  # a rotated file beside it: where the earlier samples went
+    assert "before the recording's start (demo.rec.1 holds older samples): demo.rec holds" in replay_json(
+        path, "08:59:30", capsys)[2]
+
+
+def test_the_replay_field_is_in_the_schema(tmp_path, capsys):
+    from gputui.plain.schema import SCHEMA
+    from plain_data import errors
+
+    path = recorded_demo(tmp_path, seconds=2)
+    assert main(["replay", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["replay"]["sample"] == 2 and errors(document, SCHEMA) == []
+    document["replay"]["sample"] = 0
+    assert errors(document, SCHEMA) != []
+
+
+def test_a_clock_time_is_read_on_the_day_that_puts_it_in_the_recording():
+    start = datetime(2026, 1, 5, 23, 59, 58).astimezone().timestamp()  # a recording across midnight
+    assert moment("00:00:01", start, start + 6) == start + 3  # the next day's
+    assert moment("23:59:59", start, start + 6) == start + 1
+    assert moment("23:00", start, start + 6) == start - 3598  # in neither: the first day's, before it
+
+
+def leaky_run():
+    """The leaky demo's first run, in scenario seconds: its OOM (189.4) and its exit (192.4)."""
+    from gputui.collect.sim.scenarios import build
+
+    (job,) = [p.job for p in build("leaky").programs if p.job is not None]
+    return job.run_at(0.0)
+
+
+def test_a_recording_keeps_the_process_an_oom_ended(tmp_path, capsys, monkeypatch):
+    """As the live monitor does (gputui/link/endings.py): the leaky demo's job, gone after its OOM, stays on
+    every later sample with the report it left."""
+    monkeypatch.setenv("GPUTUI_OOM_DIR", str(tmp_path / "oom"))  # no report file: its last report it is
+    path = recorded_demo(tmp_path, 198, scenario="leaky", interval=3)  # a sample every 3 s to 195.3
+    recording, run_ = Recording(path), leaky_run()
+    dying = recording.sample(recording.index_at(T0 + run_.exit_at)).snapshot  # the last sample it was in
+    (report,) = dying.probes
+    assert report.pid == 51200 and report.last_oom.at == pytest.approx(T0 + run_.oom_at)
+    held = sum(p.gpu_memory for p in dying.processes if p.pid == 51200)
+    last = recording.sample(len(recording) - 1).snapshot
+    assert last.taken_at > T0 + run_.exit_at and last.probes == ()
+    assert last.ended == (EndedProcess(pid=51200, ended_at=report.last_oom.at, report=report, report_file=None,
+                                       user="dev", devices=(0,), gpu_memory=held),)
+    assert main(["replay", str(path), "--json"]) == 0  # and so --json prints it
+    assert [e["pid"] for e in json.loads(capsys.readouterr().out)["snapshot"]["ended"]] == [51200]
 
 
 def test_at_needs_once_or_json():

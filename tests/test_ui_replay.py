@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from gputui.model import to_jsonable
 from gputui.model.verdicts import LeakVerdict
 from gputui.plain.document import snapshot_document
@@ -13,7 +15,7 @@ from gputui.record.writer import Recorder
 from gputui.ui.replay import ReplayApp
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
-from record_helpers import KEY_BODY, change, crafted
+from record_helpers import KEY_BODY, change, crafted, recorded_demo
 from ui_data import GIB, T0, table_keys, training_snapshot
 
 SAMPLES = 150  # 2.5 minutes, one a second
@@ -144,3 +146,20 @@ async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_pa
         said = [n.message for n in app._notifications]
         assert said == ["sample 1 does not decode: a change to an array of 4 items that asks for 1000000000"]
         assert app.index == 0 and app.snapshot.taken_at == T0  # still showing what it showed
+
+
+@pytest.mark.usefixtures("utc")
+async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkeypatch):
+    """The leaky demo's job runs out at 09:03:09 and is gone 3 s later: replayed after that, its ✗ row is
+    there with its report, as it was in the live monitor."""
+    monkeypatch.setenv("GPUTUI_OOM_DIR", str(tmp_path / "oom"))
+    recording = Recording(recorded_demo(tmp_path, 198, scenario="leaky", interval=3))
+    app = ReplayApp(recording, start=len(recording) - 1, paused=True, me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, len(recording) - 1)
+        assert "51200/0" not in table(app).rows_by_key
+        ended = table(app).rows_by_key["51200/oom"]
+        assert (ended.cells["pid"], ended.cells["probe"], ended.cells["gpu"], ended.cells["type"]) == (
+            "51200", "✗", "0", "end")
+        assert ended.cells["gpu_memory"] == "34.6G" and ended.cells["trend"] == "✗ OOM 09:03:09"
+        assert ended.report.last_oom.line == "model.py:41 in forward"

@@ -208,6 +208,23 @@ UNREACHABLE = {
 
 SNAPSHOT_DOCUMENT = _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS})
 
+# gputui replay FILE --json says which sample of the recording it printed: record/run.py writes it. The
+# one field not always present: the documents --json printed live (and recorded) have none.
+REPLAY = {
+    "type": "object",
+    "description": "Which sample of the recording this is (gputui replay --json only)",
+    "properties": {
+        "sample": {"type": "integer", "minimum": 1, "description": "the sample's number, counted from 1"},
+        "samples": {"type": "integer", "minimum": 1, "description": "how many samples the recording holds"},
+        "taken_at": {"type": "number", "description": "when the sample was taken (seconds since the epoch)"},
+        "start": {"type": "number", "description": "when the recording's first sample was taken"},
+        "end": {"type": "number", "description": "when the recording's last sample was taken"},
+    },
+    "required": ["sample", "samples", "taken_at", "start", "end"],
+    "additionalProperties": False,
+}
+SNAPSHOT_DOCUMENT["properties"]["replay"] = REPLAY
+
 HOST = {
     "type": "object",
     "description": "One host of the many-host view (gputui --hosts)",

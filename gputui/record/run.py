@@ -1,23 +1,27 @@
 """``gputui record FILE``: sample as the live monitor does and append each sample to a recording;
-``gputui replay FILE --once|--json --at TIME``: print what ``--once``/``--json`` printed then."""
+``gputui replay FILE --once|--json --at TIME``: print what ``--once``/``--json`` printed then, and
+which sample that is."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
+from gputui import units
 from gputui.analysis.leaks import LeakJudge
 from gputui.errors import UserError
+from gputui.link.endings import OomEndings
 from gputui.model import to_jsonable
 from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, read_snapshot_document, snapshot_document
 from gputui.plain.gather import lasting_source
 from gputui.plain.modes import snapshot_text
-from gputui.record.at import moment
+from gputui.record.at import sample_at
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
+from gputui.untrusted import visible
 
 MAX_SIZE = 200 * 1000 * 1000  # bytes per file before it rotates (about 10 hours of a busy 8-GPU node)
 
@@ -36,6 +40,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     max_size = options.extra.get("max_size") or MAX_SIZE
     assert isinstance(max_size, int)
     judge = LeakJudge()
+    endings = OomEndings()  # the live monitor's own (ui/sampler.py): a replay shows the rows it showed
     with lasting_source(options, clock=clock, pause=pause) as source:
         first = source.sample()
         recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
@@ -48,6 +53,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
         snapshot = first
         try:
             while True:
+                snapshot = endings.add_to(snapshot)
                 verdicts = judge(snapshot)
                 recorder.add(snapshot.taken_at, snapshot_document(snapshot),
                              {str(pid): to_jsonable(v) for pid, v in verdicts.items()})
@@ -63,17 +69,38 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
 
 
 def print_at(options: Options) -> int:
-    """``--once`` or ``--json`` as printed at ``--at`` (the recording's last sample without it)."""
+    """``--once`` or ``--json`` as printed at ``--at`` (the recording's last sample without it), saying
+    which sample it is: ``--once`` in a heading, ``--json`` in the document's ``replay`` field."""
     path = str(options.extra["file"])
     recording = open_recording(path)
     at = options.extra.get("at")
-    index = len(recording) - 1 if at is None else recording.index_at(moment(str(at), recording.times[0]))
+    index = len(recording) - 1 if at is None else sample_at(str(at), recording)
     try:  # the CRCs vouch for what was written, not for who wrote it: a crafted sample is refused here
         sample = recording.sample(index)
-        text = dumps(sample.document) + "\n" if options.json else snapshot_text(sample.snapshot, options)
+        if options.json:
+            text = dumps({**sample.document, "replay": shown(recording, index)}) + "\n"
+        else:
+            text = heading(path, recording, index, options) + snapshot_text(sample.snapshot, options)
     except ValueError as exc:
         raise UserError(f"{path}: {exc}") from None
     return terminal.show(text)
+
+
+def shown(recording: Recording, index: int) -> dict[str, Any]:
+    """The ``replay`` field of ``gputui replay --json``: which sample of the recording this is."""
+    times = recording.times
+    return {"sample": index + 1, "samples": len(times), "taken_at": times[index], "start": times[0],
+            "end": times[-1]}
+
+
+def heading(path: str, recording: Recording, index: int, options: Options) -> str:
+    """``--once``'s first line: ``replay r.rec: sample 3 of 141, 2026-01-05 09:00:02 UTC, 2s into the recording``."""
+    times = recording.times
+    line = (f"replay {visible(path)}: sample {index + 1} of {len(times)}, "
+            f"{units.clock_time(times[index], date=True, zone=True)}, {units.elapsed(times[index] - times[0])} "
+            f"into the recording\n")
+    # (--ascii promises plain ASCII, as render keeps it for the rest)
+    return line.encode("ascii", "replace").decode("ascii") if terminal.use_ascii(options) else line
 
 
 def open_recording(path: str) -> Recording:
