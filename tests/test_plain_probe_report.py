@@ -1,6 +1,7 @@
 """``gputui probe PID`` as text: the leak verdict and advice that --once gives, and a step table
 that shows what a CPU-only job has (host memory) instead of columns of n/a."""
 
+import dataclasses
 import subprocess
 import sys
 from datetime import timezone
@@ -30,14 +31,21 @@ def cpu_job(n=80):
 
 def test_a_cpu_jobs_step_table_shows_measured_steps_and_host_memory():
     lines = render_probe(cpu_job(), width=120, tz=timezone.utc).splitlines()
-    head = lines.index("Last 10 of 60 measured steps (80 steps in all; the probe reads memory every "
-                       "few steps)")
+    head = lines.index("Last 10 of 60 measured steps (steps 1 to 80; the probe reads memory every few steps)")
     assert lines[head + 1:head + 4] == [
         "STEP  TIME ALLOCATED HOST MEM",
         "  67 5.0ms   4.00MiB   704MiB",
         "  69 5.0ms   4.00MiB   704MiB",  # step 68 was not measured
     ]
     assert "n/a" not in "\n".join(lines[head:head + 12])
+
+
+def test_the_step_tables_heading_names_the_steps_a_window_spans_not_how_many_it_holds():
+    # A long job's report keeps the latest steps only: 60 of them here, the job at its 900th.
+    report = cpu_job(900)
+    report = dataclasses.replace(report, steps=report.steps[-60:])
+    lines = render_probe(report, width=120, tz=timezone.utc).splitlines()
+    assert "Last 10 of 45 measured steps (steps 841 to 900; the probe reads memory every few steps)" in lines
 
 
 def test_the_report_carries_the_verdict_and_advice_without_a_gpu_snapshot():
