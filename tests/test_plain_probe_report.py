@@ -55,6 +55,12 @@ def test_the_report_carries_the_verdict_and_advice_without_a_gpu_snapshot():
     assert any(line.lstrip().startswith("advice 1: ") for line in out.splitlines())
 
 
+def test_a_cpu_jobs_untracked_growth_is_a_part_of_its_own():
+    # Host memory beyond the tracked tensors grew 64 KiB a step from step 1 to step 79 (the last read).
+    lines = render_probe(cpu_job(), width=120, tz=timezone.utc).splitlines()
+    assert "  cpu:  untracked growth 4.88MiB (host memory beyond the tracked tensors, since step 1)" in lines
+
+
 def test_demo_probe_prints_verdict_advice_and_time_to_oom():
     result = subprocess.run([sys.executable, "-m", "gputui", "--demo", "leaky", "probe", "51200"],
                             capture_output=True, text=True, timeout=120,
