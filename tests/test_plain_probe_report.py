@@ -2,13 +2,15 @@
 that shows what a CPU-only job has (host memory) instead of columns of n/a."""
 
 import dataclasses
+import re
 import subprocess
 import sys
+import time
 from datetime import timezone
 
 from gputui.model import MemoryCategories, ProbeDevice, ProbeReport, StepRecord
 from gputui.plain.report import render_probe
-from cli_helpers import ROOT
+from cli_helpers import ROOT, gputui
 
 KIB, MIB = 1 << 10, 1 << 20
 BASE = 300 * MIB
@@ -71,3 +73,49 @@ def test_demo_probe_prints_verdict_advice_and_time_to_oom():
     assert "allocated grows 48.0 MiB per step" in leak and "out of memory at step" in leak
     assert any(line.startswith("  advice 1: ") for line in lines)
     assert any("context+libs 500MiB" in line for line in lines)  # NVML's share, from the GPUs now
+
+
+# A real CPU job whose measured steps are now and then long ones (it saves a checkpoint): the probe's
+# measured steps grow rare, and its figures would go stale between them.
+STALLING_JOB = """
+import os, sys, time
+import torch
+sys.path.insert(0, sys.argv[1])
+import loops
+from gputui.probe import runtime
+torch.set_num_threads(1)
+probe = runtime.start()
+job = loops.make_job()
+step, started = 0, time.monotonic()
+while time.monotonic() - started < 120:
+    step += 1
+    if probe.tracker._measuring and step % 8 == 0:
+        time.sleep(0.2)
+    loops.clean(job, 1)
+    if step == 300:
+        print("ready", os.getpid(), flush=True)
+"""
+
+
+def test_gputui_probe_shows_figures_read_at_the_jobs_latest_steps(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GPUTUI_PROBE_DIR": str(tmp_path),
+           "COLUMNS": "200"}
+    job = subprocess.Popen([sys.executable, "-c", STALLING_JOB, str(ROOT / "examples")], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = job.stdout.readline().split()
+        assert ready[:1] == ["ready"], job.stderr.read() if job.poll() is not None else ready
+        lags = []
+        for _ in range(3):
+            time.sleep(1.5)
+            result = gputui(env, "probe", ready[1], timeout=60)
+            assert result.returncode == 0, result.stderr
+            out = result.stdout
+            step = int(re.search(r"^probe torch \S+  step (\d+)", out, re.M).group(1))
+            read = re.search(r"^figures read at step (\d+), (.*)$", out, re.M)
+            assert read.group(2) == "just now", out
+            lags.append(step - int(read.group(1)))
+    finally:
+        job.kill()
+        job.wait()
+    assert step > 300 and max(lags) <= 20, lags
