@@ -183,7 +183,7 @@ def _leak(seen: _Seen) -> Advice | None:
             "    total_loss += loss.item()          # not: total_loss += loss\n"
             "    outputs.append(out.detach())       # not: outputs.append(out)",
             # (on CPU, the graphs of the steps the probe did not measure are in the untracked growth)
-            estimated_saving=(level or 0) + (v.untracked_growth or 0) if v.untracked_growth else level,
+            estimated_saving=((level or 0) + v.untracked_growth) if v.untracked_growth else level,
         )
     if on_host:
         return Advice(
@@ -312,7 +312,7 @@ def _optimizer_dominates(seen: _Seen) -> Advice | None:
     if cats is None or not cats.optimizer_state:
         return None
     held = cats.tensor_bytes() or 0
-    unseen = seen.verdict.untracked_growth or 0 if seen.verdict is not None else 0
+    unseen = (seen.verdict.untracked_growth if seen.verdict is not None else None) or 0
     if held <= 0 or cats.optimizer_state < OPTIMIZER_SHARE * held or cats.optimizer_state <= unseen:
         return None  # (not the largest part where the host memory the probe cannot see grew more)
     ratio = f", {cats.optimizer_state / cats.parameters:.1f}x the parameters" if cats.parameters else ""
