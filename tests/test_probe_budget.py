@@ -14,6 +14,8 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
 from gputui.analysis.leaks import growth_floor  # noqa: E402
 from gputui.probe import runtime, tracking  # noqa: E402
+from gputui.probe.budget import ReadingsBudget  # noqa: E402
+from gputui.link.protocol import FRESH_FOR  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
@@ -129,3 +131,50 @@ def test_a_flat_loop_asks_for_no_extra_measured_steps():
         assert p.tracker.evidence_steps == before
     finally:
         runtime.stop()
+
+
+def test_a_stalled_measured_step_is_charged_no_more_than_a_typical_step():
+    # A measured step that took 0.5 s where steps take 10 ms (a checkpoint saved, the machine busy
+    # elsewhere) is charged its readings and at most one typical step, not half the stall: charged
+    # whole, it would keep the probe from reading anything for the next two minutes of steps.
+    clock = [0.0]
+    budget = ReadingsBudget(0.004, clock=lambda: clock[0])
+    for _ in range(50):  # unmeasured steps of 10 ms: the typical step
+        clock[0] += 0.010
+        budget.next_step(0.010, False, clock[0])
+    budget.charge(0.0001)  # the measured step's own readings, timed
+    clock[0] += 0.5
+    budget.next_step(0.5, True, clock[0])
+    assert budget.charged == pytest.approx(0.0001 + 0.010, rel=0.01)
+
+
+def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
+    # A real CPU job, asked for its figures about once a second as a monitor polls, where now and then
+    # a measured step is a long one (the job saves a checkpoint). Each time the figures it finds are
+    # older than a second, the job's next step reads them, whatever the long steps cost the measured
+    # steps' schedule.
+    p = runtime.start(serve=False, auto_sites=False)
+    job = loops.make_job()
+    lags = []
+    try:
+        asked = None
+        last_ask = time.monotonic()
+        step = 0
+        while len(lags) < 6 and step < 5000:  # hundreds of steps, 6 asks that found old figures
+            step += 1
+            if p.tracker._measuring and step % 8 == 0:
+                time.sleep(0.2)  # a long step that the probe measures
+            loops.clean(job, 1)
+            if asked is not None:
+                lags.append(asked - p.report().read_at_step)
+                asked = None
+            if time.monotonic() - last_ask >= 1.0:
+                last_ask = time.monotonic()
+                age = time.monotonic() - p.board.reading.monotonic
+                p.desk.report({})  # as a monitor asks
+                if age > FRESH_FOR:
+                    asked = p.board.step_count
+    finally:
+        runtime.stop()
+    assert len(lags) == 6 and step >= 200, (lags, step)
+    assert max(lags) <= 0, lags  # read at the step after it was asked (or at its forward pass)

@@ -17,6 +17,7 @@ from gputui.units import size, span
 from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
+    LEAK_CLEAN,
     LEAK_FRAGMENTATION,
     LEAK_LEAK,
     SEVERITIES,
@@ -85,7 +86,7 @@ def ranked(found: Iterable[Advice]) -> tuple[Advice, ...]:
 
 
 # Urgency first, then the rules that fix a leak, then the biggest saving.
-_PRIORITY = {"oom-soon": 0, "keep-graph": 1, "growing-tensors": 1, "model-in-loop": 1}
+_PRIORITY = {"oom-soon": 0, "keep-graph": 1, "growing-tensors": 1, "model-in-loop": 1, "untracked-growth": 1}
 
 
 def _order(a: Advice) -> tuple:
@@ -181,7 +182,8 @@ def _leak(seen: _Seen) -> Advice | None:
             action="Keep numbers, not graphs, across steps:\n"
             "    total_loss += loss.item()          # not: total_loss += loss\n"
             "    outputs.append(out.detach())       # not: outputs.append(out)",
-            estimated_saving=level,
+            # (on CPU, the graphs of the steps the probe did not measure are in the untracked growth)
+            estimated_saving=((level or 0) + v.untracked_growth) if v.untracked_growth else level,
         )
     if on_host:
         return Advice(
@@ -193,6 +195,7 @@ def _leak(seen: _Seen) -> Advice | None:
             action="Bound it, or keep numbers instead of tensors:\n"
             "    cache[key] = value.detach()          # no graph; or value.item() for a number\n"
             "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+            estimated_saving=v.untracked_growth,
         )
     if v.category == "other":
         return Advice(
@@ -219,6 +222,26 @@ def _leak(seen: _Seen) -> Advice | None:
         detail=f"{head}; the probe cannot tell which tensors they are." + _site_text(seen),
         action="Look for tensors kept across steps: running losses (use .item()), outputs kept for "
         "metrics (use .detach().cpu()), caches that are never emptied.",
+    )
+
+
+def _untracked_growth(seen: _Seen) -> Advice | None:
+    """A CPU job's host memory grows beyond the tensors the probe tracks, before (or without) a leak
+    verdict: advice ranks it by its size, so no smaller part the probe does see comes first."""
+    v = seen.verdict
+    if v is None or v.untracked_growth is None or v.state in (LEAK_LEAK, LEAK_CLEAN):
+        return None  # a leak has its own advice; a clean job grew only while warming up
+    return Advice(
+        kind="untracked-growth", severity="warning",
+        title="Host memory grows beyond the tensors the probe tracks",
+        detail=f"Host memory beyond parameters, gradients, optimizer state and activations grew "
+        f"{size(v.untracked_growth)} since step {v.untracked_since}, in what the probe cannot attribute: "
+        f"tensors kept across steps (a running loss with its graph, a list or cache of tensors) or memory "
+        f"outside torch. {v.reason[0].upper()}{v.reason[1:]}." + _site_text(seen),
+        action="Keep numbers, not tensors, across steps, and bound what you collect:\n"
+        "    total_loss += loss.item()          # not: total_loss += loss\n"
+        "    outputs.append(out.detach())       # and empty the list now and then",
+        estimated_saving=v.untracked_growth,
     )
 
 
@@ -289,8 +312,9 @@ def _optimizer_dominates(seen: _Seen) -> Advice | None:
     if cats is None or not cats.optimizer_state:
         return None
     held = cats.tensor_bytes() or 0
-    if held <= 0 or cats.optimizer_state < OPTIMIZER_SHARE * held:
-        return None
+    unseen = (seen.verdict.untracked_growth if seen.verdict is not None else None) or 0
+    if held <= 0 or cats.optimizer_state < OPTIMIZER_SHARE * held or cats.optimizer_state <= unseen:
+        return None  # (not the largest part where the host memory the probe cannot see grew more)
     ratio = f", {cats.optimizer_state / cats.parameters:.1f}x the parameters" if cats.parameters else ""
     return Advice(
         kind="optimizer-state", severity="info",
@@ -385,6 +409,6 @@ def _attach_probe(seen: _Seen) -> Advice | None:
 
 
 RULES: tuple[Callable[[_Seen], Advice | None], ...] = (
-    _oom_soon, _leak, _eval_with_grad, _activations_dominate, _optimizer_dominates,
+    _oom_soon, _leak, _untracked_growth, _eval_with_grad, _activations_dominate, _optimizer_dominates,
     _expandable_segments, _other_processes, _attach_probe,
 )

@@ -9,6 +9,7 @@ reserved). Where the figures disagree the breakdown says so in ``note`` instead 
 
 from __future__ import annotations
 
+from gputui.analysis.leaks import untracked_growth
 from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, MemoryCategories, ProbeDevice, ProbeReport, Snapshot
 from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
@@ -21,16 +22,21 @@ LABELS = {
     "activations": "activations",
     "other": "other tensors",
     "untracked": "allocated, not categorised",
+    "untracked_growth": "untracked growth",
     "cache": "allocator cache (reserved, free to reuse)",
     "fragmentation": "fragmentation (inactive split blocks)",
     "context": "CUDA context and libraries (NVML - reserved)",
 }
 
 
-def explain(pid: int, device: ProbeDevice | None, nvml: int | None) -> Breakdown | None:
+def explain(pid: int, device: ProbeDevice | None, nvml: int | None,
+            untracked: tuple[int, int] | None = None) -> Breakdown | None:
     """The breakdown of one probed device; None when the probe has no figures for it yet.
 
     ``nvml`` is the memory the driver charges process ``pid`` on that device (None when unlisted).
+    ``untracked``: a CPU-only job's untracked growth (bytes, since which step; see
+    leaks.untracked_growth), shown as a part of its own: tensors the probe cannot attribute (a list
+    of them, a running total's graphs) show nowhere else.
     """
     if device is None:
         return None
@@ -70,21 +76,28 @@ def explain(pid: int, device: ProbeDevice | None, nvml: int | None) -> Breakdown
             else:
                 note = (f"NVML counts {size(alloc.reserved - nvml)} less than the allocator "
                         "reserves (the two were read at different moments)")
+    if alloc is None and untracked is not None:
+        sizes["untracked_growth"] = untracked[0]
     if not sizes:
         return None
-    items = tuple(BreakdownItem(key, _label(key, cats, alloc is not None), sizes[key])
+    since = untracked[1] if untracked is not None else None
+    items = tuple(BreakdownItem(key, _label(key, cats, alloc is not None, since), sizes[key])
                   for key in BREAKDOWN_ITEMS if key in sizes)
     total = sum(item.size for item in items)
     if alloc is not None and nvml is not None and nvml >= alloc.reserved and not note:
         total, basis = nvml, "NVML per-process memory"
     elif alloc is not None:
         basis = "what the allocator reserved" if nvml is None else "allocator and NVML figures"
+    elif "untracked_growth" in sizes:
+        basis = "tracked tensors and the host memory grown beyond them; no CUDA allocator"
     else:
         basis = "tracked tensors; no CUDA allocator"
     return Breakdown(pid, device.device, device.uuid, items, total, nvml, basis, note)
 
 
-def _label(key: str, cats: MemoryCategories | None, cached: bool) -> str:
+def _label(key: str, cats: MemoryCategories | None, cached: bool, since: int | None) -> str:
+    if key == "untracked_growth":
+        return f"untracked growth (host memory beyond the tracked tensors, since step {since})"
     if key == "activations" and cats is not None and cats.activations_step is not None:
         where = "; freed to the cache between steps" if cached else ""
         return f"activations ({cats.activations_when()}{where})"
@@ -123,7 +136,8 @@ def devices_shown(report: ProbeReport) -> tuple[ProbeDevice, ...]:
 
 def breakdown_of(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Breakdown | None:
     """The breakdown of one of the report's devices, with NVML's figure for it from ``snapshot``."""
-    return explain(report.pid, device, nvml_memory(snapshot, report.pid, device.uuid))
+    untracked = untracked_growth(report, device.device) if device.allocator is None else None
+    return explain(report.pid, device, nvml_memory(snapshot, report.pid, device.uuid), untracked)
 
 
 def breakdowns(report: ProbeReport, snapshot: Snapshot | None) -> tuple[Breakdown, ...]:

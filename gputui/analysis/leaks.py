@@ -71,6 +71,8 @@ class _Figures(TypedDict, total=False):
     retries_added: int | None
     growth: tuple[CategoryGrowth, ...]
     host_other_per_step: float | None
+    untracked_growth: int | None
+    untracked_since: int | None
 
 
 class _Forecast(TypedDict, total=False):
@@ -114,6 +116,8 @@ def leak_verdict(
         allocated=int(getattr(last, figure)), reserved=last.reserved, step_time=_step_time(steps),
         host_memory=_latest(steps, "host_memory") if figure != "allocated" or _on_cpu(last) else None,
     )
+    if figure != "allocated":
+        base["untracked_growth"], base["untracked_since"] = _untracked(steps, figure) or (None, None)
     if len(steps) < min_steps:
         return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen",
                            steps_needed=min_steps - len(steps), **base)
@@ -249,6 +253,35 @@ FIGURES = {
 }
 FIGURE_NAMES = {"allocated": "allocated", "host_allocated": "host memory in use",
                 "host_memory": "resident memory"}
+
+
+def untracked_growth(report: ProbeReport, device: str | None = None) -> tuple[int, int] | None:
+    """A CPU-only job's untracked growth: (bytes, since which measured step) by which the host memory
+    beyond the tracked tensors grew, where it grew past noise; None otherwise, and for a CUDA job
+    (its allocator counts every tensor: the breakdown's "untracked" part)."""
+    steps, figure = _judged_steps(report, device)
+    if figure == "allocated":
+        return None
+    return _untracked(steps, figure)
+
+
+def _untracked(steps: list[StepRecord], figure: str) -> tuple[int, int] | None:
+    """(growth, since step) of ``figure`` (each of ``steps`` has it) less the tracked tensors (a CPU
+    measured step's ``allocated``), from the earliest measured step kept (the first steps are kept for
+    good) to the latest step, or None below the figure's noise floor.
+
+    The tracked tensors are those of the latest measured step: what grew since then, the probe has not
+    seen. (What the first step creates, the optimizer's state, is tracked: it does not count.)
+    """
+    known = [s for s in steps if s.categories is not None and s.allocated is not None]
+    if not known:
+        return None
+    base = known[0]
+    now = getattr(steps[-1], figure)
+    grown = (now - known[-1].allocated) - (getattr(base, figure) - base.allocated)
+    if steps[-1].step <= base.step or grown < growth_floor(figure, now):
+        return None
+    return int(grown), base.step
 
 
 def growth_floor(figure: str, level: float) -> float:

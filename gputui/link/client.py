@@ -146,6 +146,30 @@ def fetch_report(pid: int, timeout: float = 2.0, *,
     return decode_report(pid, request(pid, "report", timeout=timeout, environ=environ))
 
 
+FRESH_WAIT = 1.0  # seconds a one-shot report may wait for figures read after it asked
+FRESH_RETRY = 0.1  # seconds between its tries
+
+
+def fetch_fresh_report(pid: int, timeout: float = 2.0, *, environ: Mapping[str, str] | None = None,
+                       wait: float = FRESH_WAIT) -> ProbeReport:
+    """``pid``'s report with figures read after it was asked for, where the job steps within ``wait``.
+
+    A report that finds the figures older than protocol.FRESH_FOR leaves a request that the job takes
+    up at its next step: a one-shot caller (``gputui probe PID``) asks again until the figures are fresh,
+    and otherwise (a job in a long step) prints the last answer, which says how old its figures are.
+    """
+    report = fetch_report(pid, timeout, environ=environ)
+    deadline = time.monotonic() + wait
+    while _figures_stale(report) and time.monotonic() < deadline:
+        time.sleep(FRESH_RETRY)
+        report = fetch_report(pid, timeout, environ=environ)
+    return report
+
+
+def _figures_stale(report: ProbeReport) -> bool:
+    return report.read_at is None or report.taken_at - report.read_at > protocol.FRESH_FOR
+
+
 def decode_report(pid: int, result: Any) -> ProbeReport:
     """The report in ``result``, as process ``pid``'s: a probe in a container numbers itself in its
     own PID namespace, the monitor by the pid it has here."""

@@ -20,6 +20,9 @@ MAX_REPLY = 64 << 20  # bytes in one reply line, enforced by the monitor (report
 # The probe hangs up on a connection idle this long (seconds); a monitor that polls less often opens a
 # new one instead of writing into a closed one.
 IDLE_TIMEOUT = 60.0
+# A report whose figures are older than this (seconds) leaves a request that the job's training thread
+# takes up at its next step or forward pass: the probe's desk asks, a one-shot client asks again.
+FRESH_FOR = 1.0
 
 # Error codes in failed replies, so the monitor can tell the user what went wrong.
 BAD_JSON = "bad_json"

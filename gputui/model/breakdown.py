@@ -12,9 +12,10 @@ from gputui.model.fielddoc import doc
 
 # What a breakdown can hold, in the order every view lists it: the probe's tensor categories, then
 # what the allocator and NVML add (bytes allocated but not categorised, the allocator's cache, its
-# fragmentation, and the CUDA context and libraries that only NVML counts).
+# fragmentation, and the CUDA context and libraries that only NVML counts). A CPU-only job has no
+# allocator: what its host memory beyond the tracked tensors grew by is its untracked growth.
 BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
-                   "untracked", "cache", "fragmentation", "context")
+                   "untracked", "untracked_growth", "cache", "fragmentation", "context")
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,10 @@ class BreakdownItem:
 
     key: str = field(metadata=doc(
         "`parameters`, `gradients`, `optimizer_state`, `buffers`, `activations`, `other` (the probe's tensor "
-        "categories), `untracked` (allocated but in no category), `cache` (reserved, free and reusable), "
-        "`fragmentation` (free bytes stuck in split blocks), `context` (the CUDA context and libraries: NVML "
-        "less reserved)", enum=BREAKDOWN_ITEMS))
+        "categories), `untracked` (allocated but in no category), `untracked_growth` (a CPU-only job: host "
+        "memory beyond the tracked tensors grown since the first measured step), `cache` (reserved, free and "
+        "reusable), `fragmentation` (free bytes stuck in split blocks), `context` (the CUDA context and "
+        "libraries: NVML less reserved)", enum=BREAKDOWN_ITEMS))
     # e.g. "activations (step 40's peak; freed to the cache between steps)"
     label: str = field(metadata=doc(
         "the part in words, as the monitor shows it (activations read between steps name their step)"))

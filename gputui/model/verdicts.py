@@ -102,6 +102,10 @@ class LeakVerdict:
     # "other" category's growth, with category "other" when that is the leak).
     host_memory: int | None = None
     host_other_per_step: float | None = None
+    # CPU-only jobs: how much the host memory beyond the tracked tensors grew from the measured step
+    # ``untracked_since`` to the latest (bytes): what the probe cannot attribute. None below noise.
+    untracked_growth: int | None = None
+    untracked_since: int | None = None
     # While evidence is gathered (collecting, warming_up): how many more steps the verdict needs.
     steps_needed: int | None = None
 

@@ -102,12 +102,12 @@ def _one_report(options: Options) -> ProbeReport:
         known = ", ".join(str(r.pid) for r in reports) or "none"
         raise UserError(f"no probe in process {pid} in the {options.demo} demo "
                         f"(probed processes there: {known})")
-    from gputui.link.client import ProbeUnavailable, fetch_report
+    from gputui.link.client import ProbeUnavailable, fetch_fresh_report
 
     if pid is None:  # the CLI requires one
         raise UserError("probe: give the PID of the probed process")
     try:
-        return fetch_report(pid, timeout=PROBE_TIMEOUT)
+        return fetch_fresh_report(pid, timeout=PROBE_TIMEOUT)
     except ProbeUnavailable as exc:
         raise UserError(f"{exc}. `gputui probes` lists the probed processes you can reach.") from None
 

@@ -438,7 +438,7 @@ def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: 
 # on one line, what the allocator and the driver add on the allocator's line.
 TENSOR_WORDS = {"parameters": "params", "gradients": "grads", "optimizer_state": "optimizer",
                 "buffers": "buffers", "activations": "activations", "other": "other",
-                "untracked": "not categorised"}
+                "untracked": "not categorised", "untracked_growth": "untracked growth"}
 ALLOCATOR_WORDS = {"cache": "cache", "fragmentation": "fragmented", "context": "context+libs"}
 
 
@@ -460,7 +460,8 @@ def _tensor_chunks(breakdown: Breakdown | None) -> list[Line]:
     for item in breakdown.items if breakdown is not None else ():
         if item.key in TENSOR_WORDS:
             # Read between steps, the activations are the last measured step's peak: the label says so.
-            when = item.label[len("activations"):] if item.key == "activations" else ""
+            # The untracked growth's says since when, and what it is.
+            when = item.label[len(item.key):] if item.key in ("activations", "untracked_growth") else ""
             chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size_compact(item.size)}{when}"))
     return chunks
 

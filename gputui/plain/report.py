@@ -252,8 +252,10 @@ def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     rows = [[value(s) for _, value in columns] for s in steps]
     widths = [max(len(t), *(len(r[i]) for r in rows)) for i, t in enumerate(titles)]
     if measured and len(measured) < len(report.steps):
-        heading = (f"Last {len(rows)} of {len(measured)} measured steps "
-                   f"({len(report.steps)} steps in all; the probe reads memory every few steps)")
+        # The report keeps a window of the latest steps (and the first measured ones): say which
+        # steps it spans, not how many it holds, which is no count of the job's steps.
+        heading = (f"Last {len(rows)} of {len(measured)} measured steps (steps {report.steps[0].step} to "
+                   f"{report.steps[-1].step}; the probe reads memory every few steps)")
     else:
         heading = f"Last {len(rows)} of {len(report.steps)} steps"
     lines = [Line().add(heading, "head")]

@@ -11,6 +11,9 @@ import time
 
 DEFAULT_BUDGET = 0.004  # share of step time the probe's readings may take
 BASELINE_EVERY = 8  # measured steps in a row before one without readings (budgets below 1)
+# Readings a monitor asked for (at most about one a second: the desk asks only for figures older than
+# that) may take this share of the budget by themselves, whatever the measured steps were charged.
+ANSWER_SHARE = 0.25
 
 
 class ReadingsBudget:
@@ -25,7 +28,7 @@ class ReadingsBudget:
     # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
     # it touches as few cache lines as it can.
     __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "_since", "_excess", "_light_spent",
-                 "_typical", "_at_step_start", "_in_a_row")
+                 "_typical", "_at_step_start", "_in_a_row", "_answered")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -34,6 +37,7 @@ class ReadingsBudget:
         self._since = clock()  # when the running step started (or the hooks were installed)
         self._excess = 0.0  # measured steps' untimed cost, estimated (see next_step)
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
+        self._answered = 0.0  # seconds the readings monitors asked for have cost
         self._typical: float | None = None  # smoothed duration of unmeasured steps
         self._at_step_start = 0.0  # hook_seconds when the running step started
         self._in_a_row = 0  # measured steps in a row
@@ -75,6 +79,20 @@ class ReadingsBudget:
         now = self.clock()
         return self.hook_seconds + self._excess <= self._share * (self.elapsed + now - self._since)
 
+    def may_answer(self) -> bool:
+        """Whether a reading a monitor asked for may be taken now: inside its own ANSWER_SHARE of the
+        budget, or inside the whole budget. Its own share keeps the figures a monitor shows fresh
+        where measured steps were charged ahead of their time (a long step that was measured)."""
+        now = self.clock()
+        seen = self.elapsed + now - self._since
+        return (self._answered < ANSWER_SHARE * self._share * seen
+                or self.hook_seconds + self._excess <= self._share * seen)
+
+    def charge_answer(self, seconds: float) -> None:
+        """A reading a monitor asked for took ``seconds``: charged to the budget and to its own share."""
+        self._answered += seconds
+        self.hook_seconds += seconds
+
     def start_step(self, now: float, first: bool) -> bool:
         """A step starts at ``now`` where none was running: whether to measure it (the ``first`` step
         always is). At a step end, next_step() starts the next one."""
@@ -107,9 +125,11 @@ class ReadingsBudget:
                 # and removed. Estimated from the measured steps' excess over a typical step, summed
                 # with its sign so that noise cancels (clamping each step at zero would charge
                 # noise), and never below zero, so a slow spell of the machine before cannot hide a
-                # real cost later.
+                # real cost later. A measured step is charged at most one typical step beyond its
+                # readings: more is the machine or the job stalling (a checkpoint, another process),
+                # not the hooks, and charged whole it would stop the readings for minutes.
                 extra = duration - typical - (self.hook_seconds - self._at_step_start)
-                self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, 0.5 * duration)))
+                self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, typical)))
         else:
             self._in_a_row = 0
             if duration is not None:

@@ -12,15 +12,15 @@ import math
 import os
 import time
 
-from gputui.link.protocol import RawJSON, dumps
+from gputui.link.protocol import FRESH_FOR, RawJSON, dumps
 from gputui.model import Placement, ProbeReport, StepRecord, to_jsonable
 from gputui.probe.board import Board
 from gputui.probe.steps import LIGHT_FIGURES, StepEntry
 
 PROBE_VERSION = 1
-# A reading older than this when a report is asked for makes the training thread take a new one at its
-# next hook (budget permitting): a monitor polling once a second sees figures at most about that old.
-FRESH_FOR = 1.0
+# (A reading older than FRESH_FOR when a report is asked for makes the training thread take a new one at
+# its next hook, within its share of the budget: a monitor polling once a second sees figures at most
+# about that old.)
 MAX_SITE_STEPS = 50
 
 

@@ -206,13 +206,13 @@ class Probe:
 
     def _reading_if_wanted(self) -> None:
         """A monitor asked for fresher figures than the board has: read them now, within budget."""
-        board, tracker = self.board, self.tracker
-        if board.reading_wanted > board.reading.monotonic and tracker.may_spend():
+        board, budget = self.board, self.tracker.budget
+        if board.reading_wanted > board.reading.monotonic and budget.may_answer():
             started = time.perf_counter()
             try:
                 self._publish()
             finally:
-                tracker.budget.charge(time.perf_counter() - started)
+                budget.charge_answer(time.perf_counter() - started)
 
     def _take_sites_request(self) -> None:
         serial, steps, on = self.board.sites_wanted

@@ -20,6 +20,7 @@ STYLES = {
     "activations": ("$error", "A"),
     "other": ("$primary-lighten-3", "T"),
     "untracked": ("$foreground-darken-3", "U"),
+    "untracked_growth": ("$warning-darken-2", "H"),
     "cache": ("$warning", "C"),
     "fragmentation": ("$error-darken-2", "F"),
     "context": ("$foreground-darken-1", "X"),
