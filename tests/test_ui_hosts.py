@@ -123,3 +123,13 @@ async def test_a_hosts_own_problems_are_on_its_line():
         problems = app.hosts[0].snapshot.problems
         assert problems
         assert f"! {problems[0]}" in lines_of(app)[0]
+
+
+async def test_ctrl_c_quits_the_many_host_view():
+    app = app_of_hosts()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0

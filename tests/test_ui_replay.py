@@ -127,3 +127,13 @@ async def test_signals_and_probe_requests_are_refused(tmp_path):
         assert any("no process to send SIGKILL" in m for m in said)
         assert any("no process to send a request" in m for m in said)
         assert len(app.screen_stack) == 2  # no confirmation asked: nothing to confirm
+
+
+async def test_ctrl_c_quits_the_replay(tmp_path):
+    app = ReplayApp(recording(tmp_path, samples=5), me="bob", paused=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0
