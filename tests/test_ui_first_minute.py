@@ -238,7 +238,8 @@ async def test_home_and_end_move_the_table_cursor():
 # -- signals on a tree parent -------------------------------------------------------------------
 
 
-async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
+@pytest.mark.parametrize("key, command", [("I", "kill -INT"), ("T", "kill -TERM"), ("K", "kill -KILL")])
+async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process(key, command):
     from gputui.ui.widgets.processes import ProcessTable
 
     app = make_app()
@@ -252,13 +253,13 @@ async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
         await pilot.pause()
         said, how = [], []
         app.notify = lambda message, **options: (said.append(message), how.append(options))
-        await pilot.press("K")
+        await pilot.press(key)
         await pilot.pause()
         assert how[-1].get("markup") is False  # "sshd: ... [listener]" must be shown as it is
         assert "Select a process first." not in said
         assert said[-1] == ("Process 1000 (torchrun --nproc-per-node=4 train.py) is a parent in the "
                             "tree, not a GPU process: gputui signals GPU processes only. Select one "
-                            "under it, or signal it yourself: kill -TERM 1000")
+                            f"under it, or signal it yourself: {command} 1000")
         assert app.screen is app.main  # no confirmation asked
 
 

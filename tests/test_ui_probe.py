@@ -145,7 +145,7 @@ async def test_a_probed_job_an_oom_ended_keeps_its_row_and_its_report():
         table.move_cursor(row=len(table.row_keys) - 1)
         await pilot.pause()
         assert app.screen.signal_target() is None
-        assert app.screen.why_no_signal_target() == (
+        assert app.screen.why_no_signal_target("SIGTERM") == (
             "Process 51200 has ended (out of memory): there is nothing to signal.")
 
         screen = await open_detail_of(pilot, 51200)

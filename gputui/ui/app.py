@@ -409,7 +409,7 @@ class GpuTuiApp(App[int]):
         if target is None:
             why = getattr(self.screen, "why_no_signal_target", None)
             # The reason quotes a command line: an outside string, never read as markup.
-            self.notify(why() if why else "Select a process first.", severity="warning", markup=False)
+            self.notify(why(name) if why else "Select a process first.", severity="warning", markup=False)
             return
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")

@@ -22,7 +22,7 @@ from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.rows import COLUMNS
-from gputui.ui.signals import Target, started_at
+from gputui.ui.signals import Target, kill_command, started_at
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
@@ -254,8 +254,8 @@ class MainScreen(Screen):
                           started_at(row.pid))
         return None
 
-    def why_no_signal_target(self) -> str:
-        """Why a signal key found nothing to signal, in words true of the selected row."""
+    def why_no_signal_target(self, name: str) -> str:
+        """Why the key of signal ``name`` found nothing to signal, in words true of the selected row."""
         table = self.query_one(ProcessTable)
         row = table.rows_by_key.get(table.selected_key or "")
         if row is not None and row.ended is not None:
@@ -263,10 +263,10 @@ class MainScreen(Screen):
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.
-            name = fmt.command_line(row.parent.command, row.parent.name)
-            return (f"Process {row.pid} ({name}) is a parent in the tree, not a GPU process: gputui "
+            command = fmt.command_line(row.parent.command, row.parent.name)
+            return (f"Process {row.pid} ({command}) is a parent in the tree, not a GPU process: gputui "
                     f"signals GPU processes only. Select one under it, or signal it yourself: "
-                    f"kill -TERM {row.pid}")
+                    f"{kill_command(name, row.pid)}")
         return "Select a process first."
 
     # -- actions -----------------------------------------------------------------------------

@@ -20,6 +20,11 @@ WHAT_IT_DOES = {
 }
 
 
+def kill_command(name: str, pid: int) -> str:
+    """The shell command that sends signal ``name`` ("SIGINT") to ``pid``: ``kill -INT 1234``."""
+    return f"kill -{name.removeprefix('SIG')} {pid}"
+
+
 # Start times are psutil's (boot time plus clock ticks): the same process reads the same to well
 # under this, and a pid reused by a new process cannot have started within it of the old one.
 SAME_START = 0.01
