@@ -123,6 +123,48 @@ async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
         assert [line.split()[1] for line in compact if "MIG" in line] == ["0:1", "0:5", "0:13", "0:14"]
 
 
+async def test_a_mig_instance_has_one_name_in_once_the_monitor_and_the_detail_screen():
+    """--once once listed "MIG 0...3" (MIG device indices) where everything else said 0:1 (GPU 0, GPU
+    instance 1): the instance a process runs in must read the same everywhere."""
+    from datetime import timezone
+
+    from gputui.plain.render import render
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.devices import DeviceLines
+
+    app = still_app("mig", seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        once = render(app.snapshot, width=120, tz=timezone.utc).splitlines()
+        once_migs = [line.split()[1] for line in once if line.lstrip().startswith("MIG ")]
+        devices = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        monitor_migs = [line.split()[1] for line in devices if "MIG" in line]
+        assert once_migs == monitor_migs == ["0:1", "0:5", "0:13", "0:14"]
+        once_gpus = {line.split()[0]: line.split()[2] for line in once if line.split()[:1] == ["61010"]}
+        assert once_gpus == {"61010": "0:1"}
+        screen = await open_detail(pilot, 61010)
+        title = str(screen.query_one("#detail-title").render())
+        assert title.startswith("Process 61010  on MIG 0:1  python train.py"), title
+        info = str(screen.query_one("#detail-info").render())
+        assert "devices  MIG 0:1 (H100 80GB HBM3, 3g.40gb) 30.5G" in info, info
+        assert "type  compute, MIG 0:1: GI 1 CI 0" in info, info
+
+
+async def open_detail(pilot, pid: int):
+    from gputui.ui.screens.detail import ProcessDetail
+    from gputui.ui.widgets.processes import ProcessTable
+
+    table = pilot.app.screen.query_one(ProcessTable)
+    table.move_cursor(row=next(i for i, key in enumerate(table.row_keys) if key.startswith(f"{pid}/")))
+    await pilot.pause()
+    await pilot.press("enter")
+    for _ in range(200):  # generous: the machine's two cores are shared
+        await pilot.pause(0.05)
+        if isinstance(pilot.app.screen, ProcessDetail) and pilot.app.screen.analysis is not None:
+            return pilot.app.screen
+    raise AssertionError("the detail screen did not show")
+
+
 # -- narrow panes, column widths, the sort mark -------------------------------------------------
 
 

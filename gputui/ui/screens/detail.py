@@ -160,7 +160,7 @@ class ProcessDetail(Screen):
         if proc is None:
             return Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer on the "
                                   "GPU (showing its last history)", "bold $warning")
-        return Content.assemble((f"Process {proc.pid}", "bold"), f"  on GPU {proc.device_index}  ",
+        return Content.assemble((f"Process {proc.pid}", "bold"), f"  on {fmt.gpu_words(proc)}  ",
                                 (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
 
     def action_close(self) -> None:
@@ -221,9 +221,13 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
     used = []
     for p in sorted(same_pid, key=lambda p: p.device_index):
         d = devices.get(p.device_index)
-        cuda = "" if d is None or d.cuda_index is None else f", cuda:{d.cuda_index} here"
+        mig = None if d is None else next((m for m in d.mig_instances if m.gpu_instance_id is not None
+                                           and m.gpu_instance_id == p.gpu_instance_id), None)
+        cuda_index = mig.cuda_index if mig is not None else d.cuda_index if d is not None else None
+        cuda = "" if cuda_index is None else f", cuda:{cuda_index} here"
         name = fmt.short_gpu_name(d.name) if d else "?"
-        used.append(f"GPU {p.device_index} ({name}{cuda}) {units.size_short(p.gpu_memory)}")
+        profile = f", {mig.profile}" if mig is not None and mig.profile else ""
+        used.append(f"{fmt.gpu_words(p)} ({name}{profile}{cuda}) {units.size_short(p.gpu_memory)}")
     started = units.clock_time(proc.started_at, date=True)
     age = "" if proc.started_at is None else f" ({units.elapsed(snapshot.taken_at - proc.started_at)} ago)"
     rows = [
@@ -232,8 +236,8 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
         ("started", started + age),
         ("parent", units.NA if proc.ppid is None else str(proc.ppid)),
         ("devices", "; ".join(used)),
-        ("type", proc.kind + ("" if proc.gpu_instance_id is None
-                              else f", MIG GI {proc.gpu_instance_id} CI {proc.compute_instance_id}")),
+        ("type", proc.kind + ("" if proc.gpu_instance_id is None else f", {fmt.gpu_words(proc)}: GI "
+                              f"{proc.gpu_instance_id} CI {_or_na(proc.compute_instance_id)}")),
     ]
     if proc.state != "ok":
         rows.append(("state", f"{proc.state}" + (f": {proc.note}" if proc.note else "")))
@@ -249,6 +253,10 @@ def probe_only_info(report: ProbeReport) -> Content:
         ("NVML", "does not list this process (a CPU-only job, or no NVIDIA driver here): "
                  "these figures come from its probe"),
     ])
+
+
+def _or_na(value: int | None) -> str:
+    return units.NA if value is None else str(value)
 
 
 def _rows(rows: list[tuple[str, str]]) -> Content:

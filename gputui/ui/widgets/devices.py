@@ -12,7 +12,7 @@ from textual.events import Click, Resize
 from textual.message import Message
 
 from gputui import units
-from gputui.model import Device, MigInstance, Snapshot
+from gputui.model import Device, MigInstance, Snapshot, mig_name
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, meter, styled, value
 from gputui.ui.widgets.line import StyledLines
@@ -86,7 +86,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
 def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: bool = False) -> Words:
     """One line for a MIG instance under its GPU, named as the process table's GPU column names it
     (GPU index:GPU instance), with its profile and memory."""
-    name = f"{parent}:{mig.gpu_instance_id}" if mig.gpu_instance_id is not None else f"{parent}:?"
+    name = mig_name(parent, mig.gpu_instance_id)
     mem_f = fmt.fraction(mig.memory_used, mig.memory_total)
     mem_text = units.size_pair_short(mig.memory_used, mig.memory_total)
     bar_w = max(4, min(30, (width - 64) // 2)) if mode == "compact" else max(6, min(40, (width - 79) // 2))
