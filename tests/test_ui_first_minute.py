@@ -5,6 +5,7 @@ screen's forecast, sorting marks, Home/End, and signals on tree parents.
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
@@ -13,7 +14,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 
-from ui_data import make_app, settle, table_keys
+from ui_data import make_app, settle, table_keys, training_snapshot
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -166,6 +167,53 @@ async def open_detail(pilot, pid: int):
 
 
 # -- narrow panes, column widths, the sort mark -------------------------------------------------
+
+
+async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
+    """GPUs 5-7 were cut off at 50x15 with no key to reach them, and torchrun's straggler is GPU 5:
+    a tiny pane puts two GPUs on a line when one a line does not fit."""
+    import re
+
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.devices import DeviceLines, DeviceList
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = still_app("torchrun", seconds=90)
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        box = app.screen.query_one(DeviceList)
+        lines = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        assert len(lines) == 4 and box.region.height == 4 and box.max_scroll_y == 0
+        assert [re.findall(r"(?:^|\s)(\d) ▕", line) for line in lines] == [
+            ["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
+        straggler = next(d for d in app.snapshot.devices if d.index == 5)
+        assert re.search(rf"5 ▕[^▏]*▏ *\S+ +{straggler.gpu_util}% ", lines[2]), lines[2]
+        assert all(len(line) <= 50 for line in lines)
+        assert app.screen.query_one(ProcessTable).region.height >= 6  # the table keeps its rows
+
+
+async def test_more_gpus_than_a_tiny_pane_holds_are_reached_with_g():
+    """Sixteen GPUs are eight lines even two a line: g picks the next GPU, marks it and brings it into view."""
+    from gputui.ui.widgets.devices import DeviceLines, DeviceList
+    from ui_data import device
+
+    snap = training_snapshot()
+    snap = dataclasses.replace(snap, devices=tuple(device(i) for i in range(16)))
+    app = make_app([snap])
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        box = app.screen.query_one(DeviceList)
+        assert box.region.height == 5 and box.max_scroll_y == 3
+        for _ in range(15):
+            await pilot.press("g")
+        await pilot.pause()
+        assert app.screen.chart_device == 15
+        lines = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        assert "▶15 " in lines[7]
+        assert box.scroll_y == 3  # GPU 15's line (the eighth) is in view
+        await pilot.press("g")  # round to GPU 0, at the top again
+        await pilot.pause()
+        assert app.screen.chart_device == 0 and box.scroll_y == 0
 
 
 def table_lines(app) -> list[str]:

@@ -65,7 +65,9 @@ class MainScreen(Screen):
                 tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
                 id="jobs"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
-        Binding("g", "next_gpu", "Chart GPU", show=False, tooltip="Chart the next GPU's history", id="charts.gpu"),
+        Binding("g", "next_gpu", "Next GPU", show=False,
+                tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
+                id="charts.gpu"),
         Binding("c", "toggle_charts", "Charts", show=False,
                 tooltip="Show or hide the history charts", id="charts.toggle"),
     ]
@@ -85,6 +87,7 @@ class MainScreen(Screen):
         self.only_mine = False
         self.charts_on = True
         self.chart_device: int | None = None
+        self.device_picked = False  # the user picked a GPU (g, a click): marked even without charts
         self.layout_mode = "normal"
         self.pane_width = 80
         self.trend_width = 0  # the widest trend shown: the TREND column takes no more
@@ -167,7 +170,8 @@ class MainScreen(Screen):
         # No GPUs (no driver): nothing to chart, whatever the charts key says.
         charted = next((d for d in snap.devices if d.index == self.chart_device), None)
         visible = self.charts_visible and charted is not None
-        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if visible else None)
+        marked = visible or (self.device_picked and charted is not None)
+        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if marked else None)
         charts = self.query_one(DeviceHistory)
         if charts.display != visible:
             charts.display = visible
@@ -368,12 +372,17 @@ class MainScreen(Screen):
             return
         indices = [d.index for d in snap.devices]
         here = indices.index(self.chart_device) if self.chart_device in indices else -1
-        self.chart_device = indices[(here + 1) % len(indices)]
-        self.render_snapshot()
+        self.pick_device(indices[(here + 1) % len(indices)])
 
     def on_device_list_chosen(self, message: DeviceList.Chosen) -> None:
-        self.chart_device = message.index
+        self.pick_device(message.index)
+
+    def pick_device(self, index: int) -> None:
+        """Chart GPU ``index`` and mark it; in a pane too small for every GPU, scroll to it."""
+        self.chart_device = index
+        self.device_picked = True
         self.render_snapshot()
+        self.query_one(DeviceList).bring_into_view(index)
 
     def on_device_list_redraw(self, message: DeviceList.Redraw) -> None:
         self.render_snapshot()
