@@ -190,6 +190,10 @@ async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
         assert re.search(rf"5 ▕[^▏]*▏ *\S+ +{straggler.gpu_util}% ", lines[2]), lines[2]
         assert all(len(line) <= 50 for line in lines)
         assert app.screen.query_one(ProcessTable).region.height >= 6  # the table keeps its rows
+        await pilot.click(DeviceLines, offset=(30, 2))  # the right cell of the third line: GPU 5
+        await pilot.pause()
+        assert app.screen.chart_device == 5
+        assert "▶5 ▕" in screen_text(app.screen.query_one(DeviceLines)).splitlines()[2]
 
 
 async def test_more_gpus_than_a_tiny_pane_holds_are_reached_with_g():
