@@ -150,7 +150,7 @@ class DeviceLines(StyledLines):
         self.cell_width = 0
         rows: dict[_RowKey, _Lines] = {}
         lines: list[tuple[str, Words]] = []
-        line_devices: list[int] = []
+        line_devices: list[tuple[int, ...]] = []
         for device in devices:
             age = (int(now - device.pcie_read_at)
                    if now is not None and device.pcie_read_at is not None else 0)
