@@ -65,7 +65,8 @@ def test_unsupported_fields_read_na_never_zero():
 
 
 def test_mig_instances_listed_under_their_gpu():
-    assert "    MIG 0  3g.20gb  GI 1 CI 0  4.0/20.0GiB" in show(workstation()).splitlines()
+    # named GPU:GPU instance, as the process table names the processes in it (not its MIG device index)
+    assert "    MIG 2:1  3g.20gb  GI 1 CI 0  4.0/20.0GiB" in show(workstation()).splitlines()
 
 
 def test_process_rows_carry_every_column_and_notes():

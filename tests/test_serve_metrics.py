@@ -101,7 +101,8 @@ def test_a_lost_gpu_says_so_and_has_no_readings(workstation_series):
 
 
 def test_a_mig_instance_is_labelled_with_its_parent(workstation_series):
-    mig = dict(index="2:0", uuid="MIG-1", name="NVIDIA A100-SXM4-40GB MIG 3g.20gb", parent_uuid="GPU-cccc")
+    # index: GPU 2, GPU instance 1, the name --once and the monitor give it (it said 2:0, the MIG device index)
+    mig = dict(index="2:1", uuid="MIG-1", name="NVIDIA A100-SXM4-40GB MIG 3g.20gb", parent_uuid="GPU-cccc")
     assert value(workstation_series, "gputui_mig_memory_used_bytes", **mig) == 4 * GiB
     assert value(workstation_series, "gputui_mig_memory_total_bytes", **mig) == 20 * GiB
 

@@ -179,6 +179,15 @@ def test_q_still_exits_0(env):
     assert term.wait() == 0
 
 
+def test_ctrl_c_exits_0_with_the_terminal_restored(env):
+    term = Terminal(env, "--demo")
+    term.drawn()
+    os.write(term.fd, b"\x03")  # Ctrl-C: a key in Textual's raw mode, not SIGINT
+    assert term.wait() == 0
+    assert all(code in bytes(term.out[-400:]) for code in RESTORED)
+    assert b"Traceback" not in term.out
+
+
 def test_the_running_monitor_has_no_openssl_loaded(env, tmp_path):
     """OpenSSL is 4-8 MB of RSS that the monitor has no use for: asyncio imports ssl to offer TLS
     (ui/launch.py's leave_out_tls), the probe's server imports secrets (link/peers.py keeps the client

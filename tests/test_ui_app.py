@@ -491,6 +491,22 @@ async def test_q_quits():
     assert app.return_code == 0
 
 
+@pytest.mark.parametrize("first", [(), ("slash", "a"), ("enter",), ("question_mark",), ("ctrl+p",)],
+                         ids=["main", "filter typed", "detail", "help", "command palette"])
+async def test_ctrl_c_quits_as_q_does_wherever_the_focus_is(first):
+    """nvitop, top and htop quit on Ctrl-C (not Textual's "Press ctrl+q to quit")."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press(*first)
+        await pilot.pause()
+        assert app.return_code is None  # still running
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0  # q's status
+        assert not any("to quit" in n.message for n in app._notifications)
+
+
 def test_a_user_without_a_passwd_entry_is_named_by_uid(monkeypatch):
     """Containers often run as a uid with no passwd entry: getpass.getuser() raises there."""
     import getpass

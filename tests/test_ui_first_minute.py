@@ -5,6 +5,7 @@ screen's forecast, sorting marks, Home/End, and signals on tree parents.
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
@@ -13,7 +14,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 
-from ui_data import make_app, settle, table_keys
+from ui_data import make_app, settle, table_keys, training_snapshot
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -123,7 +124,100 @@ async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
         assert [line.split()[1] for line in compact if "MIG" in line] == ["0:1", "0:5", "0:13", "0:14"]
 
 
+async def test_a_mig_instance_has_one_name_in_once_the_monitor_and_the_detail_screen():
+    """--once once listed "MIG 0...3" (MIG device indices) where everything else said 0:1 (GPU 0, GPU
+    instance 1): the instance a process runs in must read the same everywhere."""
+    from datetime import timezone
+
+    from gputui.plain.render import render
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.devices import DeviceLines
+
+    app = still_app("mig", seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        once = render(app.snapshot, width=120, tz=timezone.utc).splitlines()
+        once_migs = [line.split()[1] for line in once if line.lstrip().startswith("MIG ")]
+        devices = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        monitor_migs = [line.split()[1] for line in devices if "MIG" in line]
+        assert once_migs == monitor_migs == ["0:1", "0:5", "0:13", "0:14"]
+        once_gpus = {line.split()[0]: line.split()[2] for line in once if line.split()[:1] == ["61010"]}
+        assert once_gpus == {"61010": "0:1"}
+        screen = await open_detail(pilot, 61010)
+        title = str(screen.query_one("#detail-title").render())
+        assert title.startswith("Process 61010  on MIG 0:1  python train.py"), title
+        info = str(screen.query_one("#detail-info").render())
+        assert "devices  MIG 0:1 (H100 80GB HBM3, 3g.40gb) 30.5G" in info, info
+        assert "type  compute, MIG 0:1: GI 1 CI 0" in info, info
+
+
+async def open_detail(pilot, pid: int):
+    from gputui.ui.screens.detail import ProcessDetail
+    from gputui.ui.widgets.processes import ProcessTable
+
+    table = pilot.app.screen.query_one(ProcessTable)
+    table.move_cursor(row=next(i for i, key in enumerate(table.row_keys) if key.startswith(f"{pid}/")))
+    await pilot.pause()
+    await pilot.press("enter")
+    for _ in range(200):  # generous: the machine's two cores are shared
+        await pilot.pause(0.05)
+        if isinstance(pilot.app.screen, ProcessDetail) and pilot.app.screen.analysis is not None:
+            return pilot.app.screen
+    raise AssertionError("the detail screen did not show")
+
+
 # -- narrow panes, column widths, the sort mark -------------------------------------------------
+
+
+async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
+    """GPUs 5-7 were cut off at 50x15 with no key to reach them, and torchrun's straggler is GPU 5:
+    a tiny pane puts two GPUs on a line when one a line does not fit."""
+    import re
+
+    from gputui.ui.still import still_app
+    from gputui.ui.widgets.devices import DeviceLines, DeviceList
+    from gputui.ui.widgets.processes import ProcessTable
+
+    app = still_app("torchrun", seconds=90)
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        box = app.screen.query_one(DeviceList)
+        lines = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        assert len(lines) == 4 and box.region.height == 4 and box.max_scroll_y == 0
+        assert [re.findall(r"(?:^|\s)(\d) ▕", line) for line in lines] == [
+            ["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
+        straggler = next(d for d in app.snapshot.devices if d.index == 5)
+        assert re.search(rf"5 ▕[^▏]*▏ *\S+ +{straggler.gpu_util}% ", lines[2]), lines[2]
+        assert all(len(line) <= 50 for line in lines)
+        assert app.screen.query_one(ProcessTable).region.height >= 6  # the table keeps its rows
+        await pilot.click(DeviceLines, offset=(30, 2))  # the right cell of the third line: GPU 5
+        await pilot.pause()
+        assert app.screen.chart_device == 5
+        assert "▶5 ▕" in screen_text(app.screen.query_one(DeviceLines)).splitlines()[2]
+
+
+async def test_more_gpus_than_a_tiny_pane_holds_are_reached_with_g():
+    """Sixteen GPUs are eight lines even two a line: g picks the next GPU, marks it and brings it into view."""
+    from gputui.ui.widgets.devices import DeviceLines, DeviceList
+    from ui_data import device
+
+    snap = training_snapshot()
+    snap = dataclasses.replace(snap, devices=tuple(device(i) for i in range(16)))
+    app = make_app([snap])
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        box = app.screen.query_one(DeviceList)
+        assert box.region.height == 5 and box.max_scroll_y == 3
+        for _ in range(15):
+            await pilot.press("g")
+        await pilot.pause()
+        assert app.screen.chart_device == 15
+        lines = screen_text(app.screen.query_one(DeviceLines)).splitlines()
+        assert "▶15 " in lines[7]
+        assert box.scroll_y == 3  # GPU 15's line (the eighth) is in view
+        await pilot.press("g")  # round to GPU 0, at the top again
+        await pilot.pause()
+        assert app.screen.chart_device == 0 and box.scroll_y == 0
 
 
 def table_lines(app) -> list[str]:
@@ -238,7 +332,8 @@ async def test_home_and_end_move_the_table_cursor():
 # -- signals on a tree parent -------------------------------------------------------------------
 
 
-async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
+@pytest.mark.parametrize("key, command", [("I", "kill -INT"), ("T", "kill -TERM"), ("K", "kill -KILL")])
+async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process(key, command):
     from gputui.ui.widgets.processes import ProcessTable
 
     app = make_app()
@@ -252,13 +347,13 @@ async def test_a_signal_key_on_a_tree_parent_says_it_is_not_a_gpu_process():
         await pilot.pause()
         said, how = [], []
         app.notify = lambda message, **options: (said.append(message), how.append(options))
-        await pilot.press("K")
+        await pilot.press(key)
         await pilot.pause()
         assert how[-1].get("markup") is False  # "sshd: ... [listener]" must be shown as it is
         assert "Select a process first." not in said
         assert said[-1] == ("Process 1000 (torchrun --nproc-per-node=4 train.py) is a parent in the "
                             "tree, not a GPU process: gputui signals GPU processes only. Select one "
-                            "under it, or signal it yourself: kill -TERM 1000")
+                            f"under it, or signal it yourself: {command} 1000")
         assert app.screen is app.main  # no confirmation asked
 
 

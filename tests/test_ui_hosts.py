@@ -96,15 +96,17 @@ async def test_the_detail_of_a_probed_process_on_the_second_host():
         assert any("read-only" in n.message for n in app._notifications)
 
 
-async def test_signals_are_never_sent_to_another_host():
+@pytest.mark.parametrize("key, command", [("I", "kill -INT"), ("T", "kill -TERM"), ("K", "kill -KILL")])
+async def test_signals_are_never_sent_to_another_host(key, command):
+    """Each key's suggestion names that key's signal (all three once said kill -TERM)."""
     app = app_of_hosts()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("T")
+        await pilot.press(key)
         await pilot.pause()
         said = [n.message for n in app._notifications]
-        assert any("runs on node1: the many-host view is read-only" in m and "ssh node1 kill -TERM 48231" in m
-                   for m in said), said
+        assert said[-1] == ("Process 48231 runs on node1: the many-host view is read-only and sends no signal "
+                            f"to another machine. To signal it there: ssh node1 {command} 48231"), said
         assert isinstance(app.screen, HostsScreen)  # no confirmation asked: nothing to send
 
 
@@ -123,3 +125,13 @@ async def test_a_hosts_own_problems_are_on_its_line():
         problems = app.hosts[0].snapshot.problems
         assert problems
         assert f"! {problems[0]}" in lines_of(app)[0]
+
+
+async def test_ctrl_c_quits_the_many_host_view():
+    app = app_of_hosts()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0

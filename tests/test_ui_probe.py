@@ -149,7 +149,7 @@ async def test_a_probed_job_an_oom_ended_keeps_its_row_and_its_report():
         table.move_cursor(row=len(table.row_keys) - 1)
         await pilot.pause()
         assert app.screen.signal_target() is None
-        assert app.screen.why_no_signal_target() == (
+        assert app.screen.why_no_signal_target("SIGTERM") == (
             "Process 51200 has ended (out of memory): there is nothing to signal.")
 
         screen = await open_detail_of(pilot, 51200)
@@ -296,6 +296,67 @@ async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
         assert "80.0 MiB  47.6%  optimizer state" in legend
         assert "No CUDA allocator figures" in text(screen, "#probe-allocator")
         assert "steps 1-12  step time 10 ms" in text(screen, "#step-summary")
+
+
+def gone(snapshot, pid: int, t: float):
+    """``snapshot`` at time ``t`` with process ``pid`` and its probe gone (it exited)."""
+    return dataclasses.replace(snapshot, taken_at=t, processes=tuple(p for p in snapshot.processes if p.pid != pid),
+                               probes=tuple(r for r in snapshot.probes if r.pid != pid))
+
+
+async def test_the_detail_of_a_probed_process_that_exited_says_it_ended_and_when():
+    """It went on saying "Probe attached" and "probe: no leak" from its probe's last report."""
+    job = cpu_job(steps=60)
+    job = dataclasses.replace(job, steps=tuple(dataclasses.replace(s, host_memory=900 * MIB, host_allocated=400 * MIB)
+                                               for s in job.steps))  # a flat heap: "no leak"
+    snap = dataclasses.replace(training_snapshot(), probes=(job,))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")  # no more samples: the test hands the next one in
+        screen = await open_detail_of(pilot, 7777)
+        assert "no leak" in text(screen, "#detail-headline")  # (the verdict while it runs)
+        assert text(screen, "#probe-summary").startswith("Probe attached")
+        app.accept(gone(snap, 7777, T0 + 5))
+        await pilot.pause()
+        assert text(screen, "#detail-title") == "Process 7777 has ended: last seen at 2026-01-05 09:00:00"
+        assert text(screen, "#probe-summary").startswith("The probe's last report (torch 2.13.0+cpu) on cpu")
+        everything = screen_text_all(screen)
+        assert "Probe attached" not in everything and "probe: no leak" not in everything
+        assert "Leak verdict at its last report (per training step)" in text(screen, "#analysis-leak")
+        await pilot.press("s")
+        await pilot.pause()
+        assert "Process 7777 has ended: there is no probe left to record." in list(app._notifications)[-1].message
+
+
+async def test_the_detail_of_a_gpu_process_that_exited_with_its_probe_says_it_ended():
+    snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000),))
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        screen = await open_detail_of(pilot, 2000)
+        app.accept(gone(snap, 2000, T0 + 5))
+        await pilot.pause()
+        assert text(screen, "#detail-title") == "Process 2000 on GPU 0 has ended: last seen at 2026-01-05 09:00:00"
+        assert text(screen, "#probe-summary").startswith("The probe's last report (torch 2.5.1+cu124) on cuda:0")
+        assert "command  python train.py --rank=0" in text(screen, "#detail-info")  # its last details stay
+        assert screen.query_one("#detail-charts").display  # and its history
+        everything = screen_text_all(screen)
+        assert "Probe attached" not in everything and "at the training loop's next step" not in everything
+        assert "no device figures were read before it ended" in text(screen, "#probe-summary")
+
+
+async def test_the_detail_of_an_unprobed_process_that_left_the_gpu_says_when():
+    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False), me="bob")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        screen = await open_detail_of(pilot, 3100)
+        app.accept(gone(training_snapshot(), 3100, T0 + 5))
+        await pilot.pause()
+        assert text(screen, "#detail-title") == ("Process 3100 on GPU 0 is no longer on the GPU: last seen at "
+                                                 "2026-01-05 09:00:00 (showing its last history)")
 
 
 async def test_probed_rows_nvml_does_not_list_are_counted():

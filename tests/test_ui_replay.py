@@ -163,3 +163,13 @@ async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkey
             "51200", "✗", "0", "end")
         assert ended.cells["gpu_memory"] == "34.6G" and ended.cells["trend"] == "✗ OOM 09:03:09"
         assert ended.report.last_oom.line == "model.py:41 in forward"
+
+
+async def test_ctrl_c_quits_the_replay(tmp_path):
+    app = ReplayApp(recording(tmp_path, samples=5), me="bob", paused=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0

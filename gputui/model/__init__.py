@@ -45,6 +45,7 @@ from gputui.model.gpu import (
     MigInstance,
     MonitorCost,
     Snapshot,
+    mig_name,
 )
 from gputui.model.job import (
     BY_DEVICES,
@@ -183,5 +184,6 @@ __all__ = [
     "Snapshot",
     "StepRecord",
     "from_jsonable",
+    "mig_name",
     "to_jsonable",
 ]

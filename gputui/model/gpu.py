@@ -39,6 +39,13 @@ class MigInstance:
         "CUDA index under the current `CUDA_VISIBLE_DEVICES`; null when hidden"))
 
 
+def mig_name(gpu: int, gpu_instance_id: int | None) -> str:
+    """A MIG instance's name, the same in every view (--once, the monitor, the detail screen): its GPU's
+    NVML index and its GPU instance id, "0:1", the pair nvidia-smi's process table gives (GPU, GI).
+    Not the MIG device index: a process knows only its GPU instance, and memory is the instance's."""
+    return f"{gpu}:{'?' if gpu_instance_id is None else gpu_instance_id}"
+
+
 # Names used in Device.throttle_reasons, in the order they are usually worth showing.
 THROTTLE_REASONS = (
     "hw_slowdown",  # hardware asked for it (power brake, thermal)
@@ -171,6 +178,12 @@ class GpuProcess:
     started_at: float | None = field(default=None, metadata=doc("process start time (seconds since the epoch)"))
     note: str | None = field(default=None, metadata=doc(
         'why something is missing, for people (e.g. `"access denied"`)'))
+
+    @property
+    def gpu_name(self) -> str:
+        """Where it runs, as the GPU column says: "1", or in a MIG instance "0:1" (``mig_name``)."""
+        return str(self.device_index) if self.gpu_instance_id is None else mig_name(
+            self.device_index, self.gpu_instance_id)
 
     @property
     def own_pid(self) -> int:

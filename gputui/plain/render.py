@@ -12,7 +12,7 @@ from datetime import tzinfo
 from gputui.analysis.breakdown import breakdown_of, devices_shown
 from gputui.analysis.process import analyse
 from gputui.model import (
-    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot,
+    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot, mig_name,
 )
 from gputui.model.breakdown import Breakdown
 from gputui.model.verdicts import (
@@ -154,7 +154,7 @@ def _device_block(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
     lines = flow(chunks, width, first=title, ellipsis=glyphs.ellipsis)
     lines += _bars(device, width, glyphs)
     for mig in device.mig_instances:
-        lines += _mig_line(mig, width, glyphs)
+        lines += _mig_line(device.index, mig, width, glyphs)
     return lines
 
 
@@ -246,8 +246,8 @@ def _bar(label: str, ratio: float | None, figure: str | None, figure_width: int,
     return line.add(tail, style).add(" " * (figure_width - len(tail)))
 
 
-def _mig_line(mig: MigInstance, width: int, glyphs: Glyphs) -> list[Line]:
-    first = Line().add("    ").add(f"MIG {mig.index}", "accent")
+def _mig_line(gpu: int, mig: MigInstance, width: int, glyphs: Glyphs) -> list[Line]:
+    first = Line().add("    ").add(f"MIG {mig_name(gpu, mig.gpu_instance_id)}", "accent")
     chunks = [text(mig.profile or "profile n/a", None if mig.profile else "dim")]
     placement = []
     if mig.gpu_instance_id is not None:
@@ -333,14 +333,11 @@ def _pad(value: str, size: int, align: str) -> str:
 
 def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
     na = ("n/a", "dim")
-    gpu = str(p.device_index)
-    if p.gpu_instance_id is not None:
-        gpu += f":{p.gpu_instance_id}"  # MIG: GPU index and GPU instance, as nvidia-smi pairs them
     elapsed = None if p.started_at is None else units.elapsed(now - p.started_at)
     return [
         (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
         ((p.user or "?")[:10], None if p.user else "dim"),
-        (gpu, None),
+        (p.gpu_name, None),
         (_KIND_LETTERS.get(p.kind, p.kind), None),
         (units.size_compact(p.gpu_memory), None) if p.gpu_memory is not None else na,
         (f"{p.sm_util}%", _level(p.sm_util)) if p.sm_util is not None else na,

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.phases import peaks
-from gputui.model import THROTTLE_REASONS, Device, GpuProcess, ProbeReport
+from gputui.model import THROTTLE_REASONS, Device, GpuProcess, ProbeReport, mig_name
 from gputui.model.verdicts import LEAK_STATES, TREND_VERDICTS
 from gputui.serve.sampling import Sample
 from gputui.untrusted import visible
@@ -181,7 +181,7 @@ def _device(device: Device) -> Iterator[Reading]:
         for reason in THROTTLE_REASONS:
             yield "device_slowdown", (*labels, reason), 1 if reason in device.throttle_reasons else 0
     for mig in device.mig_instances:
-        mig_labels = (f"{device.index}:{mig.index}", mig.uuid or "",
+        mig_labels = (mig_name(device.index, mig.gpu_instance_id), mig.uuid or "",
                       visible(f"{device.name or 'GPU'} MIG {mig.profile or mig.index}"), device.uuid or "")
         yield "mig_memory_total_bytes", mig_labels, mig.memory_total
         yield "mig_memory_used_bytes", mig_labels, mig.memory_used

@@ -100,6 +100,10 @@ class GpuTuiApp(App[int]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
+        # Ctrl-C quits as it does nvitop, top and htop (Textual's own only says "press ctrl+q"), from
+        # any screen and out of the filter box too: a binding of its own, so remapping q keeps it.
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Leave gputui (as q)",
+                id="quit.ctrl_c"),
         Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
         Binding("p,space", "toggle_pause", "Pause",
                 tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
@@ -420,7 +424,7 @@ class GpuTuiApp(App[int]):
         if target is None:
             why = getattr(self.screen, "why_no_signal_target", None)
             # The reason quotes a command line: an outside string, never read as markup.
-            self.notify(why() if why else "Select a process first.", severity="warning", markup=False)
+            self.notify(why(name) if why else "Select a process first.", severity="warning", markup=False)
             return
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")

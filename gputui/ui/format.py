@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputui.model import MonitorCost
+from gputui.model import GpuProcess, MonitorCost
 from gputui.units import NA
 
 
@@ -22,6 +22,11 @@ SLOWDOWN_WORDS = {
     "sw_thermal": "thermal",
     "sw_power_cap": "power cap",
 }
+
+
+def gpu_words(p: GpuProcess) -> str:
+    """Where a process runs, for a sentence: "GPU 1", or "MIG 0:1" in a MIG instance (model.mig_name)."""
+    return f"GPU {p.device_index}" if p.gpu_instance_id is None else f"MIG {p.gpu_name}"
 
 
 def temperature(value: int | None) -> str:

@@ -18,7 +18,7 @@ from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource
 from gputui.ui.main_screen import MainScreen, process_count
-from gputui.ui.signals import Target
+from gputui.ui.signals import Target, kill_command
 from gputui.ui.widgets.hosts import HostList
 from gputui.ui.widgets.line import Line
 
@@ -91,12 +91,12 @@ class HostsScreen(MainScreen):
     def signal_target(self) -> Target | None:
         return None  # never another machine's process: why_no_signal_target says so
 
-    def why_no_signal_target(self) -> str:
+    def why_no_signal_target(self, name: str) -> str:
         row = self.selected_row()
         if row is None or row.host is None:
             return "Select a process first."
         return (f"Process {row.pid} runs on {row.host}: the many-host view is read-only and sends no "
-                f"signal to another machine. To signal it there: ssh {row.host} kill -TERM {row.pid}")
+                f"signal to another machine. To signal it there: ssh {row.host} {kill_command(name, row.pid)}")
 
     def action_toggle_charts(self) -> None:
         self.notify(NO_CHARTS)

@@ -22,7 +22,7 @@ from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.rows import COLUMNS
-from gputui.ui.signals import Target
+from gputui.ui.signals import Target, kill_command
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
@@ -65,7 +65,9 @@ class MainScreen(Screen):
                 tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
                 id="jobs"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
-        Binding("g", "next_gpu", "Chart GPU", show=False, tooltip="Chart the next GPU's history", id="charts.gpu"),
+        Binding("g", "next_gpu", "Next GPU", show=False,
+                tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
+                id="charts.gpu"),
         Binding("c", "toggle_charts", "Charts", show=False,
                 tooltip="Show or hide the history charts", id="charts.toggle"),
     ]
@@ -85,6 +87,7 @@ class MainScreen(Screen):
         self.only_mine = False
         self.charts_on = True
         self.chart_device: int | None = None
+        self.device_picked = False  # the user picked a GPU (g, a click): marked even without charts
         self.layout_mode = "normal"
         self.pane_width = 80
         self.trend_width = 0  # the widest trend shown: the TREND column takes no more
@@ -167,7 +170,8 @@ class MainScreen(Screen):
         # No GPUs (no driver): nothing to chart, whatever the charts key says.
         charted = next((d for d in snap.devices if d.index == self.chart_device), None)
         visible = self.charts_visible and charted is not None
-        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if visible else None)
+        marked = visible or (self.device_picked and charted is not None)
+        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if marked else None)
         charts = self.query_one(DeviceHistory)
         if charts.display != visible:
             charts.display = visible
@@ -253,8 +257,8 @@ class MainScreen(Screen):
                           None if row.probed is None else row.probed.started_at)
         return None
 
-    def why_no_signal_target(self) -> str:
-        """Why a signal key found nothing to signal, in words true of the selected row."""
+    def why_no_signal_target(self, name: str) -> str:
+        """Why the key of signal ``name`` found nothing to signal, in words true of the selected row."""
         table = self.query_one(ProcessTable)
         row = table.rows_by_key.get(table.selected_key or "")
         if row is not None and row.ended is not None:
@@ -262,10 +266,10 @@ class MainScreen(Screen):
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.
-            name = fmt.command_line(row.parent.command, row.parent.name)
-            return (f"Process {row.pid} ({name}) is a parent in the tree, not a GPU process: gputui "
+            command = fmt.command_line(row.parent.command, row.parent.name)
+            return (f"Process {row.pid} ({command}) is a parent in the tree, not a GPU process: gputui "
                     f"signals GPU processes only. Select one under it, or signal it yourself: "
-                    f"kill -TERM {row.pid}")
+                    f"{kill_command(name, row.pid)}")
         return "Select a process first."
 
     # -- actions -----------------------------------------------------------------------------
@@ -367,12 +371,17 @@ class MainScreen(Screen):
             return
         indices = [d.index for d in snap.devices]
         here = indices.index(self.chart_device) if self.chart_device in indices else -1
-        self.chart_device = indices[(here + 1) % len(indices)]
-        self.render_snapshot()
+        self.pick_device(indices[(here + 1) % len(indices)])
 
     def on_device_list_chosen(self, message: DeviceList.Chosen) -> None:
-        self.chart_device = message.index
+        self.pick_device(message.index)
+
+    def pick_device(self, index: int) -> None:
+        """Chart GPU ``index`` and mark it; in a pane too small for every GPU, scroll to it."""
+        self.chart_device = index
+        self.device_picked = True
         self.render_snapshot()
+        self.query_one(DeviceList).bring_into_view(index)
 
     def on_device_list_redraw(self, message: DeviceList.Redraw) -> None:
         self.render_snapshot()

@@ -267,7 +267,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
         "pid": str(p.pid),
         "probe": mark,
         "user": p.user or units.NA,
-        "gpu": gpu_text(p),
+        "gpu": p.gpu_name,
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
         "gpu_memory": units.size_short(p.gpu_memory),
         "trend": trend,
@@ -287,14 +287,6 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     if p.state != PROCESS_OK:
         styles["command"] = "$text-muted"
     return cells, styles
-
-
-def gpu_text(p: GpuProcess) -> str:
-    """The GPU cell: the GPU index, and on a MIG GPU its GPU instance ("0:5"), as --once and
-    nvidia-smi name it."""
-    if p.gpu_instance_id is None:
-        return str(p.device_index)
-    return f"{p.device_index}:{p.gpu_instance_id}"
 
 
 def parent_cells(h: HostProcess, prefix: str = "", host: str | None = None) -> tuple[dict, dict]:

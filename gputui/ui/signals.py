@@ -22,6 +22,11 @@ WHAT_IT_DOES = {
 }
 
 
+def kill_command(name: str, pid: int) -> str:
+    """The shell command that sends signal ``name`` ("SIGINT") to ``pid``: ``kill -INT 1234``."""
+    return f"kill -{name.removeprefix('SIG')} {pid}"
+
+
 class StopGuard:
     """Passes SIGCONT on to Textual's driver only when it ends the driver's own SIGTSTP suspend.
 

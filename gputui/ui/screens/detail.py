@@ -66,7 +66,9 @@ class ProcessDetail(Screen):
         if ascii:
             self.add_class("-ascii")
         self.report: ProbeReport | None = None
-        self.ended: EndedProcess | None = None
+        self.ended: EndedProcess | None = None  # an OOM ended it
+        self.last_seen: float | None = None  # the time of the last sample the process was in
+        self.exited = False  # it and its probe went away (no OOM seen): its probe's last report is history
         self.analysis: ProcessAnalysis | None = None
 
     @property
@@ -102,17 +104,25 @@ class ProcessDetail(Screen):
         proc = next((p for p in mine if p.device_index == self.device_index), None)
         local = proc.own_pid if proc is not None else self.pid
         report = next((r for r in snapshot.probes if r.pid == local), None)
+        if proc is not None or report is not None:
+            self.last_seen = snapshot.taken_at
         self.ended = next((e for e in snapshot.ended if e.pid == local), None) if report is None else None
+        # A probe goes away with its process (discovery drops the sockets of dead pids): with the
+        # process gone from NVML's list too, it has ended, and its probe's last report is history.
+        # (Not before it was last seen: a replay seeks back in time.)
+        self.exited = (self.ended is None and report is None and not mine and self.report is not None
+                       and self.last_seen is not None and snapshot.taken_at > self.last_seen)
         if self.ended is not None:
             report = self.ended.report  # an OOM ended it: the report it left
-        elif report is None and self.device_index is None:
-            report = self.report  # the probe went away: its last report is all there is
+        elif self.exited:
+            report = self.report  # the last report is all there is
         self.report = report
         device = None
         if proc is not None:
             device = next((d for d in snapshot.devices if d.index == proc.device_index), None)
         trend = (trends or {}).get(self.key) if self.device_index is not None else None
         leak = (leaks or {}).get(local)
+        over = self.ended is not None or self.exited  # nothing the probe said is current any more
 
         self.query_one("#detail-title", Static).update(self._title(proc, report))
         if self.ended is not None:
@@ -134,14 +144,16 @@ class ProcessDetail(Screen):
             trend_line.update(Content.assemble(("GPU memory trend (NVML): ", "bold"),
                                                (trend_words(trend, probe_forecast=forecasts_oom(leak)),
                                                 style or "$text-muted")))
-        self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device,
-                                        ended=self.ended is not None)
+        self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device, ended=over)
         self.analysis = analyse(snapshot, proc, report, trend=trend, leak=leak)
-        if self.ended is not None:  # no forecast and no room to grow for a process that has ended
+        if over:  # no forecast and no room to grow for a process that has ended
             self.analysis = dataclasses.replace(
                 self.analysis, headroom=(), advice=tuple(a for a in self.analysis.advice if a.kind != "oom-soon"))
-        self.query_one(AnalysisPanel).show(self.analysis)
-        top = headline(self.analysis) if self.ended is None else ended_headline(self.ended, self.analysis)
+        self.query_one(AnalysisPanel).show(self.analysis, ended=over)
+        if self.ended is not None:
+            top = ended_headline(self.ended, self.analysis)
+        else:  # the leak verdict of an exited process's last report is not news for the top line
+            top = headline(dataclasses.replace(self.analysis, leak=None) if self.exited else self.analysis)
         self.query_one("#detail-headline", Static).display = bool(top)
         self.query_one("#detail-headline", Static).update(top)
 
@@ -152,6 +164,10 @@ class ProcessDetail(Screen):
     def _title_here(self, proc: GpuProcess | None, report: ProbeReport | None) -> Content:
         if self.ended is not None:
             return ended_title(self.ended)
+        seen = f"last seen at {units.clock_time(self.last_seen, date=True)}"
+        if self.exited:
+            where = "" if self.device_index is None else f" on GPU {self.device_index}"
+            return Content.styled(f"Process {self.pid}{where} has ended: {seen}", "bold $warning")
         if self.device_index is None:
             where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
             command = fmt.command_line(report.command) if report else ""
@@ -159,15 +175,15 @@ class ProcessDetail(Screen):
                                     (command[:60], "$text-muted"))
         if proc is None:
             return Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer on the "
-                                  "GPU (showing its last history)", "bold $warning")
-        return Content.assemble((f"Process {proc.pid}", "bold"), f"  on GPU {proc.device_index}  ",
+                                  f"GPU: {seen} (showing its last history)", "bold $warning")
+        return Content.assemble((f"Process {proc.pid}", "bold"), f"  on {fmt.gpu_words(proc)}  ",
                                 (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
 
     def action_close(self) -> None:
         self.app.pop_screen()
 
     def action_record_sites(self) -> None:
-        if self.ended is not None:
+        if self.ended is not None or self.exited:
             self.notify(f"Process {self.pid} has ended: there is no probe left to record.", severity="warning")
             return
         if self.report is None:
@@ -221,9 +237,13 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
     used = []
     for p in sorted(same_pid, key=lambda p: p.device_index):
         d = devices.get(p.device_index)
-        cuda = "" if d is None or d.cuda_index is None else f", cuda:{d.cuda_index} here"
+        mig = None if d is None else next((m for m in d.mig_instances if m.gpu_instance_id is not None
+                                           and m.gpu_instance_id == p.gpu_instance_id), None)
+        cuda_index = mig.cuda_index if mig is not None else d.cuda_index if d is not None else None
+        cuda = "" if cuda_index is None else f", cuda:{cuda_index} here"
         name = fmt.short_gpu_name(d.name) if d else "?"
-        used.append(f"GPU {p.device_index} ({name}{cuda}) {units.size_short(p.gpu_memory)}")
+        profile = f", {mig.profile}" if mig is not None and mig.profile else ""
+        used.append(f"{fmt.gpu_words(p)} ({name}{profile}{cuda}) {units.size_short(p.gpu_memory)}")
     started = units.clock_time(proc.started_at, date=True)
     age = "" if proc.started_at is None else f" ({units.elapsed(snapshot.taken_at - proc.started_at)} ago)"
     rows = [
@@ -232,8 +252,8 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
         ("started", started + age),
         ("parent", units.NA if proc.ppid is None else str(proc.ppid)),
         ("devices", "; ".join(used)),
-        ("type", proc.kind + ("" if proc.gpu_instance_id is None
-                              else f", MIG GI {proc.gpu_instance_id} CI {proc.compute_instance_id}")),
+        ("type", proc.kind + ("" if proc.gpu_instance_id is None else f", {fmt.gpu_words(proc)}: GI "
+                              f"{proc.gpu_instance_id} CI {_or_na(proc.compute_instance_id)}")),
     ]
     if proc.state != "ok":
         rows.append(("state", f"{proc.state}" + (f": {proc.note}" if proc.note else "")))
@@ -249,6 +269,10 @@ def probe_only_info(report: ProbeReport) -> Content:
         ("NVML", "does not list this process (a CPU-only job, or no NVIDIA driver here): "
                  "these figures come from its probe"),
     ])
+
+
+def _or_na(value: int | None) -> str:
+    return units.NA if value is None else str(value)
 
 
 def _rows(rows: list[tuple[str, str]]) -> Content:

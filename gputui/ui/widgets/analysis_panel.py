@@ -68,6 +68,7 @@ class AnalysisPanel(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.analysis: ProcessAnalysis | None = None
+        self.ended = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="analysis-leak")
@@ -76,10 +77,11 @@ class AnalysisPanel(Vertical):
         yield Static(id="analysis-headroom")
         yield AdviceList("nothing to suggest: this process looks healthy", id="analysis-advice")
 
-    def show(self, analysis: ProcessAnalysis) -> None:
-        if analysis == self.analysis:
+    def show(self, analysis: ProcessAnalysis, *, ended: bool = False) -> None:
+        """``ended``: the process has ended, and the verdicts are those of its last report."""
+        if (analysis, ended) == (self.analysis, self.ended):
             return
-        self.analysis = analysis
+        self.analysis, self.ended = analysis, ended
         probed = analysis.report is not None
         phases = step_phases.accounts(analysis.report.steps) if analysis.report is not None else ()
         self.query_one("#analysis-leak", Static).display = probed
@@ -88,7 +90,7 @@ class AnalysisPanel(Vertical):
         if phases:
             self.query_one("#analysis-phases", Static).update(phases_text(phases))
         if probed:
-            self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now))
+            self.query_one("#analysis-leak", Static).update(leak_text(analysis.leak, analysis.now, ended=ended))
             self.query_one("#analysis-sites", Static).update(sites_text(analysis.report, analysis.sites))
         room = self.query_one("#analysis-headroom", Static)
         room.display = bool(analysis.headroom)
@@ -179,11 +181,13 @@ def trend_words(trend: ProcessTrend | None, *, probe_forecast: bool = False) -> 
     return words
 
 
-def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
-    """The probe's per-step verdict: state, what grows, how fast, when it runs out."""
-    title = Content.styled("Leak verdict (per training step)", "bold")
+def leak_text(leak: LeakVerdict | None, now: float | None = None, *, ended: bool = False) -> Content:
+    """The probe's per-step verdict: state, what grows, how fast, when it runs out; ``ended``: the
+    verdict on the last report of a process that has ended."""
+    title = Content.styled("Leak verdict at its last report (per training step)" if ended
+                           else "Leak verdict (per training step)", "bold")
     if leak is None:
-        return Content("\n").join([title, Content.styled("no verdict yet", "$text-muted")])
+        return Content("\n").join([title, Content.styled("no verdict" if ended else "no verdict yet", "$text-muted")])
     word, style = STATE_WORDS.get(leak.state, (leak.state, ""))
     lines = [title, Content.assemble((word, style), "  ", leak.reason)]
     if leak.state in LEAK_GROWING:
@@ -193,7 +197,7 @@ def leak_text(leak: LeakVerdict | None, now: float | None = None) -> Content:
         if per_step and leak.step_time:
             growth += f" ({units.size(per_step / leak.step_time * 60)}/min at {leak.step_time:.2f} s per step)"
         lines.append(Content.assemble(("  growing: ", "$text-muted"), (what, "bold"), f" {growth}"))
-        if leak.oom_step is not None:
+        if leak.oom_step is not None and not ended:  # a forecast for a process that has ended is no news
             left = leak.seconds_to_oom(now)
             # Rounded as the table's "85s" and the advice's "85 s" are: 84.8 s reads 1:25 here too.
             when = "" if left is None else f", in about {units.elapsed(round(left))}"

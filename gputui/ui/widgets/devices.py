@@ -1,26 +1,34 @@
 """One row per GPU: memory and utilisation bars, temperature, fan, power, clocks, PCIe, codecs and
-why the GPU is being slowed. Two lines in the normal layout, one line in compact and tiny panes.
+why the GPU is being slowed. Two lines in the normal layout, one line in compact and tiny panes, and
+in a tiny pane with more GPUs than lines, as many GPUs a line as the width holds.
 All rows are drawn by one widget; a row is worded again only when its Device (a frozen value),
 the layout or the width changes.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.events import Click, Resize
+from textual.geometry import Region
 from textual.message import Message
 
 from gputui import units
-from gputui.model import Device, MigInstance, Snapshot
+from gputui.model import Device, MigInstance, Snapshot, mig_name
 from gputui.ui import format as fmt
-from gputui.ui.widgets.bars import Words, assemble, join, label, meter, styled, value
+from gputui.ui.widgets.bars import Words, assemble, join, label, merged, meter, plain, styled, value
 from gputui.ui.widgets.line import StyledLines
 
 
 # One device's lines as drawn: (background style, words) each; and what they were drawn from.
 _Lines = tuple[tuple[str, Words], ...]
 _RowKey = tuple[Device, str, int, bool, int]
+
+# A tiny pane gives the devices this many lines (gputui.tcss: MainScreen.-tiny #devices): with more
+# GPUs than that, they share lines, in cells at least PACKED_CELL wide, so 8 GPUs fit 50 columns.
+TINY_LINES = 5
+PACKED_CELL = 24
 
 
 def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
@@ -83,10 +91,27 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
     return (first, second, *migs)
 
 
+def render_cell(d: Device, width: int, index_width: int, *, ascii: bool = False,
+                selected: bool = False) -> Words:
+    """A device in a cell ``width`` wide of a packed line: its index (right-aligned to
+    ``index_width``), memory bar and use, utilisation and temperature."""
+    marker = (">" if ascii else "▶") if selected else " "
+    head = assemble((marker, "$accent"), (f"{d.index:>{index_width}}", "bold"))
+    if d.lost:
+        return join([head, styled("LOST", "bold $error")])
+    temp_level = None
+    if d.temperature is not None and d.temperature_slowdown:
+        temp_level = fmt.level(d.temperature / d.temperature_slowdown, warn=0.85, high=0.95)
+    bar_w = max(2, width - 20 - index_width)  # the rest: 19 cells of words and spaces, 1 to the next cell
+    return join([head, meter(fmt.fraction(d.memory_used, d.memory_total), bar_w, ascii=ascii, high=0.95),
+                 f"{units.size_short(d.memory_used):>5}", f"{units.percent(d.gpu_util):>4}",
+                 value(fmt.temperature(d.temperature), temp_level)])
+
+
 def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: bool = False) -> Words:
     """One line for a MIG instance under its GPU, named as the process table's GPU column names it
     (GPU index:GPU instance), with its profile and memory."""
-    name = f"{parent}:{mig.gpu_instance_id}" if mig.gpu_instance_id is not None else f"{parent}:?"
+    name = mig_name(parent, mig.gpu_instance_id)
     mem_f = fmt.fraction(mig.memory_used, mig.memory_total)
     mem_text = units.size_pair_short(mig.memory_used, mig.memory_total)
     bar_w = max(4, min(30, (width - 64) // 2)) if mode == "compact" else max(6, min(40, (width - 79) // 2))
@@ -109,7 +134,8 @@ class DeviceLines(StyledLines):
         super().__init__()
         self.ascii = ascii
         self.devices: tuple[Device, ...] = ()
-        self.line_devices: list[int] = []  # the device index of each line, for mapping a click
+        self.line_devices: list[tuple[int, ...]] = []  # the device indices of each line, for a click
+        self.cell_width = 0  # the width of a device's cell on a packed line (0: a device a line)
         self.width_used = 0
         self._rows: dict[_RowKey, _Lines] = {}  # its lines by (device, mode, width, selected, PCIe age)
 
@@ -118,9 +144,13 @@ class DeviceLines(StyledLines):
         """``now``: the snapshot's time, which the age of slower readings is counted from."""
         self.devices = devices
         width = self.width_used = self.content_size.width or self.app.size.width
+        if mode == "tiny" and len(devices) > TINY_LINES and width >= 2 * PACKED_CELL:
+            self._show_packed(devices, width, selected)
+            return
+        self.cell_width = 0
         rows: dict[_RowKey, _Lines] = {}
         lines: list[tuple[str, Words]] = []
-        line_devices: list[int] = []
+        line_devices: list[tuple[int, ...]] = []
         for device in devices:
             age = (int(now - device.pcie_read_at)
                    if now is not None and device.pcie_read_at is not None else 0)
@@ -133,10 +163,35 @@ class DeviceLines(StyledLines):
                                           pcie_age=age))
             rows[key] = row
             lines.extend(row)
-            line_devices.extend([device.index] * len(row))
+            line_devices.extend([(device.index,)] * len(row))
         self._rows = rows
         self.line_devices = line_devices
         self.show_lines(lines)
+
+    def _show_packed(self, devices: tuple[Device, ...], width: int, selected: int | None) -> None:
+        """As many devices a line as the width holds, each in a cell of the same width."""
+        per_line = width // PACKED_CELL
+        cell = self.cell_width = width // per_line
+        index_width = max(len(str(d.index)) for d in devices)
+        lines: list[tuple[str, Words]] = []
+        self.line_devices = []
+        for start in range(0, len(devices), per_line):
+            group = devices[start:start + per_line]
+            cells = [render_cell(d, cell, index_width, ascii=self.ascii, selected=d.index == selected)
+                     for d in group]
+            line: list[tuple[str, str]] = []
+            for i, words in enumerate(cells):
+                line.extend(words)
+                if i < len(cells) - 1:  # pad to the next cell
+                    line.append((" " * max(1, cell - cell_len(plain(words))), ""))
+            lines.append(("", merged(line)))
+            self.line_devices.append(tuple(d.index for d in group))
+        self._rows = {}
+        self.show_lines(lines)
+
+    def line_of(self, index: int) -> int | None:
+        """The first line device ``index`` is drawn on."""
+        return next((y for y, on_line in enumerate(self.line_devices) if index in on_line), None)
 
     def on_resize(self, event: Resize) -> None:
         # Bars stretch with the width: redraw at the new width (a new height needs nothing).
@@ -145,7 +200,9 @@ class DeviceLines(StyledLines):
 
     def on_click(self, event: Click) -> None:
         if 0 <= event.y < len(self.line_devices):
-            self.post_message(DeviceList.Chosen(self.line_devices[event.y]))
+            on_line = self.line_devices[event.y]
+            column = event.x // self.cell_width if self.cell_width else 0
+            self.post_message(DeviceList.Chosen(on_line[min(column, len(on_line) - 1)]))
 
 
 SELECTED = "on $boost"  # the charted GPU's lines
@@ -175,3 +232,9 @@ class DeviceList(VerticalScroll):
 
     def show(self, snapshot: Snapshot, mode: str, selected: int | None) -> None:
         self.query_one(DeviceLines).show(snapshot.devices, mode, selected, snapshot.taken_at)
+
+    def bring_into_view(self, index: int) -> None:
+        """Scroll so that device ``index``'s first line shows (the list may be taller than its box)."""
+        y = self.query_one(DeviceLines).line_of(index)
+        if y is not None:
+            self.scroll_to_region(Region(0, y, 1, 1), animate=False, immediate=True)

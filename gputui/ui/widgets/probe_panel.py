@@ -92,8 +92,8 @@ def headline(report: ProbeReport, pd: ProbeDevice | None, *, ended: bool = False
     lines = [Content.assemble(("The probe's last report" if ended else "Probe attached", "bold $accent"),
                               f" (torch {report.torch_version or units.NA}) on {where}, report at "
                               f"{units.clock_time(report.taken_at)}{cpu}"),
-             Content.styled(figures_age(report.read_at, report.read_at_step, report.taken_at),
-                            "$text-muted")]
+             Content.styled("no device figures were read before it ended" if ended and report.read_at is None
+                            else figures_age(report.read_at, report.read_at_step, report.taken_at), "$text-muted")]
     for problem in report.problems:
         lines.append(Content.styled(f"probe trouble: {problem}", "$warning"))
     for limit in report.limits:
