@@ -393,13 +393,13 @@ def _stdin_is_terminal() -> bool:
 
 def _check_config(options: Options) -> None:
     """The monitor's check of the config file, so every mode fails alike on a missing or bad one."""
-    from gputui.ui.config import check_binding_ids, load_config
+    from gputui.ui.config import load_config
 
     config = load_config(options.config)
-    if config.keys:  # the binding ids live with the app's screens (imports Textual)
-        from gputui.ui.app import binding_ids
+    if config.keys:  # the bindings live with the app's screens (imports Textual)
+        from gputui.ui.keys import check_keymap
 
-        check_binding_ids(config, binding_ids())
+        check_keymap(config)
 
 
 def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:

@@ -111,6 +111,16 @@ def test_a_broken_config_file_stops_once_as_it_stops_the_monitor(env, tmp_path, 
     assert gputui(env, "--demo", "--json").returncode == 2
 
 
+@pytest.mark.parametrize("mode", ["--once", "--json"])
+def test_a_key_remap_onto_a_key_in_use_stops_with_one_line(env, tmp_path, mode):
+    config = tmp_path / "config.toml"
+    config.write_text('[keys]\nquit = "j"\n')
+    result = gputui(env, "--demo", mode, "--config", str(config))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f'gputui: {config}: [keys] quit = "j": j is already "Jobs" (binding jobs) on the main '
+                             "screen; give one of them another key\n")
+
+
 @pytest.mark.parametrize("kind", ["not-utf8", "device", "fifo"])
 def test_a_config_that_is_no_text_file_is_one_line_at_once(env, tmp_path, kind):
     config = tmp_path / "config.toml"
