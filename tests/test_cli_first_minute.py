@@ -83,6 +83,28 @@ def test_intervals_follow_the_config_files_rule(env, args):
     assert "must be between 0.1 and 3600 seconds" in result.stderr
 
 
+@pytest.mark.parametrize("args, option, said", [
+    (["--watch", "-1"], "--watch", "-1"),  # not "--once and --watch cannot be combined": -1 is --once too
+    (["--watch", "-2"], "--watch", "-2"),  # not "unrecognized arguments: -2"
+    (["--interval", "-0.5"], "--interval", "-0.5"),  # not "expected one argument"
+    (["--watch", "0"], "--watch", "0"),
+    (["serve", "--interval", "-1"], "--interval", "-1"),
+])
+def test_a_negative_or_zero_interval_has_its_own_message(env, args, option, said):
+    result = gputui(env, "--demo", *args)
+    no_traceback(result)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1].endswith(
+        f"error: argument {option}: must be a positive number of seconds (0.1 or more), not {said}")
+
+
+def test_a_negative_number_after_run_is_the_commands_own(env):
+    from gputui.cli import parse
+
+    options = parse(["run", "--", "python", "train.py", "--interval", "-1"])
+    assert options.command == ("python", "train.py", "--interval", "-1")
+
+
 def test_the_smallest_interval_is_accepted(env):
     assert gputui(env, "--demo", "--once", "--interval", "0.1").returncode == 0
 

@@ -38,7 +38,8 @@ def test_reads_every_setting(tmp_path):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("interval = 0", "`interval` must be between 0.1 and 3600 seconds, not 0"),
+    ("interval = 0", "`interval` must be a positive number of seconds (0.1 or more), not 0"),
+    ("interval = -2", "`interval` must be a positive number of seconds (0.1 or more), not -2"),
     ('interval = "fast"', "`interval` must be a number of seconds, not 'fast'"),
     ("interval = true", "`interval` must be a number of seconds, not True"),
     ('theme = "pink"', "`theme` must be one of dark, light, not 'pink'"),
