@@ -59,6 +59,23 @@ def test_a_terminal_that_cannot_show_unicode_gets_ascii(env, encoding):
     assert result.stdout.isascii() and "MEM ####" in result.stdout
 
 
+@pytest.mark.parametrize("locale_env, ascii", [
+    ({"LANG": "C"}, True),  # Python writes UTF-8 here all the same (PEP 538, 540): the locale decides
+    ({"LC_ALL": "POSIX", "LANG": "en_US.UTF-8"}, True),  # LC_ALL first
+    ({"LANG": "en_US.UTF-8", "LC_CTYPE": "C"}, True),  # then LC_CTYPE
+    ({"LANG": "en_US.ISO-8859-1"}, True),  # a codeset other than UTF-8
+    ({"LC_ALL": "C.UTF-8", "LANG": "C"}, False),
+    ({"LANG": "en_US.utf8"}, False),
+    ({}, False),  # no locale set at all says nothing: Unicode, as before
+])
+def test_the_locale_decides_ascii_as_terminals_do(env, locale_env, ascii):
+    clean = {k: v for k, v in env.items() if k not in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONUTF8")}
+    result = gputui({**clean, **locale_env}, "--demo", "leaky", "--once")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.isascii() == ascii
+    assert ("MEM ####" in result.stdout) == ascii and ("MEM ████" in result.stdout) == (not ascii)
+
+
 def test_closed_stdout_is_a_message_not_a_traceback(env):
     result = shell(env, "--demo --once >&-")
     assert result.returncode == 2
@@ -254,6 +271,7 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
 
     import gputui.ui.launch
     from gputui import cli
+    from gputui.plain import terminal
 
     class Latin1Terminal(io.TextIOWrapper):
         def isatty(self):
@@ -262,12 +280,15 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
     seen = []
     monkeypatch.setattr(gputui.ui.launch, "run_tui", lambda options: seen.append(options.ascii) or 0)
     monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)  # a keyboard, as a user has
+    monkeypatch.setattr(terminal, "locale_environ", lambda: {"LANG": "en_US.UTF-8"})
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="latin-1"))
     assert cli.main(["--demo"]) == 0
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="utf-8"))
     assert cli.main(["--demo"]) == 0
-    assert seen == [True, False]
+    monkeypatch.setattr(terminal, "locale_environ", lambda: {"LANG": "C"})  # UTF-8 out, but LANG=C
+    assert cli.main(["--demo"]) == 0
+    assert seen == [True, False, True]
 
 
 def test_a_space_separated_list_that_swallows_a_command_says_so(env):
