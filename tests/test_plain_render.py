@@ -77,8 +77,9 @@ def test_process_rows_carry_every_column_and_notes():
     assert row.split() == ["4242", "alice", "0", "C", "10.0GiB", "85%", "101.5", "3.00GiB", "1:02:03",
                            "python", "train.py", "--lr", "3e-4"]
     assert any(line.startswith("5555 bob") and line.endswith("python3 [access denied]") for line in lines)
-    assert any(line.startswith("7777 ?") and line.endswith("[exited]") for line in lines)
-    assert any(line.startswith("6666 ?     2:1 C") and "[host pid not visible in this container]" in line
+    # An unknown user is "n/a", as the monitor's USER column says it (it was "?" here only).
+    assert any(line.startswith("7777 n/a") and line.endswith("[exited]") for line in lines)
+    assert any(line.startswith("6666 n/a   2:1 C") and "[host pid not visible in this container]" in line
                for line in lines)
     assert any(line.startswith("1001 root") and " G " in line and "3d 00h" in line for line in lines)
 
