@@ -79,9 +79,10 @@ def _shared_keys(keymap: Mapping[str, str]) -> Iterable[tuple[str, str, Binding,
 def _remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
     """``bindings`` with those ``keymap`` names on its keys instead (one Binding per key, as Textual
     expands them, single characters by their names: "?" is question_mark)."""
-    out, done = [], set()
+    out: list[Binding] = []
+    done: set[str] = set()
     for binding in bindings:
-        if binding.id not in keymap:
+        if binding.id is None or binding.id not in keymap:
             out.append(binding)
         elif binding.id not in done:
             done.add(binding.id)
