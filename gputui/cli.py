@@ -253,14 +253,46 @@ def _bare_demo_before_a_command(argv: list[str]) -> list[str]:
     return argv
 
 
+SECONDS_OPTIONS = ("--watch", "--interval")
+
+
+def _negative_seconds_kept(argv: list[str]) -> list[str]:
+    """``--watch -1`` as ``--watch=-1``: argparse takes a word that looks like a negative number for an
+    option here (-1 is --once), so a sign slip would read as "--watch --once" or an unknown -2, where
+    it deserves the interval's own message. A command's own words (after ``run`` or ``--``) are left
+    alone."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word, following = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
+        if word in ("run", "--"):
+            return out + argv[i:]
+        if word in SECONDS_OPTIONS and following.startswith("-") and _is_number(following):
+            out.append(f"{word}={following}")
+            i += 2
+        else:
+            out.append(word)
+            i += 1
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse(argv: list[str] | None = None) -> Options:
     """Parse ``argv`` (argparse exits with 2 on bad arguments)."""
     parser = build_parser()
-    args = parser.parse_args(_bare_demo_before_a_command(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(_negative_seconds_kept(_bare_demo_before_a_command(argv)))
     exclusive = [name for name in ("once", "json") if getattr(args, name)]
     if len(exclusive) > 1 and args.watch is None:
         parser.error("--once and --json cannot be combined (use --json alone)")
-    if args.once and args.watch is not None:  # also `--watch -1`: -1 is --once, not seconds
+    if args.once and args.watch is not None:
         parser.error("--once and --watch cannot be combined (--watch prints until interrupted)")
     if args.hosts is not None:
         _check_hosts(parser, args)
@@ -394,13 +426,13 @@ def _stdin_is_terminal() -> bool:
 
 def _check_config(options: Options) -> None:
     """The monitor's check of the config file, so every mode fails alike on a missing or bad one."""
-    from gputui.ui.config import check_binding_ids, load_config
+    from gputui.ui.config import load_config
 
     config = load_config(options.config)
-    if config.keys:  # the binding ids live with the app's screens (imports Textual)
-        from gputui.ui.app import binding_ids
+    if config.keys:  # the bindings live with the app's screens (imports Textual)
+        from gputui.ui.keys import check_keymap
 
-        check_binding_ids(config, binding_ids())
+        check_keymap(config)
 
 
 def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:

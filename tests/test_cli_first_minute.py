@@ -59,6 +59,23 @@ def test_a_terminal_that_cannot_show_unicode_gets_ascii(env, encoding):
     assert result.stdout.isascii() and "MEM ####" in result.stdout
 
 
+@pytest.mark.parametrize("locale_env, ascii", [
+    ({"LANG": "C"}, True),  # Python writes UTF-8 here all the same (PEP 538, 540): the locale decides
+    ({"LC_ALL": "POSIX", "LANG": "en_US.UTF-8"}, True),  # LC_ALL first
+    ({"LANG": "en_US.UTF-8", "LC_CTYPE": "C"}, True),  # then LC_CTYPE
+    ({"LANG": "en_US.ISO-8859-1"}, True),  # a codeset other than UTF-8
+    ({"LC_ALL": "C.UTF-8", "LANG": "C"}, False),
+    ({"LANG": "en_US.utf8"}, False),
+    ({}, False),  # no locale set at all says nothing: Unicode, as before
+])
+def test_the_locale_decides_ascii_as_terminals_do(env, locale_env, ascii):
+    clean = {k: v for k, v in env.items() if k not in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONUTF8")}
+    result = gputui({**clean, **locale_env}, "--demo", "leaky", "--once")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.isascii() == ascii
+    assert ("MEM ####" in result.stdout) == ascii and ("MEM ████" in result.stdout) == (not ascii)
+
+
 def test_closed_stdout_is_a_message_not_a_traceback(env):
     result = shell(env, "--demo --once >&-")
     assert result.returncode == 2
@@ -81,6 +98,28 @@ def test_intervals_follow_the_config_files_rule(env, args):
     result = gputui(env, "--demo", "--once", *args)
     assert result.returncode == 2
     assert "must be between 0.1 and 3600 seconds" in result.stderr
+
+
+@pytest.mark.parametrize("args, option, said", [
+    (["--watch", "-1"], "--watch", "-1"),  # not "--once and --watch cannot be combined": -1 is --once too
+    (["--watch", "-2"], "--watch", "-2"),  # not "unrecognized arguments: -2"
+    (["--interval", "-0.5"], "--interval", "-0.5"),  # not "expected one argument"
+    (["--watch", "0"], "--watch", "0"),
+    (["serve", "--interval", "-1"], "--interval", "-1"),
+])
+def test_a_negative_or_zero_interval_has_its_own_message(env, args, option, said):
+    result = gputui(env, "--demo", *args)
+    no_traceback(result)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1].endswith(
+        f"error: argument {option}: must be a positive number of seconds (0.1 or more), not {said}")
+
+
+def test_a_negative_number_after_run_is_the_commands_own(env):
+    from gputui.cli import parse
+
+    options = parse(["run", "--", "python", "train.py", "--interval", "-1"])
+    assert options.command == ("python", "train.py", "--interval", "-1")
 
 
 def test_the_smallest_interval_is_accepted(env):
@@ -109,6 +148,16 @@ def test_a_broken_config_file_stops_once_as_it_stops_the_monitor(env, tmp_path, 
     default.parent.mkdir(parents=True)
     default.write_text(content)
     assert gputui(env, "--demo", "--json").returncode == 2
+
+
+@pytest.mark.parametrize("mode", ["--once", "--json"])
+def test_a_key_remap_onto_a_key_in_use_stops_with_one_line(env, tmp_path, mode):
+    config = tmp_path / "config.toml"
+    config.write_text('[keys]\nquit = "j"\n')
+    result = gputui(env, "--demo", mode, "--config", str(config))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f'gputui: {config}: [keys] quit = "j": j is already "Jobs" (binding jobs) on the main '
+                             "screen; give one of them another key\n")
 
 
 @pytest.mark.parametrize("kind", ["not-utf8", "device", "fifo"])
@@ -222,6 +271,7 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
 
     import gputui.ui.launch
     from gputui import cli
+    from gputui.plain import terminal
 
     class Latin1Terminal(io.TextIOWrapper):
         def isatty(self):
@@ -230,12 +280,15 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
     seen = []
     monkeypatch.setattr(gputui.ui.launch, "run_tui", lambda options: seen.append(options.ascii) or 0)
     monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)  # a keyboard, as a user has
+    monkeypatch.setattr(terminal, "locale_environ", lambda: {"LANG": "en_US.UTF-8"})
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="latin-1"))
     assert cli.main(["--demo"]) == 0
     monkeypatch.setattr(sys, "stdout", Latin1Terminal(io.BytesIO(), encoding="utf-8"))
     assert cli.main(["--demo"]) == 0
-    assert seen == [True, False]
+    monkeypatch.setattr(terminal, "locale_environ", lambda: {"LANG": "C"})  # UTF-8 out, but LANG=C
+    assert cli.main(["--demo"]) == 0
+    assert seen == [True, False, True]
 
 
 def test_a_space_separated_list_that_swallows_a_command_says_so(env):

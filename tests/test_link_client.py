@@ -508,6 +508,65 @@ def test_root_finds_and_reads_every_users_probes(monkeypatch):
         shutil.rmtree(shared_tmp)
 
 
+def _as_user(uid: int, work) -> int:
+    """Fork a child that runs ``work()`` as ``uid`` (root only); its pid."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs as another user
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            work()
+        finally:
+            os._exit(0)
+    return child
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="serving as another uid needs root")
+def test_another_users_probe_is_named_as_theirs_not_as_missing(monkeypatch):
+    monkeypatch.delenv(paths.DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    shared_tmp = Path(tempfile.mkdtemp(prefix="gputui-link-test-"))
+    shared_tmp.chmod(0o1777)
+    monkeypatch.setattr(paths, "FALLBACK_ROOT", shared_tmp)
+    monkeypatch.setattr(paths, "RUNTIME_ROOT", shared_tmp / "no-run-user")
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    said_r, said_w = os.pipe()
+
+    def serve():  # a probe of user "nobody"
+        srv = ProbeServer({"report": lambda params: to_jsonable(sample_report(os.getpid()))})
+        os.write(ready_w, b"1" if srv.start() else (srv.error or "?").encode())
+        os.read(done_r, 1)
+        srv.stop()
+
+    def ask(pid):  # gputui probe PID, as uid 65533
+        try:
+            client.fetch_report(pid)
+            os.write(said_w, b"answered")
+        except client.ProbeUnavailable as exc:
+            os.write(said_w, f"{exc.reason}: {exc}".encode())
+
+    probed = _as_user(65534, serve)
+    try:
+        assert os.read(ready_r, 4096) == b"1"
+        asker = _as_user(65533, lambda: ask(probed))
+        said = os.read(said_r, 4096).decode()
+        os.waitpid(asker, 0)
+        assert said == (f"not_yours: process {probed}: its probe belongs to nobody (uid 65534), in "
+                        f"{shared_tmp}/gputui-65534, which other users cannot enter; run gputui probe as that "
+                        "user or as root")
+        me = os.getpid()  # root's test process: no probe at all
+        asker = _as_user(65533, lambda: ask(me))
+        assert os.read(said_r, 4096).decode().startswith(f"no_probe: process {me}: no probe is running")
+        os.waitpid(asker, 0)
+        assert client.fetch_report(probed) == sample_report(probed)  # root may still read it
+    finally:
+        os.write(done_w, b"x")
+        os.waitpid(probed, 0)
+        shutil.rmtree(shared_tmp)
+
+
 # ------------------------------------------------------------------------------ PID namespaces
 
 def _in_new_pid_namespace(probe_dir) -> tuple[subprocess.Popen, int]:

@@ -164,8 +164,8 @@ def test_too_long_socket_path_is_refused(tmp_path):
 
 
 def test_longest_accepted_path_leaves_room_for_the_temporary_bind_name():
-    directory = Path("/" + "d" * (paths.MAX_SOCKET_PATH - 1 - paths.TEMP_NAME_LENGTH - 1))
-    assert len(str(directory / paths.temp_socket_name("0123abcd"))) == paths.MAX_SOCKET_PATH
+    directory = Path("/" + "d" * (paths.MAX_SOCKET_PATH - 1 - len("7.sock") - paths.TEMP_EXTRA_LENGTH - 1))
+    assert len(str(directory / paths.temp_socket_name("7.sock", "0123abcd"))) == paths.MAX_SOCKET_PATH
     assert paths.socket_path(7, directory) == directory / "7.sock"
     with pytest.raises(paths.ProbeDirUnsafe):
         paths.socket_path(7, Path(str(directory) + "d"))

@@ -1,5 +1,7 @@
 """--once's Jobs section and `gputui probes` grouped by job."""
 
+from dataclasses import replace
+
 from gputui.model import Job, JobDevice, JobRank, Placement, ProbeReport, Snapshot
 from gputui.plain.jobs import indices, job_lines
 from gputui.plain.report import render_probe_list
@@ -31,6 +33,14 @@ def test_a_spread_job_gets_a_short_section():
         "  ! rank 1 holds 2.00 GiB, 2.0x the others' median 1.00 GiB",  # the analysis, a line a finding
     ]
     assert job_lines(Snapshot(taken_at=0.0, jobs=(single,)), 100, "...") == []  # one rank, one GPU: no section
+
+
+def test_the_probed_legend_only_where_a_rank_is_probed():
+    job = two_rank_job()
+    unprobed = replace(job, ranks=tuple(replace(rank, probed=False) for rank in job.ranks))
+    lines = plain(job_lines(Snapshot(taken_at=0.0, jobs=(unprobed,)), 100, "..."))
+    assert lines[:3] == ["", "Jobs", "train.py (torchrun)  2 ranks of 4, GPUs 0-1, 3.00 GiB, torchrun pid 100"]
+    assert lines[3] == "  rank 0 GPU0 1.00GiB  rank 1 GPU1 2.00GiB"  # no mark, so no legend for one
 
 
 def test_indices_shorten_runs():

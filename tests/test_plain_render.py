@@ -10,7 +10,7 @@ from datetime import timezone
 import pytest
 
 from gputui.model import (
-    Host, Snapshot,
+    Host, ProbeDevice, ProbeReport, Snapshot, StepRecord,
 )
 from gputui.plain.render import render
 from gputui.plain.report import render_probe, render_probe_list
@@ -78,8 +78,9 @@ def test_process_rows_carry_every_column_and_notes():
     assert row.split() == ["4242", "alice", "0", "C", "10.0GiB", "85%", "101.5", "3.00GiB", "1:02:03",
                            "python", "train.py", "--lr", "3e-4"]
     assert any(line.startswith("5555 bob") and line.endswith("python3 [access denied]") for line in lines)
-    assert any(line.startswith("7777 ?") and line.endswith("[exited]") for line in lines)
-    assert any(line.startswith("6666 ?     2:1 C") and "[host pid not visible in this container]" in line
+    # An unknown user is "n/a", as the monitor's USER column says it (it was "?" here only).
+    assert any(line.startswith("7777 n/a") and line.endswith("[exited]") for line in lines)
+    assert any(line.startswith("6666 n/a   2:1 C") and "[host pid not visible in this container]" in line
                for line in lines)
     assert any(line.startswith("1001 root") and " G " in line and "3d 00h" in line for line in lines)
 
@@ -197,6 +198,19 @@ def test_probe_list_table_and_unreachable_probes():
         "4242    - 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
         "  99    - 2.13.0   8.00GiB  9.50GiB  412 python train.py --lr 3e-4",
         "31337 did not answer: the probe has gone away",
+    ]
+
+
+def test_probe_list_shows_a_cpu_jobs_host_memory():
+    cpu_job = ProbeReport(pid=777, taken_at=T, torch_version="2.13.0+cpu", command=("python", "eval.py"),
+                          devices=(ProbeDevice("cpu"),),
+                          steps=(StepRecord(step=3, ended_at=T, host_memory=3 << 29),
+                                 StepRecord(step=4, ended_at=T)))  # a step the figure was not read at
+    out = render_probe_list([training_report(), cpu_job], {}, width=100)
+    assert out.splitlines() == [
+        " PID RANK TORCH      ALLOCATED RESERVED STEP HOST MEM COMMAND",
+        "4242    - 2.13.0       8.00GiB  9.50GiB  412      n/a python train.py --lr 3e-4",
+        " 777    - 2.13.0+cpu       n/a      n/a    4  1.50GiB python eval.py",
     ]
 
 

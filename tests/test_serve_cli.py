@@ -132,6 +132,10 @@ def test_a_probe_that_vanishes_leaves_the_exporter_serving(env, probed_process):
     """No driver here (or a real one): the probed CPU job is served, then killed mid-run."""
     pid = str(probed_process.pid)
     with serving(env, "serve", "--listen", "127.0.0.1:0", "--interval", "0.3") as (proc, url):
+        if not _driver_here():  # said once at the start, after where it listens
+            assert _line_within(proc.stderr, 10) == (
+                "gputui serve: warning: no NVIDIA driver (NVML could not be loaded): no GPU metrics; serving the "
+                "host's and the probed processes' metrics\n")
         metrics = fetch(url + "/metrics")[2].decode()
         assert f'gputui_probe_steps_total{{device="",pid="{pid}",uuid=""}} 7.0' in metrics
         probed_process.kill()
@@ -144,3 +148,24 @@ def test_a_probe_that_vanishes_leaves_the_exporter_serving(env, probed_process):
             metrics = body.decode()
         assert f'pid="{pid}"' not in metrics and "gputui_snapshot_timestamp_seconds" in metrics
         assert fetch(url + "/snapshot")[0] == 200 and proc.poll() is None
+
+
+def _driver_here() -> bool:
+    from gputui.collect import NvmlUnavailable, open_collector
+
+    try:
+        open_collector(None).close()
+    except NvmlUnavailable:
+        return False
+    return True
+
+
+def _line_within(stream, seconds: float) -> str:
+    """The next line of ``stream``, or "" when none comes within ``seconds`` (not a hung test)."""
+    import threading
+
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return lines[0] if lines else ""

@@ -38,7 +38,8 @@ def test_reads_every_setting(tmp_path):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("interval = 0", "`interval` must be between 0.1 and 3600 seconds, not 0"),
+    ("interval = 0", "`interval` must be a positive number of seconds (0.1 or more), not 0"),
+    ("interval = -2", "`interval` must be a positive number of seconds (0.1 or more), not -2"),
     ('interval = "fast"', "`interval` must be a number of seconds, not 'fast'"),
     ("interval = true", "`interval` must be a number of seconds, not True"),
     ('theme = "pink"', "`theme` must be one of dark, light, not 'pink'"),
@@ -120,6 +121,37 @@ def test_unknown_binding_id_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="unknown binding 'explode'"):
         check_binding_ids(config, {"quit", "tree"})
     check_binding_ids(load_config(write(tmp_path, '[keys]\ntree = "y"\n')), {"quit", "tree"})
+
+
+@pytest.mark.parametrize("keys, said", [
+    ('quit = "j"', 'quit = "j": j is already "Jobs" (binding jobs) on the main screen; give one of them another key'),
+    ('jobs = "q"', 'jobs = "q": q is already "Quit" (binding quit) on the main screen; give one of them another key'),
+    ('tree = "u"\nmine = "w"', None),  # u is free again once mine moves away
+    ('tree = "w"\nmine = "w"', 'tree = "w": w is already "Mine" (binding mine) on the main screen; '
+                               'give one of them another key'),
+    ('quit = "tab"', 'quit = "tab": tab is already "Focus Next" (built into Textual, not remappable) on the '
+                     'main screen; choose another key'),
+    ('help = "escape"', 'help = "escape": escape is already "Clear filter" (binding filter.clear) on the main '
+                        'screen; give one of them another key'),
+    ('"detail.sites" = "backspace"', 'detail.sites = "backspace": backspace is already "Back" (binding detail.back) '
+                                   'on the process detail; give one of them another key'),
+    ('quit = "q,ctrl+q"', None),  # Textual's own ctrl+q quits too: the same action, no clash
+    ('quit = "x"\n"help.close" = "z"', 'quit = "x": x is already "Speed" (binding replay.speed) on the main screen; '
+                                     'give one of them another key'),
+    ('quit = "z"\n"help.close" = "z"', None),  # on the help screen its own key wins, as q does by default
+    ('"detail.sites" = "t"', None),  # t is the tree on the main screen, not on the detail screen
+])
+def test_a_remap_onto_a_key_in_use_is_refused_with_both_named(tmp_path, keys, said):
+    from gputui.ui.keys import check_keymap
+
+    path = write(tmp_path, f"[keys]\n{keys}\n")
+    config = load_config(path)
+    if said is None:
+        check_keymap(config)
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_keymap(config)
+    assert str(caught.value) == f"{path}: [keys] {said}"
 
 
 def test_run_tui_stops_on_a_bad_config_before_drawing(tmp_path):

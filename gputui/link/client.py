@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import pwd
 import selectors
 import socket
 import stat
@@ -22,6 +23,7 @@ from gputui.link import paths, protocol
 from gputui.link.peers import peer_credentials
 from gputui.model import FIRST_STEPS_KEPT, ProbeReport, from_jsonable
 from gputui.pids import pid_exists
+from gputui.untrusted import visible
 
 # Why a probe could not be reached (ProbeUnavailable.reason).
 NO_PROBE = "no_probe"
@@ -31,6 +33,7 @@ MISMATCH = "protocol_mismatch"
 BAD_REPLY = "bad_reply"
 FAILED = "failed"  # the probe answered with an error
 BUSY = "busy"  # the probe serves as many connections as it allows
+NOT_YOURS = "not_yours"  # the probe is another user's, in a directory closed to this one
 BUSY_RETRY = 0.05  # seconds between tries at a busy probe, within a request's timeout
 
 _RECV_CHUNK = 256 * 1024
@@ -108,10 +111,11 @@ def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2
     """Send one request to ``pid``'s probe and return its result; raises ProbeUnavailable."""
     path = find_socket(pid, environ)
     if path is None:
-        if pid_exists(pid):
-            raise ProbeUnavailable(pid, NO_PROBE, "no probe is running in this process (start it "
-                                   "with gputui.probe.start(), gputui run, or GPUTUI_PROBE=1)")
-        raise ProbeUnavailable(pid, NO_PROBE, "no such process")
+        if not pid_exists(pid):
+            raise ProbeUnavailable(pid, NO_PROBE, "no such process")
+        _refuse_another_users_probe(pid)
+        raise ProbeUnavailable(pid, NO_PROBE, "no probe is running in this process (start it "
+                               "with gputui.probe.start(), gputui run, or GPUTUI_PROBE=1)")
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -122,6 +126,22 @@ def request(pid: int, op: str, params: dict | None = None, *, timeout: float = 2
             if exc.reason != BUSY or time.monotonic() + BUSY_RETRY >= deadline:
                 raise
         time.sleep(BUSY_RETRY)
+
+
+def _refuse_another_users_probe(pid: int) -> None:
+    """Raise ProbeUnavailable naming the owner where ``pid``'s probe listens in another user's
+    directory, which this user cannot enter: not "no probe is running"."""
+    theirs = paths.other_users_probe(pid)
+    if theirs is None:
+        return
+    directory, uid = theirs
+    try:
+        owner = f"{visible(pwd.getpwuid(uid).pw_name)} (uid {uid})"
+    except KeyError:  # a uid with no passwd entry (a container's, an LDAP user's offline)
+        owner = f"uid {uid}"
+    raise ProbeUnavailable(pid, NOT_YOURS, f"its probe belongs to {owner}, in "
+                           f"{visible(str(directory))}, which other users cannot enter; run gputui probe "
+                           "as that user or as root")
 
 
 def _ask_once(pid: int, path: Path, op: str, params: dict | None, deadline: float,

@@ -31,12 +31,25 @@ SOCKET_MODE = 0o600
 DIR_MODE = 0o700
 # sockaddr_un.sun_path holds 108 bytes on Linux, including the final NUL.
 MAX_SOCKET_PATH = 107
-TEMP_NAME_LENGTH = len(".0123abcd.tmp")  # the server binds under such a name, then renames
+TEMP_SUFFIX = ".tmp"
+TEMP_EXTRA_LENGTH = len("." + ".0123abcd" + TEMP_SUFFIX)  # what the temporary name adds to the final one
+# Bound Unix sockets, by the path each was bound to, in this network namespace: readable by every user.
+BOUND_SOCKETS = Path("/proc/net/unix")
+_LISTENING = 0x10000  # /proc/net/unix's Flags column: __SO_ACCEPTCON, a listening socket
 
 
-def temp_socket_name(token: str) -> str:
-    """The hidden name a server binds before renaming to ``<pid>.sock`` (token: 8 hex digits)."""
-    return f".{token}.tmp"
+def temp_socket_name(name: str, token: str) -> str:
+    """The hidden name a server binds before renaming to ``name`` (token: 8 hex digits). It keeps
+    ``name`` inside: the kernel lists a socket under the name it was bound to, and that list is all
+    another user can see of a probe directory closed to them (``other_users_probe``)."""
+    return f".{name}.{token}{TEMP_SUFFIX}"
+
+
+def _final_name(bound_name: str) -> str:
+    """The socket name a server bound under ``bound_name`` renamed it to."""
+    if bound_name.startswith(".") and bound_name.endswith(TEMP_SUFFIX):
+        return bound_name[1:-len(TEMP_SUFFIX)].rpartition(".")[0]
+    return bound_name
 
 
 class ProbeDirUnsafe(UserError):
@@ -187,7 +200,7 @@ def socket_path(pid: int, directory: Path | None = None) -> Path:
     created if needed)."""
     name = socket_name(pid, pid_namespace())
     path = (directory if directory is not None else probe_dir()) / name
-    if len(os.fsencode(path.parent)) + 1 + max(len(path.name), TEMP_NAME_LENGTH) > MAX_SOCKET_PATH:
+    if len(os.fsencode(path.parent)) + 1 + len(name) + TEMP_EXTRA_LENGTH > MAX_SOCKET_PATH:
         raise ProbeDirUnsafe(f"the probe socket path {path} is too long for a Unix socket")
     return path
 
@@ -207,6 +220,59 @@ def parse_socket_name(path: Path) -> tuple[int, int | None] | None:
     if namespace == INITIAL_PID_NAMESPACE:
         return None  # never written so: not one of ours
     return (pid, namespace) if pid > 0 else None
+
+
+def other_users_probe(pid: int) -> tuple[Path, int] | None:
+    """The probe directory of another user in which process ``pid``'s probe is listening, and that
+    user's uid; None when the kernel lists no such socket. For a user who may not look inside it."""
+    name = socket_name(pid, pid_namespace())
+    for bound in _listening_sockets():
+        if _final_name(bound.name) != name:
+            continue
+        owner = _probe_dir_owner(bound.parent)
+        if owner is not None and owner != os.getuid():
+            return bound.parent, owner
+    return None
+
+
+def _listening_sockets() -> list[Path]:
+    """The paths listening Unix sockets were bound to, as the kernel lists them."""
+    try:
+        with open(BOUND_SOCKETS, encoding="utf-8", errors="surrogateescape") as table:
+            rows = [line.split(None, 7) for line in table.read().splitlines()[1:]]
+    except OSError:
+        return []
+    # Num RefCount Protocol Flags Type St Inode Path; an abstract socket's "path" starts with @.
+    return [Path(row[7]) for row in rows
+            if len(row) == 8 and row[7].startswith("/") and _hex(row[3]) & _LISTENING]
+
+
+def _hex(text: str) -> int:
+    try:
+        return int(text, 16)
+    except ValueError:
+        return 0
+
+
+def _probe_dir_owner(directory: Path) -> int | None:
+    """The uid whose probe directory ``directory`` is: the one its path names (/tmp/gputui-U or
+    /run/user/U/gputui), where the file system agrees that only that user can make names in it
+    (the directory, or /run/user/U, which is all another user may look at there)."""
+    if directory.parent == FALLBACK_ROOT and directory.name.startswith("gputui-"):
+        digits, owned = directory.name[len("gputui-"):], directory
+    elif directory.parent.parent == RUNTIME_ROOT and directory.name == "gputui":
+        digits, owned = directory.parent.name, directory.parent
+    else:
+        return None
+    if not (digits.isdigit() and digits.isascii()):
+        return None
+    try:
+        info = os.lstat(owned)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != int(digits) or info.st_mode & 0o022:
+        return None
+    return int(digits)
 
 
 def _owned_dir(path: Path, uid: int) -> bool:

@@ -176,7 +176,7 @@ class ProbeServer:
         _refuse_live_socket(path)
         # Bind under a temporary name, then rename into place: the socket appears already listening
         # and already 0600, so a client never sees (and never removes as stale) a half-made one.
-        temp = path.with_name(paths.temp_socket_name(secrets.token_hex(4)))
+        temp = path.with_name(paths.temp_socket_name(path.name, secrets.token_hex(4)))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(os.fspath(temp))

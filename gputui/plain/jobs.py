@@ -17,7 +17,10 @@ def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
     jobs = [job for job in snapshot.jobs if job.spread]
     if not jobs:
         return []
-    lines = [Line(), Line().add("Jobs", "head").add("  * probed", "dim")]
+    head = Line().add("Jobs", "head")
+    if any(rank.probed for job in jobs for rank in job.ranks):  # the legend of a mark that is shown
+        head.add("  * probed", "dim")
+    lines = [Line(), head]
     for job in jobs:
         lines.append(Line().add(job.name, "bold").add("  ").add(job_summary(job), "dim").cropped(width, ellipsis))
         lines += flow([_rank_chunk(rank) for rank in job.ranks], width, first=Line().add("  "), indent=2,

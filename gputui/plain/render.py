@@ -336,7 +336,7 @@ def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
     elapsed = None if p.started_at is None else units.elapsed(now - p.started_at)
     return [
         (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
-        ((p.user or "?")[:10], None if p.user else "dim"),
+        ((p.user or units.NA)[:10], None if p.user else "dim"),  # "n/a", as the monitor says
         (p.gpu_name, None),
         (_KIND_LETTERS.get(p.kind, p.kind), None),
         (units.size_compact(p.gpu_memory), None) if p.gpu_memory is not None else na,
@@ -507,7 +507,7 @@ def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
         row = Line().add(str(report.pid), "bold").add(" ")
         proc = seen.get(report.pid)
         if proc is not None:  # what /proc says of it: whose it is, and its CPU and host memory
-            figures = [proc.user or "?"]
+            figures = [proc.user or units.NA]
             if proc.cpu_percent is not None:
                 figures.append(f"CPU {proc.cpu_percent:.0f}%")
             if proc.host_memory is not None:

@@ -41,7 +41,10 @@ def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *
     if reports:
         groups = _by_job(reports, jobs)
         rows = {r.pid: _list_row(r) for r in reports}
-        titles = ("PID", "RANK", "TORCH", "ALLOCATED", "RESERVED", "STEP")
+        titles = ["PID", "RANK", "TORCH", "ALLOCATED", "RESERVED", "STEP", "HOST MEM"]
+        if all(row[-1] == units.NA for row in rows.values()):  # no CPU job here: GPU rows would all say n/a
+            titles.pop()
+            rows = {pid: row[:-1] for pid, row in rows.items()}
         widths = [max(len(t), *(len(row[i]) for row in rows.values())) for i, t in enumerate(titles)]
         header = Line()
         for title, size in zip(titles, widths):
@@ -96,6 +99,7 @@ def _list_row(report: ProbeReport) -> list[str]:
     reserved = [d.allocator.reserved for d in report.devices if d.allocator is not None]
     step = str(report.steps[-1].step) if report.steps else "-"
     rank = report.placement.rank if report.placement is not None else None
+    host = next((s.host_memory for s in reversed(report.steps) if s.host_memory is not None), None)
     return [
         str(report.pid),
         str(rank) if rank is not None else "-",
@@ -103,6 +107,8 @@ def _list_row(report: ProbeReport) -> list[str]:
         units.size_compact(sum(allocated)) if allocated else "n/a",
         units.size_compact(sum(reserved)) if reserved else "n/a",
         step,
+        # Resident memory, which the probe reads for CPU jobs (no allocator to ask): their memory figure.
+        units.size_compact(host) if host is not None else units.NA,
     ]
 
 

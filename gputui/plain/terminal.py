@@ -8,9 +8,11 @@ disk) is an OutputError: a message and exit status 1.
 
 from __future__ import annotations
 
+import locale
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from typing import TextIO
 
 from gputui.errors import UserError
@@ -21,6 +23,7 @@ from gputui.options import Options
 PIPE_WIDTH = 100_000
 # Characters the text output uses besides ASCII; an encoding that cannot carry them gets ASCII.
 FANCY = "█░…°"
+LOCALE_VARIABLES = ("LC_ALL", "LC_CTYPE", "LANG")  # the first one set is the character set's locale
 
 
 class OutputError(UserError):
@@ -47,8 +50,9 @@ def width(stream: TextIO | None = None) -> int:
 
 
 def use_ascii(options: Options, stream: TextIO | None = None) -> bool:
-    """ASCII when asked, or when the output's encoding (LANG=C, latin-1) cannot carry FANCY."""
-    if options.ascii:
+    """ASCII when asked, when the locale says the terminal cannot show Unicode (LANG=C, latin-1), or
+    when the output's encoding (PYTHONIOENCODING) cannot carry FANCY. For --once and the monitor alike."""
+    if options.ascii or locale_is_ascii(locale_environ()):
         return True
     encoding = getattr(stream or sys.stdout, "encoding", None) or "ascii"
     try:
@@ -56,6 +60,32 @@ def use_ascii(options: Options, stream: TextIO | None = None) -> bool:
     except (UnicodeEncodeError, LookupError):
         return True
     return False
+
+
+def locale_is_ascii(environ: Mapping[str, str]) -> bool:
+    """Whether the locale in ``environ`` leaves the terminal without Unicode, read as terminals and
+    curses read it: the first of LC_ALL, LC_CTYPE and LANG that is set, when it is C or POSIX or
+    names a codeset other than UTF-8 (en_US is ISO-8859-1). None set says nothing: Unicode."""
+    value = next((environ[name] for name in LOCALE_VARIABLES if environ.get(name)), None)
+    if value is None:
+        return False
+    name = locale.normalize(value)  # en_US.utf8 -> en_US.UTF-8, en_US -> en_US.ISO8859-1
+    if name in ("C", "POSIX"):
+        return True
+    codeset = name.partition(".")[2].partition("@")[0] if "." in name else name  # LC_CTYPE=UTF-8 (macOS)
+    return codeset.replace("-", "").lower() != "utf8"
+
+
+def locale_environ() -> Mapping[str, str]:
+    """The environment gputui was started with, for its locale: Python sets LC_CTYPE=C.UTF-8 in
+    os.environ when it starts in the C locale (PEP 538) and writes UTF-8 regardless (PEP 540), so
+    only what the kernel kept of the start (/proc/self/environ) still says LANG=C."""
+    try:
+        with open("/proc/self/environ", "rb") as start:
+            pairs = [entry.partition(b"=") for entry in start.read().split(b"\0") if entry]
+    except OSError:
+        return os.environ
+    return {os.fsdecode(key): os.fsdecode(value) for key, _, value in pairs}
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:

@@ -24,6 +24,10 @@ from gputui.serve.server import listen, parse_address, tls_context
 from gputui.serve.web import make_app
 
 
+NO_DRIVER_WARNING = ("gputui serve: warning: no NVIDIA driver (NVML could not be loaded): no GPU metrics; "
+                     "serving the host's and the probed processes' metrics")
+
+
 def serve(options: Options) -> int:
     """Serve /metrics and /snapshot until SIGINT or SIGTERM; ``--hash-password`` prints a users
     file's line instead."""
@@ -45,11 +49,14 @@ def serve(options: Options) -> int:
     try:
         server = listen(address, tls)  # before the first sample: a port in use is said at once
         try:
-            sampling = Sampling(lasting_source(options), options.interval or SERVE_INTERVAL)
+            source = lasting_source(options)  # no driver and no probe stops here, as it stops --json
+            sampling = Sampling(source, options.interval or SERVE_INTERVAL)
             try:
-                sampling.take()  # no driver (and no probe) stops here, as it stops --json
+                sampling.take()
                 server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
                 _say_where(server.url, server.loopback, users is not None, tls is not None, sampling.interval)
+                if source.unavailable is not None:  # probed CPU jobs kept it going: say what is missing
+                    print(NO_DRIVER_WARNING, file=sys.stderr, flush=True)
                 sampling.start()
                 threading.Thread(target=server.serve_forever, name="gputui-serve", daemon=True).start()
                 signum = signal.sigwait(stop_signals)

@@ -112,6 +112,8 @@ def _missing(file: Path) -> bool:
 
 def interval_problem(seconds: float) -> str | None:
     """Why ``seconds`` cannot be a sampling interval, or None when it can."""
+    if seconds <= 0:  # a sign slip, or --watch -1 read as seconds: not a "too short" interval
+        return f"must be a positive number of seconds ({INTERVAL_MIN:g} or more), not {seconds:g}"
     if not INTERVAL_MIN <= seconds <= INTERVAL_MAX:  # also false for NaN
         return f"must be between {INTERVAL_MIN:g} and {INTERVAL_MAX:g} seconds, not {seconds:g}"
     return None

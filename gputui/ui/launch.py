@@ -32,13 +32,13 @@ NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed
 
 def checked_config(options: Options) -> UiConfig:
     """The config file, its key remaps checked; NO_COLOR set where --no-color asks."""
-    from gputui.ui.config import check_binding_ids, load_config
+    from gputui.ui.config import load_config
 
     config = load_config(options.config)
     if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
-        from gputui.ui.app import binding_ids
+        from gputui.ui.keys import check_keymap
 
-        check_binding_ids(config, binding_ids())
+        check_keymap(config)
     if options.color is False:
         os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
     return config
