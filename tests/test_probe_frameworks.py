@@ -1,8 +1,10 @@
 """The probe on the training code of real frameworks, on CPU, against the truth summed inside the job:
-optimizer.step(closure) (Lightning's automatic optimization, LBFGS).
+optimizer.step(closure) (Lightning's automatic optimization, LBFGS) and activation checkpointing.
 
 The phases come from what runs: a closure's forward and backward are forward and backward phases,
-and optimizer.step() is only what runs after the closure returns.
+and optimizer.step() is only what runs after the closure returns. Reentrant checkpointing runs the
+checkpointed blocks again inside backward: neither a new forward pass, nor models of their own, nor
+activations saved a second time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from gputui.analysis.phases import headline, phase_account  # noqa: E402
 from gputui.analysis.process import analyse  # noqa: E402
@@ -117,6 +120,49 @@ def test_a_closure_keeps_its_result_and_its_exceptions():
     report = probe.report()
     assert [s.step for s in report.steps] == [1, 2]  # (the step that raised never ended)
     assert report.problems == ()
+
+
+@pytest.mark.parametrize("mode", ["none", "reentrant", "non-reentrant"])
+def test_checkpointed_blocks_count_once_and_are_no_models_of_their_own(mode):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.stem = nn.Linear(128, 128)
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 128))
+                                        for _ in range(4))
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = self.stem(x)
+            for block in self.blocks:
+                x = block(x) if mode == "none" else checkpoint(block, x, use_reentrant=mode == "reentrant")
+            return self.head(x)
+
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(256, 128), torch.randint(0, 10, (256,))
+    activations = saved_bytes(model, lambda: model(x))
+    probe = runtime.start(serve=False, budget=1.0)
+    for _ in range(6):  # (past the steps that learn which modules are the models)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    report = probe.report()
+    row = 256 * 128 * 4  # one activation the width of the model
+    # The truth: no checkpointing keeps every block's input and hidden layer; checkpointing keeps only
+    # what goes into each block (the stem's input, the blocks' and the head's).
+    assert activations == (6 * row + 4 * 4 * row if mode == "none" else 6 * row)
+    params = storage_bytes(model.parameters())
+    state = 2 * params + 20 * 4  # Adam's two moments and a step counter for each of the 20 tensors
+    cats = report.devices[0].categories
+    assert (cats.parameters, cats.gradients, cats.optimizer_state) == (params, params, state)
+    assert cats.activations == activations  # tolerance: none, the same bytes
+    assert list(probe.tracker.categories.modules) == [model]  # the blocks are no models of their own
+    for s in report.steps[1:]:
+        assert s.activations_peak == activations
+        # Forward ends with the model, its state and the activations (gradients zeroed before it).
+        assert s.peak_forward == params + state + activations
 
 
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.* is deprecated:FutureWarning")  # (lightning's)

@@ -35,6 +35,7 @@ from gputui.model.probe import (
 )
 from gputui.probe import allocator, compiled
 from gputui.probe.activations import Activations, SavedTensor
+from gputui.probe.backward_pass import BackwardPass
 from gputui.probe.board import Board, Problems  # noqa: F401 - Problems: the hooks' error log
 from gputui.probe.budget import DEFAULT_BUDGET, ReadingsBudget
 from gputui.probe.categories import Categories, categories_of
@@ -122,6 +123,7 @@ class Tracker:
         self.saved_hooks = SavedTensorHooks(self.activations.pack, self._unpack, self.problems)
         if not self.saved_hooks.available:
             self.activations.watched = False
+        self.backward_pass = BackwardPass(self.problems)
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -297,6 +299,10 @@ class Tracker:
         depth = getattr(local, "depth", 0)
         local.depth = depth + 1
         if depth or not self.active:
+            return None
+        if self.backward_pass.running():
+            # Reentrant checkpointing runs a block again inside backward: no forward pass, no model
+            # of the job's, and what the block saves again is backward's transient, not activations.
             return None
         if not self._roots_learned:
             self.categories.modules.add(module)
