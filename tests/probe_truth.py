@@ -25,3 +25,18 @@ def fresh_reading(probe, forward):
     with torch.no_grad():
         forward()
     return probe.report().devices[0].categories
+
+
+def saved_bytes(model, forward) -> int:
+    """Bytes autograd saves for backward while ``forward()`` runs, each storage once, the model's own
+    parameters and buffers left out: the activations, counted as the probe counts them."""
+    kept: list = []
+
+    def pack(tensor):
+        kept.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    own = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+    return storage_bytes(t for t in kept if t.untyped_storage().data_ptr() not in own)

@@ -1,6 +1,6 @@
 """The seed question from a real loop: why memory jumps after forward, after backward and at the first
-optimizer.step(). The first steps' records outlive the window of recent steps, each phase's peak is
-what the probe tracks at its boundaries (CPU), and an LBFGS closure's passes belong to its step."""
+optimizer.step(). The first steps' records outlive the window of recent steps, and each phase's peak is
+what the probe tracks at its boundaries (CPU). A closure's passes (LBFGS, Lightning): test_probe_frameworks.py."""
 
 from __future__ import annotations
 
@@ -56,29 +56,3 @@ def test_the_first_step_is_kept_and_says_where_its_peak_comes_from():
     assert later.lines[0] == "started at 225 KiB (the model: 75.0 KiB)"
     assert not any(line.startswith("left behind") for line in later.lines)
 
-
-def test_an_lbfgs_closure_is_part_of_its_optimizer_step():
-    model = mlp()
-    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=4, history_size=3)
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-
-    def closure():
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        return loss
-
-    probe = runtime.start(serve=False, budget=1.0)
-    try:
-        for _ in range(4):
-            optimizer.step(closure)
-        steps = probe.report().steps
-    finally:
-        runtime.stop()
-    assert len(steps) == 4
-    for s in steps:
-        # Every forward and backward ran inside optimizer.step(): one phase, whose peak covers the
-        # step's end (the history LBFGS keeps).
-        assert (s.peak_forward, s.peak_backward) == (None, None)
-        assert s.peak_optimizer >= s.allocated > param_bytes(model)
-        assert s.activations_peak > 0

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from gputui.model.probe import LIMIT_HOOKS_UNAVAILABLE, LIMIT_LOSS_OUTSIDE  # noqa: E402
 from gputui.probe import (  # noqa: E402
     allocator_history,
+    backward_pass,
     compiled,
     oom_observer,
     runtime,
@@ -303,6 +304,36 @@ def test_torch_compile_wrapper_without_its_model_is_not_available():
     assert compiled.original(torch.compile(model), problems) is model
 
 
+# -- the backward-pass check (reentrant checkpointing's recomputation) -------------------------------------
+
+def test_the_backward_pass_check_sees_a_backward_pass_running():
+    problems = Problems()
+    check = backward_pass.BackwardPass(problems)
+    seen = []
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda grad: seen.append(check.running()))
+    y.sum().backward()
+    assert (seen, check.running(), problems.lines()) == ([True], False, ())
+
+
+@pytest.mark.parametrize("replacement, why", [
+    (None, "has no torch._C._current_graph_task_id"),
+    (lambda: "task", "answered a str, not an int"),
+    (lambda flag: -1, "raised TypeError"),
+])
+def test_the_backward_pass_check_missing_or_changed_is_not_available(monkeypatch, replacement, why):
+    if replacement is None:
+        monkeypatch.delattr(torch._C, "_current_graph_task_id")
+    else:
+        monkeypatch.setattr(torch._C, "_current_graph_task_id", replacement)
+    problems = Problems()
+    check = backward_pass.BackwardPass(problems)
+    assert check.running() is False  # a module called in backward is taken for a forward pass, as before
+    (line,) = not_available(problems, "backward-pass check")
+    assert why in line and "reentrant checkpointing" in line
+
+
 # -- all of them missing at once ------------------------------------------------------------------------
 
 def test_the_probe_in_a_training_loop_with_every_private_function_missing(monkeypatch):
@@ -312,6 +343,7 @@ def test_the_probe_in_a_training_loop_with_every_private_function_missing(monkey
     monkeypatch.delattr(torch.cuda.memory, "_record_memory_history")
     monkeypatch.delattr(torch._C, "_cuda_attach_out_of_memory_observer", raising=False)
     monkeypatch.delattr(torch._dynamo, "OptimizedModule")
+    monkeypatch.delattr(torch._C, "_current_graph_task_id")
     job = loops.make_job()
     probe = runtime.start(serve=False)
     loops.clean(job, 3)
@@ -321,3 +353,4 @@ def test_the_probe_in_a_training_loop_with_every_private_function_missing(monkey
     assert len(report.steps) == 9 and len(report.recorded_steps) == 3 and report.sites
     assert report.limits == (LIMIT_HOOKS_UNAVAILABLE,)
     assert any("saved-tensor hooks: not available" in line for line in report.problems)
+    assert any("backward-pass check: not available" in line for line in report.problems)

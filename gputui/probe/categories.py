@@ -166,8 +166,9 @@ class Categories:
 
     def _shape_of_model(self) -> tuple:
         """Changes when parameters, optimizer state or models are added or dropped (then a full tally)."""
-        return tuple((id(opt), len(opt.state), sum(len(g["params"]) for g in opt.param_groups))
-                     for opt in list(self.optimizers)) + tuple(sorted(id(m) for m in list(self.modules)))
+        return tuple((id(opt), len(opt.state), sum(len(g["params"]) for g in opt.param_groups),
+                      _entry_shape(opt.state)) for opt in list(self.optimizers)) + tuple(
+            sorted(id(m) for m in list(self.modules)))
 
     def _gradient_bytes(self, device: str) -> int:
         total = 0
@@ -179,3 +180,12 @@ class Categories:
                 seen.add(id(g))
                 total += g.nbytes
         return total
+
+
+def _entry_shape(state) -> tuple:
+    """The keys of an optimizer's first state entry and the length of its lists: LBFGS keeps all its
+    state, its history lists included, in one entry whose count never changes."""
+    entry = next(iter(state.values()), None)
+    if not isinstance(entry, dict):
+        return ()
+    return tuple(len(v) if isinstance(v, (list, tuple)) else -1 for v in entry.values())

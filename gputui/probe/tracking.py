@@ -2,8 +2,10 @@
 
 Global optimizer step hooks find the optimizers (and through them the parameters, gradients and
 optimizer state); module forward hooks mark the forward pass and, only while a model's forward runs,
-autograd's saved-tensor hooks see the activations kept for backward. Every hook catches everything:
-the probe never raises into the user's code.
+autograd's saved-tensor hooks see the activations kept for backward. The phases follow what runs: a
+closure given to optimizer.step() (Lightning, LBFGS) runs its own forward and backward phases, and
+the optimizer phase starts when it returns. Every hook catches everything: the probe never raises
+into the user's code.
 
 The Tracker installs the hooks and puts together the parts that each keep one account: what the
 tensors are (categories.py), the activations (activations.py), the steps and their phases
@@ -33,6 +35,7 @@ from gputui.model.probe import (
 )
 from gputui.probe import allocator, compiled
 from gputui.probe.activations import Activations, SavedTensor
+from gputui.probe.backward_pass import BackwardPass
 from gputui.probe.board import Board, Problems  # noqa: F401 - Problems: the hooks' error log
 from gputui.probe.budget import DEFAULT_BUDGET, ReadingsBudget
 from gputui.probe.categories import Categories, categories_of
@@ -120,6 +123,7 @@ class Tracker:
         self.saved_hooks = SavedTensorHooks(self.activations.pack, self._unpack, self.problems)
         if not self.saved_hooks.available:
             self.activations.watched = False
+        self.backward_pass = BackwardPass(self.problems)
 
     # -- installing -------------------------------------------------------------------------------
 
@@ -296,6 +300,10 @@ class Tracker:
         local.depth = depth + 1
         if depth or not self.active:
             return None
+        if self.backward_pass.running():
+            # Reentrant checkpointing runs a block again inside backward: no forward pass, no model
+            # of the job's, and what the block saves again is backward's transient, not activations.
+            return None
         if not self._roots_learned:
             self.categories.modules.add(module)
             if not self.board.limits:  # (said as soon as a model is seen, not at the next reading)
@@ -340,7 +348,7 @@ class Tracker:
     def _unpack(self, saved):
         if type(saved) is not SavedTensor:
             return saved
-        if self.phase not in (BACKWARD, OPTIMIZER) and self.active:
+        if self.phase != BACKWARD and self.active:  # (inside optimizer.step() too: a closure's backward)
             try:
                 self._mark(BACKWARD)
             except Exception as exc:
@@ -350,9 +358,7 @@ class Tracker:
     def _enter_forward(self) -> None:
         if self._step_started is None:
             self._start_step()
-        if self.phase == OPTIMIZER:
-            return  # a closure's forward pass (LBFGS): part of optimizer.step(), and its peak
-        self._mark(FORWARD)
+        self._mark(FORWARD)  # (inside optimizer.step() too: a closure's forward pass)
 
     def _start_step(self) -> None:
         """A step starts where none was running (the first, or after the hooks were installed);
@@ -382,10 +388,31 @@ class Tracker:
             if primary is optimizer:
                 if self._step_started is None:
                     self._start_step()
-                self._mark(OPTIMIZER)
+                closure = _closure_of(args, kwargs)
+                if closure is None:
+                    self._mark(OPTIMIZER)
+                else:
+                    # optimizer.step(closure) (Lightning, LBFGS): the closure's forward and backward
+                    # are phases of their own; optimizer.step()'s own work starts when it returns.
+                    return _with_closure(args, kwargs, self._marking(closure))
         except Exception as exc:
             self.problems.record("optimizer pre-hook", exc)
         return None
+
+    def _marking(self, closure):
+        """``closure`` as the optimizer calls it: its result and exceptions are the job's own; once it
+        returns, the optimizer phase starts."""
+
+        def marked(*args, **kwargs):
+            result = closure(*args, **kwargs)
+            if self.active and self.phase != OPTIMIZER and not _is_compiling():
+                try:
+                    self._mark(OPTIMIZER)
+                except Exception as exc:
+                    self.problems.record("optimizer closure", exc)
+            return result
+
+        return marked
 
     def _optimizer_post(self, optimizer, args, kwargs):
         if not self.active or _is_compiling():
@@ -603,6 +630,19 @@ class Tracker:
     @saw_tensor.setter
     def saw_tensor(self, callback) -> None:
         self.activations.saw_tensor = callback
+
+
+def _closure_of(args: tuple, kwargs: dict):
+    """The closure an optimizer.step() call was given (``args`` starts with the optimizer), or None."""
+    closure = kwargs["closure"] if "closure" in kwargs else args[1] if len(args) > 1 else None
+    return closure if callable(closure) else None
+
+
+def _with_closure(args: tuple, kwargs: dict, closure) -> tuple[tuple, dict]:
+    """The step's (args, kwargs) with ``closure`` in place of the one it was given."""
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure}
+    return (args[0], closure) + args[2:], kwargs
 
 
 def _get(stats: dict, key: str) -> int | None:
