@@ -504,3 +504,26 @@ def test_a_user_without_a_passwd_entry_is_named_by_uid(monkeypatch):
 
     app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False))
     assert app.me == str(os.getuid())
+
+
+async def test_wide_history_box_is_closed_on_all_four_sides():
+    app = make_app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(pilot)
+        charts = app.screen.query_one("#charts")
+        assert app.screen.layout_mode == "wide" and charts.display
+        edges = {side: getattr(charts.styles, f"border_{side}")[0] for side in ("top", "right", "bottom", "left")}
+        assert all(edges.values()), edges
+        assert charts.region.right <= 200 and charts.region.height >= 6  # 4 charts inside a top and a bottom edge
+
+
+async def test_footer_at_80x24_shows_every_key_whole():
+    from textual.widgets._footer import FooterKey  # (the footer's own key widget: no public name)
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        keys = list(app.screen.query(FooterKey))
+        pause = next(k for k in keys if k.description == "Pause")
+        palette = next(k for k in keys if k.has_class("-command-palette"))
+        assert pause.region.right <= palette.region.x, (pause.region, palette.region)

@@ -126,6 +126,8 @@ class MainScreen(Screen):
             self.remove_class(f"-{self.layout_mode}")
             self.layout_mode = mode
         self.add_class(f"-{mode}")
+        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus").
+        self.query_one(Footer).compact = mode in ("compact", "tiny")
         self.pane_width = width
         self._set_columns()
         self.render_snapshot()
