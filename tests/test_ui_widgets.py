@@ -137,3 +137,26 @@ def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
     assert cells(items, 1500, 10) == [6, 1, 3]
     assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
     assert sum(cells(items, 1500, 77)) == 77
+
+
+async def test_detail_chart_of_a_percentage_stands_on_0_to_100_not_on_its_own_min_and_max():
+    from textual.app import App
+
+    from gputui.analysis.history import Series
+    from gputui.ui.widgets.charts import Chart
+
+    class One(App):
+        def compose(self):
+            yield Chart("SM", lambda v: f"{v:.0f}%", top=100.0, id="sm")
+
+    app = One()
+    async with app.run_test(size=(40, 5)) as pilot:
+        chart = app.query_one(Chart)
+        chart.show(Series(times=(0.0, 1.0, 2.0, 3.0), values=(95.0, 96.0, 96.4, 95.0)))
+        await pilot.pause()
+        rows = [str(line.render()) for line in chart.query(".chart-bars")]
+        # Two rows of 8 eighths: 95-96 % is 15 of 16 eighths every time, no full-height swing.
+        assert [row[-4:] for row in rows] == ["▇▇▇▇", "████"]
+        chart.show(Series(times=(0.0, 1.0), values=(50.0, 127.0)))  # 127 % CPU: the top rises to it
+        await pilot.pause()
+        assert [row[-2:] for row in [str(line.render()) for line in chart.query(".chart-bars")]] == [" █", "▆█"]
