@@ -160,3 +160,19 @@ async def test_detail_chart_of_a_percentage_stands_on_0_to_100_not_on_its_own_mi
         chart.show(Series(times=(0.0, 1.0), values=(50.0, 127.0)))  # 127 % CPU: the top rises to it
         await pilot.pause()
         assert [row[-2:] for row in [str(line.render()) for line in chart.query(".chart-bars")]] == [" █", "▆█"]
+
+
+def test_the_step_chart_legend_lists_only_lines_that_can_be_seen():
+    from gputui.model import StepRecord
+    from gputui.ui.widgets.step_chart import plotted, step_series
+
+    # Forward and backward peaks 0.1 GiB apart on a 9 GiB scale share their cells: one line, one entry.
+    steps = tuple(StepRecord(s, float(s), 0.4, "cuda:0", allocated=(15 + s * 0.05) * GIB,
+                             peak_forward=(18 + s * 0.05) * GIB, peak_backward=(18.1 + s * 0.05) * GIB,
+                             peak_optimizer=(16.5 + s * 0.05) * GIB) for s in range(120))
+    assert plotted(step_series(steps, "cuda:0")) == [
+        ("allocated", "at step end", "cyan"), ("peak_forward", "forward/backward peak", "orange"),
+        ("peak_optimizer", "optimizer peak", "green")]
+    # A series with no figure is not drawn, nor listed.
+    bare = tuple(StepRecord(s, float(s), 0.4, "cuda:0", allocated=s * GIB) for s in range(10))
+    assert plotted(step_series(bare, "cuda:0")) == [("allocated", "at step end", "cyan")]
