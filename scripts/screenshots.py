@@ -45,7 +45,7 @@ PICTURES = (
     ("compact", "training-node", 120, (80, 24), (), None),
     ("tree", "workstation", 90, (120, 34), ("t",), None),
     ("mig", "mig", 60, (120, 30), (), None),
-    ("help", "leaky", 120, (100, 40), ("question_mark", "end"), None),
+    ("help", "leaky", 120, (100, 40), ("question_mark",), None),
     ("faults", "faults", 60, (120, 34), (), None),
     ("jobs", "torchrun", 120, (120, 40), ("j", "home"), None),
     ("job-detail", "dataparallel", 120, (120, 40), ("j", "home", "enter"), None),

@@ -527,3 +527,33 @@ async def test_footer_at_80x24_shows_every_key_whole():
         pause = next(k for k in keys if k.description == "Pause")
         palette = next(k for k in keys if k.has_class("-command-palette"))
         assert pause.region.right <= palette.region.x, (pause.region, palette.region)
+
+
+async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():
+    from textual.widgets import Static
+
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        screen = app.screen
+        assert [title for title, _ in screen.sections][:2] == ["Everywhere", "Main screen"]
+        assert [title for title, _ in screen.sections][-1] == "Replay (gputui replay)"
+        box = screen.query_one("#help-box")
+        main = next(s for s in screen.query(".help-section").results(Static) if str(s.render()) == "Main screen")
+        assert main.region.bottom <= box.region.bottom  # on the first screenful, with keys below it
+
+
+async def test_replay_help_lists_the_replay_keys_first(tmp_path):
+    from gputui.ui.replay import ReplayApp
+
+    from test_ui_replay import recording
+
+    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert [title for title, _ in app.screen.sections][:3] == ["Everywhere", "Replay (gputui replay)",
+                                                                 "Main screen"]

@@ -97,6 +97,7 @@ class GpuTuiApp(App[int]):
 
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
+    HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
@@ -377,6 +378,10 @@ class GpuTuiApp(App[int]):
             return
         sections = [(title, describe_bindings(bindings, self.keymap, self))
                     for title, bindings in binding_sections()]
+        # This app's own keys come right after those that work everywhere: the first screenful is
+        # the keys the user can press here (the live monitor's help opened on the replay's keys).
+        own = [s for s in sections if s[0] == self.HELP_SECTION]
+        sections = sections[:1] + own + [s for s in sections[1:] if s not in own]
         hint = ("Arrows, PgUp/PgDn and Home/End move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
@@ -487,6 +492,9 @@ class GpuTuiApp(App[int]):
             self._scrollbar_renderer = None
 
 
+REPLAY_KEYS = "Replay (gputui replay)"
+
+
 def binding_sections() -> list[tuple[str, list[Binding]]]:
     """Every key binding, by the screen it works on, as the help screen lists them."""
     from gputui.ui.screens.confirm import ConfirmSignal
@@ -497,12 +505,12 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
-        ("Replay (gputui replay)", _bindings(ReplayApp.BINDINGS)),
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
         ("Job detail", _bindings(JobDetail.BINDINGS)),
         ("Signal confirmation", _bindings(ConfirmSignal.BINDINGS)),
         ("Help", _bindings(HelpScreen.BINDINGS)),
+        (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),
     ]
 
 
