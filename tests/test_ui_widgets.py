@@ -176,3 +176,13 @@ def test_the_step_chart_legend_lists_only_lines_that_can_be_seen():
     # A series with no figure is not drawn, nor listed.
     bare = tuple(StepRecord(s, float(s), 0.4, "cuda:0", allocated=s * GIB) for s in range(10))
     assert plotted(step_series(bare, "cuda:0")) == [("allocated", "at step end", "cyan")]
+
+
+@pytest.mark.parametrize("mode, shown", [("exclusive_process", "compute exclusive process"),
+                                         ("prohibited", "compute prohibited"), ("default", None)])
+def test_a_compute_mode_other_than_default_is_said_in_the_device_row(mode, shown):
+    lines = [bars.plain(line) for line in render_device(device(0, compute_mode=mode), "normal", 140)]
+    if shown is None:
+        assert not any("compute" in line for line in lines)
+    else:
+        assert shown in lines[1], lines
