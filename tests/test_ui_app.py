@@ -557,3 +557,23 @@ async def test_replay_help_lists_the_replay_keys_first(tmp_path):
         await pilot.pause()
         assert [title for title, _ in app.screen.sections][:3] == ["Everywhere", "Replay (gputui replay)",
                                                                  "Main screen"]
+
+
+@pytest.mark.parametrize("size", [(120, 40), (50, 15)])
+async def test_the_header_says_when_gputui_runs_as_root(size):
+    for as_root in (True, False):
+        app = make_app(as_root=as_root)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            header = app.screen.query_one("#header")
+            text = "".join(strip.text for strip in header.render_lines(header.size.region))
+            assert ("as root" in text) == as_root, text
+
+
+def test_running_as_root_is_the_effective_uid(monkeypatch):
+    from gputui.collect.users import running_as_root
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert running_as_root()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert not running_as_root()

@@ -121,11 +121,12 @@ class GpuTuiApp(App[int]):
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
-                 first_sample: Future[Snapshot] | None = None) -> None:
+                 first_sample: Future[Snapshot] | None = None, as_root: bool = False) -> None:
         """``sampler`` None: a subclass samples (the many-host view);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
-        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
+        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``);
+        ``as_root``: gputui runs as root (the header says so: its signals reach every process)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -139,6 +140,7 @@ class GpuTuiApp(App[int]):
         self.keymap = dict(keymap or {})
         self.me = me if me is not None else current_user()  # the uid where there is no passwd entry
         self.handle_signals = handle_signals
+        self.as_root = as_root
         self.autostart = autostart
         self.history = history or History()
         self.snapshot: Snapshot | None = None

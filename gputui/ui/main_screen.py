@@ -102,7 +102,7 @@ class MainScreen(Screen):
 
     def compose_top(self) -> ComposeResult:
         """What stands above the process table: the header, the devices and their charts."""
-        yield HostHeader(ascii=self.ascii, id="header")
+        yield HostHeader(ascii=self.ascii, as_root=getattr(self.app, "as_root", False), id="header")
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceHistory(ascii=self.ascii, id="charts")

@@ -19,9 +19,11 @@ class HostHeader(StyledLines):
 
     DEFAULT_CSS = "HostHeader { height: auto; }"
 
-    def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
+    def __init__(self, *, ascii: bool = False, as_root: bool = False, id: str | None = None) -> None:
+        """``as_root``: gputui runs as root, said on the first line (its signals reach every user)."""
         super().__init__(id=id)
         self.ascii = ascii
+        self.as_root = as_root
         self.snapshot: Snapshot | None = None
         self.interval = 1.0
         self.paused = False
@@ -61,16 +63,18 @@ class HostHeader(StyledLines):
             state = join([state, styled(self.position, "$accent")]) if self.paused else styled(
                 self.position, "$accent")
         demo = styled(f"demo:{snap.source[4:]}", "$accent") if snap.source.startswith("sim:") else ""
+        # Next to the host name, where even a narrow pane keeps it: as root, signals reach everyone.
+        root = styled("as root", "bold $warning") if self.as_root else ""
         cpu_f = None if host.cpu_percent is None else host.cpu_percent / 100
         mem_f = fmt.fraction(host.memory_used, host.memory_total)
         swap_f = fmt.fraction(host.swap_used, host.swap_total)
         if self.compact:
-            first = join([styled(host.hostname or "?", "bold"), units.clock_time(snap.taken_at),
+            first = join([styled(host.hostname or "?", "bold"), root, units.clock_time(snap.taken_at),
                           label("CPU"), units.percent(host.cpu_percent), label("MEM"),
                           units.percent(None if mem_f is None else mem_f * 100), state])
             return self._with_problem((first,))
         first = join([
-            styled(host.hostname or "?", "bold"),
+            styled(host.hostname or "?", "bold"), root,
             join([label("driver"), driver.driver_version or units.NA]),
             join([label("CUDA"), driver.cuda_driver_version or units.NA]),
             styled(units.clock_time(snap.taken_at), "bold"), state, demo,
