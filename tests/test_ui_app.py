@@ -577,3 +577,13 @@ def test_running_as_root_is_the_effective_uid(monkeypatch):
     assert running_as_root()
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert not running_as_root()
+
+
+async def test_the_header_says_how_long_the_host_has_been_up():
+    snap = training_snapshot()
+    booted = dataclasses.replace(snap, host=dataclasses.replace(snap.host, boot_time=snap.taken_at - 3 * 86400 - 7200))
+    app = make_app([booted])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        header = app.screen.query_one("#header")
+        assert "up 3d 02h" in "".join(strip.text for strip in header.render_lines(header.size.region))

@@ -1,6 +1,6 @@
 """The top lines: host, driver and CUDA versions, the snapshot's time, refresh interval and state,
 gputui's own cost (where the line has room; the help screen always says it), and the host's CPU,
-memory and swap as bars.
+memory and swap as bars, its load and uptime.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ class HostHeader(StyledLines):
         cost = fmt.monitor_cost(snap.monitor)
         if cost and len(plain(first)) + 2 + len(cost) <= width:
             first = join([first, styled(cost, "$text-muted")], "  ")
-        bar_width = max(4, min(20, (width - 70) // 3))
+        uptime = "" if not host.boot_time else join([label("up"), units.elapsed(snap.taken_at - host.boot_time)])
+        bar_width = max(4, min(20, (width - 70 - (len(plain(uptime)) + 2 if uptime else 0)) // 3))
         second = join([
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
                   f"{units.percent(host.cpu_percent):>4}"]),
@@ -93,6 +94,8 @@ class HostHeader(StyledLines):
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")
+        if uptime and len(plain(second)) + 2 + len(plain(uptime)) <= width:  # else the first to go
+            second = join([second, uptime], "  ")
         return self._with_problem((first, second))
 
     def _with_problem(self, lines: tuple[Words, ...]) -> tuple[Words, ...]:
