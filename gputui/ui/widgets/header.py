@@ -82,8 +82,8 @@ class HostHeader(StyledLines):
         cost = fmt.monitor_cost(snap.monitor)
         if cost and len(plain(first)) + 2 + len(cost) <= width:
             first = join([first, styled(cost, "$text-muted")], "  ")
-        uptime = "" if not host.boot_time else join([label("up"), units.elapsed(snap.taken_at - host.boot_time)])
-        bar_width = max(4, min(20, (width - 70 - (len(plain(uptime)) + 2 if uptime else 0)) // 3))
+        uptime = None if not host.boot_time else join([label("up"), units.elapsed(snap.taken_at - host.boot_time)])
+        bar_width = max(4, min(20, (width - 70 - (0 if uptime is None else len(plain(uptime)) + 2)) // 3))
         second = join([
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
                   f"{units.percent(host.cpu_percent):>4}"]),
@@ -94,7 +94,7 @@ class HostHeader(StyledLines):
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")
-        if uptime and len(plain(second)) + 2 + len(plain(uptime)) <= width:  # else the first to go
+        if uptime is not None and len(plain(second)) + 2 + len(plain(uptime)) <= width:  # else the first to go
             second = join([second, uptime], "  ")
         return self._with_problem((first, second))
 
