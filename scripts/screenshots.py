@@ -7,7 +7,9 @@ a change to the monitor's look:  python scripts/screenshots.py [NAME ...]  (PICT
 from __future__ import annotations
 
 import asyncio
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,7 @@ PICTURES = (
     ("compact", "training-node", 120, (80, 24), (), None),
     ("tree", "workstation", 90, (120, 34), ("t",), None),
     ("mig", "mig", 60, (120, 30), (), None),
-    ("help", "leaky", 120, (100, 40), ("question_mark", "end"), None),
+    ("help", "leaky", 120, (100, 40), ("question_mark",), None),
     ("faults", "faults", 60, (120, 34), (), None),
     ("jobs", "torchrun", 120, (120, 40), ("j", "home"), None),
     ("job-detail", "dataparallel", 120, (120, 40), ("j", "home", "enter"), None),
@@ -79,11 +81,34 @@ async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int
                                                               animate=False, top=True)
             await pilot.pause(0.3)
         path = OUT / f"{name}.svg"
-        svg = app.export_screenshot(title=title)
-        # Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the
-        # leading ones and labels run into their values ("driver560.35.03") in the PNG.
-        path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1))
+        path.write_text(for_librsvg(app.export_screenshot(title=title)))
     return path
+
+
+TEXT = re.compile(r'(<text [^>]*?)x="([0-9.]+)"([^>]*?textLength="([0-9.]+)"[^>]*>)([^<]*)(</text>)')
+BRAILLE = re.compile("[\u2800-\u28ff]")
+
+
+def for_librsvg(svg: str) -> str:
+    """Textual's SVG made to draw in librsvg as it does in a terminal.
+
+    Textual pads spans with no-break spaces; without xml:space="preserve" librsvg drops the leading
+    ones and labels run into their values ("driver560.35.03"). librsvg ignores textLength, and the
+    monospace fonts have no braille (the per-step chart's dots): the fallback font's wider glyphs
+    ran past the plot's frame (and librsvg ignores lists of x too). Each such glyph becomes a text of its
+    own at its cell's x, as a terminal places it.
+    """
+    def place(match: re.Match) -> str:
+        head, x, rest, length, text, tail = match.groups()
+        glyphs = html.unescape(text)
+        if not BRAILLE.search(glyphs) or len(glyphs) < 2:
+            return match.group(0)
+        cell = float(length) / len(glyphs)
+        rest = rest.replace(f'textLength="{length}"', f'textLength="{cell:.1f}"')
+        return "".join(f'{head}x="{float(x) + i * cell:.1f}"{rest}{html.escape(glyph)}{tail}'
+                       for i, glyph in enumerate(glyphs))
+
+    return TEXT.sub(place, svg.replace("<svg ", '<svg xml:space="preserve" ', 1))
 
 
 def main() -> int:

@@ -205,6 +205,7 @@ def test_real_host_figures():
     assert first.memory_total == psutil.virtual_memory().total
     assert 0 < first.memory_used <= first.memory_total
     assert len(first.load_average) == 3
+    assert first.boot_time == psutil.boot_time()  # the host's uptime is the snapshot's time less this
 
 
 def test_a_process_proc_hides_is_not_called_gone(world):

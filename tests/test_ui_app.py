@@ -520,3 +520,86 @@ def test_a_user_without_a_passwd_entry_is_named_by_uid(monkeypatch):
 
     app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False))
     assert app.me == str(os.getuid())
+
+
+async def test_wide_history_box_is_closed_on_all_four_sides():
+    app = make_app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(pilot)
+        charts = app.screen.query_one("#charts")
+        assert app.screen.layout_mode == "wide" and charts.display
+        edges = {side: getattr(charts.styles, f"border_{side}")[0] for side in ("top", "right", "bottom", "left")}
+        assert all(edges.values()), edges
+        assert charts.region.right <= 200 and charts.region.height >= 6  # 4 charts inside a top and a bottom edge
+
+
+async def test_footer_at_80x24_shows_every_key_whole():
+    from textual.widgets._footer import FooterKey  # (the footer's own key widget: no public name)
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        keys = list(app.screen.query(FooterKey))
+        pause = next(k for k in keys if k.description == "Pause")
+        palette = next(k for k in keys if k.has_class("-command-palette"))
+        assert pause.region.right <= palette.region.x, (pause.region, palette.region)
+
+
+async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():
+    from textual.widgets import Static
+
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        screen = app.screen
+        assert [title for title, _ in screen.sections][:2] == ["Everywhere", "Main screen"]
+        assert [title for title, _ in screen.sections][-1] == "Replay (gputui replay)"
+        box = screen.query_one("#help-box")
+        main = next(s for s in screen.query(".help-section").results(Static) if str(s.render()) == "Main screen")
+        assert main.region.bottom <= box.region.bottom  # on the first screenful, with keys below it
+
+
+async def test_replay_help_lists_the_replay_keys_first(tmp_path):
+    from gputui.ui.replay import ReplayApp
+
+    from test_ui_replay import recording
+
+    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert [title for title, _ in app.screen.sections][:3] == ["Everywhere", "Replay (gputui replay)",
+                                                                 "Main screen"]
+
+
+@pytest.mark.parametrize("size", [(120, 40), (50, 15)])
+async def test_the_header_says_when_gputui_runs_as_root(size):
+    for as_root in (True, False):
+        app = make_app(as_root=as_root)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            header = app.screen.query_one("#header")
+            text = "".join(strip.text for strip in header.render_lines(header.size.region))
+            assert ("as root" in text) == as_root, text
+
+
+def test_running_as_root_is_the_effective_uid(monkeypatch):
+    from gputui.collect.users import running_as_root
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert running_as_root()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert not running_as_root()
+
+
+async def test_the_header_says_how_long_the_host_has_been_up():
+    snap = training_snapshot()
+    booted = dataclasses.replace(snap, host=dataclasses.replace(snap.host, boot_time=snap.taken_at - 3 * 86400 - 7200))
+    app = make_app([booted])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        header = app.screen.query_one("#header")
+        assert "up 3d 02h" in "".join(strip.text for strip in header.render_lines(header.size.region))

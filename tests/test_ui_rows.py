@@ -204,3 +204,13 @@ def test_probed_process_nvml_does_not_list_is_a_row_at_the_end():
     assert gpu_row.cells["command"] == "[probed process 7778]"
     assert keys(build_rows(snap, filter_text="cpu_job")) == ["7777/probe"]
     assert keys(build_rows(snap, tree=True))[-2:] == ["7777/probe", "7778/probe"]
+
+
+def test_mbw_share_joins_the_table_from_120_columns_while_the_command_keeps_its_room():
+    at_120 = columns_for("normal", width=120, sort_column="gpu_memory", trend_width=5)
+    assert at_120[-2:] == ("memory_util", "command") and "type" in at_120 and "elapsed" in at_120
+    assert "memory_util" not in columns_for("normal", width=119, sort_column="gpu_memory", trend_width=5)
+    # A rising trend's text ("▲7.0G/m 2m") needs the cells: MBW% gives way first, TYPE stays.
+    crowded = columns_for("normal", width=120, sort_column="gpu_memory", trend_width=11)
+    assert "memory_util" not in crowded and "type" in crowded
+    assert columns_for("normal", ("pid", "command"), width=150) == ("pid", "memory_util", "command")

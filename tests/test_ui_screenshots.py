@@ -36,3 +36,26 @@ def test_pictures_are_a_terminal_tall_and_wide():
 def test_the_detail_screen_is_shown_in_parts():
     parts = {name: rest[-1] for name, *rest in pictures() if name.startswith("detail")}
     assert parts == {"detail": None, "detail-probe": "#detail-probe", "detail-analysis": "#detail-analysis"}
+
+
+def svg_fixer():
+    """scripts/screenshots.py's for_librsvg, taken out without running the script (it sets TZ)."""
+    import html
+
+    tree = ast.parse((ROOT / "scripts" / "screenshots.py").read_text())
+    names = ("for_librsvg", "TEXT", "BRAILLE")
+    wanted = [node for node in tree.body if getattr(node, "name", None) in names
+              or isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets)]
+    space: dict = {"re": re, "html": html}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), "screenshots.py", "exec"), space)
+    return space["for_librsvg"]
+
+
+def test_braille_dots_are_placed_one_per_cell_so_they_stay_inside_the_plot_frame():
+    svg = ('<svg class="x"><text class="r1" x="100" y="10" textLength="36.6" clip-path="url(#c)">⢀⣀⠤</text>'
+           '<text class="r2" x="136.6" y="10" textLength="24.4" clip-path="url(#c)">&#160;│</text></svg>')
+    fixed = svg_fixer()(svg)
+    assert fixed.startswith('<svg xml:space="preserve" class="x">')
+    texts = re.findall(r'<text class="r1" x="([0-9.]+)" y="10" textLength="([0-9.]+)"[^>]*>([^<]*)</text>', fixed)
+    assert texts == [("100.0", "12.2", "⢀"), ("112.2", "12.2", "⣀"), ("124.4", "12.2", "⠤")]
+    assert '<text class="r2" x="136.6" y="10" textLength="24.4" clip-path="url(#c)">&#160;│</text>' in fixed

@@ -137,3 +137,52 @@ def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
     assert cells(items, 1500, 10) == [6, 1, 3]
     assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
     assert sum(cells(items, 1500, 77)) == 77
+
+
+async def test_detail_chart_of_a_percentage_stands_on_0_to_100_not_on_its_own_min_and_max():
+    from textual.app import App
+
+    from gputui.analysis.history import Series
+    from gputui.ui.widgets.charts import Chart
+
+    class One(App):
+        def compose(self):
+            yield Chart("SM", lambda v: f"{v:.0f}%", top=100.0, id="sm")
+
+    app = One()
+    async with app.run_test(size=(40, 5)) as pilot:
+        chart = app.query_one(Chart)
+        chart.show(Series(times=(0.0, 1.0, 2.0, 3.0), values=(95.0, 96.0, 96.4, 95.0)))
+        await pilot.pause()
+        rows = [str(line.render()) for line in chart.query(".chart-bars")]
+        # Two rows of 8 eighths: 95-96 % is 15 of 16 eighths every time, no full-height swing.
+        assert [row[-4:] for row in rows] == ["▇▇▇▇", "████"]
+        chart.show(Series(times=(0.0, 1.0), values=(50.0, 127.0)))  # 127 % CPU: the top rises to it
+        await pilot.pause()
+        assert [row[-2:] for row in [str(line.render()) for line in chart.query(".chart-bars")]] == [" █", "▆█"]
+
+
+def test_the_step_chart_legend_lists_only_lines_that_can_be_seen():
+    from gputui.model import StepRecord
+    from gputui.ui.widgets.step_chart import plotted, step_series
+
+    # Forward and backward peaks 0.1 GiB apart on a 9 GiB scale share their cells: one line, one entry.
+    steps = tuple(StepRecord(s, float(s), 0.4, "cuda:0", allocated=(15 + s * 0.05) * GIB,
+                             peak_forward=(18 + s * 0.05) * GIB, peak_backward=(18.1 + s * 0.05) * GIB,
+                             peak_optimizer=(16.5 + s * 0.05) * GIB) for s in range(120))
+    assert plotted(step_series(steps, "cuda:0")) == [
+        ("allocated", "at step end", "cyan"), ("peak_forward", "forward/backward peak", "orange"),
+        ("peak_optimizer", "optimizer peak", "green")]
+    # A series with no figure is not drawn, nor listed.
+    bare = tuple(StepRecord(s, float(s), 0.4, "cuda:0", allocated=s * GIB) for s in range(10))
+    assert plotted(step_series(bare, "cuda:0")) == [("allocated", "at step end", "cyan")]
+
+
+@pytest.mark.parametrize("mode, shown", [("exclusive_process", "compute exclusive process"),
+                                         ("prohibited", "compute prohibited"), ("default", None)])
+def test_a_compute_mode_other_than_default_is_said_in_the_device_row(mode, shown):
+    lines = [bars.plain(line) for line in render_device(device(0, compute_mode=mode), "normal", 140)]
+    if shown is None:
+        assert not any("compute" in line for line in lines)
+    else:
+        assert shown in lines[1], lines

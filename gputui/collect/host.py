@@ -1,4 +1,4 @@
-"""The machine around the GPUs: CPU %, memory, swap and load average, read through psutil.
+"""The machine around the GPUs: CPU %, memory, swap, load average and boot time, read through psutil.
 
 CPU % is psutil's non-blocking form (since the previous call), so the first sample has none.
 """
@@ -30,6 +30,7 @@ class HostReader:
         memory = _ask(ps.virtual_memory)
         swap = _ask(ps.swap_memory)
         load = _ask(ps.getloadavg)
+        boot = _ask(ps.boot_time)
         return Host(
             hostname=self.hostname,
             cpu_count=self._cpu_count,
@@ -40,6 +41,7 @@ class HostReader:
             swap_total=swap.total if swap is not None else None,
             swap_used=swap.used if swap is not None else None,
             load_average=load,
+            boot_time=boot,
         )
 
 

@@ -223,6 +223,8 @@ class Host:
     swap_used: int | None = field(default=None, metadata=doc("swap in use (bytes)", minimum=0))
     load_average: tuple[float, float, float] | None = field(default=None, metadata=doc(
         "1, 5 and 15 minute load averages"))
+    boot_time: float | None = field(default=None, metadata=doc(
+        "when the host booted (Unix time, seconds): its uptime is the snapshot's time less this", minimum=0))
 
 
 @dataclass(frozen=True)

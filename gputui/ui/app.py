@@ -97,6 +97,7 @@ class GpuTuiApp(App[int]):
 
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
+    HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
@@ -124,11 +125,12 @@ class GpuTuiApp(App[int]):
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
-                 first_sample: Future[Snapshot] | None = None) -> None:
+                 first_sample: Future[Snapshot] | None = None, as_root: bool = False) -> None:
         """``sampler`` None: a subclass samples (the many-host view);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
-        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``)."""
+        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``);
+        ``as_root``: gputui runs as root (the header says so: its signals reach every process)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -142,6 +144,7 @@ class GpuTuiApp(App[int]):
         self.keymap = dict(keymap or {})
         self.me = me if me is not None else current_user()  # the uid where there is no passwd entry
         self.handle_signals = handle_signals
+        self.as_root = as_root
         self.autostart = autostart
         self.history = history or History()
         self.snapshot: Snapshot | None = None
@@ -381,6 +384,10 @@ class GpuTuiApp(App[int]):
             return
         sections = [(title, describe_bindings(bindings, self.keymap, self))
                     for title, bindings in binding_sections()]
+        # This app's own keys come right after those that work everywhere: the first screenful is
+        # the keys the user can press here (the live monitor's help opened on the replay's keys).
+        own = [s for s in sections if s[0] == self.HELP_SECTION]
+        sections = sections[:1] + own + [s for s in sections[1:] if s not in own]
         hint = ("Arrows, PgUp/PgDn and Home/End move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
@@ -491,6 +498,9 @@ class GpuTuiApp(App[int]):
             self._scrollbar_renderer = None
 
 
+REPLAY_KEYS = "Replay (gputui replay)"
+
+
 def binding_sections() -> list[tuple[str, list[Binding]]]:
     """Every key binding, by the screen it works on, as the help screen lists them."""
     from gputui.ui.screens.confirm import ConfirmSignal
@@ -501,12 +511,12 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
-        ("Replay (gputui replay)", _bindings(ReplayApp.BINDINGS)),
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
         ("Job detail", _bindings(JobDetail.BINDINGS)),
         ("Signal confirmation", _bindings(ConfirmSignal.BINDINGS)),
         ("Help", _bindings(HelpScreen.BINDINGS)),
+        (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),
     ]
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from collections.abc import Sequence
 
+from gputui.collect.users import running_as_root
 from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
 from gputui.ui.config import UiConfig
@@ -69,6 +70,7 @@ def run_tui(options: Options) -> int:
             columns=config.columns,
             keymap=config.keys,
             handle_signals=True,
+            as_root=running_as_root(),
             banner=banner,
             first_sample=first_sample,
         )

@@ -105,7 +105,7 @@ class MainScreen(Screen):
 
     def compose_top(self) -> ComposeResult:
         """What stands above the process table: the header, the devices and their charts."""
-        yield HostHeader(ascii=self.ascii, id="header")
+        yield HostHeader(ascii=self.ascii, as_root=getattr(self.app, "as_root", False), id="header")
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceHistory(ascii=self.ascii, id="charts")
@@ -129,6 +129,8 @@ class MainScreen(Screen):
             self.remove_class(f"-{self.layout_mode}")
             self.layout_mode = mode
         self.add_class(f"-{mode}")
+        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus").
+        self.query_one(Footer).compact = mode in ("compact", "tiny")
         self.pane_width = width
         self._set_columns()
         self.render_snapshot()

@@ -21,7 +21,7 @@ from gputui.model.verdicts import LeakVerdict
 from gputui.options import Options
 from gputui.record.reader import Recording
 from gputui.record.run import open_recording
-from gputui.ui.app import GpuTuiApp
+from gputui.ui.app import REPLAY_KEYS, GpuTuiApp
 from gputui.untrusted import visible, visible_all
 
 SPEEDS = (1, 2, 4, 8)
@@ -41,6 +41,7 @@ class Replayed(Message):
 class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
+    HELP_SECTION = REPLAY_KEYS
     BINDINGS = [
         Binding("comma", "step(-1)", "Back", show=False, tooltip="Replay: one sample back (,)",
                 id="replay.back"),

@@ -83,6 +83,9 @@ COLUMNS: dict[str, Column] = {c.id: c for c in (
 DEFAULT = ("pid", "probe", "user", "gpu", "type", "gpu_memory", "trend", "sm", "cpu", "host_memory",
            "elapsed", "command")
 WIDE_EXTRA = ("memory_util", "started")
+# From this many columns the normal layout adds MBW% (each process's share of memory bandwidth, as
+# nvitop's %MBW), where the command still keeps a readable width.
+MBW_FROM = 120
 COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "command")
 # Narrow panes keep the signs of trouble: the probe's leak letter and a short trend (arrow, time to
 # OOM), not the SM %.
@@ -94,7 +97,7 @@ KEPT = ("host",)  # in every layout where it is asked for: in the many-host view
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
 WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
-          "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 9,
+          "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 8,
           "started": 19}
 GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
 COMMAND_MIN = 22
@@ -128,9 +131,9 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
     elif layout == "compact":
         picked = tuple(c for c in chosen if c in COMPACT + KEPT) or COMPACT
     elif layout == "wide":
-        extra = tuple(c for c in WIDE_EXTRA if c not in chosen)
-        before_command = [c for c in chosen if c != "command"]
-        picked = tuple(before_command) + extra + (("command",) if "command" in chosen else ())
+        picked = _before_command(chosen, tuple(c for c in WIDE_EXTRA if c not in chosen))
+    elif width is not None and width >= MBW_FROM and "memory_util" not in chosen:
+        picked = _before_command(chosen, ("memory_util",))
     else:
         picked = tuple(chosen)
     if width is None or "command" not in picked or layout == "tiny":
@@ -141,6 +144,12 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
         if victim in picked and len(picked) > 2:
             picked = tuple(c for c in picked if c != victim)
     return picked
+
+
+def _before_command(chosen: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The chosen columns with ``extra`` added just before the command (the last, widest one)."""
+    return (tuple(c for c in chosen if c != "command") + extra
+            + (("command",) if "command" in chosen else ()))
 
 
 @dataclass(slots=True, eq=False)

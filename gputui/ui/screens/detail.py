@@ -31,11 +31,12 @@ from gputui.ui.widgets.probe_panel import ProbePanel
 if TYPE_CHECKING:  # the app imports this module
     from gputui.ui.app import GpuTuiApp
 
+# (metric, title, how to word a value, top of its scale: 100 for percentages, None: its largest value)
 PROCESS_CHARTS = (
-    ("gpu_memory", "GPU MEM", lambda v: units.size_short(v)),
-    ("sm_util", "SM", units.percent),
-    ("cpu_percent", "CPU", units.percent),
-    ("host_memory", "HOST MEM", lambda v: units.size_short(v)),
+    ("gpu_memory", "GPU MEM", lambda v: units.size_short(v), None),
+    ("sm_util", "SM", units.percent, 100.0),
+    ("cpu_percent", "CPU", units.percent, 100.0),
+    ("host_memory", "HOST MEM", lambda v: units.size_short(v), None),
 )
 
 RECORD_STEPS = 16  # steps of allocation-site recording one press of the key asks for
@@ -81,8 +82,8 @@ class ProcessDetail(Screen):
             yield Static(id="detail-headline")
             yield Static(id="detail-info")
             with Grid(id="detail-charts"):
-                for metric, title, words in PROCESS_CHARTS:
-                    yield Chart(title, words, ascii=self.ascii, id=f"pchart-{metric}")
+                for metric, title, words, top in PROCESS_CHARTS:
+                    yield Chart(title, words, top=top, ascii=self.ascii, id=f"pchart-{metric}")
             yield Static(id="detail-trend")
             yield Static("PyTorch probe", classes="detail-section")
             yield ProbePanel(ascii=self.ascii, id="detail-probe")
@@ -135,7 +136,7 @@ class ProcessDetail(Screen):
         charts.display = self.device_index is not None
         if self.device_index is not None:
             key = (self.pid, self.device_index)
-            for metric, _, _ in PROCESS_CHARTS:
+            for metric, *_ in PROCESS_CHARTS:
                 self.query_one(f"#pchart-{metric}", Chart).show(history.process(key, metric))
         trend_line = self.query_one("#detail-trend", Static)
         trend_line.display = self.device_index is not None

@@ -1,5 +1,5 @@
 """History charts: the main screen's one-line charts of the charted GPU's utilisation, memory, power
-and temperature (one widget, fixed scales), and the detail screen's per-process charts (Sparkline).
+and temperature (one widget, fixed scales), and the detail screen's per-process charts (bars from 0).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Callable
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Sparkline
 
 from gputui import units
 from gputui.analysis.history import History, Series
@@ -28,32 +27,35 @@ DEVICE_CHARTS = (
 
 
 class Chart(Vertical):
-    """A title line ("UTIL 97%  12-100% over 4m") above a sparkline of the series."""
+    """A title line ("SM 97%  95%..97% 4m") above two rows of bars, the newest sample at the right.
+
+    Bars stand on a fixed scale, so their height means something whatever the data: ``top`` (100
+    for percentages; a value above it, 127 % CPU on two cores, raises the top to it) or, where
+    ``top`` is None, the series' own largest value; the bottom is always 0.
+    """
 
     DEFAULT_CSS = """
     Chart { height: 3; }
-    Chart > .chart-title { height: 1; }
-    Chart > Sparkline { height: 2; }
-    Chart > .chart-ascii { height: 1; }
+    Chart > Line { height: 1; }
     """
 
-    def __init__(self, title: str, words: Callable[[float | None], str], *, ascii: bool = False,
-                 id: str | None = None) -> None:
+    ROWS = 2  # rows of bars (one of ASCII marks with --ascii)
+
+    def __init__(self, title: str, words: Callable[[float | None], str], *, top: float | None = None,
+                 ascii: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
         self.chart_title = title
         self.words = words
+        self.top = top
         self.ascii = ascii
         self._last: tuple | None = None
-        self._spark_width: int | None = None
         self._series: Series | None = None
         self._width = 0
 
     def compose(self) -> ComposeResult:
         yield Line(Content.styled(self.chart_title, "bold $text-muted"), classes="chart-title")
-        if self.ascii:
-            yield Line("", classes="chart-ascii")
-        else:
-            yield Sparkline([], summary_function=max)
+        for _ in range(1 if self.ascii else self.ROWS):
+            yield Line("", classes="chart-bars")
 
     def on_resize(self) -> None:
         # Shown before its first layout, it guessed a width: draw again at the real one.
@@ -72,22 +74,36 @@ class Chart(Vertical):
         self._last = state
         title = Content.assemble((self.chart_title, "bold $text-muted"), " ", (self.words(latest), "bold"))
         if len(points) > 1:
-            # Sparklines scale to their data: say what the bottom and top are.
             title = Content.assemble(title, (f" {self.words(min(points))}..{self.words(max(points))}"
                                              f" {units.span_short(covered)}", "$text-muted"))
         self.query_one(".chart-title", Line).show(title)
-        if self.ascii:
-            self.query_one(".chart-ascii", Line).show(fmt.ascii_spark(points, width))
-        else:
-            # A Sparkline stretches its data over its width: while there are fewer points than
-            # cells, make it only as wide as the points, so time runs at one cell per sample.
-            # One point would draw as a full block: wait for a second one.
-            spark = self.query_one(Sparkline)
-            wanted = len(points) if 1 < len(points) < width else None
-            if wanted != self._spark_width:  # a width change needs a layout: only when it changes
-                self._spark_width = wanted
-                spark.styles.width = wanted if wanted is not None else "1fr"
-            spark.data = points if len(points) > 1 else []
+        # One point would draw as a lone bar: wait for a second one.
+        drawn = points if len(points) > 1 else []
+        top = max([self.top or 0.0, *drawn])
+        rows = [ascii_marks(drawn, top)] if self.ascii else bar_rows(drawn, top, self.ROWS)
+        for line, text in zip(self.query(".chart-bars").results(Line), rows):
+            line.show(Content.styled(text.rjust(width), CHART_STYLE))
+
+
+BARS = " ▁▂▃▄▅▆▇█"  # eighths of a cell, empty to full
+
+
+def bar_rows(points: list[float], top: float, rows: int) -> list[str]:
+    """Bars ``rows`` cells tall for points on a 0..top scale, top row first. A point above 0 shows at
+    least an eighth, so a little use is never drawn as none."""
+    full = rows * 8
+    heights = [0 if top <= 0 or p <= 0 else max(1, round(min(1.0, p / top) * full)) for p in points]
+    return ["".join(BARS[min(8, max(0, h - row * 8))] for h in heights) for row in reversed(range(rows))]
+
+
+def ascii_marks(points: list[float], top: float) -> str:
+    """One line of ASCII marks for points on a 0..top scale (--ascii)."""
+    return "".join(mark(0.0 if top <= 0 else p / top, ASCII_MARKS) for p in points)
+
+
+def mark(fraction: float, marks: str) -> str:
+    """The mark for a fraction of a chart's height (clamped to 0..1)."""
+    return marks[min(len(marks) - 1, int(min(1.0, max(0.0, fraction)) * len(marks)))]
 
 
 class DeviceHistory(StyledLines):
@@ -177,8 +193,7 @@ def chart_line(title: str, value: str, latest: float | None, points: tuple[float
                                                        warn=warn, high=high)]
     marks = ASCII_MARKS if ascii else BLOCKS
     if span > 0:
-        drawn = "".join(marks[min(len(marks) - 1, int(min(1.0, max(0.0, (p - bottom) / span)) * len(marks)))]
-                        for p in points)
+        drawn = "".join(mark((p - bottom) / span, marks) for p in points)
     else:  # no scale known (the driver reports no limit): a flat line says "data, no scale"
         drawn = marks[0] * len(points)
     return assemble((f"{title:<6}", "bold $text-muted"), (f"{value:>5}", value_style), " ",

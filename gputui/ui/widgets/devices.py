@@ -86,7 +86,7 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         join([label("PCIe"), value(fmt.pcie_link(d.pcie_generation, d.pcie_width)),
               label("rx"), value(units.rate(d.pcie_rx)), label("tx"), value(units.rate(d.pcie_tx)),
               styled(f"{pcie_age}s ago", "$text-muted") if pcie_age > 1 else ""]),
-        codecs, slow_part,
+        codecs, compute_mode_part(d), slow_part,
     ], "  ")
     return (first, second, *migs)
 
@@ -106,6 +106,14 @@ def render_cell(d: Device, width: int, index_width: int, *, ascii: bool = False,
     return join([head, meter(fmt.fraction(d.memory_used, d.memory_total), bar_w, ascii=ascii, high=0.95),
                  f"{units.size_short(d.memory_used):>5}", f"{units.percent(d.gpu_util):>4}",
                  value(fmt.temperature(d.temperature), temp_level)])
+
+
+def compute_mode_part(d: Device) -> Words | str:
+    """The compute mode where it is not the default: "exclusive process" says why a second job
+    cannot start on this GPU (nvidia-smi's "E. Process"); "prohibited", why none can."""
+    if d.compute_mode in (None, "default"):
+        return ""
+    return join([label("compute"), styled(d.compute_mode.replace("_", " "), "$warning")])
 
 
 def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: bool = False) -> Words:

@@ -1,6 +1,6 @@
 """The top lines: host, driver and CUDA versions, the snapshot's time, refresh interval and state,
 gputui's own cost (where the line has room; the help screen always says it), and the host's CPU,
-memory and swap as bars.
+memory and swap as bars, its load and uptime.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ class HostHeader(StyledLines):
 
     DEFAULT_CSS = "HostHeader { height: auto; }"
 
-    def __init__(self, *, ascii: bool = False, id: str | None = None) -> None:
+    def __init__(self, *, ascii: bool = False, as_root: bool = False, id: str | None = None) -> None:
+        """``as_root``: gputui runs as root, said on the first line (its signals reach every user)."""
         super().__init__(id=id)
         self.ascii = ascii
+        self.as_root = as_root
         self.snapshot: Snapshot | None = None
         self.interval = 1.0
         self.paused = False
@@ -61,16 +63,18 @@ class HostHeader(StyledLines):
             state = join([state, styled(self.position, "$accent")]) if self.paused else styled(
                 self.position, "$accent")
         demo = styled(f"demo:{snap.source[4:]}", "$accent") if snap.source.startswith("sim:") else ""
+        # Next to the host name, where even a narrow pane keeps it: as root, signals reach everyone.
+        root = styled("as root", "bold $warning") if self.as_root else ""
         cpu_f = None if host.cpu_percent is None else host.cpu_percent / 100
         mem_f = fmt.fraction(host.memory_used, host.memory_total)
         swap_f = fmt.fraction(host.swap_used, host.swap_total)
         if self.compact:
-            first = join([styled(host.hostname or "?", "bold"), units.clock_time(snap.taken_at),
+            first = join([styled(host.hostname or "?", "bold"), root, units.clock_time(snap.taken_at),
                           label("CPU"), units.percent(host.cpu_percent), label("MEM"),
                           units.percent(None if mem_f is None else mem_f * 100), state])
             return self._with_problem((first,))
         first = join([
-            styled(host.hostname or "?", "bold"),
+            styled(host.hostname or "?", "bold"), root,
             join([label("driver"), driver.driver_version or units.NA]),
             join([label("CUDA"), driver.cuda_driver_version or units.NA]),
             styled(units.clock_time(snap.taken_at), "bold"), state, demo,
@@ -78,7 +82,8 @@ class HostHeader(StyledLines):
         cost = fmt.monitor_cost(snap.monitor)
         if cost and len(plain(first)) + 2 + len(cost) <= width:
             first = join([first, styled(cost, "$text-muted")], "  ")
-        bar_width = max(4, min(20, (width - 70) // 3))
+        uptime = None if not host.boot_time else join([label("up"), units.elapsed(snap.taken_at - host.boot_time)])
+        bar_width = max(4, min(20, (width - 70 - (0 if uptime is None else len(plain(uptime)) + 2)) // 3))
         second = join([
             join([label("CPU"), meter(cpu_f, bar_width, ascii=self.ascii),
                   f"{units.percent(host.cpu_percent):>4}"]),
@@ -89,6 +94,8 @@ class HostHeader(StyledLines):
             join([label("load"), " ".join(f"{v:.2f}" for v in host.load_average)])
             if host.load_average else "",
         ], "  ")
+        if uptime is not None and len(plain(second)) + 2 + len(plain(uptime)) <= width:  # else the first to go
+            second = join([second, uptime], "  ")
         return self._with_problem((first, second))
 
     def _with_problem(self, lines: tuple[Words, ...]) -> tuple[Words, ...]:

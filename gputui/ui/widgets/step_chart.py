@@ -55,6 +55,40 @@ def step_series(steps: tuple[StepRecord, ...], device: str | None = None) -> Ste
                       median(times) if times else None, times[-1] if times else None)
 
 
+PLOT_ROWS = 7  # rows of the plot's area: the widget's 12 less title, frame, tick labels and "step"
+
+
+def plotted(series: StepSeries, rows: int = PLOT_ROWS) -> list[tuple[str, str, str]]:
+    """(field, legend, colour) of the series the plot draws. A series within one row of an earlier
+    one at every step would hide under it (a cell shows one colour): it is drawn once, its legend
+    naming both ("forward/backward peak"), so the legend never lists a line nobody can see."""
+    known = [v for _, vals in series.values for v in vals if v is not None]
+    row = (max(known) - min(known)) / rows if known else 0.0
+    values = dict(series.values)
+    groups: list[tuple[str, list[str], str]] = []  # (field drawn, legends, colour)
+    for name, legend, colour, _ in SERIES:
+        if all(v is None for v in values[name]):
+            continue
+        same = next((g for g in groups if _within(values[g[0]], values[name], row)), None)
+        if same is None:
+            groups.append((name, [legend], colour))
+        else:
+            same[1].append(legend)
+    return [(name, _joined(legends), colour) for name, legends, colour in groups]
+
+
+def _within(a: tuple[float | None, ...], b: tuple[float | None, ...], row: float) -> bool:
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    return bool(pairs) and all(abs(x - y) <= row for x, y in pairs)
+
+
+def _joined(legends: list[str]) -> str:
+    """"forward peak", "backward peak" -> "forward/backward peak"."""
+    if len(legends) > 1 and all(legend.endswith(" peak") for legend in legends):
+        return "/".join(legend[:-len(" peak")] for legend in legends) + " peak"
+    return " = ".join(legends)
+
+
 def chart_unit(series: StepSeries) -> tuple[str, float]:
     """The biggest unit the largest value is at least one of, so the axis reads 1.5 GiB, not 0.0015."""
     top = max((v for _, vals in series.values for v in vals if v is not None), default=0)
@@ -117,7 +151,7 @@ class StepChart(Vertical):
         plt.clear_figure()
         unit, scale = chart_unit(series)
         plt.title(f"{unit} per training step")
-        for name, legend, colour, _ in SERIES:
+        for name, legend, colour in plotted(series):
             values = dict(series.values)[name]
             points = [(x, y / scale) for x, y in zip(series.steps, values) if y is not None]
             if points:
