@@ -10,9 +10,8 @@ import dataclasses
 import socket
 import time
 from collections.abc import Iterable, Mapping
-from typing import Callable, Protocol, TypedDict
+from typing import TYPE_CHECKING, Callable, Protocol, TypedDict
 
-from gputui.analysis.leaks import LeakJudge
 from gputui.collect.host import HostReader
 from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
@@ -20,6 +19,9 @@ from gputui.link.endings import OomEndings
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible_all
+
+if TYPE_CHECKING:
+    from gputui.analysis.leaks import LeakJudge
 
 
 class Source(Protocol):
@@ -68,7 +70,7 @@ class Sampler:
         self.filters = _Filters(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
         self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
-        self._judge = LeakJudge()
+        self._judge: LeakJudge | None = None  # made at the first judge(): the first frame does without
         self._endings = OomEndings()
 
     def sample(self) -> Snapshot:
@@ -95,6 +97,10 @@ class Sampler:
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid."""
+        if self._judge is None:
+            from gputui.analysis.leaks import LeakJudge
+
+            self._judge = LeakJudge()
         return self._judge(snapshot)
 
     def _probe_reports(self) -> tuple[ProbeReport, ...]:
