@@ -138,7 +138,8 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
 def open_ahead(opener: Callable[[], tuple[Sampler, str | None]],
                show: Callable[[Snapshot], None] | None = None) -> tuple[Future, Future]:
     """Open the sampler (``opener``) and take its first sample in a thread, starting now: a Future
-    of (sampler, banner) and a Future of the first Snapshot, which ``show`` (if given) draws at once.
+    of (sampler, banner) and a Future of the first Snapshot, which ``show`` (if given) draws at once,
+    after drawing its outline (the GPUs and their processes, before /proc is read: Sampler.sample).
     The app's sampling worker waits for the second before sampling again, so the sampler is used by
     one thread at a time."""
     opened: Future = Future()
@@ -153,7 +154,7 @@ def open_ahead(opener: Callable[[], tuple[Sampler, str | None]],
             return
         opened.set_result((sampler, banner))
         try:
-            snapshot = sampler.sample()
+            snapshot = sampler.sample(outline=show)
         except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
             first.set_exception(exc)
             return

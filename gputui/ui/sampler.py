@@ -73,10 +73,14 @@ class Sampler:
         self._judge: LeakJudge | None = None  # made at the first judge(): the first frame does without
         self._endings = OomEndings()
 
-    def sample(self) -> Snapshot:
+    def sample(self, outline: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
-        made visible: every screen shows it, and none of them may write a control character."""
-        snapshot = self.collector.sample()
+        made visible: every screen shows it, and none of them may write a control character.
+
+        ``outline`` (the early frame) is first shown the GPUs and NVML's processes before /proc is
+        read for the processes' details, where the collector can (Collector.outline) and no filter
+        needs those details; probes, jobs and OOM endings come with the finished snapshot only."""
+        snapshot = self._collect(outline)
         reports = self._probe_reports()
         if reports:
             snapshot = dataclasses.replace(snapshot, probes=reports)
@@ -94,6 +98,14 @@ class Sampler:
         if jobs is not None:  # grouped again with the probes in (CPU ranks) and the filters applied
             snapshot = jobs.add_to(snapshot)
         return visible_all(self._endings.add_to(snapshot))
+
+    def _collect(self, outline: Callable[[Snapshot], None] | None) -> Snapshot:
+        first_step = getattr(self.collector, "outline", None)
+        if outline is None or first_step is None or any(self.filters.values()):
+            return self.collector.sample()
+        drawn = first_step()
+        outline(visible_all(drawn.picture()))
+        return self.collector.complete(drawn)  # type: ignore[attr-defined]  # it has outline()
 
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid."""
