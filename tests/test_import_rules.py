@@ -91,6 +91,7 @@ NOT_BEFORE_THE_FIRST_FRAME = (
     "tomllib",  # a config file's parser, only where there is a config file
     "gputui.analysis.leaks", "statistics",  # the leak verdicts, judged after the first sample
     "gputui.analysis.process", "gputui.plain.jobs",  # a probed process's or a job's analysis, where there is one
+    "concurrent.futures", "logging",  # Textual's (asyncio's); the launcher hands the first sample over without
 )
 
 

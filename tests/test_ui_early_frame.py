@@ -105,7 +105,7 @@ def _first_sample_drawn(**filters) -> tuple[list, object]:
         events.append("proc")
         return inspect(pids)
 
-    collector.processes.inspect = inspecting  # type: ignore[method-assign]
+    collector.processes.inspect = inspecting
     try:
         sampler = Sampler(collector, watch_probes=False, **filters)
         _, first = open_ahead(lambda: (sampler, None), events.append)
@@ -131,3 +131,17 @@ def test_the_gpus_are_drawn_before_the_processes_are_looked_up_in_proc():
 def test_a_filter_by_what_proc_says_is_drawn_once_it_is_read():
     events, full = _first_sample_drawn(users=("alice",))
     assert events == ["proc", full]  # an outline could show another user's processes
+
+
+def test_a_driver_that_fails_to_open_is_said_at_once():
+    """The main thread waits for the first sample before importing Textual: a failed opening ends
+    that wait at once, and is raised where the opening's result is asked for."""
+    from gputui.ui.launch import open_ahead
+
+    def opener():
+        raise RuntimeError("no driver")
+
+    opened, first = open_ahead(opener)
+    assert first.done(timeout=10) and opened.done(timeout=0)
+    with pytest.raises(RuntimeError, match="no driver"):
+        opened.result()
