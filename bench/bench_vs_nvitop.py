@@ -17,6 +17,7 @@ from this checkout), so both run with byte-code compiled at install time.
 
     python bench/bench_vs_nvitop.py                        # 64 and 1000 processes, 60 s each
     python bench/bench_vs_nvitop.py --processes 64 --seconds 20 --runs 3
+    python bench/bench_vs_nvitop.py --processes 64 --baseline main   # before and after, in one run
 Goals (issue 13): CPU <= 0.5x nvitop's at 8 GPUs x 64 processes and <= 1x at 1000 processes;
 first frame <= 1x; peak RSS <= 1.5x.
 """
@@ -64,6 +65,21 @@ def feeder(state: Path, processes: int) -> subprocess.Popen:
             raise RuntimeError("the simulator's feeder did not start")
         time.sleep(0.05)
     return proc
+
+
+def baseline_venv(venvs: Path, ref: str, work: Path) -> Path:
+    """gputui as of git ``ref``, installed into a venv of its own (named by commit, so kept between
+    runs): the "before" of a change, run interleaved with the checkout so that both meet the same load."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    where = venvs / f"gputui-{commit[:12]}"
+    if not (where / "bin" / "python").exists():
+        source = work / "baseline"
+        source.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+        venv(where, str(source))
+    return where / "bin" / "gputui"
 
 
 def full_frame(screen: str, pids: set[str]) -> bool:
@@ -126,6 +142,8 @@ def main() -> int:
                         help="where the throwaway venvs live (reused between runs)")
     parser.add_argument("--fresh", action="store_true", help="rebuild the venvs (after a change here)")
     parser.add_argument("--show", action="store_true", help="print each tool's last screen")
+    parser.add_argument("--baseline", metavar="GIT_REF",
+                        help="also run gputui as of this commit (e.g. main), interleaved: before and after")
     args = parser.parse_args()
     for tool in ("tmux", "cc"):
         if shutil.which(tool) is None:
@@ -152,12 +170,14 @@ def main() -> int:
         "gputui": f"{gputui} --interval 1",
         "nvitop": f"{nvitop} --interval 1",
     }
+    if args.baseline:
+        tools["before"] = f"{baseline_venv(args.venvs, args.baseline, work)} --interval 1"
     print(f"gputui vs {version}: {SCENARIO} (8 GPUs), simulated driver as libnvidia-ml.so.1, "
           f"1 s refresh, {args.seconds:g} s measured, {args.size} tmux pane, {os.cpu_count()} CPUs, "
           f"{machine_load()}")
     tmux("new-session", "-d", "-s", "holder", "sleep 100000")  # keeps our tmux server up
     ratios_ok = True
-    nvitop_rss = 0.0  # at the first process count, for the floor's ratio
+    nvitop_rss = gputui_rss = 0.0  # at the first process count, for the floor's ratio
     try:
         for count in args.processes:
             state = work / f"state-{count}"
@@ -181,6 +201,7 @@ def main() -> int:
                         print(runs[-1]["screen"])
                 g, n = medians["gputui"], medians["nvitop"]
                 nvitop_rss = nvitop_rss or n["rss"]
+                gputui_rss = gputui_rss or g["rss"]
                 cpu_goal = GOALS["cpu"].get(count, 1.0)
                 for label, ratio, goal in (
                         ("CPU", g["cpu"] / n["cpu"], cpu_goal),
@@ -190,6 +211,11 @@ def main() -> int:
                     ratios_ok &= met
                     print(f"  gputui/nvitop {label:<11} {ratio:5.2f}x  (goal <= {goal:g}x: "
                           f"{'met' if met else 'NOT met'})")
+                if "before" in medians:
+                    b = medians["before"]
+                    for label, key in (("CPU", "cpu"), ("first frame", "first_frame"), ("peak RSS", "rss")):
+                        print(f"  before/nvitop {label:<11} {b[key] / n[key]:5.2f}x   gputui/before "
+                              f"{g[key] / b[key]:5.2f}x")
             finally:
                 feed.send_signal(signal.SIGTERM)
                 feed.wait(timeout=30)
@@ -198,7 +224,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     floor = framework_floor_mb(gputui.parent / "python")
     print(f"\nTextual's App, pynvml and psutil imported, nothing else: {floor:.1f} MB "
-          f"({floor / nvitop_rss:.2f}x nvitop's RSS at {args.processes[0]} processes)")
+          f"({floor / nvitop_rss:.2f}x nvitop's RSS at {args.processes[0]} processes); gputui's own share "
+          f"above it: {gputui_rss - floor:.1f} MB (issue 13's goal: <= 5)")
     print(f"{machine_load()}")
     return 0 if ratios_ok else 1
 

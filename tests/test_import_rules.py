@@ -77,3 +77,30 @@ def test_rules_catch_a_violation():
     assert "psutil" in forbidden("gputui.analysis.history")
     assert "prometheus_client" in forbidden("gputui.cli") - forbidden("gputui.serve.metrics")
     assert "textual" in forbidden("gputui.serve.metrics")
+
+
+# What the live monitor's first frame needs: the CLI, the launcher, the sampler opened on the driver, one
+# sample rendered as --once renders it (ui/early_frame.py). Whatever else these load is time before the
+# first frame (issue 31 item 21: nvitop's first frame came sooner), so each of these must wait.
+FIRST_FRAME = (
+    "gputui.cli", "gputui.plain.terminal", "gputui.ui.launch", "gputui.ui.early_frame",
+    "gputui.collect.collector", "gputui.plain.render",
+)
+NOT_BEFORE_THE_FIRST_FRAME = (
+    "textual",  # the frame is drawn while it loads
+    "tomllib",  # a config file's parser, only where there is a config file
+    "gputui.analysis.leaks", "statistics",  # the leak verdicts, judged after the first sample
+    "gputui.analysis.process", "gputui.plain.jobs",  # a probed process's or a job's analysis, where there is one
+    "concurrent.futures", "logging",  # Textual's (asyncio's); the launcher hands the first sample over without
+)
+
+
+def test_the_first_frame_waits_for_nothing_it_does_not_draw():
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(FIRST_FRAME)!r}: importlib.import_module(name)\n"
+        f"print(json.dumps([m for m in {list(NOT_BEFORE_THE_FIRST_FRAME)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -86,3 +86,62 @@ def test_without_trouble_the_monitor_takes_over(pipe):
     written(pipe[0])
     frame.draw(training_snapshot())
     assert written(pipe[0]) == ""  # handed over: the monitor paints from now on
+
+
+def _first_sample_drawn(**filters) -> tuple[list, object]:
+    """What the early frame is shown of the first sample of the torchrun demo, in order, with "proc"
+    where /proc is read for the processes' details; and the first sample the monitor gets."""
+    from gputui.collect import open_collector
+    from gputui.ui.launch import open_ahead
+    from gputui.ui.sampler import Sampler
+
+    now = [0.0]
+    collector = open_collector("torchrun", clock=lambda: now[0])
+    now[0] = 60.0  # the job is running
+    events: list = []
+    inspect = collector.processes.inspect
+
+    def inspecting(pids):
+        events.append("proc")
+        return inspect(pids)
+
+    collector.processes.inspect = inspecting
+    try:
+        sampler = Sampler(collector, watch_probes=False, **filters)
+        _, first = open_ahead(lambda: (sampler, None), events.append)
+        return events, first.result(timeout=30)
+    finally:
+        collector.close()
+
+
+def test_the_gpus_are_drawn_before_the_processes_are_looked_up_in_proc():
+    """Issue 31 item 21: the first frame comes from NVML's answers alone; each process's user, command
+    and host figures (psutil, /proc: the slower part of a first sample) are drawn when read."""
+    events, full = _first_sample_drawn()
+    outline, proc, last = events
+    assert proc == "proc" and last is full
+    assert outline.devices == full.devices and len(outline.devices) == 8
+    pids = sorted(p.pid for p in full.processes)
+    assert len(pids) == 8 and sorted(p.pid for p in outline.processes) == pids
+    assert all(p.user is None and p.command == () and p.host_memory is None for p in outline.processes)
+    assert all(p.user and p.command and p.host_memory for p in full.processes)
+    assert outline.jobs == () and len(full.jobs) == 1
+
+
+def test_a_filter_by_what_proc_says_is_drawn_once_it_is_read():
+    events, full = _first_sample_drawn(users=("alice",))
+    assert events == ["proc", full]  # an outline could show another user's processes
+
+
+def test_a_driver_that_fails_to_open_is_said_at_once():
+    """The main thread waits for the first sample before importing Textual: a failed opening ends
+    that wait at once, and is raised where the opening's result is asked for."""
+    from gputui.ui.launch import open_ahead
+
+    def opener():
+        raise RuntimeError("no driver")
+
+    opened, first = open_ahead(opener)
+    assert first.done(timeout=10) and opened.done(timeout=0)
+    with pytest.raises(RuntimeError, match="no driver"):
+        opened.result()

@@ -9,7 +9,6 @@ reserved). Where the figures disagree the breakdown says so in ``note`` instead 
 
 from __future__ import annotations
 
-from gputui.analysis.leaks import untracked_growth
 from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, MemoryCategories, ProbeDevice, ProbeReport, Snapshot
 from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
@@ -136,6 +135,10 @@ def devices_shown(report: ProbeReport) -> tuple[ProbeDevice, ...]:
 
 def breakdown_of(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Breakdown | None:
     """The breakdown of one of the report's devices, with NVML's figure for it from ``snapshot``."""
+    # Imported here: the leak analysis (and statistics) loads only where there is a probe to explain,
+    # not before the live monitor's first frame, which imports this module through plain's renderer.
+    from gputui.analysis.leaks import untracked_growth
+
     untracked = untracked_growth(report, device.device) if device.allocator is None else None
     return explain(report.pid, device, nvml_memory(snapshot, report.pid, device.uuid), untracked)
 

@@ -1,5 +1,9 @@
 """The collector: one call to ``sample()`` returns an immutable Snapshot of driver, GPUs, processes, host.
 
+A sample is taken in two steps, ``outline()`` (NVML: the GPUs and their process lists) and
+``complete()`` (/proc: each process's user, command and host figures, its launchers, its job), so that
+the live monitor's first frame can show the GPUs before the slower second step (ui/early_frame.py).
+
 Everything it touches is injected (the pynvml module, a psutil-like object, clocks, hostname,
 environment, procfs root), so the same code reads a real H100 and the simulated GPUs of ``--demo``.
 """
@@ -17,7 +21,7 @@ from gputui.collect import nvml as nvml_reading
 from gputui.collect.host import HostReader
 from gputui.collect.interfaces import Psutil
 from gputui.collect.jobs import JobFinder
-from gputui.collect.nvml import DeviceReader, NvmlUnavailable
+from gputui.collect.nvml import DeviceReader, NvmlUnavailable, RawProcess
 from gputui.collect.own_cpu import OwnCpu
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
@@ -29,6 +33,23 @@ from gputui.model import PROCESS_UNMAPPED, GpuProcess, MonitorCost, ProbeReport,
 
 if TYPE_CHECKING:  # only --demo and the tests bring the simulated machine
     from gputui.collect.sim.machine import SimulatedMachine
+
+
+@dataclasses.dataclass(frozen=True)
+class Outline:
+    """The first step of a sample: ``snapshot`` holds the driver, GPUs and host (no processes), ``raw``
+    NVML's process lists."""
+
+    snapshot: Snapshot
+    raw: tuple[RawProcess, ...]
+    started: float  # the sample's cost is measured over both steps
+    nvml_before: float
+
+    def picture(self) -> Snapshot:
+        """The snapshot with NVML's processes as they are, before /proc is read: no user, command,
+        CPU or host memory yet (made only where it is shown, so later samples do not pay for it)."""
+        return dataclasses.replace(self.snapshot, processes=tuple(
+            _gpu_process(raw, None, ProcessDetails()) for raw in self.raw))
 
 
 class Collector:
@@ -80,19 +101,36 @@ class Collector:
         self._closed = False
 
     def sample(self) -> Snapshot:
+        return self.complete(self.outline())
+
+    def outline(self) -> Outline:
+        """What NVML says now (and the host's figures), before any process is looked up in /proc."""
         started = self.timer()
         nvml_before = sum(r.nvml_seconds for r in self.readers)
         taken_at = self.wallclock()
         now = self.clock()
         devices = []
-        raw_processes = []
+        raw_processes: list[RawProcess] = []
         problems: list[str] = []
         for reader in self.readers:
             reading = reader.read(now, taken_at)
             devices.append(reading.device)
             raw_processes.extend(reading.processes)
             problems.extend(reading.problems)
+        snapshot = Snapshot(
+            taken_at=taken_at,
+            driver=self.driver,
+            devices=with_cuda_indices(devices, self.environ),
+            host=self.host.read(),
+            source=self.source,
+            problems=tuple(problems),
+        )
+        return Outline(snapshot, tuple(raw_processes), started, nvml_before)
 
+    def complete(self, outline: Outline) -> Snapshot:
+        """The outline's processes as /proc shows them (user, command, CPU, memory, start, launchers),
+        grouped into jobs, with what the whole sample cost."""
+        raw_processes = outline.raw
         where: dict[int, Located] = {}
         for raw in raw_processes:
             if raw.pid not in where:
@@ -111,42 +149,13 @@ class Collector:
                 info = details[loc.procfs_pid]
                 if loc.note and not info.note:
                     info = _with_note(info, loc.note)
-            processes.append(GpuProcess(
-                pid=raw.pid,
-                device_index=raw.device_index,
-                local_pid=loc.local_pid,
-                kind=raw.kind,
-                gpu_instance_id=raw.gpu_instance_id,
-                compute_instance_id=raw.compute_instance_id,
-                gpu_memory=raw.gpu_memory,
-                sm_util=raw.sm_util,
-                memory_util=raw.memory_util,
-                state=info.state,
-                name=info.name,
-                command=info.command,
-                user=info.user,
-                ppid=info.ppid,
-                cpu_percent=info.cpu_percent,
-                host_memory=info.host_memory,
-                started_at=info.started_at,
-                note=info.note,
-            ))
+            processes.append(_gpu_process(raw, loc.local_pid, info))
         gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
         parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
-        host = self.host.read()
-        snapshot = Snapshot(
-            taken_at=taken_at,
-            driver=self.driver,
-            devices=with_cuda_indices(devices, self.environ),
-            processes=tuple(processes),
-            parents=parents,
-            host=host,
-            source=self.source,
-            problems=tuple(problems),
-        )
+        snapshot = dataclasses.replace(outline.snapshot, processes=tuple(processes), parents=parents)
         snapshot = self.jobs.add_to(snapshot)
         return dataclasses.replace(snapshot, monitor=self._cost(
-            started, sum(r.nvml_seconds for r in self.readers) - nvml_before))
+            outline.started, sum(r.nvml_seconds for r in self.readers) - outline.nvml_before))
 
     def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
         """What this sample cost, and the monitor's CPU since the previous one."""
@@ -186,6 +195,30 @@ class Collector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails) -> GpuProcess:
+    """NVML's entry with what /proc says of its process."""
+    return GpuProcess(
+        pid=raw.pid,
+        device_index=raw.device_index,
+        local_pid=local_pid,
+        kind=raw.kind,
+        gpu_instance_id=raw.gpu_instance_id,
+        compute_instance_id=raw.compute_instance_id,
+        gpu_memory=raw.gpu_memory,
+        sm_util=raw.sm_util,
+        memory_util=raw.memory_util,
+        state=info.state,
+        name=info.name,
+        command=info.command,
+        user=info.user,
+        ppid=info.ppid,
+        cpu_percent=info.cpu_percent,
+        host_memory=info.host_memory,
+        started_at=info.started_at,
+        note=info.note,
+    )
 
 
 def _with_note(info: ProcessDetails, note: str) -> ProcessDetails:

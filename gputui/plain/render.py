@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import tzinfo
 
 from gputui.analysis.breakdown import breakdown_of, devices_shown
-from gputui.analysis.process import analyse
 from gputui.model import (
     PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot, mig_name,
 )
@@ -19,7 +18,6 @@ from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
 from gputui import units
-from gputui.plain.jobs import job_lines
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
 
@@ -71,7 +69,12 @@ def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, widt
     lines.append(Line())
     lines += _process_table(snapshot, width, glyphs, tz)
     lines += _unlisted_probes(snapshot, width, glyphs, tz)
-    lines += job_lines(snapshot, width, glyphs.ellipsis)
+    if snapshot.jobs:
+        # The job and probe analyses are imported where there is something to analyse: the live
+        # monitor's first frame (ui/early_frame.py) is drawn by this function and waits on imports.
+        from gputui.plain.jobs import job_lines
+
+        lines += job_lines(snapshot, width, glyphs.ellipsis)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)
@@ -408,6 +411,8 @@ ADVICE_SHOWN = 2
 def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: Glyphs,
                    indent: int) -> list[Line]:
     """The per-step leak verdict with its OOM forecast, then the first pieces of advice."""
+    from gputui.analysis.process import analyse  # only for probed processes: see render()
+
     process = next((p for p in snapshot.processes if p.own_pid == report.pid), None)
     analysis = analyse(snapshot, process, report)
     verdict = analysis.leak

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import os
 import time
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from textual import work
@@ -40,6 +39,7 @@ if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.launch import Ahead
 
 # Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
 Requester = Callable[[int, str, dict[str, Any]], Any]
@@ -125,11 +125,11 @@ class GpuTuiApp(App[int]):
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
-                 first_sample: Future[Snapshot] | None = None, as_root: bool = False) -> None:
+                 first_sample: Ahead[Snapshot] | None = None, as_root: bool = False) -> None:
         """``sampler`` None: a subclass samples (the many-host view);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
-        ``first_sample`` is a Future of a first Snapshot already being taken (``sample_ahead``);
+        ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
         ``as_root``: gputui runs as root (the header says so: its signals reach every process)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).

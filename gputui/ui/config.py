@@ -18,11 +18,6 @@ from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
 from gputui.untrusted import visible
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # tomllib is new in 3.11; tomli is the same parser (a dependency on 3.10 only)
-    import tomli as tomllib
-
 THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
@@ -89,6 +84,11 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {shown} is not UTF-8 text: byte 0x{data[exc.start]:02x} at "
                           f"offset {exc.start}") from None
+    # Imported here: most users have no config file, and the monitor's first frame waits on imports.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # tomllib is new in 3.11; tomli is the same parser (a dependency on 3.10 only)
+        import tomli as tomllib
     try:
         config = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import Future, wait
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 from collections.abc import Sequence
 
@@ -26,6 +25,7 @@ from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
 from gputui.options import Options
 
+T = TypeVar("T")
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
 NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
                     "from their probes.")
@@ -56,7 +56,7 @@ def run_tui(options: Options) -> int:
         if early:
             # Importing Textual now would slow the first sample down (both want the GIL), and with
             # it the early frame; a driver slow to open is left to overlap the import after all.
-            wait([first_sample], timeout=EARLY_WAIT)
+            first_sample.done(timeout=EARLY_WAIT)
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
 
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
@@ -137,25 +137,58 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     return sampler, banner
 
 
+class Ahead(Generic[T]):
+    """A result the opening thread hands over: the part of concurrent.futures.Future used here.
+    concurrent.futures itself brings logging, about 8 ms of CPU before the first frame; Textual
+    loads it later."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def set_result(self, value: T) -> None:
+        self._value = value
+        self._done.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def done(self, timeout: float | None = None) -> bool:
+        """Whether the result (or its exception) is in, waiting ``timeout`` seconds for it at most."""
+        return self._done.wait(timeout)
+
+    def result(self, timeout: float | None = None) -> T:
+        """The result, or the exception raised again; TimeoutError after ``timeout`` seconds."""
+        if not self._done.wait(timeout):
+            raise TimeoutError("not there yet")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]  # set before the event
+
+
 def open_ahead(opener: Callable[[], tuple[Sampler, str | None]],
-               show: Callable[[Snapshot], None] | None = None) -> tuple[Future, Future]:
-    """Open the sampler (``opener``) and take its first sample in a thread, starting now: a Future
-    of (sampler, banner) and a Future of the first Snapshot, which ``show`` (if given) draws at once.
+               show: Callable[[Snapshot], None] | None = None
+               ) -> tuple[Ahead[tuple[Sampler, str | None]], Ahead[Snapshot]]:
+    """Open the sampler (``opener``) and take its first sample in a thread, starting now: (sampler,
+    banner) and the first Snapshot when they are there, which ``show`` (if given) draws at once,
+    after drawing its outline (the GPUs and their processes, before /proc is read: Sampler.sample).
     The app's sampling worker waits for the second before sampling again, so the sampler is used by
     one thread at a time."""
-    opened: Future = Future()
-    first: Future = Future()
+    opened: Ahead[tuple[Sampler, str | None]] = Ahead()
+    first: Ahead[Snapshot] = Ahead()
 
     def run() -> None:
         try:
             sampler, banner = opener()
         except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
             opened.set_exception(exc)
-            first.cancel()
+            first.set_exception(exc)  # not waited for: the main thread raises it from ``opened``
             return
         opened.set_result((sampler, banner))
         try:
-            snapshot = sampler.sample()
+            snapshot = sampler.sample(outline=show)
         except BaseException as exc:  # noqa: BLE001 - handed to the app, which says why
             first.set_exception(exc)
             return

@@ -10,9 +10,8 @@ import dataclasses
 import socket
 import time
 from collections.abc import Iterable, Mapping
-from typing import Callable, Protocol, TypedDict
+from typing import TYPE_CHECKING, Callable, Protocol, TypedDict
 
-from gputui.analysis.leaks import LeakJudge
 from gputui.collect.host import HostReader
 from gputui.collect.jobs import JobFinder
 from gputui.collect.probed import ProbedProcesses
@@ -20,6 +19,9 @@ from gputui.link.endings import OomEndings
 from gputui.model import Host, ProbeReport, Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible_all
+
+if TYPE_CHECKING:
+    from gputui.analysis.leaks import LeakJudge
 
 
 class Source(Protocol):
@@ -68,13 +70,17 @@ class Sampler:
         self.filters = _Filters(only=tuple(only), only_visible=only_visible, users=tuple(users),
                             pids=tuple(pids))
         self._watcher = watcher if watcher is not None else (_open_probe_watcher() if watch_probes else None)
-        self._judge = LeakJudge()
+        self._judge: LeakJudge | None = None  # made at the first judge(): the first frame does without
         self._endings = OomEndings()
 
-    def sample(self) -> Snapshot:
+    def sample(self, outline: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
-        made visible: every screen shows it, and none of them may write a control character."""
-        snapshot = self.collector.sample()
+        made visible: every screen shows it, and none of them may write a control character.
+
+        ``outline`` (the early frame) is first shown the GPUs and NVML's processes before /proc is
+        read for the processes' details, where the collector can (Collector.outline) and no filter
+        needs those details; probes, jobs and OOM endings come with the finished snapshot only."""
+        snapshot = self._collect(outline)
         reports = self._probe_reports()
         if reports:
             snapshot = dataclasses.replace(snapshot, probes=reports)
@@ -93,8 +99,20 @@ class Sampler:
             snapshot = jobs.add_to(snapshot)
         return visible_all(self._endings.add_to(snapshot))
 
+    def _collect(self, outline: Callable[[Snapshot], None] | None) -> Snapshot:
+        first_step = getattr(self.collector, "outline", None)
+        if outline is None or first_step is None or any(self.filters.values()):
+            return self.collector.sample()
+        drawn = first_step()
+        outline(visible_all(drawn.picture()))
+        return self.collector.complete(drawn)  # type: ignore[attr-defined]  # it has outline()
+
     def judge(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
         """The leak verdict of every probed process in ``snapshot``, by pid."""
+        if self._judge is None:
+            from gputui.analysis.leaks import LeakJudge
+
+            self._judge = LeakJudge()
         return self._judge(snapshot)
 
     def _probe_reports(self) -> tuple[ProbeReport, ...]:
