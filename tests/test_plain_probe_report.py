@@ -57,3 +57,20 @@ def test_demo_probe_prints_verdict_advice_and_time_to_oom():
     assert "allocated grows 48.0 MiB per step" in leak and "out of memory at step" in leak
     assert any(line.startswith("  advice 1: ") for line in lines)
     assert any("context+libs 500MiB" in line for line in lines)  # NVML's share, from the GPUs now
+
+
+def test_each_advice_gives_its_fix_under_its_title():
+    lines = render_probe(cpu_job(), width=100, tz=timezone.utc).splitlines()
+    title = lines.index("  advice 1: A collection of tensors keeps growing")
+    assert lines[title + 1:title + 4] == [
+        "    Bound it, or keep numbers instead of tensors:",
+        "        cache[key] = value.detach()          # no graph; or value.item() for a number",
+        "        if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+    ]
+    narrow = render_probe(cpu_job(), width=40, ascii=True, tz=timezone.utc).splitlines()
+    title = narrow.index("  advice 1: A collection of tensors k...")
+    assert narrow[title + 1:title + 4] == [  # words wrapped, code cropped
+        "    Bound it, or keep numbers instead of",
+        "    tensors:",
+        "        cache[key] = value.detach()  ...",
+    ]
