@@ -63,3 +63,61 @@ def test_a_look_at_a_model_with_many_attributes_is_cheap():
     assert attribute_sizes(found)["model.option_1999"] == 1  # every one of them
     assert per_look < keepers.LOOK_SECONDS, per_look
     print(f"one look at a model with 2000 attributes: {per_look * 1000:.2f} ms")
+
+
+LIGHTNING_JOB = '''
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Classifier(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+        self.outputs = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.outputs.append(loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+'''
+
+
+@pytest.mark.filterwarnings("ignore")  # (Lightning's own deprecation notices)
+def test_a_list_on_a_real_lightning_module_is_named_as_the_keeper(tmp_path, monkeypatch):
+    # Lightning's loop calls optimizer.step(): at the step's end no frame of the user's code is on the
+    # stack, only Lightning's, whose `model` is the user's LightningModule.
+    lightning = pytest.importorskip("lightning")
+    (tmp_path / "lit_job.py").write_text(LIGHTNING_JOB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import lit_job
+
+    from gputui.probe import runtime
+
+    data = torch.utils.data.TensorDataset(torch.randn(1024, 64), torch.randint(0, 10, (1024,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    probe = runtime.start(serve=False, budget=1.0)
+
+    class RecordSites(lightning.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if batch_idx == 5:
+                probe.desk.record_sites({"steps": 5})
+
+    try:
+        trainer = lightning.Trainer(max_steps=20, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                    enable_progress_bar=False, enable_model_summary=False,
+                                    callbacks=[RecordSites()])
+        trainer.fit(lit_job.Classifier(), loader)
+        report = probe.report()
+    finally:
+        runtime.stop()
+    (keeper,) = report.keepers
+    assert (keeper.name, keeper.scope, keeper.what, keeper.per_step) == ("self.outputs", "attribute", "a list", 1.0)
+    line = LIGHTNING_JOB.splitlines().index("        self.outputs.append(loss)") + 1
+    assert keeper.where == (f"{tmp_path / 'lit_job.py'}:{line} in training_step",)

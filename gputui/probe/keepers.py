@@ -24,6 +24,7 @@ from gputui.model.probe import KEEPER_GRAPH
 from gputui.probe.sites import is_user_file
 
 MAX_FRAMES = 4  # user frames looked at, innermost first
+MAX_STACK = 100  # frames walked up to find them, a framework's (Lightning's, a Trainer's) included
 MAX_NAMES = 5000  # names sized per look (a bound on memory; LOOK_SECONDS bounds the time)
 MAX_GRAPH = 20_000  # autograd nodes walked per tensor
 LOOK_SECONDS = 0.05  # one look stops here, with what it found so far (it runs on the training thread)
@@ -88,26 +89,33 @@ def look(frame=None, clock=time.perf_counter, seconds: float = LOOK_SECONDS) -> 
     frame = frame or sys._getframe(1)
     deadline = clock() + seconds
     found: dict[tuple, tuple] = {}
-    frames = 0
-    while frame is not None and frames < MAX_FRAMES and len(found) < MAX_NAMES:
+    frames = walked = 0
+    while frame is not None and frames < MAX_FRAMES and walked < MAX_STACK and len(found) < MAX_NAMES:
         code = frame.f_code
-        if is_user_file(code.co_filename):
-            frames += 1
-            place = (code.co_filename, code.co_firstlineno)
-            for name, value in list(frame.f_locals.items()):
+        user = is_user_file(code.co_filename)
+        frames += user
+        walked += 1
+        place = (code.co_filename, code.co_firstlineno)
+        for name, value in list(frame.f_locals.items()):
+            if user:
                 _note(found, place, "local", name, value, code.co_name)
-                if _holds_attributes(value):
-                    # Its attributes are added to in the methods of its class, wherever that lives.
-                    home = (_class_file(value) or code.co_filename, 0)
-                    for attr, inner in _attributes(value):
-                        _note(found, home, "attribute", f"{name}.{attr}", inner, code.co_name)
-                        if clock() > deadline or len(found) >= MAX_NAMES:
-                            return found
+            # A framework's loop (Lightning's, a Trainer's) holds the user's objects too: its `model`
+            # is the user's LightningModule, its `self` the user's Trainer subclass.
+            if _holds_attributes(value) and (user or _class_file(value) is not None):
+                # Its attributes are added to in the methods of its class, wherever that lives; there
+                # the user calls it `self`, whatever a framework calls it.
+                home = (_class_file(value) or code.co_filename, 0)
+                holder = name if user else "self"
+                for attr, inner in _attributes(value):
+                    _note(found, home, "attribute", f"{holder}.{attr}", inner, code.co_name)
+                    if clock() > deadline or len(found) >= MAX_NAMES:
+                        return found
+        if user:
             for name, value in list(frame.f_globals.items())[:200]:
                 if not name.startswith("__"):
                     _note(found, place, "global", name, value, code.co_name)
-            if clock() > deadline:
-                break
+        if clock() > deadline:
+            break
         frame = frame.f_back
     return found
 
