@@ -42,7 +42,7 @@ class MLP(nn.Module):
         self.out = nn.Linear(narrow, classes)
 
     def forward(self, x):
-        h = torch.relu(self.wide(x))  # allocates: eval_total_loss
+        h = torch.relu(self.wide(x))  # allocates: eval_total_loss; allocates: module_outputs
         h = torch.relu(self.narrow(h))
         return self.out(h)
 
@@ -240,6 +240,44 @@ class LeakyRNN(nn.Module):
         return self.readout(hidden), hidden
 
 
+class LitClassifier(nn.Module):
+    """A LightningModule-style classifier: the loop calls its training_step and validation_step, and
+    it collects the validation losses on itself for an epoch-end summary, as Lightning's docs show."""
+
+    def __init__(self, features: int = 64):
+        super().__init__()
+        self.net = MLP(features, wide=512)
+        self.val_outputs: list[torch.Tensor] = []
+
+    def training_step(self, batch):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)  # grad enabled: the loss carries its graph
+        self.val_outputs.append(loss)  # keeps: module_outputs
+
+
+class Trainer:
+    """A trainer in the style of Hugging Face's: many attributes set up front, then the user's own
+    ``running`` list last, past the first fifty."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        for index in range(52):  # (a real Trainer's args, callbacks, state, accelerator, ...)
+            setattr(self, f"setting_{index}", [index])
+        self.running: list[torch.Tensor] = []
+
+    def training_step(self, x, y):
+        self.optimizer.zero_grad()
+        features = torch.relu(self.model.wide(x))  # allocates: trainer_attribute
+        loss = F.cross_entropy(self.model.out(torch.relu(self.model.narrow(features))), y)
+        loss.backward()
+        self.optimizer.step()
+        self.running.append(features.detach())  # keeps: trainer_attribute
+
+
 # -- helpers ------------------------------------------------------------------------------------------
 
 
@@ -430,6 +468,62 @@ def global_list(steps: int) -> object:
     return SEEN
 
 
+def module_outputs(steps: int) -> object:
+    """A LightningModule-style loop: validation losses, graphs and all, collected on the module."""
+    torch.manual_seed(0)
+    module = LitClassifier()
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    inputs, labels = torch.randn(4096, 64), torch.randint(0, 10, (4096,))
+    val_x, val_y = torch.randn(512, 64), torch.randint(0, 10, (512,))
+    for step in range(steps):
+        optimizer.zero_grad()
+        module.training_step((batch_at(inputs, step, 128), batch_at(labels, step, 128))).backward()
+        optimizer.step()
+        module.validation_step((batch_at(val_x, step, 128), batch_at(val_y, step, 128)))
+    return module.val_outputs
+
+
+def trainer_attribute(steps: int) -> object:
+    """MLP under a trainer with many attributes: each step's hidden features, detached, kept on it."""
+    model, optimizer, inputs, labels = mlp_job()
+    trainer = Trainer(model, optimizer)
+    for step in range(steps):
+        trainer.training_step(batch_at(inputs, step, 128), batch_at(labels, step, 128))
+    return trainer.running
+
+
+def running_total(steps: int) -> object:
+    """Small GPT, eight blocks deep: the training loss summed as a tensor for the epoch's mean, so every
+    step's autograd graph (hundreds of nodes, freed of their saved tensors by backward) stays linked."""
+    torch.manual_seed(0)
+    model = TinyGPT(layers=8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
+    tokens = torch.randint(0, 288, (2048, 33))
+    total_loss = 0.0
+    for step in range(steps):
+        _, loss = lm_step(model, optimizer, batch_at(tokens, step, 4))
+        total_loss += loss  # keeps: running_total
+    return total_loss
+
+
+def sliced_dataset(steps: int) -> object:
+    """MLP on a 64 MiB dataset held in memory and sliced per batch (views, no copies), while a small
+    copy of each batch is kept in a list for a debugging dump (256 KiB a step)."""
+    torch.manual_seed(0)
+    model = MLP(1024, wide=256)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    dataset, labels = torch.randn(16384, 1024), torch.randint(0, 10, (16384,))
+    inspected = []
+    for step in range(steps):
+        x, y = batch_at(dataset, step, 64), batch_at(labels, step, 64)
+        optimizer.zero_grad()
+        out = model(x)
+        F.cross_entropy(out, y).backward()
+        optimizer.step()
+        inspected.append(x.clone())  # allocates: sliced_dataset; keeps: sliced_dataset
+    return inspected
+
+
 # -- clean loops --------------------------------------------------------------------------------------
 
 
@@ -600,6 +694,21 @@ PATTERNS: dict[str, Pattern] = {
     "global_list": Pattern(
         global_list, True, "other", "MLP",
         "SEEN.append(x.clone()) at module level keeps a copy of every batch; drop it or bound it"),
+    "module_outputs": Pattern(
+        module_outputs, True, "activations", "LightningModule-style MLP",
+        "self.val_outputs.append(loss) on the module keeps each validation graph; append loss.detach() "
+        "(or loss.item()) and clear the list at the epoch's end"),
+    "trainer_attribute": Pattern(
+        trainer_attribute, True, "other", "MLP",
+        "self.running.append(features.detach()) on a trainer with many attributes keeps every step's "
+        "features; keep a summary (.mean().item()) or a bounded window"),
+    "running_total": Pattern(
+        running_total, True, "other", "small GPT",
+        "total_loss += loss links every step's autograd graph to the next; use loss.item()"),
+    "sliced_dataset": Pattern(
+        sliced_dataset, True, "other", "MLP",
+        "inspected.append(x.clone()) keeps a copy of every batch; the 64 MiB dataset sliced per batch "
+        "(views, no copies) is not the leak"),
     "clean_cnn": Pattern(
         clean_cnn, False, None, "CNN with BatchNorm", "clean: the loss is logged with .item()"),
     "warmup": Pattern(

@@ -119,3 +119,20 @@ def test_gputui_probe_shows_figures_read_at_the_jobs_latest_steps(tmp_path):
         job.kill()
         job.wait()
     assert step > 300 and max(lags) <= 20, lags
+
+
+def test_each_advice_gives_its_fix_under_its_title():
+    lines = render_probe(cpu_job(), width=100, tz=timezone.utc).splitlines()
+    title = lines.index("  advice 1: A collection of tensors keeps growing")
+    assert lines[title + 1:title + 4] == [
+        "    Bound it, or keep numbers instead of tensors:",
+        "        cache[key] = value.detach()          # no graph; or value.item() for a number",
+        "        if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+    ]
+    narrow = render_probe(cpu_job(), width=40, ascii=True, tz=timezone.utc).splitlines()
+    title = narrow.index("  advice 1: A collection of tensors k...")
+    assert narrow[title + 1:title + 4] == [  # words wrapped, code cropped
+        "    Bound it, or keep numbers instead of",
+        "    tensors:",
+        "        cache[key] = value.detach()  ...",
+    ]

@@ -244,3 +244,60 @@ def test_record_sites_rejects_bad_parameters(probe):
         probe.desk.record_sites({"steps": 0})
     assert probe.desk.record_sites({"on": False}) == {"recording": False, "steps": 0,
                                                   "starts_at_step": None}
+
+
+class _ModelOutput(dict):
+    """As transformers' ModelOutput: a dict whose keys are also attributes."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class _ComputesItsLoss(nn.Module):
+    """As a Hugging Face model given labels: the loss is computed inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        loss = nn.functional.cross_entropy(logits, labels) if labels is not None else None
+        return _ModelOutput(loss=loss, logits=logits)
+
+
+def test_no_note_about_a_loss_outside_any_module_when_the_model_computes_its_loss(probe):
+    model = _ComputesItsLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(x, labels=y).loss.backward()
+        optimizer.step()
+    assert probe.report().limits == ()
+
+
+def test_a_loss_computed_in_the_loop_keeps_the_note(probe):
+    job = loops.make_job()
+    x, y = fresh_batch(job)
+    for _ in range(3):
+        step(job, x, y)  # F.cross_entropy on the model's output, outside it
+    (limit,) = probe.report().limits
+    assert limit.startswith("Activations leave out what a loss function saves outside any module")
+
+
+def test_recorded_sites_rank_what_grows_before_what_is_held(probe):
+    job = loops.make_job()
+    held = torch.randn(1 << 18)  # 1 MiB made while recording, and kept: held, not growing
+    loops.clean(job, 2)
+    probe.desk.record_sites({"steps": 5})
+    loops.clean(job, 1)
+    held = held * 2  # (at the first recorded step)
+    loops.leak_cache(job, 8)
+    report = probe.report()
+    where = f"{EXAMPLES / 'loops.py'}:{_line_of('the leak: a new tensor per step')} in leak_cache"
+    assert report.sites[0].where == where  # 64 KiB a step, below the 1 MiB held
+    assert max(report.sites[0].live_bytes) < max(s.live_bytes[-1] for s in report.sites) == held.nbytes

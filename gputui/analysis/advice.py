@@ -14,7 +14,8 @@ from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
 from gputui.units import size, span
-from gputui.model import Device, GpuProcess, ProbeDevice, ProbeReport, Snapshot, StepRecord
+from gputui.model import Device, GpuProcess, LeakKeeper, ProbeDevice, ProbeReport, Snapshot, StepRecord
+from gputui.model.probe import KEEPER_GRAPH
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -163,6 +164,13 @@ def _keeper_text(seen: _Seen) -> str:
     return f" Kept at: {keepers[0].where[0]} ({keeper_text(keepers[0])})." if keepers else ""
 
 
+def _graph_keeper(seen: _Seen) -> LeakKeeper | None:
+    """The keeper, if it is one tensor whose autograd graph grows: a running total of losses
+    (``total_loss += loss``) that links every step's graph to the next."""
+    keepers = [k for k in (seen.report.keepers if seen.report is not None else ()) if k.where]
+    return keepers[0] if keepers and keepers[0].what == KEEPER_GRAPH else None
+
+
 def _leak(seen: _Seen) -> Advice | None:
     v = seen.verdict
     if v is None or v.state != LEAK_LEAK:
@@ -172,6 +180,19 @@ def _leak(seen: _Seen) -> Advice | None:
     head = f"Allocated memory grows {per_step} per step over {over} steps"
     level = next((g.level for g in v.growth if g.name == v.category), None)
     on_host = v.category == "other" and v.host_other_per_step is not None
+    total = _graph_keeper(seen)
+    if total is not None and v.category != "activations":
+        # Backward freed the saved tensors, but each step's graph nodes stay linked to the total.
+        where = "Host memory" if on_host else "Memory outside the tracked categories"
+        return Advice(
+            kind="keep-graph", severity="critical",
+            title="Each step's autograd graph is kept alive",
+            detail=f"{where} grows {per_step} per step over {over} steps: {total.name} is a running total that "
+            f"still carries its autograd graph, so every step's graph stays linked to the next." + _site_text(seen),
+            action=f"Add numbers, not graphs, to a running total:\n"
+            f"    {total.name} += loss.item()          # not: {total.name} += loss\n"
+            f"    {total.name} += loss.detach()        # to keep a tensor, without its graph",
+        )
     if v.category == "activations":
         return Advice(
             kind="keep-graph", severity="critical",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gputui.analysis.robust import theil_sen
 from gputui.model import LeakKeeper, ProbeReport
+from gputui.model.probe import KEEPER_GRAPH
 from gputui.model.verdicts import GrowingSite
 
 MIN_RECORDED_STEPS = 3  # fewer recorded steps than this cannot show a trend
@@ -45,7 +46,7 @@ def growing_sites(report: ProbeReport) -> tuple[GrowingSite, ...]:
 def keeper_text(keeper: LeakKeeper) -> str:
     """What keeps a leak, in one phrase: "total_loss, a tensor whose autograd graph grows by 11 nodes a
     step", for the line that adds to it."""
-    if "graph" in keeper.what:
+    if keeper.what == KEEPER_GRAPH:
         unit = "nodes"
     elif keeper.what.startswith(("a list", "a dict", "a set", "a deque", "a tuple")):
         unit = "items"

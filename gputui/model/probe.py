@@ -188,6 +188,10 @@ class AllocationSite:
     stack: tuple[str, ...] = field(default=(), metadata=doc("a few frames, innermost last"))
 
 
+# LeakKeeper.what for a tensor whose autograd graph grows (``total_loss += loss``): a graph, not a collection.
+KEEPER_GRAPH = "a tensor whose autograd graph"
+
+
 @dataclass(frozen=True)
 class LeakKeeper:
     """A name in the user's code that held more at each step while a leak was recorded.

@@ -433,6 +433,20 @@ def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: 
         lines += flow([text(item.title)], width,
                       first=Line().add(pad).add(f"advice {item.rank}: ", "accent"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
+        lines += _fix_lines(item.action, width, glyphs, indent + 2)
+    return lines
+
+
+def _fix_lines(action: str, width: int, glyphs: Glyphs, indent: int) -> list[Line]:
+    """An advice's fix under its title: its words wrapped, its code lines (indented) as they are."""
+    pad = " " * indent
+    lines: list[Line] = []
+    for part in action.splitlines():
+        if part.startswith(" "):
+            lines.append(Line().add(pad + part).cropped(width, glyphs.ellipsis))
+        else:
+            lines += flow([text(word) for word in part.split(" ")], width, first=Line().add(pad), gap=1,
+                          indent=indent, ellipsis=glyphs.ellipsis)
     return lines
 
 

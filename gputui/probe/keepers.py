@@ -14,16 +14,23 @@ import ast
 import collections
 import linecache
 import sys
+import time
 import types
 
 import torch
 
 from gputui.model import LeakKeeper
+from gputui.model.probe import KEEPER_GRAPH
 from gputui.probe.sites import is_user_file
 
 MAX_FRAMES = 4  # user frames looked at, innermost first
-MAX_NAMES = 400  # names sized per look
+MAX_STACK = 100  # frames walked up to find them, a framework's (Lightning's, a Trainer's) included
+MAX_NAMES = 5000  # names sized per look (a bound on memory; LOOK_SECONDS bounds the time)
 MAX_GRAPH = 20_000  # autograd nodes walked per tensor
+LOOK_SECONDS = 0.05  # one look stops here, with what it found so far (it runs on the training thread)
+# nn.Module's own bookkeeping (submodules, parameters, buffers, hooks): the user's lists, dicts and caches
+# on a model are its other attributes.
+_MODULE_OWN = frozenset(vars(torch.nn.Module()))
 _CONTAINERS = (list, dict, set, collections.deque, tuple)
 _ADDERS = {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft"}
 
@@ -46,7 +53,7 @@ def size_of(value) -> tuple[str, int] | None:
     """(what it is, how big) for what can hold a leak; None for anything else."""
     if isinstance(value, torch.Tensor):
         if value.grad_fn is not None:
-            return "a tensor whose autograd graph", graph_size(value)
+            return KEEPER_GRAPH, graph_size(value)
         return "a tensor", value.numel()
     if isinstance(value, _CONTAINERS) and not isinstance(value, (str, bytes)):
         return f"a {type(value).__name__}", len(value)
@@ -54,8 +61,9 @@ def size_of(value) -> tuple[str, int] | None:
 
 
 def _holds_attributes(value) -> bool:
-    """A plain object of the user's (a trainer, a logger) whose attributes may hold a leak."""
-    if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, types.ModuleType, type,
+    """An object of the user's (a trainer, a logger, a LightningModule, a model) whose attributes may
+    hold a leak."""
+    if isinstance(value, (torch.Tensor, torch.optim.Optimizer, types.ModuleType, type,
                           types.FunctionType, types.MethodType, *_CONTAINERS)):
         return False
     module = getattr(type(value), "__module__", "") or ""
@@ -72,32 +80,53 @@ def _class_file(value) -> str | None:
     return filename if filename and is_user_file(filename) else None
 
 
-def look(frame=None) -> dict[tuple, tuple]:
-    """Sizes of what the user's frames on the stack can reach by name.
+def look(frame=None, clock=time.perf_counter, seconds: float = LOOK_SECONDS) -> dict[tuple, tuple]:
+    """Sizes of what the user's frames on the stack can reach by name, within ``seconds``.
 
     Keyed by (file, function's first line, scope, name); scope is "local", "attribute" or "global".
     Values: (what, size, function name, the holder's id).
     """
     frame = frame or sys._getframe(1)
+    deadline = clock() + seconds
     found: dict[tuple, tuple] = {}
-    frames = 0
-    while frame is not None and frames < MAX_FRAMES and len(found) < MAX_NAMES:
+    frames = walked = 0
+    while frame is not None and frames < MAX_FRAMES and walked < MAX_STACK and len(found) < MAX_NAMES:
         code = frame.f_code
-        if is_user_file(code.co_filename):
-            frames += 1
-            place = (code.co_filename, code.co_firstlineno)
-            for name, value in list(frame.f_locals.items()):
+        user = is_user_file(code.co_filename)
+        frames += user
+        walked += 1
+        place = (code.co_filename, code.co_firstlineno)
+        for name, value in list(frame.f_locals.items()):
+            if user:
                 _note(found, place, "local", name, value, code.co_name)
-                if _holds_attributes(value):
-                    # Its attributes are added to in the methods of its class, wherever that lives.
-                    home = (_class_file(value) or code.co_filename, 0)
-                    for attr, inner in list(vars(value).items())[:50]:
-                        _note(found, home, "attribute", f"{name}.{attr}", inner, code.co_name)
+            # A framework's loop (Lightning's, a Trainer's) holds the user's objects too: its `model`
+            # is the user's LightningModule, its `self` the user's Trainer subclass.
+            if _holds_attributes(value) and (user or _class_file(value) is not None):
+                # Its attributes are added to in the methods of its class, wherever that lives; there
+                # the user calls it `self`, whatever a framework calls it.
+                home = (_class_file(value) or code.co_filename, 0)
+                holder = name if user else "self"
+                for attr, inner in _attributes(value):
+                    _note(found, home, "attribute", f"{holder}.{attr}", inner, code.co_name)
+                    if clock() > deadline or len(found) >= MAX_NAMES:
+                        return found
+        if user:
             for name, value in list(frame.f_globals.items())[:200]:
                 if not name.startswith("__"):
                     _note(found, place, "global", name, value, code.co_name)
+        if clock() > deadline:
+            break
         frame = frame.f_back
     return found
+
+
+def _attributes(value) -> list[tuple[str, object]]:
+    """All of an object's own attributes (a Trainer has dozens before the user's); a module's but for
+    nn.Module's bookkeeping."""
+    attributes = list(vars(value).items())
+    if isinstance(value, torch.nn.Module):
+        return [(name, inner) for name, inner in attributes if name not in _MODULE_OWN]
+    return attributes
 
 
 def _note(found, place, scope, name, value, function) -> None:
@@ -192,9 +221,9 @@ class KeeperFinder:
                 lines = keeping_lines(filename, first_line, scope, name)
                 function = after[key][2]
                 where = tuple(f"{filename}:{line} in {_function_at(filename, line) or function}" for line in lines[:3])
-                # One name kept at the same lines is one keeper, however it was reached: a module's
-                # globals are also its top-level frame's locals.
-                found.setdefault((name, where), LeakKeeper(
+                # One holder kept at the same lines is one keeper, however it was reached: a module's
+                # globals are also its top-level frame's locals, a trainer's `self` is its caller's `trainer`.
+                found.setdefault((after[key][3], where), LeakKeeper(
                     name=name, scope=scope, what=what, size=after[key][1], per_step=per_step, where=where))
                 if len(found) == 3:
                     break

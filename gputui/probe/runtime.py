@@ -186,7 +186,7 @@ class Probe:
             durations = tracker.recent_durations(21)
             was_on = sites.on
             sites.step_end(step, durations, tracker.device)
-            tracker.saw_tensor = sites.saw if sites.on else None
+            tracker.saw_tensor = sites.saved if sites.on else None
             if sites.on != was_on:
                 # The keeping line: what the user's frames hold is sized when recording starts and
                 # again when it ends (from here, the frames above are the job's training loop).

@@ -122,7 +122,7 @@ class _CreationWatch(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if self.recorder.on:
-            self.recorder.saw(result)
+            self.recorder.saw(result, args, kwargs)
         return result
 
 
@@ -250,24 +250,34 @@ class SiteRecorder:
 
     # -- seeing tensors (training thread, while recording) -------------------------------------------
 
-    def saw(self, result) -> None:
+    def saw(self, result, args=(), kwargs=None) -> None:
         """Note the storages in ``result`` that are new, with the user code that made them."""
         try:
-            if isinstance(result, torch.Tensor):
-                self._note(result)
-            elif isinstance(result, (tuple, list)):
-                for item in result[:8]:
-                    if isinstance(item, torch.Tensor):
-                        self._note(item)
+            made = _tensors(result)
+            if made:
+                # A result on an input's storage (a slice, a view, an in-place or out= result) is no new
+                # allocation: a dataset held in memory and sliced per batch is not its slicing line's.
+                given = {t.untyped_storage().data_ptr() for t in _tensors(args) + _tensors(kwargs)}
+                for tensor in made:
+                    self._note(tensor, given)
         except Exception as exc:
             self.problems.record("site recording (tensor)", exc)
 
-    def _note(self, tensor) -> None:
+    def saved(self, tensor) -> None:
+        """Note a tensor saved for backward, made where the creation watch cannot see (inside an op)."""
+        try:
+            if tensor.numel() * tensor.element_size() < tensor.untyped_storage().nbytes():
+                return  # part of a bigger storage (a batch sliced from a dataset): not made by this op
+            self._note(tensor, set())
+        except Exception as exc:
+            self.problems.record("site recording (tensor)", exc)
+
+    def _note(self, tensor, given: set) -> None:
         if len(self._entries) >= self.max_entries:
             return
         storage = tensor.untyped_storage()
         ptr = storage.data_ptr()
-        if not ptr:
+        if not ptr or ptr in given:
             return
         key = (ptr, tensor.device)
         known = self._entries.get(key)
@@ -283,10 +293,29 @@ class SiteRecorder:
     # -- reading (any thread) -------------------------------------------------------------------------
 
     def sites(self) -> tuple[AllocationSite, ...]:
+        """The recorded sites, those whose live bytes grew most while recording first (what leaks), then
+        the largest (what is held)."""
         steps = len(self.recorded_steps)
         columns = {site: list(col) for site, col in list(self.columns.items()) if len(col) == steps}
-        ranked = sorted(columns, key=lambda s: (max(columns[s], default=0), s), reverse=True)
+        ranked = sorted(columns, key=lambda s: (_growth(columns[s]), max(columns[s], default=0), s), reverse=True)
         return tuple(
             AllocationSite(where=site, live_bytes=tuple(columns[site]), stack=self.stacks.get(site, ()))
             for site in ranked[:MAX_SITES]
         )
+
+
+def _growth(live: list[int]) -> int:
+    """Bytes a site gained from the first recorded step to the last (0 for one that shrank)."""
+    return max(0, live[-1] - live[0]) if live else 0
+
+
+def _tensors(value) -> list:
+    """The tensors in a torch function's result or arguments: itself, or the first few of a list,
+    tuple or dict (a cheap look, not a deep walk)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [item for item in value[:8] if isinstance(item, torch.Tensor)]
+    return []

@@ -65,6 +65,15 @@ MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
+def carries_loss(output) -> bool:
+    """Whether a model's output holds a loss it computed itself: a one-element tensor with a graph, as
+    the output, as its ``loss`` (Hugging Face's ModelOutput, a dict) or first item (``return_dict=False``)."""
+    loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    if loss is None:
+        loss = output[0] if isinstance(output, (tuple, list)) and output else output
+    return isinstance(loss, torch.Tensor) and loss.grad_fn is not None and loss.numel() == 1
+
+
 class Tracker:
     """The hooks and the step boundaries. Runs on the training thread only: its hooks are called by
     torch from the job's own calls; what other threads may see it puts on the Board.
@@ -102,6 +111,9 @@ class Tracker:
         # optimizer still gets fresh figures, read here, on its own thread.
         self.on_forward: Callable[[], None] | None = None
         self.last_reading: PhaseReading | None = None  # the latest measured step's end reading
+        # A model's forward returned its own loss (a Hugging Face model given labels, a loss module): the
+        # loss's saved tensors are seen, and the report need not say they may not be.
+        self.loss_inside = False
         self.last_measured = False  # the latest step has a full StepRecord
         self._primary: weakref.ref | None = None  # the optimizer whose step() ends a training step
         # (the latest measured step's entry, {key: live entry} of what it saved and held at its end):
@@ -229,7 +241,7 @@ class Tracker:
             return (LIMIT_NOT_WATCHED if self.saved_hooks.available else LIMIT_HOOKS_UNAVAILABLE,)
         if not self.categories.modules:
             return (LIMIT_NO_FORWARD,) if self.step_count else ()
-        return (LIMIT_LOSS_OUTSIDE,)
+        return () if self.loss_inside else (LIMIT_LOSS_OUTSIDE,)
 
     def activations_shown(self) -> tuple[int, int] | None:
         """(bytes, step) to report as activations instead of what is held now, or None for "now".
@@ -343,6 +355,13 @@ class Tracker:
         if depth <= 0 and getattr(local, "pushed", False):
             local.pushed = False
             self.saved_hooks.pop()
+        if depth <= 0 and not self.loss_inside:
+            try:
+                if carries_loss(output):
+                    self.loss_inside = True
+                    self.board.limits = self.limits()  # (said now, not at the next reading)
+            except Exception as exc:
+                self.problems.record("forward hook", exc)
         return None
 
     def _unpack(self, saved):
