@@ -13,7 +13,7 @@ from gputui.model.fielddoc import doc
 # What a breakdown can hold, in the order every view lists it: the probe's tensor categories, then
 # what the allocator and NVML add (bytes allocated but not categorised, the allocator's cache, its
 # fragmentation, and the CUDA context and libraries that only NVML counts).
-BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
+BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "gathered", "other",
                    "untracked", "cache", "fragmentation", "context")
 
 
@@ -23,7 +23,8 @@ class BreakdownItem:
 
     key: str = field(metadata=doc(
         "`parameters`, `gradients`, `optimizer_state`, `buffers`, `activations`, `other` (the probe's tensor "
-        "categories), `untracked` (allocated but in no category), `cache` (reserved, free and reusable), "
+        "categories), `gathered` (the unsharded parameters FSDP2 gathers, at the latest measured step's peak), "
+        "`untracked` (allocated but in no category), `cache` (reserved, free and reusable), "
         "`fragmentation` (free bytes stuck in split blocks), `context` (the CUDA context and libraries: NVML "
         "less reserved)", enum=BREAKDOWN_ITEMS))
     # e.g. "activations (step 40's peak; freed to the cache between steps)"

@@ -437,7 +437,7 @@ def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: 
 # The breakdown's parts as --once words them, in its order (gputui.analysis.breakdown): the tensors
 # on one line, what the allocator and the driver add on the allocator's line.
 TENSOR_WORDS = {"parameters": "params", "gradients": "grads", "optimizer_state": "optimizer",
-                "buffers": "buffers", "activations": "activations", "other": "other",
+                "buffers": "buffers", "activations": "activations", "gathered": "gathered", "other": "other",
                 "untracked": "not categorised"}
 ALLOCATOR_WORDS = {"cache": "cache", "fragmentation": "fragmented", "context": "context+libs"}
 

@@ -38,6 +38,7 @@ from gputui.probe.budget import DEFAULT_BUDGET, ReadingsBudget
 from gputui.probe.categories import Categories, categories_of
 from gputui.probe.host import MallocInUse, ResidentMemory
 from gputui.probe.saved_tensor_hooks import SavedTensorHooks
+from gputui.probe.sharded import Gathered, fsdp_modules
 from gputui.probe.steps import (
     BACKWARD,
     FORWARD,
@@ -87,6 +88,7 @@ class Tracker:
         self.budget = ReadingsBudget(budget, clock)
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
+        self.gathered = Gathered()  # the unsharded parameters FSDP2 gathers (sharded.py)
         self.phase = IDLE  # where the running step is: idle, forward, backward, optimizer
         self.device: str | None = None  # the step's device: the one that holds most parameter bytes
         self.phases = PhasePeaks()
@@ -109,6 +111,7 @@ class Tracker:
         self._handles: list = []
         self._module_handles: list = []
         self._pre_handles: list = []
+        self._fsdp_hooked = False  # the FSDP modules of the models seen have their hooks (in _module_handles)
         self._armed = False  # the hooks that readings need are installed
         self._roots_learned = False  # the top-level modules are known: hooked instead of every module
         self._step_started: float | None = None
@@ -157,6 +160,8 @@ class Tracker:
                 torch.nn.modules.module.register_module_forward_hook(
                     self._module_post, always_call=True),
             ]
+            self._fsdp_hooked = False
+            self._hook_fsdp()
         self._armed = True
 
     def _disarm(self) -> None:
@@ -196,16 +201,33 @@ class Tracker:
             self._module_handles.append(module.register_forward_pre_hook(self._module_pre))
             self._module_handles.append(
                 module.register_forward_hook(self._module_post, always_call=True))
+        self._fsdp_hooked = False
+        self._hook_fsdp()
+
+    def _hook_fsdp(self) -> None:
+        """Forward hooks on each FSDP2 module of the models seen, run after FSDP's own: the pre-hook once
+        FSDP gathered the module's parameters and set them on it, the post-hook once it freed them."""
+        if self._fsdp_hooked or not self.categories.modules:
+            return
+        self._fsdp_hooked = True
+        for module in fsdp_modules(list(self.categories.modules)):
+            self._module_handles.append(module.register_forward_pre_hook(self._fsdp_pre))
+            self._module_handles.append(module.register_forward_hook(self._fsdp_post))
 
     # -- reading memory ---------------------------------------------------------------------------
 
     def tally(self) -> dict[str, list[int]]:
         """Bytes per device and category right now: parameters, gradients, state, activations."""
-        counts = self.categories.tally()
-        # Saved tensors with these storages are parameters or state, not activations.
-        self.activations.model_keys = self.categories.model_keys
+        gathered = self.gathered.read() if self.gathered.seen else {}
+        counts = self.categories.tally(skip=gathered)
+        self._exclude(gathered)
         self.activations.add_to(counts)
         return counts
+
+    def _exclude(self, gathered: dict) -> None:
+        # Saved tensors with these storages are parameters, state or gathered parameters, not activations.
+        keys = self.categories.model_keys
+        self.activations.model_keys = keys.union(gathered) if gathered else keys
 
     def may_spend(self) -> bool:
         """Whether a reading now keeps the probe inside its readings budget (see ReadingsBudget)."""
@@ -272,6 +294,8 @@ class Tracker:
             return
         started = self.clock()
         try:
+            if self.gathered.seen:
+                self.gathered.read()  # (backward gathers again: its start is one of the peaks looked at)
             reading = self._read(with_tally=phase == IDLE)
             if phase == IDLE and reading.stats is None:
                 # CPU jobs only (a CUDA job's verdict stands on the allocator): the C allocator's
@@ -337,6 +361,33 @@ class Tracker:
             self.saved_hooks.pop()
         return None
 
+    def _fsdp_pre(self, module, args):
+        """Inside an FSDP2 module's forward, its parameters gathered: note them, raise the step's peak
+        of gathered bytes, and keep the saved tensors that are these weights out of the activations."""
+        if not (self.active and self._measuring) or _is_compiling():
+            return None
+        started = self.clock()
+        try:
+            self.gathered.note(module)
+            self._exclude(self.gathered.read())
+        except Exception as exc:
+            self.problems.record("FSDP forward pre-hook", exc)
+        self.budget.charge(self.clock() - started)
+        return None
+
+    def _fsdp_post(self, module, args, output):
+        """After FSDP2 freed a module's gathered parameters: their addresses are free for the next
+        tensors, which may well be activations."""
+        if not (self.active and self._measuring) or _is_compiling():
+            return None
+        started = self.clock()
+        try:
+            self._exclude(self.gathered.keys())
+        except Exception as exc:
+            self.problems.record("FSDP forward hook", exc)
+        self.budget.charge(self.clock() - started)
+        return None
+
     def _unpack(self, saved):
         if type(saved) is not SavedTensor:
             return saved
@@ -363,6 +414,7 @@ class Tracker:
             budget.charge(self.activations.take_packs() * PACK_COST)
         now = self._step_started = self.clock()
         self.activations.start_step()
+        self.gathered.start_step()
         measuring = budget.start_step(now, first=not self.board.steps)
         if self.evidence.start_step():
             measuring = True
@@ -447,6 +499,9 @@ class Tracker:
         self._measuring = measuring
         if measuring:
             self.activations.start_step()
+            self.gathered.start_step()
+        if not self._fsdp_hooked and self._armed:
+            self._hook_fsdp()  # the models seen in the first step
         if measuring or measured:
             self.phases.reset(measuring)
         if not self._roots_learned and self.step_count >= LEARN_STEPS and self.categories.modules:
@@ -493,7 +548,8 @@ class Tracker:
             peak_backward=phases.peak(BACKWARD),
             peak_optimizer=phases.peak(OPTIMIZER),
             allocated_at_start=start.allocated if (start := phases.mark(FORWARD)) else None,
-            categories=categories_of(row, end.allocated if cuda else None, seen=self.forward_seen),
+            categories=categories_of(row, end.allocated if cuda else None, seen=self.forward_seen,
+                                     gathered=self.gathered.peak if self.gathered.seen else None),
             host_memory=end.host,
             host_allocated=end.heap,
             activations_kept=kept,
@@ -501,6 +557,7 @@ class Tracker:
         )
         if activations.watched:
             activations.show_peak(self.step_count)
+        self.gathered.show_peak()
         entry = StepEntry.measured(record)
         if held:
             self._kept_check = (entry, held)

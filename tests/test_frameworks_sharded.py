@@ -1,0 +1,79 @@
+"""The probe inside sharded training: a real 2-rank FSDP2 job (gloo, CPU), each rank's figures held against
+the truth summed in the rank.
+
+Each rank holds half of every parameter, gradient and Adam moment; for forward and backward FSDP2 gathers
+the unsharded parameters, which are counted apart (``gathered``) and not as activations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+fsdp = pytest.importorskip("torch.distributed.fsdp")
+if not hasattr(fsdp, "fully_shard"):
+    pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)", allow_module_level=True)
+
+from cli_helpers import ROOT  # noqa: E402
+from gputui.model import ProbeReport  # noqa: E402
+from gputui.model.codec import from_jsonable  # noqa: E402
+import sharded_job  # noqa: E402
+
+TIMEOUT = 120.0  # two ranks importing torch on a loaded 2-core machine
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def run_job(kind: str, out: Path) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUTUI_PROBE",)}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", GPUTUI_PROBE_DIR=str(out))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(Path(sharded_job.__file__)), kind, free_port(), str(out)],
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"{kind} job: {time.monotonic() - started:.1f} s")
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def fsdp2(tmp_path_factory):
+    return run_job("fsdp2", tmp_path_factory.mktemp("fsdp2"))
+
+
+def test_each_fsdp2_rank_shows_its_local_shards(fsdp2):
+    for rank in fsdp2:
+        report = from_jsonable(ProbeReport, rank["report"])
+        truth = rank["truth"]
+        assert report.problems == ()
+        # each rank holds half of each parameter (both Linears' row counts are even)
+        assert truth["parameters"] == sharded_job.PARAMETER_BYTES // 2
+        step, now = report.steps[-1].categories, report.devices[0].categories
+        for cats in (step, now):
+            assert (cats.parameters, cats.gradients, cats.optimizer_state) == (
+                truth["parameters"], truth["gradients"], truth["optimizer_state"])
+        # Adam: two moments per shard, and a 4-byte step counter for each of the 4 parameters
+        assert truth["optimizer_state"] == 2 * truth["parameters"] + 4 * 4
+
+
+def test_fsdp2_gathered_parameters_are_their_own_category_not_activations(fsdp2):
+    for rank in fsdp2:
+        report = from_jsonable(ProbeReport, rank["report"])
+        step, now = report.steps[-1].categories, report.devices[0].categories
+        # the weights autograd saves are the gathered ones: not activations
+        assert now.activations == sharded_job.ACTIVATION_BYTES
+        assert report.steps[-1].activations_peak == sharded_job.ACTIVATION_BYTES
+        # Inside the first Linear's forward both are unsharded: its own, and the root's (the last
+        # Linear), which FSDP2 keeps gathered from the root's forward until its backward.
+        assert step.gathered == now.gathered == sharded_job.FIRST + sharded_job.LAST
