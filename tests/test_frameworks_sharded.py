@@ -1,5 +1,5 @@
 """The probe inside sharded training: a real 2-rank FSDP2 job (gloo, CPU), each rank's figures held against
-the truth summed in the rank.
+the truth summed in the rank, and the job view adding the ranks' shards up to the whole model.
 
 Each rank holds half of every parameter, gradient and Adam moment; for forward and backward FSDP2 gathers
 the unsharded parameters, which are counted apart (``gathered``) and not as activations.
@@ -23,8 +23,10 @@ if not hasattr(fsdp, "fully_shard"):
     pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)", allow_module_level=True)
 
 from cli_helpers import ROOT  # noqa: E402
-from gputui.model import ProbeReport  # noqa: E402
+from gputui.analysis.jobs import analyse_job  # noqa: E402
+from gputui.model import Job, JobRank, ProbeReport, Snapshot  # noqa: E402
 from gputui.model.codec import from_jsonable  # noqa: E402
+from gputui.plain.jobs import model_line  # noqa: E402
 import sharded_job  # noqa: E402
 
 TIMEOUT = 120.0  # two ranks importing torch on a loaded 2-core machine
@@ -77,3 +79,18 @@ def test_fsdp2_gathered_parameters_are_their_own_category_not_activations(fsdp2)
         # Inside the first Linear's forward both are unsharded: its own, and the root's (the last
         # Linear), which FSDP2 keeps gathered from the root's forward until its backward.
         assert step.gathered == now.gathered == sharded_job.FIRST + sharded_job.LAST
+
+
+def test_the_job_view_adds_the_fsdp2_ranks_up_to_the_whole_model(fsdp2):
+    reports = tuple(from_jsonable(ProbeReport, rank["report"]) for rank in fsdp2)
+    job = Job(key="master 127.0.0.1", name="sharded_job.py", grouped_by="master", world_size=2,
+              ranks=tuple(JobRank(pid=r.pid, rank=i, probed=True) for i, r in enumerate(reports)))
+    model = analyse_job(job, Snapshot(taken_at=time.time(), probes=reports, jobs=(job,))).model
+    assert model is not None
+    assert (model.parameters, model.ranks, model.world_size) == (sharded_job.PARAMETER_BYTES, 2, 2)
+    assert model.gradients == sharded_job.PARAMETER_BYTES
+    assert model.optimizer_state == 2 * sharded_job.PARAMETER_BYTES + 2 * 4 * 4
+    assert model.gathered == sharded_job.PARAMETER_BYTES
+    assert model_line(model) == ("sharded model, 2 ranks added up: parameters 37.5 KiB, gradients 37.5 KiB, "
+                                 "optimizer state 75.1 KiB; a rank gathers up to 37.5 KiB unsharded for "
+                                 "forward/backward")
