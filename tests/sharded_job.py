@@ -2,8 +2,9 @@
 tests/test_frameworks_sharded.py: ``python sharded_job.py KIND PORT OUT_DIR`` trains five steps and writes
 ``rank<N>.json``: the probe's report and the truth summed in the rank itself.
 
-KIND is "fsdp2" (``fully_shard``). The model is Linear(64, 128), ReLU, Linear(128, 10) in float32: the
-first Linear is an FSDP module of its own, the root (the whole model) holds the last Linear's parameters.
+KIND is "fsdp2" (``fully_shard``) or "fsdp1" (``FullyShardedDataParallel``, flat parameters). The model is
+Linear(64, 128), ReLU, Linear(128, 10) in float32: the first Linear is an FSDP module of its own, the root
+(the whole model) holds the last Linear's parameters.
 """
 
 import json
@@ -35,6 +36,14 @@ def build_fsdp2():
     return model
 
 
+def build_fsdp1():
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    model[0] = FullyShardedDataParallel(model[0], device_id=torch.device("cpu"))
+    return FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+
+
 def local_of(tensor):
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
@@ -47,7 +56,7 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
     from gputui.probe import runtime
 
     torch.manual_seed(0)
-    model = build_fsdp2()
+    model = build_fsdp2() if kind == "fsdp2" else build_fsdp1()
     optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
     probe = runtime.start(serve=False, budget=1.0)
@@ -67,7 +76,7 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
         "sharded_numel": sum(local_of(p).numel() for p in params),
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
-        json.dump({"report": to_jsonable(report), "truth": truth, "pid": os.getpid()}, out)
+        json.dump({"kind": kind, "report": to_jsonable(report), "truth": truth, "pid": os.getpid()}, out)
     dist.barrier()
     dist.destroy_process_group()
 

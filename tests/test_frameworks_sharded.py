@@ -1,7 +1,7 @@
-"""The probe inside sharded training: a real 2-rank FSDP2 job (gloo, CPU), each rank's figures held against
-the truth summed in the rank, and the job view adding the ranks' shards up to the whole model.
+"""The probe inside sharded training: real 2-rank FSDP2 and FSDP1 jobs (gloo, CPU), each rank's figures held
+against the truth summed in the rank, and the job view adding the ranks' shards up to the whole model.
 
-Each rank holds half of every parameter, gradient and Adam moment; for forward and backward FSDP2 gathers
+Each rank holds half of every parameter, gradient and Adam moment; for forward and backward FSDP gathers
 the unsharded parameters, which are counted apart (``gathered``) and not as activations.
 """
 
@@ -23,6 +23,7 @@ if not hasattr(fsdp, "fully_shard"):
     pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)", allow_module_level=True)
 
 from cli_helpers import ROOT  # noqa: E402
+from gputui import units  # noqa: E402
 from gputui.analysis.jobs import analyse_job  # noqa: E402
 from gputui.model import Job, JobRank, ProbeReport, Snapshot  # noqa: E402
 from gputui.model.codec import from_jsonable  # noqa: E402
@@ -49,13 +50,13 @@ def run_job(kind: str, out: Path) -> list[dict]:
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
-@pytest.fixture(scope="module")
-def fsdp2(tmp_path_factory):
-    return run_job("fsdp2", tmp_path_factory.mktemp("fsdp2"))
+@pytest.fixture(scope="module", params=["fsdp2", "fsdp1"])
+def ranks(request, tmp_path_factory):
+    return run_job(request.param, tmp_path_factory.mktemp(request.param))
 
 
-def test_each_fsdp2_rank_shows_its_local_shards(fsdp2):
-    for rank in fsdp2:
+def test_each_rank_shows_its_local_shards(ranks):
+    for rank in ranks:
         report = from_jsonable(ProbeReport, rank["report"])
         truth = rank["truth"]
         assert report.problems == ()
@@ -65,32 +66,36 @@ def test_each_fsdp2_rank_shows_its_local_shards(fsdp2):
         for cats in (step, now):
             assert (cats.parameters, cats.gradients, cats.optimizer_state) == (
                 truth["parameters"], truth["gradients"], truth["optimizer_state"])
-        # Adam: two moments per shard, and a 4-byte step counter for each of the 4 parameters
-        assert truth["optimizer_state"] == 2 * truth["parameters"] + 4 * 4
+        # Adam: two moments per shard, and a 4-byte step counter for each of the 4 parameters (FSDP2)
+        # or of the 2 flat parameters (FSDP1)
+        counters = 4 if rank["kind"] == "fsdp2" else 2
+        assert truth["optimizer_state"] == 2 * truth["parameters"] + counters * 4
 
 
-def test_fsdp2_gathered_parameters_are_their_own_category_not_activations(fsdp2):
-    for rank in fsdp2:
+def test_gathered_parameters_are_their_own_category_not_activations(ranks):
+    for rank in ranks:
         report = from_jsonable(ProbeReport, rank["report"])
         step, now = report.steps[-1].categories, report.devices[0].categories
         # the weights autograd saves are the gathered ones: not activations
         assert now.activations == sharded_job.ACTIVATION_BYTES
         assert report.steps[-1].activations_peak == sharded_job.ACTIVATION_BYTES
         # Inside the first Linear's forward both are unsharded: its own, and the root's (the last
-        # Linear), which FSDP2 keeps gathered from the root's forward until its backward.
+        # Linear), which FSDP keeps gathered from the root's forward until its backward.
         assert step.gathered == now.gathered == sharded_job.FIRST + sharded_job.LAST
 
 
-def test_the_job_view_adds_the_fsdp2_ranks_up_to_the_whole_model(fsdp2):
-    reports = tuple(from_jsonable(ProbeReport, rank["report"]) for rank in fsdp2)
+def test_the_job_view_adds_the_ranks_up_to_the_whole_model(ranks):
+    reports = tuple(from_jsonable(ProbeReport, rank["report"]) for rank in ranks)
     job = Job(key="master 127.0.0.1", name="sharded_job.py", grouped_by="master", world_size=2,
               ranks=tuple(JobRank(pid=r.pid, rank=i, probed=True) for i, r in enumerate(reports)))
     model = analyse_job(job, Snapshot(taken_at=time.time(), probes=reports, jobs=(job,))).model
     assert model is not None
     assert (model.parameters, model.ranks, model.world_size) == (sharded_job.PARAMETER_BYTES, 2, 2)
     assert model.gradients == sharded_job.PARAMETER_BYTES
-    assert model.optimizer_state == 2 * sharded_job.PARAMETER_BYTES + 2 * 4 * 4
+    counters = sum(r["truth"]["optimizer_state"] - 2 * r["truth"]["parameters"] for r in ranks)
+    assert counters in (2 * 4 * 4, 2 * 2 * 4)  # Adam's step counters: 4 per rank (FSDP2), 2 (FSDP1)
+    assert model.optimizer_state == 2 * sharded_job.PARAMETER_BYTES + counters
     assert model.gathered == sharded_job.PARAMETER_BYTES
     assert model_line(model) == ("sharded model, 2 ranks added up: parameters 37.5 KiB, gradients 37.5 KiB, "
-                                 "optimizer state 75.1 KiB; a rank gathers up to 37.5 KiB unsharded for "
-                                 "forward/backward")
+                                 f"optimizer state {units.size(model.optimizer_state)}; a rank gathers up to "
+                                 "37.5 KiB unsharded for forward/backward")

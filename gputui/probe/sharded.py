@@ -1,10 +1,12 @@
-"""Sharded training (FSDP2's ``fully_shard``): each rank's local shards, and the unsharded parameters it gathers.
+"""Sharded training (FSDP2's ``fully_shard``, FSDP1's ``FullyShardedDataParallel``): each rank's local
+shards, and the unsharded parameters gathered for forward and backward.
 
 FSDP2's parameters, gradients and Adam's moments are DTensors: a rank holds only its local shard, which
 ``to_local()`` gives (a DTensor's own storage has no data pointer). For forward and backward FSDP2
-all-gathers each module's parameters into plain unsharded ones and sets them on the module; these are
-what runs a rank out of memory, counted here apart from the parameters and from the activations.
-Training thread only; torch.distributed is looked up only where the job has imported it.
+all-gathers each module's parameters into plain unsharded ones and sets them on the module; FSDP1 points
+its flat parameters at an unsharded storage. These are what runs a rank out of memory, counted here
+apart from the parameters and from the activations. Training thread only; torch.distributed is looked
+up only where the job has imported it.
 """
 
 from __future__ import annotations
@@ -30,47 +32,72 @@ def local(tensor):
     return tensor
 
 
-def fsdp_modules(roots) -> list:
-    """The FSDP2 modules (``fully_shard``) in the trees of ``roots``, outermost first."""
+def fsdp_modules(roots) -> list[tuple]:
+    """(inside, around) for each FSDP module in the trees of ``roots``: ``inside``'s forward pre-hook
+    runs with the module's parameters gathered, ``around``'s forward hook after they were freed.
+
+    FSDP2 gathers in its module's own pre-hook and frees in its forward hook, both run before or after
+    the probe's; FSDP1 gathers inside its ``forward`` around the module it wraps.
+    """
     fsdp = sys.modules.get("torch.distributed.fsdp")
-    kind = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
-    if kind is None:
+    if fsdp is None:
         return []
-    return [m for root in roots for m in root.modules() if isinstance(m, kind)]
+    fsdp2 = getattr(fsdp, "FSDPModule", None)
+    fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
+    found = []
+    for root in roots:
+        for m in root.modules():
+            if fsdp2 is not None and isinstance(m, fsdp2):
+                found.append((m, m))
+            elif fsdp1 is not None and isinstance(m, fsdp1):
+                found.append((m.module, m))
+    return found
 
 
 class Gathered:
-    """The unsharded parameters FSDP2 gathered, as seen on its modules inside their forward passes.
+    """The unsharded parameters gathered, as seen on FSDP's modules inside their forward passes.
 
-    FSDP2 keeps one unsharded parameter object per parameter and frees or refills its storage, so
-    the ones seen once are weakly remembered and their storages read again: what is allocated now
-    is what is gathered now. ``peak`` is the most seen at once since the running step started;
-    ``shown`` the peak of the latest measured step.
+    FSDP2 keeps one unsharded parameter object per parameter and frees or refills its storage; FSDP1
+    keeps its flat parameters and points them at a sharded or an unsharded storage. So the parameters
+    seen once are weakly remembered and their storages read again: what is allocated now and is not
+    the storage it had at the latest step's end (``settle``: the shard, or none) is gathered now.
+    ``peak`` is the most seen at once since the running step started; ``shown`` the peak of the
+    latest measured step.
     """
 
-    __slots__ = ("_params", "peak", "shown")
+    __slots__ = ("_params", "_resting", "peak", "shown")
 
     def __init__(self):
         self._params: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> parameter
+        self._resting: dict[int, tuple] = {}  # id -> (data_ptr, device) at the latest step's end
         self.peak = 0
         self.shown: int | None = None
 
     def note(self, module) -> None:
-        """Inside an FSDP module's forward: remember its unsharded (plain) parameters."""
+        """Inside an FSDP module's forward: remember its parameters (not DTensors: those are shards)."""
         dtensor = dtensor_class()
         params = self._params
         for p in module.parameters():
             if id(p) not in params and (dtensor is None or not isinstance(p, dtensor)):
                 params[id(p)] = p
 
+    def settle(self) -> None:
+        """At a step's end, everything resharded: the storages the parameters have now are not gathered."""
+        resting = {}
+        for key, p in list(self._params.items()):
+            storage = p.untyped_storage()
+            resting[key] = (storage.data_ptr(), p.device)
+        self._resting = resting
+
     def keys(self) -> dict[tuple, int]:
         """(data_ptr, device) -> bytes of every gathered storage allocated now."""
         found: dict[tuple, int] = {}
-        for p in list(self._params.values()):
+        resting = self._resting
+        for key, p in list(self._params.items()):
             storage = p.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr:
-                found[(ptr, p.device)] = storage.nbytes()
+            where = (storage.data_ptr(), p.device)
+            if where[0] and resting.get(key) != where:
+                found[where] = storage.nbytes()
         return found
 
     def read(self) -> dict[tuple, int]:

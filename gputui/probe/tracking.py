@@ -210,9 +210,9 @@ class Tracker:
         if self._fsdp_hooked or not self.categories.modules:
             return
         self._fsdp_hooked = True
-        for module in fsdp_modules(list(self.categories.modules)):
-            self._module_handles.append(module.register_forward_pre_hook(self._fsdp_pre))
-            self._module_handles.append(module.register_forward_hook(self._fsdp_post))
+        for inside, around in fsdp_modules(list(self.categories.modules)):
+            self._module_handles.append(inside.register_forward_pre_hook(self._fsdp_pre))
+            self._module_handles.append(around.register_forward_hook(self._fsdp_post))
 
     # -- reading memory ---------------------------------------------------------------------------
 
@@ -295,6 +295,8 @@ class Tracker:
         started = self.clock()
         try:
             if self.gathered.seen:
+                if phase == IDLE:
+                    self.gathered.settle()  # (resharded: FSDP1's flat parameters hold their shards again)
                 self.gathered.read()  # (backward gathers again: its start is one of the peaks looked at)
             reading = self._read(with_tally=phase == IDLE)
             if phase == IDLE and reading.stats is None:
