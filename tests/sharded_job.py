@@ -2,7 +2,8 @@
 tests/test_frameworks_sharded.py: ``python sharded_job.py KIND PORT OUT_DIR`` trains five steps and writes
 ``rank<N>.json``: the probe's report and the truth summed in the rank itself.
 
-KIND is "fsdp2" (``fully_shard``) or "fsdp1" (``FullyShardedDataParallel``, flat parameters). The model is
+KIND is "fsdp2" (``fully_shard``), "fsdp1" (``FullyShardedDataParallel``, flat parameters) or "zero3"
+(DeepSpeed ZeRO stage 3 on its CPU accelerator, nothing kept unpartitioned). The model is
 Linear(64, 128), ReLU, Linear(128, 10) in float32: the first Linear is an FSDP module of its own, the root
 (the whole model) holds the last Linear's parameters.
 """
@@ -44,24 +45,53 @@ def build_fsdp1():
     return FullyShardedDataParallel(model, device_id=torch.device("cpu"))
 
 
+def build_zero3(model):
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    config = {"train_micro_batch_size_per_gpu": BATCH,
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.Adam(model.parameters()),
+                                                   config=config)
+    return engine, optimizer
+
+
+def zero3_truth(model, optimizer) -> dict:
+    """A rank's ZeRO-3 partitions: the model's (each parameter's ``ds_tensor``) and the optimizer's fp32
+    copy, with Adam's two moments of it; the gradient it gets for the step is one partition again."""
+    partition = storage_bytes(p.ds_tensor for p in model.parameters())
+    master = storage_bytes(optimizer.fp32_partitioned_groups_flat)
+    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values())
+    return {"parameters": partition + master, "gradients": partition, "optimizer_state": state}
+
+
 def local_of(tensor):
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     from gputui.model.codec import to_jsonable
     from gputui.probe import runtime
 
     torch.manual_seed(0)
-    model = build_fsdp2() if kind == "fsdp2" else build_fsdp1()
-    optimizer = torch.optim.Adam(model.parameters())
+    if kind == "zero3":
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        engine, optimizer = build_zero3(model)
+    else:
+        engine = model = build_fsdp2() if kind == "fsdp2" else build_fsdp1()
+        optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
     probe = runtime.start(serve=False, budget=1.0)
     try:
         for _ in range(5):
+            if kind == "zero3":
+                engine.backward(nn.functional.cross_entropy(engine(x), y))
+                engine.step()
+                continue
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
@@ -69,11 +99,10 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
     finally:
         runtime.stop()
     params = list(model.parameters())
-    truth = {
+    truth = zero3_truth(model, optimizer) if kind == "zero3" else {
         "parameters": storage_bytes(local_of(p) for p in params),
         "gradients": storage_bytes(local_of(p.grad) for p in params),
         "optimizer_state": storage_bytes(local_of(v) for s in optimizer.state.values() for v in s.values()),
-        "sharded_numel": sum(local_of(p).numel() for p in params),
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
         json.dump({"kind": kind, "report": to_jsonable(report), "truth": truth, "pid": os.getpid()}, out)

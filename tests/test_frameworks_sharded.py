@@ -1,5 +1,5 @@
-"""The probe inside sharded training: real 2-rank FSDP2 and FSDP1 jobs (gloo, CPU), each rank's figures held
-against the truth summed in the rank, and the job view adding the ranks' shards up to the whole model.
+"""The probe inside sharded training: real 2-rank FSDP2, FSDP1 and DeepSpeed ZeRO-3 jobs (gloo, CPU), each
+rank's figures held against the truth summed in the rank, and the job view adding the ranks' shards up.
 
 Each rank holds half of every parameter, gradient and Adam moment; for forward and backward FSDP gathers
 the unsharded parameters, which are counted apart (``gathered``) and not as activations.
@@ -7,6 +7,7 @@ the unsharded parameters, which are counted apart (``gathered``) and not as acti
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -50,8 +51,10 @@ def run_job(kind: str, out: Path) -> list[dict]:
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
-@pytest.fixture(scope="module", params=["fsdp2", "fsdp1"])
+@pytest.fixture(scope="module", params=["fsdp2", "fsdp1", "zero3"])
 def ranks(request, tmp_path_factory):
+    if request.param == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed (pip install deepspeed, DS_BUILD_OPS=0)")
     return run_job(request.param, tmp_path_factory.mktemp(request.param))
 
 
@@ -60,16 +63,18 @@ def test_each_rank_shows_its_local_shards(ranks):
         report = from_jsonable(ProbeReport, rank["report"])
         truth = rank["truth"]
         assert report.problems == ()
-        # each rank holds half of each parameter (both Linears' row counts are even)
-        assert truth["parameters"] == sharded_job.PARAMETER_BYTES // 2
+        # each rank holds half of each parameter (both Linears' row counts are even); ZeRO-3 twice:
+        # the model's partition and the optimizer's fp32 copy of it
+        copies = 2 if rank["kind"] == "zero3" else 1
+        assert truth["parameters"] == copies * sharded_job.PARAMETER_BYTES // 2
         step, now = report.steps[-1].categories, report.devices[0].categories
         for cats in (step, now):
             assert (cats.parameters, cats.gradients, cats.optimizer_state) == (
                 truth["parameters"], truth["gradients"], truth["optimizer_state"])
-        # Adam: two moments per shard, and a 4-byte step counter for each of the 4 parameters (FSDP2)
-        # or of the 2 flat parameters (FSDP1)
-        counters = 4 if rank["kind"] == "fsdp2" else 2
-        assert truth["optimizer_state"] == 2 * truth["parameters"] + counters * 4
+        # Adam: two moments per shard, and a 4-byte step counter for each of the 4 parameters (FSDP2),
+        # of the 2 flat parameters (FSDP1), of ZeRO-3's one flat partition
+        counters = {"fsdp2": 4, "fsdp1": 2, "zero3": 1}[rank["kind"]]
+        assert truth["optimizer_state"] == 2 * sharded_job.PARAMETER_BYTES // 2 + counters * 4
 
 
 def test_gathered_parameters_are_their_own_category_not_activations(ranks):
@@ -90,12 +95,12 @@ def test_the_job_view_adds_the_ranks_up_to_the_whole_model(ranks):
               ranks=tuple(JobRank(pid=r.pid, rank=i, probed=True) for i, r in enumerate(reports)))
     model = analyse_job(job, Snapshot(taken_at=time.time(), probes=reports, jobs=(job,))).model
     assert model is not None
-    assert (model.parameters, model.ranks, model.world_size) == (sharded_job.PARAMETER_BYTES, 2, 2)
+    copies = 2 if ranks[0]["kind"] == "zero3" else 1  # (ZeRO-3: the model's partitions and fp32 copies)
+    assert (model.parameters, model.ranks, model.world_size) == (copies * sharded_job.PARAMETER_BYTES, 2, 2)
     assert model.gradients == sharded_job.PARAMETER_BYTES
-    counters = sum(r["truth"]["optimizer_state"] - 2 * r["truth"]["parameters"] for r in ranks)
-    assert counters in (2 * 4 * 4, 2 * 2 * 4)  # Adam's step counters: 4 per rank (FSDP2), 2 (FSDP1)
-    assert model.optimizer_state == 2 * sharded_job.PARAMETER_BYTES + counters
+    assert model.optimizer_state == sum(r["truth"]["optimizer_state"] for r in ranks)
     assert model.gathered == sharded_job.PARAMETER_BYTES
-    assert model_line(model) == ("sharded model, 2 ranks added up: parameters 37.5 KiB, gradients 37.5 KiB, "
+    assert model_line(model) == (f"sharded model, 2 ranks added up: parameters {units.size(model.parameters)}, "
+                                 "gradients 37.5 KiB, "
                                  f"optimizer state {units.size(model.optimizer_state)}; a rank gathers up to "
                                  "37.5 KiB unsharded for forward/backward")

@@ -12,7 +12,7 @@ import weakref
 import torch
 
 from gputui.model import MemoryCategories
-from gputui.probe.sharded import dtensor_class, local
+from gputui.probe.sharded import dtensor_class, local, zero3_partitions
 
 # Category slots in a tally: each storage is counted once, in the first category that claims it.
 PARAMS, GRADS, STATE, ACTS, BUFFERS = range(5)
@@ -36,8 +36,8 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     ``seen``, when given, collects the (data_ptr, device) keys of the storages counted;
     ``lasting`` those of parameters, buffers and optimizer state only (gradients are freed and
     their addresses reused from one step to the next). Sharded tensors (FSDP2's DTensors) count
-    their local shard; ``skip``: storage keys counted by none of them (the unsharded parameters FSDP2
-    gathered, set on its modules during forward and backward).
+    their local shard, DeepSpeed ZeRO-3's parameters their partition too; ``skip``: storage keys
+    counted by none of them (the unsharded parameters FSDP gathered for forward and backward).
     """
     seen = set() if seen is None else seen
     seen.update(skip)
@@ -71,6 +71,8 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     params = model_parameters(optimizers, modules)
     for p in params:
         add(p, PARAMS)
+    for part in zero3_partitions(params):
+        add(part, PARAMS)
     for p in params:
         if p.grad is not None:
             add(p.grad, GRADS)

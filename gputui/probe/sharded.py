@@ -1,12 +1,12 @@
-"""Sharded training (FSDP2's ``fully_shard``, FSDP1's ``FullyShardedDataParallel``): each rank's local
-shards, and the unsharded parameters gathered for forward and backward.
+"""Sharded training (FSDP2's ``fully_shard``, FSDP1's ``FullyShardedDataParallel``, DeepSpeed's ZeRO-3): each
+rank's local shards, and the unsharded parameters gathered for forward and backward.
 
 FSDP2's parameters, gradients and Adam's moments are DTensors: a rank holds only its local shard, which
 ``to_local()`` gives (a DTensor's own storage has no data pointer). For forward and backward FSDP2
 all-gathers each module's parameters into plain unsharded ones and sets them on the module; FSDP1 points
-its flat parameters at an unsharded storage. These are what runs a rank out of memory, counted here
-apart from the parameters and from the activations. Training thread only; torch.distributed is looked
-up only where the job has imported it.
+its flat parameters at an unsharded storage, ZeRO-3 its parameters' ``data``. These are what runs a rank
+out of memory, counted here apart from the parameters and from the activations. Training thread only;
+torch.distributed and deepspeed are looked up only where the job has imported them.
 """
 
 from __future__ import annotations
@@ -32,25 +32,37 @@ def local(tensor):
     return tensor
 
 
+def zero3_partitions(params) -> list:
+    """DeepSpeed ZeRO-3's partitions of ``params`` (their ``ds_tensor``): the shards the rank keeps of
+    parameters whose own ``data`` is empty between forward passes. [] where DeepSpeed is not loaded."""
+    if "deepspeed" not in sys.modules:
+        return []
+    found = (getattr(p, "ds_tensor", None) for p in params)
+    return [t for t in found if isinstance(t, torch.Tensor)]
+
+
 def fsdp_modules(roots) -> list[tuple]:
-    """(inside, around) for each FSDP module in the trees of ``roots``: ``inside``'s forward pre-hook
-    runs with the module's parameters gathered, ``around``'s forward hook after they were freed.
+    """(inside, around, recurse) for each sharding module in the trees of ``roots``: ``inside``'s forward
+    pre-hook runs with the parameters gathered (``inside.parameters(recurse)``), ``around``'s forward hook
+    after they were freed.
 
     FSDP2 gathers in its module's own pre-hook and frees in its forward hook, both run before or after
-    the probe's; FSDP1 gathers inside its ``forward`` around the module it wraps.
+    the probe's; FSDP1 gathers inside its ``forward`` around the module it wraps. DeepSpeed's ZeRO-3
+    does as FSDP2 on every module that owns parameters (they carry its ``ds_id``).
     """
     fsdp = sys.modules.get("torch.distributed.fsdp")
-    if fsdp is None:
-        return []
     fsdp2 = getattr(fsdp, "FSDPModule", None)
     fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
+    zero3 = "deepspeed" in sys.modules
     found = []
     for root in roots:
         for m in root.modules():
             if fsdp2 is not None and isinstance(m, fsdp2):
-                found.append((m, m))
+                found.append((m, m, True))  # (its children's, unless FSDP modules of their own: DTensors)
             elif fsdp1 is not None and isinstance(m, fsdp1):
-                found.append((m.module, m))
+                found.append((m.module, m, False))  # (the flat parameters sit on the module it wraps)
+            elif zero3 and any(hasattr(p, "ds_id") for p in m.parameters(recurse=False)):
+                found.append((m, m, False))
     return found
 
 
@@ -73,11 +85,11 @@ class Gathered:
         self.peak = 0
         self.shown: int | None = None
 
-    def note(self, module) -> None:
+    def note(self, module, recurse: bool) -> None:
         """Inside an FSDP module's forward: remember its parameters (not DTensors: those are shards)."""
         dtensor = dtensor_class()
         params = self._params
-        for p in module.parameters():
+        for p in module.parameters(recurse=recurse):
             if id(p) not in params and (dtensor is None or not isinstance(p, dtensor)):
                 params[id(p)] = p
 

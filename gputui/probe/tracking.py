@@ -13,6 +13,7 @@ tensors are (categories.py), the activations (activations.py), the steps and the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import weakref
@@ -205,13 +206,15 @@ class Tracker:
         self._hook_fsdp()
 
     def _hook_fsdp(self) -> None:
-        """Forward hooks on each FSDP2 module of the models seen, run after FSDP's own: the pre-hook once
-        FSDP gathered the module's parameters and set them on it, the post-hook once it freed them."""
+        """Forward hooks on each sharding module of the models seen (FSDP2, FSDP1, ZeRO-3; see
+        sharded.fsdp_modules), run after the framework's own: the pre-hook once it gathered the
+        module's parameters, the post-hook once it freed them."""
         if self._fsdp_hooked or not self.categories.modules:
             return
         self._fsdp_hooked = True
-        for inside, around in fsdp_modules(list(self.categories.modules)):
-            self._module_handles.append(inside.register_forward_pre_hook(self._fsdp_pre))
+        for inside, around, recurse in fsdp_modules(list(self.categories.modules)):
+            pre = functools.partial(self._fsdp_pre, recurse=recurse)
+            self._module_handles.append(inside.register_forward_pre_hook(pre))
             self._module_handles.append(around.register_forward_hook(self._fsdp_post))
 
     # -- reading memory ---------------------------------------------------------------------------
@@ -363,14 +366,14 @@ class Tracker:
             self.saved_hooks.pop()
         return None
 
-    def _fsdp_pre(self, module, args):
-        """Inside an FSDP2 module's forward, its parameters gathered: note them, raise the step's peak
+    def _fsdp_pre(self, module, args, recurse: bool):
+        """Inside a sharding module's forward, its parameters gathered: note them, raise the step's peak
         of gathered bytes, and keep the saved tensors that are these weights out of the activations."""
         if not (self.active and self._measuring) or _is_compiling():
             return None
         started = self.clock()
         try:
-            self.gathered.note(module)
+            self.gathered.note(module, recurse)
             self._exclude(self.gathered.read())
         except Exception as exc:
             self.problems.record("FSDP forward pre-hook", exc)
@@ -378,7 +381,7 @@ class Tracker:
         return None
 
     def _fsdp_post(self, module, args, output):
-        """After FSDP2 freed a module's gathered parameters: their addresses are free for the next
+        """After FSDP freed a module's gathered parameters: their addresses are free for the next
         tensors, which may well be activations."""
         if not (self.active and self._measuring) or _is_compiling():
             return None
