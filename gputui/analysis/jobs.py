@@ -81,8 +81,9 @@ def sharded_model(job: Job, snapshot: Snapshot) -> ShardedModel | None:
     """The whole model of a sharded job (FSDP2): its probed ranks' shards added up. None where a probed
     rank holds no shards (replicas, as DDP's, are each the whole model already) or none is probed."""
     reports = {r.pid: r for r in snapshot.probes}
-    found = [_main_categories(reports[rank.pid]) for rank in job.ranks if rank.probed and rank.pid in reports]
-    if not found or any(c is None or c.gathered is None for c in found):
+    each = [_main_categories(reports[rank.pid]) for rank in job.ranks if rank.probed and rank.pid in reports]
+    found = [c for c in each if c is not None and c.gathered is not None]
+    if not found or len(found) < len(each):
         return None
 
     def total(name: str) -> int:
