@@ -13,7 +13,8 @@ from gputui.ui.widgets import bars
 from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
 from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
-from gputui.ui.widgets.memory_bar import cells
+from gputui.model import BREAKDOWN_ITEMS
+from gputui.ui.widgets.memory_bar import STYLES, cells
 
 from ui_data import make_app, settle
 from ui_data import GIB, device
@@ -137,3 +138,11 @@ def test_cells_fill_the_bar_exactly_and_keep_small_items_visible():
     assert cells(items, 1500, 10) == [6, 1, 3]
     assert cells(items, 1500, 2) == [1, 1, 1]  # never narrower than one cell per item
     assert sum(cells(items, 1500, 77)) == 77
+
+
+def test_every_breakdown_item_has_a_colour_and_its_own_letter():
+    # The bar looks each item up by key: one without a style would end the monitor with a KeyError.
+    assert set(STYLES) == set(BREAKDOWN_ITEMS)
+    letters = [letter for _, letter in STYLES.values()]
+    assert len(set(letters)) == len(letters)
+    assert STYLES["gathered"] == ("$error-lighten-2", "W")

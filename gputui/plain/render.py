@@ -460,7 +460,9 @@ def _tensor_chunks(breakdown: Breakdown | None) -> list[Line]:
     for item in breakdown.items if breakdown is not None else ():
         if item.key in TENSOR_WORDS:
             # Read between steps, the activations are the last measured step's peak: the label says so.
+            # What FSDP gathers is always a step's peak.
             when = item.label[len("activations"):] if item.key == "activations" else ""
+            when = " (step peak)" if item.key == "gathered" else when
             chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size_compact(item.size)}{when}"))
     return chunks
 
