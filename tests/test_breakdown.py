@@ -47,6 +47,21 @@ def test_activations_read_between_steps_are_the_last_peak_taken_out_of_the_cache
     assert "the activations of step 40's peak are more than the allocator's cache holds" in emptied.note
 
 
+def test_parameters_fsdp_gathers_are_a_step_peak_taken_out_of_the_cache():
+    # An FSDP rank at a step's end: its shards allocated; the unsharded parameters it gathered for
+    # forward and backward (the step's peak, 3 GiB) were freed to the cache, which the next step takes again.
+    alloc = AllocatorStats(allocated=4 * GIB, reserved=8 * GIB)
+    cats = MemoryCategories(parameters=GIB, gradients=GIB, optimizer_state=2 * GIB, activations=0, other=0,
+                            gathered=3 * GIB)
+    b = explain(device(alloc, cats), nvml=8 * GIB)
+    assert [(i.key, i.size) for i in b.items] == [
+        ("parameters", GIB), ("gradients", GIB), ("optimizer_state", 2 * GIB), ("gathered", 3 * GIB),
+        ("cache", GIB)]
+    assert b.items[3].label == ("gathered parameters (FSDP, unsharded for forward/backward) (the latest measured "
+                                "step's peak; freed to the cache between steps)")
+    assert b.total == 8 * GIB and b.note == ""
+
+
 def test_odd_figures_are_shown_with_a_note_not_hidden():
     alloc = AllocatorStats(allocated=GIB, reserved=2 * GIB)
     cats = MemoryCategories(parameters=GIB + 4 * MIB)  # counted more than the allocator has

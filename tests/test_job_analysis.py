@@ -10,9 +10,21 @@ from gputui.analysis.jobs import FAR, MIN_EXCESS, analyse_job, find_imbalance, f
 from gputui.analysis.trends import trends
 from gputui.collect import open_collector
 from gputui.collect.sim.scenarios import build
-from gputui.model import Device, GpuProcess, Job, JobDevice, JobRank, ProbeReport, Snapshot, StepRecord
+from gputui.model import (
+    Device,
+    GpuProcess,
+    Job,
+    JobDevice,
+    JobRank,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
+)
 from gputui.model.job_verdicts import Slot
 from gputui.model.verdicts import ProcessTrend
+from gputui.plain.jobs import model_line
 
 GiB = 1 << 30
 
@@ -105,6 +117,26 @@ def test_probed_step_times_come_from_the_reports():
     assert [(s.rank, s.device, s.step_time) for s in analysis.slots] == [(0, None, 0.2), (1, None, 0.4),
                                                                          (2, None, 0.2)]
     assert [(s.rank, s.measure) for s in analysis.stragglers] == [(1, "step time")]
+
+
+def test_only_sharded_ranks_are_added_up_to_the_model():
+    # FSDP ranks (gathered set) each hold a shard: added up. DDP replicas each hold the whole model, and a
+    # rank not yet measured says nothing: no sum that would double the model or leave a shard out.
+    def job_of(*cats):
+        ranks = tuple(JobRank(pid=400 + r, rank=r, probed=True) for r in range(len(cats)))
+        reports = tuple(ProbeReport(pid=400 + r, taken_at=0.0, devices=(ProbeDevice("cpu", categories=c),))
+                        for r, c in enumerate(cats))
+        job = Job(key="master h:1", name="t.py", grouped_by="master", world_size=4, ranks=ranks)
+        return analyse_job(job, Snapshot(taken_at=0.0, probes=reports)).model
+
+    shard = MemoryCategories(parameters=100, gradients=100, optimizer_state=208, gathered=150)
+    model = job_of(shard, dataclasses.replace(shard, gathered=170))
+    assert (model.parameters, model.gradients, model.optimizer_state, model.gathered, model.ranks,
+            model.world_size) == (200, 200, 416, 170, 2, 4)
+    assert model_line(model).startswith("sharded model, 2 of 4 ranks added up: parameters 200 B")
+    replica = dataclasses.replace(shard, gathered=None)
+    assert job_of(replica, replica) is None
+    assert job_of(shard, None) is None
 
 
 # ------------------------------------------------------------------------------------------ scenarios

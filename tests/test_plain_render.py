@@ -104,6 +104,17 @@ def test_probe_summary_explains_the_nvml_figure():
             "  at train.py:42 in forward") in out
 
 
+def test_probe_summary_shows_the_parameters_fsdp_gathers_as_a_step_peak():
+    snapshot = workstation()
+    report = snapshot.probes[0]
+    (device,) = report.devices
+    sharded = dataclasses.replace(device, categories=dataclasses.replace(device.categories, gathered=1 << 29))
+    snapshot = dataclasses.replace(snapshot, probes=(dataclasses.replace(report, devices=(sharded,)),
+                                                     *snapshot.probes[1:]))
+    assert ("        params 1.00GiB  grads 1.00GiB  optimizer 2.00GiB  activations 3.00GiB  gathered 512MiB "
+            "(step peak)  other 1.00GiB") in show(snapshot, width=140)
+
+
 def test_probe_of_a_process_nvml_does_not_list_is_still_shown():
     lines = show(workstation()).splitlines()
     i = lines.index("Probed processes not listed by NVML")

@@ -13,7 +13,8 @@ from gputui.ui.widgets import bars
 from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
 from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
-from gputui.ui.widgets.memory_bar import cells
+from gputui.model import BREAKDOWN_ITEMS
+from gputui.ui.widgets.memory_bar import STYLES, cells
 
 from ui_data import make_app, settle
 from ui_data import GIB, device
@@ -186,3 +187,11 @@ def test_a_compute_mode_other_than_default_is_said_in_the_device_row(mode, shown
         assert not any("compute" in line for line in lines)
     else:
         assert shown in lines[1], lines
+
+
+def test_every_breakdown_item_has_a_colour_and_its_own_letter():
+    # The bar looks each item up by key: one without a style would end the monitor with a KeyError.
+    assert set(STYLES) == set(BREAKDOWN_ITEMS)
+    letters = [letter for _, letter in STYLES.values()]
+    assert len(set(letters)) == len(letters)
+    assert STYLES["gathered"] == ("$error-lighten-2", "W")

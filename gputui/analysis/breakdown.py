@@ -19,6 +19,7 @@ LABELS = {
     "optimizer_state": "optimizer state",
     "buffers": "buffers (BatchNorm statistics, encodings)",
     "activations": "activations",
+    "gathered": "gathered parameters (FSDP, unsharded for forward/backward)",
     "other": "other tensors",
     "untracked": "allocated, not categorised",
     "untracked_growth": "untracked growth",
@@ -46,11 +47,14 @@ def explain(pid: int, device: ProbeDevice | None, nvml: int | None,
             value = getattr(cats, key)
             if value:
                 sizes[key] = value
+        if cats.gathered:
+            sizes["gathered"] = cats.gathered
     note = ""
     # Activations read between steps are the last measured step's peak: not allocated now, but
-    # the room the next step's forward pass will take again, kept in the allocator's cache.
+    # the room the next step's forward pass will take again, kept in the allocator's cache. So are
+    # the parameters FSDP2 gathers (always a step's peak).
     between = cats is not None and cats.activations_step is not None
-    in_cache = sizes.get("activations", 0) if between else 0
+    in_cache = (sizes.get("activations", 0) if between else 0) + sizes.get("gathered", 0)
     if alloc is not None:
         tracked = sum(sizes.values()) - in_cache
         if alloc.allocated > tracked:
@@ -97,6 +101,9 @@ def explain(pid: int, device: ProbeDevice | None, nvml: int | None,
 def _label(key: str, cats: MemoryCategories | None, cached: bool, since: int | None) -> str:
     if key == "untracked_growth":
         return f"untracked growth (host memory beyond the tracked tensors, since step {since})"
+    if key == "gathered":
+        where = "; freed to the cache between steps" if cached else ""
+        return f"{LABELS[key]} (the latest measured step's peak{where})"
     if key == "activations" and cats is not None and cats.activations_step is not None:
         where = "; freed to the cache between steps" if cached else ""
         return f"activations ({cats.activations_when()}{where})"

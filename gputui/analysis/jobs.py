@@ -12,8 +12,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from gputui.analysis.advice import ranked
-from gputui.model import BY_DEVICES, Advice, Job, ProbeReport, Snapshot
-from gputui.model.job_verdicts import FirstOom, Imbalance, JobAnalysis, Slot, Straggler
+from gputui.model import BY_DEVICES, Advice, Job, MemoryCategories, ProbeReport, Snapshot
+from gputui.model.job_verdicts import FirstOom, Imbalance, JobAnalysis, ShardedModel, Slot, Straggler
 from gputui.model.verdicts import TREND_GROWING, TREND_STEADY, TREND_WARMING_UP, ProcessTrend
 from gputui.units import size, span, step_time
 
@@ -53,7 +53,7 @@ def analyse_job(job: Job, snapshot: Snapshot, *, trends: Mapping[TrendKey, Proce
         _straggler(stragglers),
     ) if a is not None)
     return JobAnalysis(job=job, slots=slots, imbalance=imbalance, stragglers=stragglers, first_oom=first_oom,
-                       advice=advice)
+                       advice=advice, model=sharded_model(job, snapshot))
 
 
 def job_slots(job: Job, snapshot: Snapshot) -> tuple[Slot, ...]:
@@ -75,6 +75,29 @@ def job_slots(job: Job, snapshot: Snapshot) -> tuple[Slot, ...]:
                 memory_total=device.memory_total if device is not None else None,
                 utilisation=utilisation, step_time=steps, probed=rank.probed))
     return tuple(slots)
+
+
+def sharded_model(job: Job, snapshot: Snapshot) -> ShardedModel | None:
+    """The whole model of a sharded job (FSDP2): its probed ranks' shards added up. None where a probed
+    rank holds no shards (replicas, as DDP's, are each the whole model already) or none is probed."""
+    reports = {r.pid: r for r in snapshot.probes}
+    each = [_main_categories(reports[rank.pid]) for rank in job.ranks if rank.probed and rank.pid in reports]
+    found = [c for c in each if c is not None and c.gathered is not None]
+    if not found or len(found) < len(each):
+        return None
+
+    def total(name: str) -> int:
+        return sum(getattr(c, name) or 0 for c in found)
+
+    return ShardedModel(parameters=total("parameters"), gradients=total("gradients"),
+                        optimizer_state=total("optimizer_state"), gathered=max(c.gathered or 0 for c in found),
+                        ranks=len(found), world_size=job.world_size)
+
+
+def _main_categories(report: ProbeReport) -> MemoryCategories | None:
+    """The categories of the device that holds a rank's model (most parameter bytes)."""
+    cats = [d.categories for d in report.devices if d.categories is not None]
+    return max(cats, key=lambda c: c.parameters or 0) if cats else None
 
 
 def _step_time(report: ProbeReport | None) -> float | None:

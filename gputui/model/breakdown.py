@@ -14,7 +14,7 @@ from gputui.model.fielddoc import doc
 # what the allocator and NVML add (bytes allocated but not categorised, the allocator's cache, its
 # fragmentation, and the CUDA context and libraries that only NVML counts). A CPU-only job has no
 # allocator: what its host memory beyond the tracked tensors grew by is its untracked growth.
-BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
+BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "gathered", "other",
                    "untracked", "untracked_growth", "cache", "fragmentation", "context")
 
 
@@ -24,7 +24,8 @@ class BreakdownItem:
 
     key: str = field(metadata=doc(
         "`parameters`, `gradients`, `optimizer_state`, `buffers`, `activations`, `other` (the probe's tensor "
-        "categories), `untracked` (allocated but in no category), `untracked_growth` (a CPU-only job: host "
+        "categories), `gathered` (the unsharded parameters FSDP2 gathers, at the latest measured step's peak), "
+        "`untracked` (allocated but in no category), `untracked_growth` (a CPU-only job: host "
         "memory beyond the tracked tensors grown since the first measured step), `cache` (reserved, free and "
         "reusable), `fragmentation` (free bytes stuck in split blocks), `context` (the CUDA context and "
         "libraries: NVML less reserved)", enum=BREAKDOWN_ITEMS))

@@ -65,6 +65,18 @@ class FirstOom:
 
 
 @dataclass(frozen=True)
+class ShardedModel:
+    """A sharded job's model (FSDP2), added up over its probed ranks: each rank holds only its shard."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    gathered: int  # the most any rank gathered unsharded at once (its latest measured step's peak)
+    ranks: int  # the probed ranks added up
+    world_size: int | None  # the job's ranks, where known
+
+
+@dataclass(frozen=True)
 class JobAnalysis:
     """A job's slots and verdicts, for the job view, the job detail screen and --once."""
 
@@ -74,3 +86,4 @@ class JobAnalysis:
     stragglers: tuple[Straggler, ...] = ()
     first_oom: FirstOom | None = None
     advice: tuple[Advice, ...] = ()
+    model: ShardedModel | None = None  # a sharded job's whole model; None for replicas (DDP) or unprobed

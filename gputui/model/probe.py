@@ -31,6 +31,10 @@ class MemoryCategories:
         "set when `activations` is not what is held now but the peak of this measured step, read between steps "
         "(backward had freed the graph, so the last peak is the figure worth showing); `0`: the latest forward "
         "pass's peak, in a job that has not stepped an optimizer; `null`: held now", minimum=0))
+    gathered: int | None = field(default=None, metadata=doc(
+        "the unsharded parameters FSDP2 (`fully_shard`) gathered for forward and backward: the most held at once "
+        "in the latest measured step, freed between steps (bytes); `null` where the job shards no parameters. "
+        "`parameters`, `gradients` and `optimizer_state` are then this rank's shards", minimum=0))
 
     def activations_when(self) -> str:
         """Whose peak ``activations`` is, in words; "" when it is what is held now."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from gputui import units
 from gputui.analysis.jobs import analyse_job, who
 from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
-from gputui.model.job_verdicts import JobAnalysis
+from gputui.model.job_verdicts import JobAnalysis, ShardedModel
 from gputui.plain.styled import Line, flow, text
 
 
@@ -27,9 +27,21 @@ def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
                       ellipsis=ellipsis)
         for note in job.notes:
             lines += flow([text(note, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
-        for finding in findings(analyse_job(job, snapshot)):
+        analysis = analyse_job(job, snapshot)
+        if analysis.model is not None:
+            lines += flow([text(model_line(analysis.model), "dim")], width, first=Line().add("  "), indent=4,
+                          ellipsis=ellipsis)
+        for finding in findings(analysis):
             lines += flow([text(finding, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
     return lines
+
+
+def model_line(model: ShardedModel) -> str:
+    """A sharded job's whole model in one phrase: its ranks' shards added up, and the most one rank gathers."""
+    of = f" of {model.world_size}" if model.world_size and model.world_size != model.ranks else ""
+    return (f"sharded model, {model.ranks}{of} ranks added up: parameters {units.size(model.parameters)}, "
+            f"gradients {units.size(model.gradients)}, optimizer state {units.size(model.optimizer_state)}; "
+            f"a rank gathers up to {units.size(model.gathered)} unsharded for forward/backward")
 
 
 def findings(analysis: JobAnalysis, *, advice: bool = True) -> list[str]:

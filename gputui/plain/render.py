@@ -453,7 +453,7 @@ def _fix_lines(action: str, width: int, glyphs: Glyphs, indent: int) -> list[Lin
 # The breakdown's parts as --once words them, in its order (gputui.analysis.breakdown): the tensors
 # on one line, what the allocator and the driver add on the allocator's line.
 TENSOR_WORDS = {"parameters": "params", "gradients": "grads", "optimizer_state": "optimizer",
-                "buffers": "buffers", "activations": "activations", "other": "other",
+                "buffers": "buffers", "activations": "activations", "gathered": "gathered", "other": "other",
                 "untracked": "not categorised", "untracked_growth": "untracked growth"}
 ALLOCATOR_WORDS = {"cache": "cache", "fragmentation": "fragmented", "context": "context+libs"}
 
@@ -476,8 +476,9 @@ def _tensor_chunks(breakdown: Breakdown | None) -> list[Line]:
     for item in breakdown.items if breakdown is not None else ():
         if item.key in TENSOR_WORDS:
             # Read between steps, the activations are the last measured step's peak: the label says so.
-            # The untracked growth's says since when, and what it is.
+            # The untracked growth's says since when, and what it is; what FSDP gathers is always a step's peak.
             when = item.label[len(item.key):] if item.key in ("activations", "untracked_growth") else ""
+            when = " (step peak)" if item.key == "gathered" else when
             chunks.append(text(f"{TENSOR_WORDS[item.key]} {units.size_compact(item.size)}{when}"))
     return chunks
 

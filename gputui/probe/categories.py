@@ -12,6 +12,7 @@ import weakref
 import torch
 
 from gputui.model import MemoryCategories
+from gputui.probe.sharded import dtensor_class, local, zero3_partitions
 
 # Category slots in a tally: each storage is counted once, in the first category that claims it.
 PARAMS, GRADS, STATE, ACTS, BUFFERS = range(5)
@@ -26,7 +27,7 @@ def model_parameters(optimizers, modules=()) -> list:
 
 
 def tally(optimizers, saved_tensors=(), seen: set | None = None,
-          lasting: set | None = None, modules=()) -> dict[str, list[int]]:
+          lasting: set | None = None, modules=(), skip=()) -> dict[str, list[int]]:
     """Bytes per device ("cpu", "cuda:0") and category, deduplicated by storage.
 
     Parameters are the optimizers' and the ``modules``' (the models the job calls: frozen weights
@@ -34,15 +35,21 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     any of them; buffers the modules' (BatchNorm statistics, positional encodings).
     ``seen``, when given, collects the (data_ptr, device) keys of the storages counted;
     ``lasting`` those of parameters, buffers and optimizer state only (gradients are freed and
-    their addresses reused from one step to the next).
+    their addresses reused from one step to the next). Sharded tensors (FSDP2's DTensors) count
+    their local shard, DeepSpeed ZeRO-3's parameters their partition too; ``skip``: storage keys
+    counted by none of them (the unsharded parameters FSDP gathered for forward and backward).
     """
     seen = set() if seen is None else seen
+    seen.update(skip)
     totals: dict = {}
+    dtensor = dtensor_class()
 
     def add(tensor, slot):
         if not isinstance(tensor, torch.Tensor):
             return
         try:
+            if dtensor is not None and isinstance(tensor, dtensor):
+                tensor = local(tensor)
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
         except Exception:  # sparse, meta or exotic subclasses have no plain storage
@@ -64,6 +71,8 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     params = model_parameters(optimizers, modules)
     for p in params:
         add(p, PARAMS)
+    for part in zero3_partitions(params):
+        add(part, PARAMS)
     for p in params:
         if p.grad is not None:
             add(p.grad, GRADS)
@@ -84,12 +93,14 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
 
 
 def categories_of(row: list[int] | None, allocated: int | None = None,
-                  activations: tuple[int, int] | None = None, seen: bool = True) -> MemoryCategories | None:
+                  activations: tuple[int, int] | None = None, seen: bool = True,
+                  gathered: int | None = None) -> MemoryCategories | None:
     """MemoryCategories from a tally row; ``other`` only where the allocator's total is known.
 
     ``activations``, (bytes, step), reports a measured step's peak in place of what is held now
     (see Tracker.activations_shown); ``other`` is still what the row leaves of ``allocated`` now.
-    Not ``seen`` (no forward pass watched), the activations are unknown: None, not 0.
+    Not ``seen`` (no forward pass watched), the activations are unknown: None, not 0. ``gathered``:
+    the unsharded parameters FSDP2 gathered at the latest measured step's peak (None: not sharded).
     """
     if row is None:
         return None
@@ -100,7 +111,7 @@ def categories_of(row: list[int] | None, allocated: int | None = None,
     if not seen:
         acts, step = None, None
     return MemoryCategories(row[PARAMS], row[GRADS], row[STATE], acts, other, buffers=row[BUFFERS],
-                            activations_step=step)
+                            activations_step=step, gathered=gathered)
 
 
 class Categories:
@@ -119,10 +130,11 @@ class Categories:
         # buffer bytes) at the latest full tally on that device
         self._static: tuple | None = None
 
-    def tally(self) -> dict[str, list[int]]:
-        """Bytes per device and category right now, activations left at 0 (see Activations.add_to)."""
+    def tally(self, skip=()) -> dict[str, list[int]]:
+        """Bytes per device and category right now, activations left at 0 (see Activations.add_to);
+        ``skip``: storage keys of no category (see tally)."""
         keys: set = set()
-        counts = tally(list(self.optimizers), (), lasting=keys, modules=list(self.modules))
+        counts = tally(list(self.optimizers), (), lasting=keys, modules=list(self.modules), skip=skip)
         self.model_keys = frozenset(keys)
         return counts
 
@@ -174,10 +186,15 @@ class Categories:
         total = 0
         on_cpu = device == "cpu"
         seen: set = set()
+        dtensor = dtensor_class()
         for p in model_parameters(list(self.optimizers), list(self.modules)):
             g = p.grad
-            if g is not None and id(g) not in seen and (g.is_cpu if on_cpu else str(g.device) == device):
-                seen.add(id(g))
+            if g is None or id(g) in seen:
+                continue
+            seen.add(id(g))
+            if dtensor is not None and isinstance(g, dtensor):
+                g = local(g)  # the rank's shard: a DTensor's nbytes is the whole tensor's
+            if g.is_cpu if on_cpu else str(g.device) == device:
                 total += g.nbytes
         return total
 

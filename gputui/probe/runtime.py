@@ -266,6 +266,7 @@ class Probe:
         devices = []
         shown, main = self.tracker.activations_shown(), self.tracker.device
         seen = self.tracker.forward_seen or not self.tracker.step_count  # (before a step: not yet known)
+        gathered = self.tracker.gathered.shown  # (FSDP2: the latest measured step's peak)
         for index in cuda:
             name = f"cuda:{index}"
             stats = allocator.stats_from_memory_stats(
@@ -276,12 +277,14 @@ class Probe:
             devices.append(ProbeDevice(
                 device=name, cuda_index=index, uuid=self._uuid(index), allocator=stats,
                 categories=categories_of(counts.get(name), stats.allocated if stats else None,
-                                         shown if name == main else None, seen),
+                                         shown if name == main else None, seen,
+                                         gathered if name == main else None),
             ))
         for name in sorted(counts):
             if not name.startswith("cuda"):
                 devices.append(ProbeDevice(device=name, categories=categories_of(
-                    counts[name], activations=shown if name == main else None, seen=seen)))
+                    counts[name], activations=shown if name == main else None, seen=seen,
+                    gathered=gathered if name == main else None)))
         if not devices:
             devices.append(ProbeDevice(device="cpu", categories=categories_of([0] * SLOTS)))
         return tuple(devices)

@@ -15,6 +15,7 @@ tensors are (categories.py), the activations (activations.py), the steps and the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import weakref
@@ -41,6 +42,7 @@ from gputui.probe.budget import DEFAULT_BUDGET, ReadingsBudget
 from gputui.probe.categories import Categories, categories_of
 from gputui.probe.host import MallocInUse, ResidentMemory
 from gputui.probe.saved_tensor_hooks import SavedTensorHooks
+from gputui.probe.sharded import Gathered, fsdp_modules
 from gputui.probe.steps import (
     BACKWARD,
     FORWARD,
@@ -99,6 +101,7 @@ class Tracker:
         self.budget = ReadingsBudget(budget, clock)
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
+        self.gathered = Gathered()  # the unsharded parameters FSDP2 gathers (sharded.py)
         self.phase = IDLE  # where the running step is: idle, forward, backward, optimizer
         self.device: str | None = None  # the step's device: the one that holds most parameter bytes
         self.phases = PhasePeaks()
@@ -124,6 +127,7 @@ class Tracker:
         self._handles: list = []
         self._module_handles: list = []
         self._pre_handles: list = []
+        self._fsdp_hooked = False  # the FSDP modules of the models seen have their hooks (in _module_handles)
         self._armed = False  # the hooks that readings need are installed
         self._roots_learned = False  # the top-level modules are known: hooked instead of every module
         self._step_started: float | None = None
@@ -173,6 +177,8 @@ class Tracker:
                 torch.nn.modules.module.register_module_forward_hook(
                     self._module_post, always_call=True),
             ]
+            self._fsdp_hooked = False
+            self._hook_fsdp()
         self._armed = True
 
     def _disarm(self) -> None:
@@ -212,16 +218,35 @@ class Tracker:
             self._module_handles.append(module.register_forward_pre_hook(self._module_pre))
             self._module_handles.append(
                 module.register_forward_hook(self._module_post, always_call=True))
+        self._fsdp_hooked = False
+        self._hook_fsdp()
+
+    def _hook_fsdp(self) -> None:
+        """Forward hooks on each sharding module of the models seen (FSDP2, FSDP1, ZeRO-3; see
+        sharded.fsdp_modules), run after the framework's own: the pre-hook once it gathered the
+        module's parameters, the post-hook once it freed them."""
+        if self._fsdp_hooked or not self.categories.modules:
+            return
+        self._fsdp_hooked = True
+        for inside, around, recurse in fsdp_modules(list(self.categories.modules)):
+            pre = functools.partial(self._fsdp_pre, recurse=recurse)
+            self._module_handles.append(inside.register_forward_pre_hook(pre))
+            self._module_handles.append(around.register_forward_hook(self._fsdp_post))
 
     # -- reading memory ---------------------------------------------------------------------------
 
     def tally(self) -> dict[str, list[int]]:
         """Bytes per device and category right now: parameters, gradients, state, activations."""
-        counts = self.categories.tally()
-        # Saved tensors with these storages are parameters or state, not activations.
-        self.activations.model_keys = self.categories.model_keys
+        gathered = self.gathered.read() if self.gathered.seen else {}
+        counts = self.categories.tally(skip=gathered)
+        self._exclude(gathered)
         self.activations.add_to(counts)
         return counts
+
+    def _exclude(self, gathered: dict) -> None:
+        # Saved tensors with these storages are parameters, state or gathered parameters, not activations.
+        keys = self.categories.model_keys
+        self.activations.model_keys = keys.union(gathered) if gathered else keys
 
     def may_spend(self) -> bool:
         """Whether a reading now keeps the probe inside its readings budget (see ReadingsBudget)."""
@@ -288,6 +313,10 @@ class Tracker:
             return
         started = self.clock()
         try:
+            if self.gathered.seen:
+                if phase == IDLE:
+                    self.gathered.settle()  # (resharded: FSDP1's flat parameters hold their shards again)
+                self.gathered.read()  # (backward gathers again: its start is one of the peaks looked at)
             reading = self._read(with_tally=phase == IDLE)
             if phase == IDLE and reading.stats is None:
                 # CPU jobs only (a CUDA job's verdict stands on the allocator): the C allocator's
@@ -364,6 +393,33 @@ class Tracker:
                 self.problems.record("forward hook", exc)
         return None
 
+    def _fsdp_pre(self, module, args, recurse: bool):
+        """Inside a sharding module's forward, its parameters gathered: note them, raise the step's peak
+        of gathered bytes, and keep the saved tensors that are these weights out of the activations."""
+        if not (self.active and self._measuring) or _is_compiling():
+            return None
+        started = self.clock()
+        try:
+            self.gathered.note(module, recurse)
+            self._exclude(self.gathered.read())
+        except Exception as exc:
+            self.problems.record("FSDP forward pre-hook", exc)
+        self.budget.charge(self.clock() - started)
+        return None
+
+    def _fsdp_post(self, module, args, output):
+        """After FSDP freed a module's gathered parameters: their addresses are free for the next
+        tensors, which may well be activations."""
+        if not (self.active and self._measuring) or _is_compiling():
+            return None
+        started = self.clock()
+        try:
+            self._exclude(self.gathered.keys())
+        except Exception as exc:
+            self.problems.record("FSDP forward hook", exc)
+        self.budget.charge(self.clock() - started)
+        return None
+
     def _unpack(self, saved):
         if type(saved) is not SavedTensor:
             return saved
@@ -388,6 +444,7 @@ class Tracker:
             budget.charge(self.activations.take_packs() * PACK_COST)
         now = self._step_started = self.clock()
         self.activations.start_step()
+        self.gathered.start_step()
         measuring = budget.start_step(now, first=not self.board.steps)
         if self.evidence.start_step():
             measuring = True
@@ -493,6 +550,9 @@ class Tracker:
         self._measuring = measuring
         if measuring:
             self.activations.start_step()
+            self.gathered.start_step()
+        if not self._fsdp_hooked and self._armed:
+            self._hook_fsdp()  # the models seen in the first step
         if measuring or measured:
             self.phases.reset(measuring)
         if not self._roots_learned and self.step_count >= LEARN_STEPS and self.categories.modules:
@@ -539,7 +599,8 @@ class Tracker:
             peak_backward=phases.peak(BACKWARD),
             peak_optimizer=phases.peak(OPTIMIZER),
             allocated_at_start=start.allocated if (start := phases.mark(FORWARD)) else None,
-            categories=categories_of(row, end.allocated if cuda else None, seen=self.forward_seen),
+            categories=categories_of(row, end.allocated if cuda else None, seen=self.forward_seen,
+                                     gathered=self.gathered.peak if self.gathered.seen else None),
             host_memory=end.host,
             host_allocated=end.heap,
             activations_kept=kept,
@@ -547,6 +608,7 @@ class Tracker:
         )
         if activations.watched:
             activations.show_peak(self.step_count)
+        self.gathered.show_peak()
         entry = StepEntry.measured(record)
         if held:
             self._kept_check = (entry, held)

@@ -22,7 +22,7 @@ from gputui.analysis.history import History
 from gputui.analysis.jobs import analyse_job, who
 from gputui.model import Breakdown, Job, Snapshot
 from gputui.model.job_verdicts import JobAnalysis, Slot
-from gputui.plain.jobs import findings, job_summary
+from gputui.plain.jobs import findings, job_summary, model_line
 from gputui.ui.rows import trend_text
 from gputui.ui.widgets.analysis_panel import AdviceList
 from gputui.ui.widgets.bars import meter
@@ -89,9 +89,11 @@ class JobDetail(Screen):
             return
         self.query_one("#job-title", Static).update(self._title(a.job))
         said = findings(a, advice=False)
-        self.query_one("#job-findings", Static).update(
-            Content("\n").join(Content.styled(f"! {line}", "$warning") for line in said) if said
-            else Content.styled("nothing: its ranks look alike", "$text-muted"))
+        found = Content("\n").join(Content.styled(f"! {line}", "$warning") for line in said) if said \
+            else Content.styled("nothing: its ranks look alike", "$text-muted")
+        if a.model is not None:  # a sharded job: its ranks' shards make the model
+            found = Content("\n").join([Content.styled(model_line(a.model), "$text-muted"), found])
+        self.query_one("#job-findings", Static).update(found)
         width = self.size.width or 80
         self.query_one("#job-ranks", Static).update(ranks_text(a, snapshot, self.trends, width, ascii=self.ascii))
         self.query_one(AdviceList).show(a.advice)

@@ -18,6 +18,7 @@ STYLES = {
     "optimizer_state": ("$success", "O"),
     "buffers": ("$success-darken-2", "B"),
     "activations": ("$error", "A"),
+    "gathered": ("$error-lighten-2", "W"),  # (all-gathered Weights)
     "other": ("$primary-lighten-3", "T"),
     "untracked": ("$foreground-darken-3", "U"),
     "untracked_growth": ("$warning-darken-2", "H"),
