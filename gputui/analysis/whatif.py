@@ -57,6 +57,15 @@ def largest_batch(peaks: dict[int, int], room: int) -> int | None:
     return int((room - fixed) // per_sample)
 
 
+def effect(saving: int, size_of: Callable[[int], str] = size) -> str:
+    """What a change does to the peak, in words: "saves 1.50 GiB", "saves nothing", or "costs 1.00 MiB
+    more" (checkpointing can raise the peak: its recomputed outputs outweigh small activations).
+    ``size_of`` writes the bytes (``units.size_compact`` in tables)."""
+    if saving < 0:
+        return f"costs {size_of(-saving)} more"
+    return f"saves {size_of(saving)}" if saving else "saves nothing"
+
+
 def computed(gpus: int = ZERO_GPUS) -> list[tuple[str, Callable[[MemoryCategories], int]]]:
     """The changes computed from measured categories, with their savings, as the tables name them."""
     return [("8-bit optimizer state", eight_bit_optimizer), (f"ZeRO-2 over {gpus} GPUs", zero_sharding(gpus))]
