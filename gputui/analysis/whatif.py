@@ -1,8 +1,9 @@
 """What-ifs: what a change to a training job saves, computed from its measured categories.
 
-The one place these savings are written: the advice (advice.py), ``gputui estimate``'s what-if table
-(for the changes it cannot run on fake tensors) and the live job's report all use them. Each takes the
-live bytes by category at one moment (a phase's peak) and says how many bytes the change frees then.
+The one place these savings are written, and their words (``effect``: a change can cost more): the
+advice (advice.py), ``gputui estimate``'s what-if table (for the changes it cannot run on fake tensors)
+and the live job's report all use them. Each takes the live bytes by category at one moment (a
+phase's peak) and says how many bytes the change frees then.
 Parameters, gradients and optimizer state do not depend on the batch; activations grow with it.
 """
 
