@@ -75,6 +75,19 @@ def test_table_and_verdict_fit_80_columns(env):
     assert "does not fit: runs out in the optimizer step, needs 15.8 GiB of 14.2 GiB" in out.stdout
 
 
+def test_a_change_that_raises_the_peak_says_it_costs_more(env):
+    # cnn_batchnorm's activations are tiny: checkpointing's recomputed outputs outweigh what it frees
+    job = str(ROOT / "examples" / "estimate_models.py") + ":cnn_batchnorm"
+    saving = next(w.saving for w in estimate(job, Settings()).what_ifs if w.change == "activation checkpointing")
+    assert saving < 0 and units.size_compact(-saving) == "1.00MiB"
+    out = gputui(env, "estimate", job, "--max-batch", "--device-memory", "1GiB")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("activation checkpointing "))
+    assert row.split()[3:7] == ["costs", "1.00MiB", "more", "measured"], row
+    table = out.stdout[out.stdout.index("what if"):].splitlines()
+    assert "saves -" not in out.stdout and max(len(line) for line in table) == 80  # max batch's column: the widest
+
+
 def test_a_small_job_fits_with_what_is_spare(env):
     out = gputui(env, "estimate", f"{GPT}:build", "--batch-size", "4", "--device-memory", "16GiB")
     assert out.returncode == 0, out.stderr

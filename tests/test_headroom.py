@@ -68,6 +68,18 @@ def test_the_report_says_it_beside_the_advice():
     assert lines[at + 1] == "  what if 8-bit optimizer state: saves 1.50 GiB (peak 7.50 GiB, computed)"
 
 
+def test_a_what_if_that_raises_the_peak_says_it_costs_more():
+    from gputui.analysis.text import headroom_lines
+    from gputui.model import Headroom, WhatIf
+
+    room = Headroom("cuda:0", free=GIB, cache=0, what_ifs=(WhatIf("activation checkpointing", 9 * GIB + 392 * MIB,
+                                                                  -392 * MIB, False),
+                                                          WhatIf("SGD with momentum", 9 * GIB, 0, False)))
+    assert headroom_lines(room)[1:] == [
+        "what if activation checkpointing: costs 392 MiB more (peak 9.38 GiB, computed)",
+        "what if SGD with momentum: saves nothing (peak 9.00 GiB, computed)"]
+
+
 def leaking_job() -> tuple[ProbeReport, Snapshot]:
     """job()'s, 40 steps on, each keeping 24 MiB more alive (and reserving it)."""
     report, snapshot = job()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gputui.analysis.whatif import effect
 from gputui.model import Headroom
 from gputui.units import size, span
 
@@ -25,5 +26,5 @@ def headroom_lines(room: Headroom) -> list[str]:
                  f"(step peak {size(room.step_peak)}, activations {size(room.activations)})")
     elif room.withheld:
         head += f"; no larger batch fits: {room.withheld}"
-    return [head] + [f"what if {w.change}: saves {size(w.saving)} (peak {size(w.peak)}, computed)"
+    return [head] + [f"what if {w.change}: {effect(w.saving)} (peak {size(w.peak)}, computed)"
                      for w in room.what_ifs]

@@ -1,8 +1,9 @@
 """What-ifs: what a change to a training job saves, computed from its measured categories.
 
-The one place these savings are written: the advice (advice.py), ``gputui estimate``'s what-if table
-(for the changes it cannot run on fake tensors) and the live job's report all use them. Each takes the
-live bytes by category at one moment (a phase's peak) and says how many bytes the change frees then.
+The one place these savings are written, and their words (``effect``: a change can cost more): the
+advice (advice.py), ``gputui estimate``'s what-if table (for the changes it cannot run on fake tensors)
+and the live job's report all use them. Each takes the live bytes by category at one moment (a
+phase's peak) and says how many bytes the change frees then.
 Parameters, gradients and optimizer state do not depend on the batch; activations grow with it.
 """
 
@@ -55,6 +56,15 @@ def largest_batch(peaks: dict[int, int], room: int) -> int | None:
     if per_sample <= 0:
         return None
     return int((room - fixed) // per_sample)
+
+
+def effect(saving: int, size_of: Callable[[int], str] = size) -> str:
+    """What a change does to the peak, in words: "saves 1.50 GiB", "saves nothing", or "costs 1.00 MiB
+    more" (checkpointing can raise the peak: its recomputed outputs outweigh small activations).
+    ``size_of`` writes the bytes (``units.size_compact`` in tables)."""
+    if saving < 0:
+        return f"costs {size_of(-saving)} more"
+    return f"saves {size_of(saving)}" if saving else "saves nothing"
 
 
 def computed(gpus: int = ZERO_GPUS) -> list[tuple[str, Callable[[MemoryCategories], int]]]:

@@ -4,6 +4,7 @@ and the device to measure against (``--device-memory``, or ``--gpu`` read throug
 from __future__ import annotations
 
 from gputui import units
+from gputui.analysis.whatif import effect
 from gputui.errors import UserError
 from gputui.model import PHASE_WORDS, RUNS_OUT_WORDS, Estimate
 from gputui.model.estimate import CUDA_CONTEXT, SAFETY_MARGIN
@@ -15,6 +16,7 @@ COLUMNS = (("parameters", "params"), ("gradients", "grads"), ("optimizer_state",
            ("activations", "activ"), ("buffers", "buffers"), ("other", "other"))
 CELL = 9
 LABEL = 15
+EFFECT = 19  # the longest effect, "costs 1.00GiB more", and a space
 
 
 def device(options: Options, memory: int | None, gpu: int | None) -> tuple[int | None, str | None]:
@@ -55,17 +57,18 @@ def text(estimate: Estimate) -> str:
 
 
 def what_if_table(estimate: Estimate) -> list[str]:
-    """Each change's peak and saving; measured (run again on fake tensors) or computed (from the
-    measured categories); the largest batch with it where --max-batch asked."""
+    """Each change's peak and what it saves (or costs: analysis/whatif.py's words); measured (run again
+    on fake tensors) or computed (from the measured categories); the largest batch with it where
+    --max-batch asked. 80 columns at most: 33 + 8 + 2 + 19 + 9 + 9."""
     batches = any(w.largest_batch is not None for w in estimate.what_ifs)
-    lines = ["what if".ljust(34) + "peak".rjust(CELL) + "saves".rjust(CELL) + "how".rjust(CELL)
-             + ("max batch".rjust(11) if batches else "")]
+    lines = ["what if".ljust(33) + "peak".rjust(CELL - 1) + "  " + "effect".ljust(EFFECT) + "how".ljust(CELL)
+             + ("max batch".rjust(CELL) if batches else "")]
     for w in estimate.what_ifs:
-        batch = "" if not batches else ("-" if w.largest_batch is None else str(w.largest_batch)).rjust(11)
-        lines.append(w.change[:33].ljust(34) + units.size_compact(w.peak).rjust(CELL)
-                     + units.size_compact(w.saving).rjust(CELL)
-                     + ("measured" if w.measured else "computed").rjust(CELL) + batch)
-    return lines
+        batch = "" if not batches else ("-" if w.largest_batch is None else str(w.largest_batch)).rjust(CELL)
+        lines.append(w.change[:32].ljust(33) + units.size_compact(w.peak).rjust(CELL - 1) + "  "
+                     + effect(w.saving, units.size_compact).ljust(EFFECT)
+                     + ("measured" if w.measured else "computed").ljust(CELL) + batch)
+    return [line.rstrip() for line in lines]
 
 
 def verdict(estimate: Estimate) -> str:

@@ -69,9 +69,10 @@ class HostHeader(StyledLines):
         mem_f = fmt.fraction(host.memory_used, host.memory_total)
         swap_f = fmt.fraction(host.swap_used, host.swap_total)
         if self.compact:
-            first = join([styled(host.hostname or "?", "bold"), root, units.clock_time(snap.taken_at),
-                          label("CPU"), units.percent(host.cpu_percent), label("MEM"),
-                          units.percent(None if mem_f is None else mem_f * 100), state])
+            name = join([styled(host.hostname or "?", "bold"), root])
+            first = self._compact(width, name, units.clock_time(snap.taken_at),
+                                  join([label("CPU"), units.percent(host.cpu_percent), label("MEM"),
+                                        units.percent(None if mem_f is None else mem_f * 100), state]))
             return self._with_problem((first,))
         first = join([
             styled(host.hostname or "?", "bold"), root,
@@ -97,6 +98,13 @@ class HostHeader(StyledLines):
         if uptime is not None and len(plain(second)) + 2 + len(plain(uptime)) <= width:  # else the first to go
             second = join([second, uptime], "  ")
         return self._with_problem((first, second))
+
+    @staticmethod
+    def _compact(width: int, host: Words, time: str, rest: Words) -> Words:
+        """The narrow pane's one line; a long host name drops the time rather than have the edge cut
+        the state (PAUSED) off: the time is the one thing a glance does not need there."""
+        line = join([host, time, rest])
+        return line if len(plain(line)) <= width else join([host, rest])
 
     def _with_problem(self, lines: tuple[Words, ...]) -> tuple[Words, ...]:
         if not self.problem:
