@@ -104,3 +104,24 @@ def test_the_first_frame_waits_for_nothing_it_does_not_draw():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# The live monitor's whole module set, past its first frame: the app with its job rows, step charts and
+# the leak and job analyses. The stdlib modules below cost resident memory (issue 31 item 21: gputui's
+# share above a bare Textual app) for what a few lines of our own do.
+LIVE_MONITOR = FIRST_FRAME + (
+    "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
+    "gputui.analysis.jobs", "gputui.analysis.process",
+)
+NOT_IN_THE_LIVE_MONITOR = ("statistics",)
+
+
+def test_the_live_monitor_loads_no_stdlib_module_it_can_do_without():
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(LIVE_MONITOR)!r}: importlib.import_module(name)\n"
+        f"print(json.dumps([m for m in {list(NOT_IN_THE_LIVE_MONITOR)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
