@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from gputui.analysis.advice import advise
 from gputui.analysis.history import Series
 from gputui.analysis.leaks import leak_verdict
@@ -84,3 +86,16 @@ def test_zero_memory_and_flat_zero_steps():
     assert process_trend(zeros).verdict == "steady"
     steps = tuple(StepRecord(step=s, ended_at=float(s), allocated=0, reserved=0) for s in range(30))
     assert leak_verdict(ProbeReport(pid=1, taken_at=30.0, steps=steps)).state == "clean"
+
+
+def test_median_and_mean_match_the_statistics_module():
+    import statistics
+
+    from gputui.analysis.robust import mean, median
+    for values in ([3], [1, 3], [5, 1, 4], [2.5, -1.0, 7.25, 0.1], [0.1] * 7 + [0.2] * 3):
+        assert median(values) == statistics.median(values)
+        assert median(iter(values)) == statistics.median(values)
+        assert mean(values) == pytest.approx(statistics.mean(values), rel=1e-15)
+    assert median([1, 2]) == 1.5 and median([4, 1, 9]) == 4
+    with pytest.raises(ValueError):
+        median([])

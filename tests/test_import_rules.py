@@ -7,6 +7,7 @@ this test sees what they cannot: what a dependency imports in turn when it runs,
 in the monitor's and the probe's entry points really stay unrun at import time.
 """
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -104,3 +105,25 @@ def test_the_first_frame_waits_for_nothing_it_does_not_draw():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# The live monitor's whole module set, past its first frame: the app with its job rows, step charts and
+# the leak and job analyses. The stdlib modules below cost resident memory (issue 31 item 21: gputui's
+# share above a bare Textual app) for what a few lines of our own do.
+LIVE_MONITOR = FIRST_FRAME + (
+    "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
+    "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.ui.config",
+    "gputui.link.oom_file",
+)
+NOT_IN_THE_LIVE_MONITOR = ("statistics", "json", "shlex")
+
+
+def test_the_live_monitor_loads_no_stdlib_module_it_can_do_without():
+    code = (
+        "import importlib, sys\n"  # not json: it is one of the modules looked for
+        f"for name in {list(LIVE_MONITOR)!r}: importlib.import_module(name)\n"
+        f"print(repr([m for m in {list(NOT_IN_THE_LIVE_MONITOR)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []

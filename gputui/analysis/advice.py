@@ -6,7 +6,6 @@ snippet), and estimates the saving where it can. Healthy processes get no advice
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -418,6 +417,8 @@ def _attach_probe(seen: _Seen) -> Advice | None:
     t, proc = seen.trend, seen.process
     if seen.report is not None or t is None or t.verdict != TREND_GROWING or proc is None:
         return None
+    import shlex  # here: only a growing process without a probe needs it (issue 31 item 21)
+
     command = shlex.join(proc.command) if proc.command else "python train.py"
     return Advice(
         kind="attach-probe", severity="warning",

@@ -142,7 +142,7 @@ def devices_shown(report: ProbeReport) -> tuple[ProbeDevice, ...]:
 
 def breakdown_of(report: ProbeReport, device: ProbeDevice, snapshot: Snapshot | None) -> Breakdown | None:
     """The breakdown of one of the report's devices, with NVML's figure for it from ``snapshot``."""
-    # Imported here: the leak analysis (and statistics) loads only where there is a probe to explain,
+    # Imported here: the leak analysis loads only where there is a probe to explain,
     # not before the live monitor's first frame, which imports this module through plain's renderer.
     from gputui.analysis.leaks import untracked_growth
 

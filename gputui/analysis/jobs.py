@@ -8,10 +8,10 @@ towards itself (in a 2-slot job that median is simply the other slot).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 
 from gputui.analysis.advice import ranked
+from gputui.analysis import robust
 from gputui.model import BY_DEVICES, Advice, Job, MemoryCategories, ProbeReport, Snapshot
 from gputui.model.job_verdicts import FirstOom, Imbalance, JobAnalysis, ShardedModel, Slot, Straggler
 from gputui.model.verdicts import TREND_GROWING, TREND_STEADY, TREND_WARMING_UP, ProcessTrend
@@ -104,7 +104,7 @@ def _step_time(report: ProbeReport | None) -> float | None:
     if report is None:
         return None
     times = [s.duration for s in report.steps[-STEPS_TIMED:] if s.duration is not None]
-    return statistics.median(times) if times else None
+    return robust.median(times) if times else None
 
 
 def find_imbalance(slots: Sequence[Slot]) -> Imbalance | None:
@@ -116,7 +116,7 @@ def find_imbalance(slots: Sequence[Slot]) -> Imbalance | None:
         others = [s.gpu_memory for j, s in enumerate(known) if j != i and s.gpu_memory is not None]
         if not others:
             continue
-        median = statistics.median(others)
+        median = robust.median(others)
         if median > 0 and slot.gpu_memory >= FAR * median and slot.gpu_memory - median >= MIN_EXCESS:
             found = Imbalance(pid=slot.pid, rank=slot.rank, device=slot.device, memory=slot.gpu_memory,
                               others=int(median), ratio=round(slot.gpu_memory / median, 2))
@@ -132,19 +132,19 @@ def find_stragglers(slots: Sequence[Slot]) -> tuple[Straggler, ...]:
         by_rank.setdefault(slot.pid, []).append(slot)
     if len(by_rank) < 2:
         return ()  # one process (DataParallel): its replicas wait on device 0 by design
-    util = {pid: statistics.mean(u) for pid, ss in by_rank.items()
+    util = {pid: robust.mean(u) for pid, ss in by_rank.items()
             if (u := [s.utilisation for s in ss if s.utilisation is not None])}
     steps = {pid: ss[0].step_time for pid, ss in by_rank.items() if ss[0].step_time is not None}
     found = []
     for pid, ss in by_rank.items():
         others = [v for p, v in util.items() if p != pid]
         if pid in util and others:
-            median = statistics.median(others)
+            median = robust.median(others)
             if util[pid] < SLOW_UTILISATION * median and median - util[pid] >= MIN_UTILISATION_GAP:
                 found.append(Straggler(pid, ss[0].rank, "utilisation", round(util[pid], 1), round(median, 1)))
         others = [v for p, v in steps.items() if p != pid]
         if pid in steps and others:
-            median = statistics.median(others)
+            median = robust.median(others)
             if steps[pid] > SLOW_STEP * median:
                 found.append(Straggler(pid, ss[0].rank, "step time", steps[pid], median))
     return tuple(found)

@@ -11,10 +11,9 @@ at which the job runs out of device memory.
 from __future__ import annotations
 
 import math
-from statistics import median
 from typing import Sequence, TypedDict
 
-from gputui.analysis.robust import releases, settled_count, spread, theil_sen
+from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
 from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (

@@ -8,7 +8,6 @@ moment of failure, whose ``last_oom`` says what failed, where and in which phase
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -61,6 +60,8 @@ def write(report_json: Any, pid: int, directory: Path, *, now: float | None = No
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(time.time() if now is None else now))
     path = directory / f"{PREFIX}{pid}-{stamp}.json"
     document = {"schema": SCHEMA, "version": VERSION, "report": report_json}
+    import json  # here: the monitor only reads these files, through parse_json (issue 31 item 21)
+
     data = json.dumps(document, separators=(",", ":"), allow_nan=False, default=str).encode()
     # O_EXCL: never through a link someone planted, never over another report
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)

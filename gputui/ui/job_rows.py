@@ -9,11 +9,11 @@ the line is drawn, as a process row's are.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gputui import units
+from gputui.analysis import robust
 from gputui.analysis.history import ProcessKey
 from gputui.analysis.jobs import analyse_job
 from gputui.model import Job, Snapshot
@@ -101,7 +101,7 @@ def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = 
     cells = {c: "" for c in COLUMNS}
     cells.update(host=source.host or "", pid="" if job.launcher_pid is None else str(job.launcher_pid),
                  user=",".join(sorted(users)) or units.NA, gpu=indices(job.devices) or "-",
-                 gpu_memory=units.size_short(job.gpu_memory), sm=units.percent(statistics.mean(busy)) if busy else "",
+                 gpu_memory=units.size_short(job.gpu_memory), sm=units.percent(robust.mean(busy)) if busy else "",
                  command=MARKS[ascii][shut] + " · ".join(words))
     style = "bold" if worst is None else "bold $error" if worst[1] else "bold $warning"
     return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}

@@ -5,7 +5,6 @@ during forward, backward and the optimizer step (textual-plotext), with the step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import median
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -14,6 +13,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gputui import units
+from gputui.analysis.robust import median
 from gputui.model import StepRecord
 from gputui.ui import format as fmt
 from gputui.ui.widgets.line import Line
