@@ -1,0 +1,129 @@
+"""The probe's cost measured from outside, beside the probe's own account of it (issue 32, item 8).
+
+One process, a CPU MLP training loop (one torch thread) sized for ~5 ms steps and one for ~1.6 ms
+steps. Short blocks of steps alternate between probe stopped and probe running (the same Probe,
+stopped and started, so both sides share the process, the allocator and the machine's drift; the
+side that goes first alternates too). Per block: the median step time. Printed: the median
+per-block step time each way, the overhead (median of paired blocks' differences over the
+stopped side's median, with the middle half of the pairs), and the probe's own account over the
+running blocks (seconds it charged its budget over their step time). On a shared machine say the
+load: it is printed.
+
+    python bench/bench_probe_ab.py [--rounds 60] [--steps 24] [--only 5|1.6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+import torch  # noqa: E402
+
+import loops  # noqa: E402
+from gputui.probe import runtime  # noqa: E402
+
+
+def step_times(job, steps: int, offset: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds of each step (and the training thread's CPU seconds of each, into ``cpu``)."""
+    times = []
+    for i in range(steps):
+        x, y = job.batch_at(offset + i)
+        started, on_cpu = time.perf_counter(), time.thread_time()
+        loops.train_step(job, x, y)
+        if cpu is not None:
+            cpu.append(time.thread_time() - on_cpu)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def sized_job(target: float):
+    """An MLP whose step takes about ``target`` seconds here (batch chosen by measuring)."""
+    batch = 64
+    for _ in range(6):
+        job = loops.make_job(batch=batch)
+        step_times(job, 20, 0)
+        cpu: list[float] = []
+        step_times(job, 40, 20, cpu)
+        took = statistics.median(cpu)  # (the thread's CPU: other processes on the machine move it less)
+        if abs(took / target - 1) < 0.15:
+            break
+        batch = max(4, round(batch * (target / took) ** 1.5))  # (a step's fixed cost: aim past the ratio)
+    return job
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], statistics.median(values), q[2]
+
+
+def ab(target: float, rounds: int, steps: int, budget: float | None) -> dict:
+    job = sized_job(target)
+    probe = runtime.start(serve=False, **({} if budget is None else {"budget": budget}))
+    step_times(job, 60, 0)  # the probe learns the optimizer and the model's roots, once
+    probe.stop()
+    blocks: dict[str, list[float]] = {"off": [], "on": []}
+    cpu_blocks: dict[str, list[float]] = {"off": [], "on": []}
+    charged = elapsed = 0.0
+    measured = stepped = 0
+    offset = 0
+    for r in range(rounds):
+        for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            if side == "on":
+                probe.start()
+                before, seen, count = probe.tracker.charged, probe.tracker.elapsed, probe.tracker.step_count
+            cpu: list[float] = []
+            times = step_times(job, steps, offset, cpu)
+            offset += steps
+            if side == "on":
+                probe.stop()
+                charged += probe.tracker.charged - before
+                elapsed += probe.tracker.elapsed - seen
+                stepped += probe.tracker.step_count - count
+                measured += sum(1 for e in list(probe.board.steps)[-(probe.tracker.step_count - count):]
+                                if e.record is not None)
+            blocks[side].append(statistics.median(times))
+            cpu_blocks[side].append(statistics.median(cpu))
+    runtime.stop()
+    out = {"batch": job.batch, "account": charged / elapsed if elapsed else float("nan"), "blocks": rounds,
+           "measured": measured, "stepped": stepped}
+    for clock, sides in (("wall", blocks), ("cpu", cpu_blocks)):
+        off, on = sides["off"], sides["on"]
+        base = statistics.median(off)
+        out[clock] = (base, statistics.median(on), quartiles([(b - a) / base for a, b in zip(off, on)]))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--only", choices=("5", "1.6"))
+    parser.add_argument("--budget", type=float, help="the probe's readings budget (default: as shipped)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread, CPU, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.2f} at start")
+    for label, target in (("5", 5e-3), ("1.6", 1.6e-3)):
+        if args.only not in (None, label):
+            continue
+        r = ab(target, args.rounds, args.steps, args.budget)
+        print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
+              f"probe's own account: {r['account'] * 100:.2f} % of step time "
+              f"({r['measured']} of {r['stepped']} steps measured)")
+        for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):
+            off, on, (low, mid, high) = r[clock]
+            print(f"  {name}: median step {off * 1e3:.3f} ms stopped, {on * 1e3:.3f} ms running; outside A/B "
+                  f"{mid * 100:+.2f} % (paired blocks, middle half {low * 100:+.2f} .. {high * 100:+.2f} %)")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
