@@ -162,8 +162,6 @@ def leak_verdict(
     })
 
     if grows:
-        # Growth far clear of noise needs fewer readings (the probe reads fewer steps where its
-        # readings cost more), never fewer steps.
         readings = CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS
         if not held and not _confirmed(span, len(window), margin, confirm):
             spacing = span / len(window)
@@ -384,12 +382,17 @@ def _recent_growth(steps: list[StepRecord], figure: str) -> float | None:
         return 0.0
     xs = [float(s.step) for s in recent]
     ys = [float(getattr(s, figure)) for s in recent]
+    floor = FIGURES[figure][0]
+    drops = releases(ys, _floor(ys[-1], floor))
+    if len(drops) >= 2:  # a sawtooth's scatter is its height: its low points say whether it grows
+        trough_slope, grows = _trough_growth(xs, ys, drops, floor)
+        return trough_slope if grows else None
     slope = theil_sen(xs, ys) or 0.0
     ends = max(1, len(ys) // 8)
     span = xs[-1] - xs[0]
     growth = max(slope * span, median(ys[-ends:]) - median(ys[:ends]))
     noise = spread([y - slope * x for x, y in zip(xs, ys)])
-    if growth < max(_floor(ys[-1], FIGURES[figure][0]), NOISE_FACTOR * noise):
+    if growth < max(_floor(ys[-1], floor), NOISE_FACTOR * noise):
         return None
     return growth / span
 
