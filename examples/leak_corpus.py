@@ -651,6 +651,37 @@ def hidden_detached(steps: int) -> object:
     return hidden
 
 
+# -- loops whose verdict must hold over hundreds of steps ----------------------------------------------
+
+
+def slow_leak(steps: int) -> object:
+    """MLP: every 20 steps a 1 MiB detached copy of the hidden features is kept for a later plot."""
+    model, optimizer, inputs, labels = mlp_job()
+    kept = []
+    for step in range(steps):
+        x, y = batch_at(inputs, step, 128), batch_at(labels, step, 128)
+        classify_step(model, optimizer, x, y)
+        if step % 20 == 19:
+            with torch.no_grad():
+                kept.append(torch.relu(model.wide(x)).repeat(2, 1))  # 256 x 1024 floats: 1 MiB
+    return kept
+
+
+def warmup_plateau(steps: int) -> object:
+    """MLP over 100 distinct batches, each normalised once and cached (256 KiB a step for 100 steps),
+    then read from the cache: memory grows for 100 steps, then is flat."""
+    model, optimizer, inputs, labels = mlp_job()
+    cache: dict[int, torch.Tensor] = {}
+    for step in range(steps):
+        key = step % 100
+        if key not in cache:
+            raw = batch_at(inputs, key, 1024)  # 1024 x 64 floats: 256 KiB
+            cache[key] = (raw - raw.mean(0)) / (raw.std(0) + 1e-6)
+        x = cache[key][:128]
+        classify_step(model, optimizer, x, batch_at(labels, key, 128))
+    return cache
+
+
 # -- registry -----------------------------------------------------------------------------------------
 
 
@@ -736,6 +767,18 @@ PATTERNS: dict[str, Pattern] = {
         "clean: the hidden state is carried detached (truncated backpropagation through time)"),
 }
 
+# Loops that take hundreds of steps to tell apart, whose verdict is asserted at every step: a leak too
+# slow to call within 50 steps, and a warm-up longer than a leak's confirmation.
+SLOW_PATTERNS: dict[str, Pattern] = {
+    "slow_leak": Pattern(
+        slow_leak, True, "other", "MLP",
+        "kept.append(features) every 20 steps keeps 1 MiB each time: slow, but without end; keep a bounded "
+        "window or write them out"),
+    "warmup_plateau": Pattern(
+        warmup_plateau, False, None, "MLP",
+        "clean: 100 distinct batches normalised once and cached, 256 KiB a step for 100 steps, then flat"),
+}
+
 _MARKER = re.compile(r"#\s*((?:allocates|keeps): \w+(?:;\s*(?:allocates|keeps): \w+)*)\s*$")
 
 
@@ -752,20 +795,20 @@ def marked_line(name: str, what: str) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", nargs="?", choices=sorted(PATTERNS))
+    parser.add_argument("name", nargs="?", choices=sorted({**PATTERNS, **SLOW_PATTERNS}))
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     parser.add_argument("--list", action="store_true", help="list the patterns and exit")
     args = parser.parse_args(argv)
     if args.list or args.name is None:
-        for name, pattern in PATTERNS.items():
+        for name, pattern in {**PATTERNS, **SLOW_PATTERNS}.items():
             kind = f"leaks {pattern.category}" if pattern.leaks else "clean"
             print(f"{name:<18} {kind:<17} {pattern.model:<20} {pattern.what}")
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    kept = PATTERNS[args.name].run(args.steps)
+    kept = {**PATTERNS, **SLOW_PATTERNS}[args.name].run(args.steps)
     elapsed = time.perf_counter() - started
     print(f"{args.name}: {args.steps} steps in {elapsed:.1f} s ({1000 * elapsed / args.steps:.1f} ms/step), "
           f"kept {type(kept).__name__}")

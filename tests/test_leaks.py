@@ -5,6 +5,7 @@ import random
 from gputui.analysis.leaks import leak_verdict
 from gputui.model import MemoryCategories, ProbeReport, StepRecord
 
+KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -241,3 +242,57 @@ def test_only_the_latest_window_of_steps_counts():
     def fn(s):
         return GIB + min(s, 100) * 10 * MIB
     assert leak_verdict(report(200, fn)).state == "clean"
+
+
+# -- verdicts that hold: one call per stretch of evidence (issue 32 item 4) -----------------------------
+
+
+def host_report(n, host_allocated):
+    """A CPU job's first n steps, judged on the C heap in use (``host_allocated``)."""
+    steps = tuple(StepRecord(step=s, ended_at=1000.0 + s * 0.5, duration=0.5, device="cpu", allocated=100 * MIB,
+                             host_allocated=host_allocated(s)) for s in range(1, n + 1))
+    return ProbeReport(pid=1, taken_at=steps[-1].ended_at, steps=steps)
+
+
+def states_by_step(make, last=400):
+    """The verdict a monitor polling after every step would show, from step 8 to ``last``."""
+    return {n: leak_verdict(make(n)).state for n in range(8, last + 1)}
+
+
+def slow_leak(s):
+    """1 MiB kept every 20 steps, over 173 MiB: flat for 19 steps at a time, always growing."""
+    return 160 * MIB + (s // 20) * MIB
+
+
+def test_a_slow_leak_in_steps_every_20_steps_stays_a_leak_at_every_poll():
+    for make in (lambda n: report(n, slow_leak, start=1), lambda n: host_report(n, slow_leak)):
+        states = states_by_step(make)
+        first = min(n for n, state in states.items() if state == "leak")
+        assert first <= 64, first
+        later = {n: state for n, state in states.items() if n >= first and state != "leak"}
+        assert later == {}, later
+        again = leak_verdict(make(200))
+        assert again.state == "leak" and abs(again.allocated_per_step - MIB / 20) < MIB / 40
+        assert leak_verdict(make(200)) == again  # the same evidence, the same verdict
+
+
+def warm_up_plateau(s, noise=None):
+    """A cache filled by 256 KiB a step for 100 steps, then flat (with +-128 KiB of noise where given)."""
+    return 150 * MIB + min(s, 100) * 256 * KIB + (noise[s] if noise else 0)
+
+
+def test_a_plateau_after_a_warm_up_ends_the_leak_call_within_64_steps_of_going_flat():
+    rng = random.Random(7)
+    noise = [rng.randint(-128, 128) * KIB for _ in range(402)]
+    def noisy(n):
+        return host_report(n, lambda s: warm_up_plateau(s, noise))
+
+    def read_every_third_step(n):  # the window of 64 readings then spans 192 steps
+        steps = tuple(s for s in noisy(n).steps if s.step % 3 == 0 or s.step == n)
+        return ProbeReport(pid=1, taken_at=steps[-1].ended_at, steps=steps)
+    for make in (lambda n: report(n, warm_up_plateau, start=1), noisy, read_every_third_step):
+        states = states_by_step(make)
+        # While it grows it cannot be told from a leak; flat from step 100, it is no leak from step 164 on.
+        assert [n for n, state in states.items() if n >= 100 + 64 and state != "clean"] == []
+        called = [n for n, state in states.items() if state == "leak"]
+        assert called and called == list(range(called[0], called[-1] + 1)), called  # one call, no flips

@@ -36,6 +36,9 @@ CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times o
 CLEAR_READINGS = 6
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
+# A leak, once confirmed, stays one until the figure has grown less than noise over this many steps, and
+# growth that has been flat that long is no leak: longer than a slow leak's gap between two increments.
+FLAT_STEPS = 64
 MIN_GROWTH = 64 * KIB  # growth over the window below this is noise
 REL_GROWTH = 0.001  # ... and so is growth below this fraction of the level
 NOISE_FACTOR = 3.0  # growth must also stand this many noise spreads above the scatter
@@ -126,15 +129,18 @@ def leak_verdict(
     xs = [float(s.step) for s in window]
     totals = [float(getattr(s, figure)) for s in window]
     floor, confirm = FIGURES[figure]
-    slope, grows, margin = _fit(xs, totals, min_growth=floor)
-    name = FIGURE_NAMES[figure]
-
-    # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
-    # low points rise too.
-    drops = releases(totals, _floor(totals[-1], floor))
+    slope, grows, margin, drops = _growth(xs, totals, floor)
     sawtooth = len(drops) >= 2
-    if sawtooth:
-        slope, grows = _trough_growth(xs, totals, drops, floor)
+    name = FIGURE_NAMES[figure]
+    # Hysteresis, from the evidence alone: a leak confirmed at any step of the last FLAT_STEPS stays a
+    # leak until memory has been flat over FLAT_STEPS steps, and no growth is a leak once it has.
+    held = False
+    recent_growth = _recent_growth(steps, figure)
+    if recent_growth is None:
+        grows = False
+    elif not (grows and _confirmed(span, len(window), margin, confirm)) and _confirmed_lately(steps, figure):
+        grows = held = True
+        slope = max(slope, recent_growth)
 
     allocator = [s for s in measured if s.reserved is not None][-WINDOW_STEPS:]
     mx = [float(s.step) for s in allocator]
@@ -155,10 +161,8 @@ def leak_verdict(
     })
 
     if grows:
-        # Growth far clear of noise needs fewer readings (the probe reads fewer steps where its
-        # readings cost more), never fewer steps.
         readings = CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS
-        if span < confirm or len(window) < readings:
+        if not held and not _confirmed(span, len(window), margin, confirm):
             spacing = span / len(window)
             needed = max(confirm - span, math.ceil((readings - len(window)) * spacing), 1)
             return LeakVerdict(
@@ -326,6 +330,70 @@ def _column(steps: list[StepRecord], name: str) -> list[float]:
 
 def _floor(level: float, min_growth: float = MIN_GROWTH) -> float:
     return max(min_growth, REL_GROWTH * level)
+
+
+def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool, float, list[tuple[int, int]]]:
+    """:func:`_fit` of one window of the judged figure, with a sawtooth judged by its low points:
+    (slope per step, whether it grows, its margin over noise, the sawtooth's releases)."""
+    slope, grows, margin = _fit(xs, ys, min_growth=floor)
+    # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
+    # low points rise too.
+    drops = releases(ys, _floor(ys[-1], floor))
+    if len(drops) >= 2:
+        slope, grows = _trough_growth(xs, ys, drops, floor)
+    return slope, grows, margin, drops
+
+
+def _confirmed(span: int, readings: int, margin: float, confirm: int) -> bool:
+    """Whether growth seen over ``span`` steps in ``readings`` readings is enough to call a leak:
+    growth far clear of noise needs fewer readings (the probe reads fewer steps where its readings
+    cost more), never fewer steps."""
+    return span >= confirm and readings >= (CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS)
+
+
+def _confirmed_lately(steps: list[StepRecord], figure: str) -> bool:
+    """Whether the verdict on the steps up to any earlier reading of the last FLAT_STEPS steps confirmed
+    a leak: the previous verdicts, derived from the evidence (not remembered), so that every monitor
+    judging the same report says the same."""
+    floor, confirm = FIGURES[figure]
+    since = steps[-1].step - FLAT_STEPS
+    for end in range(len(steps) - 1, MIN_STEPS - 1, -1):  # newest first: a leak is found at once
+        if steps[end - 1].step <= since:
+            break
+        window = steps[max(0, end - WINDOW_STEPS):end]
+        xs = [float(s.step) for s in window]
+        _, grows, margin, _ = _growth(xs, [float(getattr(s, figure)) for s in window], floor)
+        if grows and _confirmed(window[-1].step - window[0].step + 1, len(window), margin, confirm):
+            return True
+    return False
+
+
+def _recent_growth(steps: list[StepRecord], figure: str) -> float | None:
+    """Bytes per step the figure grew over the last FLAT_STEPS steps, or None where that is under its
+    noise floor: flat.
+
+    Growth is the larger of the robust slope over those steps and the rise from the median of their
+    first eighth to that of their last: a leak that grows in steps every 20 steps reads as flat to a
+    slope that takes its jumps for outliers, never to the rise. Fewer than 4 readings say nothing (0.0).
+    """
+    recent = [s for s in steps if s.step > steps[-1].step - FLAT_STEPS]
+    if len(recent) < 4:
+        return 0.0
+    xs = [float(s.step) for s in recent]
+    ys = [float(getattr(s, figure)) for s in recent]
+    floor = FIGURES[figure][0]
+    drops = releases(ys, _floor(ys[-1], floor))
+    if len(drops) >= 2:  # a sawtooth's scatter is its height: its low points say whether it grows
+        trough_slope, grows = _trough_growth(xs, ys, drops, floor)
+        return trough_slope if grows else None
+    slope = theil_sen(xs, ys) or 0.0
+    ends = max(1, len(ys) // 8)
+    span = xs[-1] - xs[0]
+    growth = max(slope * span, median(ys[-ends:]) - median(ys[:ends]))
+    noise = spread([y - slope * x for x, y in zip(xs, ys)])
+    if growth < max(_floor(ys[-1], floor), NOISE_FACTOR * noise):
+        return None
+    return growth / span
 
 
 def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
