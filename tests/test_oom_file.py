@@ -20,8 +20,6 @@ from gputui import cli
 from gputui.link import oom_file, paths
 from gputui.link.endings import OomEndings
 from gputui.model import OomRecord, ProbeReport, Snapshot, to_jsonable
-from gputui.probe.board import Board
-from gputui.probe.oom import OomWatch
 
 AS_ROOT = pytest.mark.skipif(os.getuid() != 0, reason="handing a directory to another uid needs root")
 REAL = ROOT / "tests" / "fixtures" / "torch" / "real-h100-oom-report.json"
@@ -97,6 +95,10 @@ def test_the_probe_refuses_an_oom_directory_another_user_owns_and_says_why(tmp_p
     theirs.mkdir(mode=0o700)
     os.chown(theirs, OTHER, OTHER)
     monkeypatch.setenv(oom_file.DIR_ENV, str(theirs))
+    pytest.importorskip("torch")  # the probe's OOM watch runs in a training job, with its torch
+    from gputui.probe.board import Board
+    from gputui.probe.oom import OomWatch
+
     watch = OomWatch(Board(), write_report=lambda: str(oom_file.write({}, 7, oom_file.oom_dir())))
     watch._excepthook(RuntimeError, RuntimeError("DefaultCPUAllocator: can't allocate memory"), None)
     last = capsys.readouterr().err.splitlines()[-1]
