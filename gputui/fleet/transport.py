@@ -233,7 +233,11 @@ class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
             parts = urlsplit(newurl)
             where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # any userinfo left out
             raise Ended(f"redirected to another origin ({where}); not followed")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        # Python 3.10's handler knows 301, 302, 303 and 307 only (308 came in 3.11); a 308 is a 307
+        # that is permanent, which a GET of /snapshot follows alike.
+        return super().redirect_request(req, fp, 307 if code == 308 else code, msg, headers, newurl)
+
+    http_error_308 = urllib.request.HTTPRedirectHandler.http_error_302
 
 
 # One opener for every host's thread, as urlopen's own is: it keeps no state between requests.
