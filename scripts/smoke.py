@@ -222,14 +222,14 @@ def check_live(gputui: str, scenario: str, size: str, env: dict[str, str], cwd: 
             screen = _capture(tmux)
             if "Traceback" in screen or status.exists():
                 break
-            if model in screen and _pid_rows(screen) & pids:
+            if _device_shown(screen, model) and _pid_rows(screen) & pids:
                 break
             time.sleep(0.5)
         if "Traceback" in screen or status.exists():
             time.sleep(0.5)  # the rest of the traceback
             raise SmokeFailure(f"the monitor failed:\n{_capture(tmux)}")
-        if model not in screen:
-            raise SmokeFailure(f"no device line ({model!r}) on the screen:\n{screen}")
+        if not _device_shown(screen, model):
+            raise SmokeFailure(f"no device line ({model!r}, or GPUs packed two a line) on the screen:\n{screen}")
         if not _pid_rows(screen) & pids:
             raise SmokeFailure(f"no process row (pids {sorted(pids)}) on the screen:\n{screen}")
         lines = screen.splitlines()
@@ -252,6 +252,16 @@ def _capture(tmux: list[str]) -> str:
     result = subprocess.run([*tmux, "capture-pane", "-p", "-t", "smoke"], capture_output=True,
                             text=True)
     return result.stdout if result.returncode == 0 else ""
+
+
+# A small pane with more GPUs than lines packs two GPUs a line, each cell without its name: index,
+# memory bar and use, utilisation, temperature ("0 ████ 58.7G  92% 65C  1 ████ 58.7G  94% 65C").
+_PACKED = re.compile(r"\d+%\s+\d+C\s.*\d+%\s+\d+C")
+
+
+def _device_shown(screen: str, model: str) -> bool:
+    """Whether a device line is on the screen: one naming the model, or GPUs packed two a line."""
+    return model in screen or any(_PACKED.search(line) for line in screen.splitlines())
 
 
 def _model(name: str) -> str:
