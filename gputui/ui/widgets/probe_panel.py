@@ -23,7 +23,7 @@ HOW_TO_ATTACH = (
     "  gputui run -- python train.py          (no code change)\n"
     "  GPUTUI_PROBE=1 python train.py         (no code change)\n"
     "  import gputui.probe; gputui.probe.start()   (in the training script)\n"
-    "On Python 3.14+, `gputui attach PID` starts one in a running process."
+    "Or press A to attach one to this running process now (`gputui attach PID`)."
 )
 
 
