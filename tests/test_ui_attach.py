@@ -246,3 +246,13 @@ async def test_the_replay_refuses_with_a_message(tmp_path):
         await pilot.pause()
         assert said(app)[-1] == "A recording: there is no process to attach a probe to or detach one from."
         assert len(app.screen_stack) == 2  # no confirmation asked
+
+
+async def test_screens_without_a_process_do_not_offer_the_key():
+    app = make_app([with_job(4242)])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")  # the help screen: no process to act on
+        await pilot.pause()
+        shown = {b.binding.id for b in app.active_bindings.values() if b.binding.show}
+        assert "probe.attach" not in shown and "help.close" in shown

@@ -478,6 +478,12 @@ class GpuTuiApp(App[int]):
 
     # -- attaching and detaching the probe -----------------------------------------------------
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The probe keys act on a process: shown (and live) only on the screens that have one to offer.
+        if action == "probe":
+            return hasattr(self.screen, "probe_target")
+        return True
+
     def probe_refusal(self) -> str | None:
         """Why this monitor attaches and detaches no probe at all, or None (the many-host view and
         the replay say why in their own words)."""

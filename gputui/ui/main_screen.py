@@ -130,8 +130,11 @@ class MainScreen(Screen):
             self.remove_class(f"-{self.layout_mode}")
             self.layout_mode = mode
         self.add_class(f"-{mode}")
-        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus").
-        self.query_one(Footer).compact = mode in ("compact", "tiny")
+        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus"), and the
+        # palette's hint leaves no room for the last (A Attach): ctrl+p still opens it, as the help says.
+        footer = self.query_one(Footer)
+        footer.compact = mode in ("compact", "tiny")
+        footer.show_command_palette = mode not in ("compact", "tiny")
         self.pane_width = width
         self._set_columns()
         self.render_snapshot()
