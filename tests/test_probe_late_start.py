@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from gputui.analysis.phases import accounts  # noqa: E402
 from gputui.analysis.text import probe_history  # noqa: E402
 from gputui.plain.report import render_probe  # noqa: E402
+from gputui.units import size  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -66,8 +67,12 @@ def test_steps_count_from_the_start_and_the_report_says_how_it_came(late_probe):
 def test_the_first_measured_step_does_not_claim_what_was_there_before_the_attach(late_probe):
     _, report, _ = late_probe
     first = accounts(report.steps, attached=report.via == "attach")[0]
-    assert first.step == 1
+    # Step 1 was under way when the probe came (here: the probe met the optimizer only at its end, so
+    # the step's start left out Adam's state): the account starts at the first whole step.
+    assert first.step == 2 and first.lines[0] == "the first whole step after the probe attached"
     assert not any("created at this step" in line for line in first.lines)
+    params = sum(p.nbytes for p in late_probe[0].model.parameters())
+    assert first.lines[1] == f"started at {size(3 * params + 4 * 6)} (the model: {size(params)})"  # and Adam
     assert any(line.startswith("held when the probe attached: gradients") for line in first.lines)
 
 
@@ -78,4 +83,6 @@ def test_the_report_says_when_the_probe_attached_and_how_much_history_it_has(lat
         f"probe attached at {clock} (gputui attach) to a running job: steps, phase peaks and activations "
         "count from its first step after that; 10 steps so far, leak verdicts fit 10 of their 64")
     text = render_probe(report, width=400)
-    assert probe_history(report) in text
+    assert f"  {probe_history(report)}\n" in text
+    narrow = render_probe(report, width=60)  # said in full, over lines
+    assert "count from its first step after that; 10 steps so far," in " ".join(narrow.split())

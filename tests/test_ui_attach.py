@@ -256,3 +256,16 @@ async def test_screens_without_a_process_do_not_offer_the_key():
         await pilot.pause()
         shown = {b.binding.id for b in app.active_bindings.values() if b.binding.show}
         assert "probe.attach" not in shown and "help.close" in shown
+
+
+def test_the_detail_screens_probe_view_says_when_the_probe_attached():
+    from gputui.analysis.text import probe_history
+    from gputui.model import StepRecord
+    from gputui.ui.widgets.probe_panel import headline
+
+    steps = tuple(StepRecord(step=i, ended_at=T0 + i) for i in range(1, 13))
+    report = ProbeReport(pid=4242, taken_at=T0 + 20, started_at=T0, via="attach", steps=steps)
+    words = probe_history(report)
+    assert words.endswith("(gputui attach) to a running job: steps, phase peaks and activations count from its "
+                          "first step after that; 12 steps so far, leak verdicts fit 12 of their 64")
+    assert words in str(headline(report, None)).split("\n")

@@ -37,7 +37,7 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     if not found:
         return None
     start = step.allocated_at_start
-    lines = []
+    lines = ["the first whole step after the probe attached"] if attached and before is None else []
     if start is not None:
         lines.append(f"started at {size(start)}" + _model_of(step, start))
     for name, peak in found:
@@ -60,6 +60,10 @@ def accounts(steps: Sequence[StepRecord], *, attached: bool = False) -> tuple[Ph
     """The first measured step and the latest (the job's start, and how it runs now); ``attached``:
     the probe was attached to a running job, whose start it did not see."""
     measured = [s for s in steps if peaks(s)]
+    if attached:
+        # Step 1 was under way when the probe came: its phases (and, on the CPU, the tensors of an
+        # optimizer the probe had not met yet) were seen in part. Accounts start from the first whole step.
+        measured = [s for s in measured if s.step > 1]
     picked = sorted({0, len(measured) - 1}) if measured else []
     found = (phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None,
                            attached=attached)

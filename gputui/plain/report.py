@@ -126,8 +126,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
                  ellipsis=glyphs.ellipsis)
     lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
-    lines += flow([text(probe_history(report, tz))], width, first=Line().add("  "), indent=2,
-                  ellipsis=glyphs.ellipsis)
+    lines += flow([text(word) for word in probe_history(report, tz).split(" ")], width, gap=1,
+                  first=Line().add("  "), indent=4, ellipsis=glyphs.ellipsis)
     if report.placement is not None:
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
