@@ -514,7 +514,7 @@ class GpuTuiApp(App[int]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.notify(f"Running gputui {attaching.verb(attach)} {found.target.local_pid}…", timeout=3)
+                self.notify(f"Running gputui {attaching.verb(attach)} {found.target.local_pid}...", timeout=3)
                 self._probe_command(found.target, attach)
 
         from gputui.ui.screens.confirm import ConfirmProbe
