@@ -269,3 +269,11 @@ def test_the_detail_screens_probe_view_says_when_the_probe_attached():
     assert words.endswith("(gputui attach) to a running job: steps, phase peaks and activations count from its "
                           "first step after that; 12 steps so far, leak verdicts fit 12 of their 64")
     assert words in str(headline(report, None)).split("\n")
+
+
+async def test_the_words_name_the_detach_key_as_the_config_maps_it(job):
+    app = make_app([with_job(job.pid)], attacher=Runner(), keymap={"probe.detach": "ctrl+d"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("A")
+        assert str(app.screen.query_one("#confirm-effect").render()).endswith("ctrl+d detaches it again.")

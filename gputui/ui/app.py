@@ -507,7 +507,8 @@ class GpuTuiApp(App[int]):
             self.notify(f"Demo mode: process {found.target.pid} is simulated; no probe attached or detached.",
                         severity="warning")
             return
-        why = attaching.why_not(found, attach)
+        detach_key = self.keymap.get("probe.detach", "D").split(",")[0]  # as the config maps it
+        why = attaching.why_not(found, attach, detach_key)
         if why is not None:  # said now: asking first would offer a choice there is not
             self.notify(why, title=title, severity="error", markup=False)
             return
@@ -519,7 +520,8 @@ class GpuTuiApp(App[int]):
 
         from gputui.ui.screens.confirm import ConfirmProbe
 
-        self.push_screen(ConfirmProbe(found.target.pid, found.target.what, attach=attach), answered)
+        self.push_screen(ConfirmProbe(found.target.pid, found.target.what, attach=attach, detach_key=detach_key),
+                         answered)
 
     @work(thread=True, group="probe-commands", exit_on_error=False)
     def _probe_command(self, target: Target, attach: bool) -> None:

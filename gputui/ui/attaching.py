@@ -41,12 +41,13 @@ def command(pid: int, attach: bool) -> list[str]:
     return [sys.executable, "-m", "gputui", verb(attach), str(pid)]
 
 
-def why_not(found: ProbeTarget, attach: bool) -> str | None:
-    """Why the probe cannot be attached to (or detached from) ``found``, in words; None when it may be."""
+def why_not(found: ProbeTarget, attach: bool, detach_key: str = "D") -> str | None:
+    """Why the probe cannot be attached to (or detached from) ``found``, in words; None when it may be.
+    ``detach_key``: the key that detaches, as the config maps it."""
     target = found.target
     pid = target.pid
     if attach and found.probed:
-        return f"Process {pid} has a probe already (D detaches it)."
+        return f"Process {pid} has a probe already ({detach_key} detaches it)."
     if not attach and not found.probed:
         return f"Process {pid} has no probe to detach."
     if attach and found.uses_torch is False:
@@ -66,12 +67,12 @@ def why_not(found: ProbeTarget, attach: bool) -> str | None:
     return None
 
 
-def what_happens(pid: int, attach: bool) -> str:
+def what_happens(pid: int, attach: bool, detach_key: str = "D") -> str:
     """The confirmation's words on what the command will do to the job."""
     if attach:
         return (f"gputui will pause process {pid} for a moment (gdb) to start the PyTorch probe inside it. "
                 "The job then keeps training; the probe's hooks take a small share of each step. "
-                "D detaches it again.")
+                f"{detach_key} detaches it again.")
     return (f"gputui will pause process {pid} for a moment (gdb) to stop its probe: its hooks and socket go, "
             "the job keeps training.")
 

@@ -57,7 +57,7 @@ class ConfirmSignal(Confirm):
 class ConfirmProbe(Confirm):
     """Asked before attaching the probe to a running process, or detaching it."""
 
-    def __init__(self, pid: int, what: str, *, attach: bool) -> None:
+    def __init__(self, pid: int, what: str, *, attach: bool, detach_key: str = "D") -> None:
         title = f"Attach the PyTorch probe to process {pid}?" if attach else f"Detach the probe from process {pid}?"
-        super().__init__(title, what, what_happens(pid, attach), "Attach" if attach else "Detach")
+        super().__init__(title, what, what_happens(pid, attach, detach_key), "Attach" if attach else "Detach")
         self.pid, self.attach = pid, attach
