@@ -25,24 +25,26 @@ class PhaseAccount:
     peak: int | None
 
 
-def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bool = False) -> PhaseAccount | None:
+def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bool = False,
+                  attached: bool = False) -> PhaseAccount | None:
     """The account of ``step``; ``before`` is the measured step before it (None for the first).
 
     ``cpu``: the figures are the probe's tracked tensors at phase boundaries (CPU has no allocator
-    peak counter), which the last line says.
+    peak counter), which the last line says. ``attached``: the probe was attached to a running job,
+    so what its first step holds may have been there long before it.
     """
     found = peaks(step)
     if not found:
         return None
     start = step.allocated_at_start
-    lines = []
+    lines = ["the first whole step after the probe attached"] if attached and before is None else []
     if start is not None:
         lines.append(f"started at {size(start)}" + _model_of(step, start))
     for name, peak in found:
         rise = f" ({_signed(peak - start)} over the start)" if start is not None else ""
         lines.append(f"{name} peak {size(peak)}{rise}")
     top_name, top = max(found, key=lambda p: p[1])
-    appeared = _appeared(step, before)
+    appeared = _appeared(step, before, attached=attached)
     if appeared:
         lines.append(appeared)
     if step.activations_peak:
@@ -54,11 +56,17 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     return PhaseAccount(step.step, tuple(lines), top_name, top)
 
 
-def accounts(steps: Sequence[StepRecord]) -> tuple[PhaseAccount, ...]:
-    """The first measured step and the latest (the job's start, and how it runs now)."""
+def accounts(steps: Sequence[StepRecord], *, attached: bool = False) -> tuple[PhaseAccount, ...]:
+    """The first measured step and the latest (the job's start, and how it runs now); ``attached``:
+    the probe was attached to a running job, whose start it did not see."""
     measured = [s for s in steps if peaks(s)]
+    if attached:
+        # Step 1 was under way when the probe came: its phases (and, on the CPU, the tensors of an
+        # optimizer the probe had not met yet) were seen in part. Accounts start from the first whole step.
+        measured = [s for s in measured if s.step > 1]
     picked = sorted({0, len(measured) - 1}) if measured else []
-    found = (phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None)
+    found = (phase_account(measured[i], measured[i - 1] if i else None, cpu=measured[i].reserved is None,
+                           attached=attached)
              for i in picked)
     return tuple(account for account in found if account is not None)  # (all are: measured steps have peaks)
 
@@ -81,8 +89,9 @@ def _model_of(step: StepRecord, start: int) -> str:
     return f" (the model: {size(model)})" if model <= start else ""
 
 
-def _appeared(step: StepRecord, before: StepRecord | None) -> str:
-    """What the step left behind that was not there before it: gradients, optimizer state."""
+def _appeared(step: StepRecord, before: StepRecord | None, *, attached: bool = False) -> str:
+    """What the step left behind that was not there before it: gradients, optimizer state. The first
+    step after an attach cannot tell: they may have been there since the job's own first step."""
     cats = step.categories
     if cats is None:
         return ""
@@ -94,6 +103,8 @@ def _appeared(step: StepRecord, before: StepRecord | None) -> str:
             new.append(f"{label} +{size(now - then)}")
     if not new:
         return ""
+    if before is None and attached:
+        return "held when the probe attached: " + ", ".join(n.replace("+", "", 1) for n in new)
     where = "created at this step" if before is None else f"since step {before.step}"
     return "left behind: " + ", ".join(new) + f" ({where})"
 

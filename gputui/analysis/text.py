@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import tzinfo
+
+from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.whatif import effect
-from gputui.model import Headroom
-from gputui.units import size, span
+from gputui.model import Headroom, ProbeReport
+from gputui.units import clock_time, size, span
+
+# How each way of starting the probe is named to people (ProbeReport.via).
+STARTED_BY = {"run": "gputui run", "env": "GPUTUI_PROBE=1", "api": "gputui.probe.start()",
+              "attach": "gputui attach", "demo": "demo"}
 
 
 def figures_age(read_at: float | None, read_at_step: int | None, taken_at: float) -> str:
@@ -28,3 +35,19 @@ def headroom_lines(room: Headroom) -> list[str]:
         head += f"; no larger batch fits: {room.withheld}"
     return [head] + [f"what if {w.change}: {effect(w.saving)} (peak {size(w.peak)}, computed)"
                      for w in room.what_ifs]
+
+
+def probe_history(report: ProbeReport, tz: tzinfo | None = None) -> str:
+    """When and how the probe came into the job, and how much history its figures have: after a late
+    attach the parameters, gradients and optimizer state are all there, but steps, phase peaks,
+    activations and leak verdicts start from the attach."""
+    how = STARTED_BY.get(report.via or "", report.via or "")
+    by = f" ({how})" if how else ""
+    steps = report.steps[-1].step if report.steps else 0
+    if report.via != "attach":
+        return f"probe started at {clock_time(report.started_at, tz)}{by}; {steps} steps since"
+    words = (f"probe attached at {clock_time(report.started_at, tz)}{by} to a running job: steps, phase peaks "
+             f"and activations count from its first step after that; {steps} steps so far")
+    if steps < WINDOW_STEPS:
+        words += f", leak verdicts fit {steps} of their {WINDOW_STEPS}"
+    return words

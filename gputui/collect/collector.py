@@ -11,6 +11,7 @@ environment, procfs root), so the same code reads a real H100 and the simulated 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import time
@@ -26,6 +27,7 @@ from gputui.collect.own_cpu import OwnCpu
 from gputui.collect.pidns import Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
+from gputui.collect.torch_use import torch_mapped
 from gputui.pids import pid_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
@@ -94,7 +96,8 @@ class Collector:
         # Signal 0 reaches the real machine's processes, and only by /proc's PIDs when /proc is ours.
         signals_work = self.namespace is not None and not self.namespace.procfs_is_outer
         self.processes = ProcessInspector(
-            psutil, clock, exists=pid_exists if signals_work else None)
+            psutil, clock, exists=pid_exists if signals_work else None,
+            uses_torch=functools.partial(torch_mapped, proc_root=str(proc_root)) if proc_root is not None else None)
         self.host = HostReader(psutil, hostname)
         self.probed = ProbedProcesses(psutil, clock)
         self.jobs = JobFinder(psutil)  # again after the probes are added: see plain's Source
@@ -218,6 +221,7 @@ def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails) -
         host_memory=info.host_memory,
         started_at=info.started_at,
         note=info.note,
+        uses_torch=info.uses_torch,
     )
 
 

@@ -42,6 +42,7 @@ class ProcessDetails:
     host_memory: int | None = None
     started_at: float | None = None
     note: str | None = None
+    uses_torch: bool | None = None
 
 
 @dataclass
@@ -54,6 +55,7 @@ class _Static:
     user: str | None = None
     ppid: int | None = None
     denied: bool = False
+    uses_torch: bool | None = None
 
 
 class _Tracked:
@@ -72,11 +74,14 @@ class ProcessInspector:
     """Looks GPU processes up in psutil, keeping per-process state between samples."""
 
     def __init__(self, psutil: Psutil, clock: Callable[[], float],
-                 exists: Callable[[int], bool] | None = None) -> None:
-        """``exists(pid)`` tells a hidden process (hidepid=2) from an exited one, where /proc cannot."""
+                 exists: Callable[[int], bool] | None = None,
+                 uses_torch: Callable[[int], bool | None] | None = None) -> None:
+        """``exists(pid)`` tells a hidden process (hidepid=2) from an exited one, where /proc cannot;
+        ``uses_torch(pid)`` whether a process has loaded PyTorch (None: cannot tell), asked once per process."""
         self.psutil = psutil
         self.clock = clock
         self.exists = exists
+        self.uses_torch = uses_torch
         self._tracked: dict[int, _Tracked] = {}
         self._parents: dict[int, tuple[float, HostProcess]] = {}
 
@@ -116,6 +121,8 @@ class ProcessInspector:
             with process.oneshot():
                 if first:
                     tracked.static = static = self._read_static(process)
+                    if self.uses_torch is not None:
+                        static.uses_torch = self.uses_torch(pid)
                 try:
                     times = process.cpu_times()
                     total = times.user + times.system
@@ -149,6 +156,7 @@ class ProcessInspector:
             cpu_percent=cpu_percent if state != PROCESS_GONE else None,
             host_memory=host_memory,
             started_at=static.create_time,
+            uses_torch=static.uses_torch,
             note={PROCESS_GONE: NOTE_GONE, PROCESS_DENIED: NOTE_DENIED,
                   PROCESS_ZOMBIE: NOTE_ZOMBIE}.get(state),
         )

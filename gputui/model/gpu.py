@@ -178,6 +178,9 @@ class GpuProcess:
     started_at: float | None = field(default=None, metadata=doc("process start time (seconds since the epoch)"))
     note: str | None = field(default=None, metadata=doc(
         'why something is missing, for people (e.g. `"access denied"`)'))
+    uses_torch: bool | None = field(default=None, metadata=doc(
+        "the process has loaded PyTorch (torch's libraries are in its memory map, read once per process): one "
+        "the probe can be attached to; null when its map cannot be read (another user's process) or in `--demo`"))
 
     @property
     def gpu_name(self) -> str:

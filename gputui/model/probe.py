@@ -215,6 +215,10 @@ class LeakKeeper:
         'the lines that add to it, `"train.py:57 in train"`'))
 
 
+# ProbeReport.via values: how the probe came into the job.
+PROBE_STARTS = ("run", "env", "api", "attach", "demo")
+
+
 @dataclass(frozen=True)
 class ProbeReport:
     """Everything one probe knows about its process right now."""
@@ -223,7 +227,12 @@ class ProbeReport:
     taken_at: float = field(metadata=doc("when the report was made (seconds since the epoch)"))
     torch_version: str | None = field(default=None, metadata=doc("`torch.__version__`"))
     started_at: float | None = field(default=None, metadata=doc(
-        "when the probe started in the process (seconds since the epoch)"))
+        "when the probe started in the process (seconds since the epoch): when it was attached, for `via` "
+        "`attach`. Steps, phase peaks, activations and leak verdicts count from its first step after this"))
+    via: str | None = field(default=None, metadata=doc(
+        "how the probe was started: `run` (`gputui run`), `env` (`GPUTUI_PROBE=1`), `api` "
+        "(`gputui.probe.start()` in the script), `attach` (`gputui attach PID`, into a running job), `demo`; "
+        "null from an older probe", enum=PROBE_STARTS))
     command: tuple[str, ...] = field(default=(), metadata=doc("command line (argv)"))
     devices: tuple[ProbeDevice, ...] = field(default=(), metadata=doc("the devices the process uses"))
     read_at: float | None = field(default=None, metadata=doc(

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from gputui.model import (AllocatorStats, Headroom, Job, MemoryCategories, OomRecord, Placement, ProbeReport,
                           Snapshot, StepRecord)
 from gputui.analysis.phases import accounts, headline
-from gputui.analysis.text import figures_age, headroom_lines
+from gputui.analysis.text import figures_age, headroom_lines, probe_history
 from gputui.analysis.whatif import headrooms
 from gputui.analysis.sites import keeper_text
 from gputui import units
@@ -126,6 +126,8 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     lines = flow([text(" ".join(report.command) or "?")], width, first=title, indent=2,
                  ellipsis=glyphs.ellipsis)
     lines.append(Line().add(f"  report at {units.clock_time(report.taken_at, tz, date=True, zone=True)}"))
+    lines += flow([text(word) for word in probe_history(report, tz).split(" ")], width, gap=1,
+                  first=Line().add("  "), indent=4, ellipsis=glyphs.ellipsis)
     if report.placement is not None:
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
@@ -276,7 +278,7 @@ def _step_table(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
 def _phase_lines(report: ProbeReport, width: int, glyphs: Glyphs) -> list[Line]:
     """The first measured step and the latest, phase by phase: where each one's peak comes from."""
     lines: list[Line] = []
-    for account in accounts(report.steps):
+    for account in accounts(report.steps, attached=report.via == "attach"):
         lines.append(Line().add(headline(account), "head"))
         lines += flow([text(part + ";") for part in account.lines[:-1]] + [text(account.lines[-1])],
                       width, first=Line().add("  "), indent=2, ellipsis=glyphs.ellipsis)

@@ -109,6 +109,7 @@ class Desk:
             taken_at=time.time(),
             torch_version=board.torch_version,
             started_at=board.started_at,
+            via=board.via,
             command=board.command,
             devices=reading.devices,
             read_at=reading.read_at,

@@ -27,11 +27,13 @@ from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
+from gputui.ui import attaching
 from gputui.ui import rows as table_rows
 from gputui.ui.main_screen import MainScreen
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
+from gputui.ui.attaching import Runner, run_command
 from gputui.ui.sampler import Sampler
-from gputui.ui.signals import EXIT_SIGNALS, StopGuard, cannot_signal, send
+from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
@@ -68,6 +70,14 @@ class SampleFailed(Message):
         super().__init__()
         self.error = error
         self.refusal = refusal
+
+
+class ProbeCommandDone(Message):
+    """``gputui attach`` (or detach) ran on process ``pid``: whether it succeeded, and its words."""
+
+    def __init__(self, pid: int, attach: bool, ok: bool, words: str) -> None:
+        super().__init__()
+        self.pid, self.attach, self.ok, self.words = pid, attach, ok, words
 
 
 class ProbeAnswered(Message):
@@ -117,6 +127,11 @@ class GpuTuiApp(App[int]):
                 tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
         Binding("K", "signal('SIGKILL')", "Kill", show=False,
                 tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
+        Binding("A", "probe(True)", "Attach",
+                tooltip="Attach the PyTorch probe to the selected process (one that uses torch), after "
+                        "confirmation", id="probe.attach"),
+        Binding("D", "probe(False)", "Detach", show=False,
+                tooltip="Detach the probe from the selected process, after confirmation", id="probe.detach"),
     ]
 
     def __init__(self, sampler: Sampler | None, *, interval: float = 1.0, readonly: bool = False,
@@ -125,9 +140,11 @@ class GpuTuiApp(App[int]):
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
-                 first_sample: Ahead[Snapshot] | None = None, as_root: bool = False) -> None:
+                 first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
+                 attacher: Runner | None = None) -> None:
         """``sampler`` None: a subclass samples (the many-host view);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
+        ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
         ``as_root``: gputui runs as root (the header says so: its signals reach every process)."""
@@ -151,6 +168,7 @@ class GpuTuiApp(App[int]):
         self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
         self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
         self.requester = requester or _link_request
+        self.attacher = attacher or run_command
         self.banner = banner
         self.problem: str | None = banner
         self.refusal: UserError | None = None  # why the monitor ended before its first sample
@@ -458,6 +476,69 @@ class GpuTuiApp(App[int]):
 
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
+    # -- attaching and detaching the probe -----------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The probe keys act on a process: shown (and live) only on the screens that have one to offer.
+        if action == "probe":
+            return hasattr(self.screen, "probe_target")
+        return True
+
+    def probe_refusal(self) -> str | None:
+        """Why this monitor attaches and detaches no probe at all, or None (the many-host view and
+        the replay say why in their own words)."""
+        if self.readonly:
+            return "Read-only mode (--readonly): gputui attaches and detaches no probe."
+        return None
+
+    def action_probe(self, attach: bool) -> None:
+        """Attach the probe to the selected process (or detach it), after confirmation."""
+        title = "Probe not attached" if attach else "Probe not detached"
+        refused = self.probe_refusal()
+        if refused is not None:
+            self.notify(refused, title=title, severity="warning", markup=False)
+            return
+        choose = getattr(self.screen, "probe_target", None)
+        found = choose() if choose else None
+        if found is None:
+            self.notify("Select a process first.", severity="warning")
+            return
+        if self.simulated:
+            self.notify(f"Demo mode: process {found.target.pid} is simulated; no probe attached or detached.",
+                        severity="warning")
+            return
+        detach_key = self.keymap.get("probe.detach", "D").split(",")[0]  # as the config maps it
+        why = attaching.why_not(found, attach, detach_key)
+        if why is not None:  # said now: asking first would offer a choice there is not
+            self.notify(why, title=title, severity="error", markup=False)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"Running gputui {attaching.verb(attach)} {found.target.local_pid}...", timeout=3)
+                self._probe_command(found.target, attach)
+
+        from gputui.ui.screens.confirm import ConfirmProbe
+
+        self.push_screen(ConfirmProbe(found.target.pid, found.target.what, attach=attach, detach_key=detach_key),
+                         answered)
+
+    @work(thread=True, group="probe-commands", exit_on_error=False)
+    def _probe_command(self, target: Target, attach: bool) -> None:
+        try:
+            ok, words = attaching.act(target, attach, self.attacher)
+        except Exception as exc:  # noqa: BLE001 - a failure is news for the user, never a crash
+            ok, words = False, f"{type(exc).__name__}: {exc}"
+        self.post_message(ProbeCommandDone(target.pid, attach, ok, visible(words)))
+
+    def on_probe_command_done(self, message: ProbeCommandDone) -> None:
+        done = "attached" if message.attach else "detached"
+        if message.ok:
+            self.notify(message.words, title=f"Probe {done}", timeout=6, markup=False)
+            self.sample_now()  # the probe's socket is there (or gone) now: show it
+        else:
+            self.notify(message.words, title=f"Probe not {done}", severity="error", timeout=10, markup=False)
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         main = self.main
@@ -483,6 +564,10 @@ class GpuTuiApp(App[int]):
             for name, words in (("SIGINT", "Interrupt"), ("SIGTERM", "Terminate"), ("SIGKILL", "Kill")):
                 yield SystemCommand(f"{words} selected process ({name})", "Asks for confirmation",
                                     lambda name=name: self.action_signal(name))
+            yield SystemCommand("Attach the probe to the selected process", "Asks for confirmation",
+                                lambda: self.action_probe(True))
+            yield SystemCommand("Detach the probe from the selected process", "Asks for confirmation",
+                                lambda: self.action_probe(False))
         yield SystemCommand("Keys", "Every key and what it does", self.action_help)
 
     def _use_ascii_scrollbars(self) -> None:
@@ -503,7 +588,7 @@ REPLAY_KEYS = "Replay (gputui replay)"
 
 def binding_sections() -> list[tuple[str, list[Binding]]]:
     """Every key binding, by the screen it works on, as the help screen lists them."""
-    from gputui.ui.screens.confirm import ConfirmSignal
+    from gputui.ui.screens.confirm import Confirm
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
@@ -514,7 +599,7 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
         ("Job detail", _bindings(JobDetail.BINDINGS)),
-        ("Signal confirmation", _bindings(ConfirmSignal.BINDINGS)),
+        ("Confirmation (signals, probes)", _bindings(Confirm.BINDINGS)),
         ("Help", _bindings(HelpScreen.BINDINGS)),
         (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),
     ]

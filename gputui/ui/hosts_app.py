@@ -94,6 +94,15 @@ class HostsApp(GpuTuiApp):
                     "machine. Run gputui on that host to record its allocation sites.",
                     title="Allocation sites", timeout=8)
 
+    def probe_refusal(self) -> str:
+        selected = getattr(self.screen, "selected_row", None)
+        row = selected() if selected is not None else None
+        if row is None or row.host is None:
+            return ("The many-host view is read-only: it attaches no probe on another machine. Run "
+                    "gputui attach PID on that host.")
+        return (f"Process {row.pid} runs on {row.host}: the many-host view is read-only and attaches no probe "
+                f"on another machine. To attach one there: ssh {row.host} gputui attach {row.pid}")
+
     def _cost_words(self) -> str:
         if self.cost is None or self.cost.cpu_percent is None:
             return ""

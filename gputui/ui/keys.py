@@ -45,7 +45,7 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     its focused widget's, and those each class inherits from Textual."""
     from gputui.ui.main_screen import MainScreen
     from gputui.ui.replay import ReplayApp
-    from gputui.ui.screens.confirm import ConfirmSignal
+    from gputui.ui.screens.confirm import Confirm
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
@@ -53,7 +53,7 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
 
     everywhere = _class_bindings(ReplayApp)  # ReplayApp is the monitor's app plus replay's keys
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
-               ("the job detail", (JobDetail,)), ("the signal confirmation", (ConfirmSignal,)),
+               ("the job detail", (JobDetail,)), ("a confirmation", (Confirm,)),
                ("the help screen", (HelpScreen,))]
     return [(where, [b for cls in classes for b in _class_bindings(cls)] + everywhere)
             for where, classes in screens]

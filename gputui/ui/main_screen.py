@@ -22,6 +22,7 @@ from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.rows import COLUMNS
+from gputui.ui.attaching import ProbeTarget
 from gputui.ui.signals import Target, kill_command
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
@@ -129,8 +130,11 @@ class MainScreen(Screen):
             self.remove_class(f"-{self.layout_mode}")
             self.layout_mode = mode
         self.add_class(f"-{mode}")
-        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus").
-        self.query_one(Footer).compact = mode in ("compact", "tiny")
+        # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus"), and the
+        # palette's hint leaves no room for the last (A Attach): ctrl+p still opens it, as the help says.
+        footer = self.query_one(Footer)
+        footer.compact = mode in ("compact", "tiny")
+        footer.show_command_palette = mode not in ("compact", "tiny")
         self.pane_width = width
         self._set_columns()
         self.render_snapshot()
@@ -258,6 +262,16 @@ class MainScreen(Screen):
             return Target(row.pid, row.pid, f"{command}  (probed, not listed by NVML)",
                           None if row.probed is None else row.probed.started_at)
         return None
+
+    def probe_target(self) -> ProbeTarget | None:
+        """Whom the probe keys would attach to or detach from: the process a signal would go to."""
+        row = self.selected_row()
+        target = self.signal_target()
+        if row is None or target is None:
+            return None
+        # A process with a probe uses torch whatever its map said; one without: as the collector read it.
+        uses_torch = True if row.report is not None else None if row.process is None else row.process.uses_torch
+        return ProbeTarget(target, probed=row.report is not None, uses_torch=uses_torch)
 
     def why_no_signal_target(self, name: str) -> str:
         """Why the key of signal ``name`` found nothing to signal, in words true of the selected row."""

@@ -179,6 +179,9 @@ class ReplayApp(GpuTuiApp):
         self.notify(NOTHING_TO_SEND.format(what="a request"), severity="warning",
                     title="Allocation sites")
 
+    def probe_refusal(self) -> str:
+        return "A recording: there is no process to attach a probe to or detach one from."
+
 
 def replay(options: Options) -> int:
     """Open the monitor on the recording ``options.extra["file"]``."""

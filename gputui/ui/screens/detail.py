@@ -19,13 +19,15 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.model import EndedProcess, GpuProcess, LeakVerdict, ProbeReport, Snapshot
+from gputui.model import EndedProcess, GpuProcess, HostProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.plain.report import oom_when
 from gputui.ui import format as fmt
+from gputui.ui.attaching import ProbeTarget
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.analysis.process import ProcessAnalysis, analyse
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
+from gputui.ui.signals import Target
 from gputui.ui.widgets.probe_panel import ProbePanel
 
 if TYPE_CHECKING:  # the app imports this module
@@ -71,6 +73,8 @@ class ProcessDetail(Screen):
         self.last_seen: float | None = None  # the time of the last sample the process was in
         self.exited = False  # it and its probe went away (no OOM seen): its probe's last report is history
         self.analysis: ProcessAnalysis | None = None
+        self.process: GpuProcess | None = None  # NVML's entry, as last sampled
+        self.probed: HostProcess | None = None  # /proc's view of a probed process NVML does not list
 
     @property
     def key(self) -> tuple[int, int | None]:
@@ -118,6 +122,8 @@ class ProcessDetail(Screen):
         elif self.exited:
             report = self.report  # the last report is all there is
         self.report = report
+        self.process = proc
+        self.probed = next((p for p in snapshot.probed if p.pid == local), None)
         device = None
         if proc is not None:
             device = next((d for d in snapshot.devices if d.index == proc.device_index), None)
@@ -179,6 +185,22 @@ class ProcessDetail(Screen):
                                   f"GPU: {seen} (showing its last history)", "bold $warning")
         return Content.assemble((f"Process {proc.pid}", "bold"), f"  on {fmt.gpu_words(proc)}  ",
                                 (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
+
+    def probe_target(self) -> ProbeTarget | None:
+        """Whom the probe keys would attach to or detach from: this process, as last sampled."""
+        if self.ended is not None or self.exited:
+            return None
+        proc, report = self.process, self.report
+        if proc is not None:
+            command = " ".join(proc.command) or proc.name or "?"
+            target = Target(proc.pid, proc.local_pid, f"{command}  (user {proc.user or '?'})", proc.started_at)
+            return ProbeTarget(target, probed=report is not None,
+                               uses_torch=True if report is not None else proc.uses_torch)
+        if report is not None:  # a probed process NVML does not list: its pid is a local one
+            started = self.probed.started_at if self.probed is not None else None
+            command = " ".join(report.command) or f"probed process {report.pid}"
+            return ProbeTarget(Target(report.pid, report.pid, command, started), probed=True, uses_torch=True)
+        return None
 
     def action_close(self) -> None:
         self.app.pop_screen()

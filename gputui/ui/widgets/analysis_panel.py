@@ -82,8 +82,9 @@ class AnalysisPanel(Vertical):
         if (analysis, ended) == (self.analysis, self.ended):
             return
         self.analysis, self.ended = analysis, ended
-        probed = analysis.report is not None
-        phases = step_phases.accounts(analysis.report.steps) if analysis.report is not None else ()
+        report = analysis.report
+        probed = report is not None
+        phases = step_phases.accounts(report.steps, attached=report.via == "attach") if report is not None else ()
         self.query_one("#analysis-leak", Static).display = probed
         self.query_one("#analysis-phases", Static).display = bool(phases)
         self.query_one("#analysis-sites", Static).display = probed

@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from gputui import units
 from gputui.analysis.breakdown import explain
-from gputui.analysis.text import figures_age
+from gputui.analysis.text import figures_age, probe_history
 from gputui.model import AllocatorStats, Device, OomRecord, ProbeDevice, ProbeReport
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.step_chart import StepChart, step_series
@@ -23,7 +23,7 @@ HOW_TO_ATTACH = (
     "  gputui run -- python train.py          (no code change)\n"
     "  GPUTUI_PROBE=1 python train.py         (no code change)\n"
     "  import gputui.probe; gputui.probe.start()   (in the training script)\n"
-    "On Python 3.14+, `gputui attach PID` starts one in a running process."
+    "Or press A to attach one to this running process now (`gputui attach PID`)."
 )
 
 
@@ -93,7 +93,8 @@ def headline(report: ProbeReport, pd: ProbeDevice | None, *, ended: bool = False
                               f" (torch {report.torch_version or units.NA}) on {where}, report at "
                               f"{units.clock_time(report.taken_at)}{cpu}"),
              Content.styled("no device figures were read before it ended" if ended and report.read_at is None
-                            else figures_age(report.read_at, report.read_at_step, report.taken_at), "$text-muted")]
+                            else figures_age(report.read_at, report.read_at_step, report.taken_at), "$text-muted"),
+             Content.styled(probe_history(report), "$text-muted")]
     for problem in report.problems:
         lines.append(Content.styled(f"probe trouble: {problem}", "$warning"))
     for limit in report.limits:
