@@ -94,3 +94,15 @@ def test_a_bf16_rank_holds_half_the_bytes(job):
     c = measured.phases[-1].categories
     quarter = sharded_job.PARAMETER_BYTES // 4
     assert (c.parameters, c.gradients, c.optimizer_state) == (quarter, quarter, 2 * quarter)
+
+
+def test_without_the_fake_process_group_the_row_is_left_out_and_asking_is_one_line(job, monkeypatch):
+    from gputui.errors import UserError
+
+    why = "FSDP2 on a fake process group is not available in this torch (no fake_pg)"
+    monkeypatch.setattr(sharded, "available", lambda: why)
+    result = estimate(f"{job}:build", Settings(), gpus=2)
+    assert [w.change for w in result.what_ifs if "FSDP2" in w.change] == []
+    assert "ZeRO-2 over 2 GPUs" in {w.change for w in result.what_ifs}
+    with pytest.raises(UserError, match="^FSDP2 on a fake process group is not available"):
+        measure(load(f"{job}:build"), Settings(world_size=2))
