@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--max-batch", action="store_true",
                           help="the largest batch size that fits the device, for the job and each what-if")
     estimate.add_argument("--zero-gpus", type=_count("GPU", "GPUs"), default=8, metavar="N",
-                          help="the what-if of ZeRO-2 sharding over N GPUs (default 8)")
+                          help="the what-ifs of sharding over N GPUs (default 8): FSDP2 (one rank measured), ZeRO-2")
     estimate.add_argument("--no-what-if", action="store_true", help="leave out the what-if table (faster)")
     capacity = estimate.add_mutually_exclusive_group()
     capacity.add_argument("--device-memory", type=_size, metavar="SIZE",

@@ -6,6 +6,7 @@ the storage: torch keeps a storage's Python object alive as long as the storage 
 starts as ``other``; autograd's pack hook marks it ``activations`` (saved for backward) and, at each
 phase's end, the model's parameters, buffers, gradients and the optimizer's state are marked as such;
 state a GPU job keeps on the host (Adam's step counters) is marked ``host`` and leaves the device's count.
+A DTensor (a sharded parameter, its gradient and state) counts as the rank's local shard's storage.
 A phase's peak keeps which storages were live at its highest point, so its breakdown uses what those
 storages turned out to be.
 """
@@ -34,8 +35,11 @@ class Peak:
 class Ledger(TorchDispatchMode):
     """Counts live storages; ``phase(name)`` starts a phase whose peak is kept in ``peaks[name]``."""
 
-    def __init__(self):
+    def __init__(self, resizable: bool = False):
         super().__init__()
+        # FSDP2 frees and re-makes its gathered parameters with storage.resize_(), which no operator
+        # sees: with ``resizable`` every live storage's size is read again before each operator.
+        self._refs: dict[int, weakref.ref] | None = {} if resizable else None
         self._serials = itertools.count(1)
         self._live: dict[int, int] = {}  # id(storage) -> serial, while it lives
         self._bytes: dict[int, int] = {}  # serial -> bytes, while it lives
@@ -48,6 +52,8 @@ class Ledger(TorchDispatchMode):
         self._peak: Peak | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._refs is not None:
+            self._resized()
         out = func(*args, **(kwargs or {}))
         for tensor in out if isinstance(out, (tuple, list)) else (out,):  # an op returns tensors, or a few
             if isinstance(tensor, torch.Tensor):
@@ -58,6 +64,9 @@ class Ledger(TorchDispatchMode):
 
     def track(self, tensor: torch.Tensor) -> int:
         """The serial of ``tensor``'s storage, counting the storage if it is new."""
+        to_local = getattr(tensor, "to_local", None)
+        if to_local is not None:  # a DTensor (FSDP2's sharded parameter): the rank's own shard is what it holds
+            tensor = to_local()
         storage = tensor.untyped_storage()
         serial = self._live.get(id(storage))
         if serial is not None:
@@ -68,22 +77,42 @@ class Ledger(TorchDispatchMode):
         self._bytes[serial] = nbytes
         self.kind[serial] = OTHER
         weakref.finalize(storage, self._free, id(storage), serial).atexit = False
+        if self._refs is not None:
+            self._refs[serial] = weakref.ref(storage)
         self.total += nbytes
+        self._peaked()
+        return serial
+
+    def _peaked(self) -> None:
         peak = self._peak
         if peak is not None and self.total > peak.total:
             peak.total = self.total
             peak.live = dict(self._bytes)
-        return serial
+
+    def _resized(self) -> None:
+        """Storages resized since the last operator counted at their new size."""
+        assert self._refs is not None
+        for serial, ref in self._refs.items():
+            storage = ref()
+            if storage is not None and storage.nbytes() != self._bytes[serial]:
+                self._count(serial, storage.nbytes() - self._bytes[serial])
+                self._bytes[serial] = storage.nbytes()
+        self._peaked()
+
+    def _count(self, serial: int, nbytes: int) -> None:
+        """``nbytes`` more (fewer, where negative) live in storage ``serial``'s category."""
+        if self.kind[serial] == HOST:
+            self.host += nbytes
+            return
+        self.total += nbytes
+        if self.kind[serial] == ACTIVATIONS:
+            self.activations += nbytes
 
     def _free(self, key: int, serial: int) -> None:
         self._live.pop(key, None)
-        nbytes = self._bytes.pop(serial, 0)
-        if self.kind[serial] == HOST:
-            self.host -= nbytes
-            return
-        self.total -= nbytes
-        if self.kind[serial] == ACTIVATIONS:
-            self.activations -= nbytes
+        if self._refs is not None:
+            self._refs.pop(serial, None)
+        self._count(serial, -self._bytes.pop(serial, 0))
 
     def mark(self, tensor: torch.Tensor, category: str) -> None:
         """``tensor``'s storage is ``category``'s (a device category, or HOST: off the device's count)."""

@@ -1,5 +1,6 @@
 """The what-if table and the largest batch: the same job run again with one change where fake tensors
-can run it, computed from the measured categories where they cannot (analysis/whatif.py's savings)."""
+can run it (FSDP2's sharding too: one rank measured, sharded.py), computed from the measured categories
+where they cannot (analysis/whatif.py's savings)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from gputui.analysis.whatif import computed, largest_batch
 from gputui.errors import UserError
+from gputui.estimate import sharded
 from gputui.estimate.step import Measured, Settings, measure
 from gputui.model import MemoryCategories, WhatIf
 from gputui.model.estimate import BACKWARD, FORWARD, OPTIMIZER
@@ -31,9 +33,11 @@ def batch_size_of(function: Callable[..., Any], settings: Settings) -> int | Non
     return default if isinstance(default, int) and default > 0 else None
 
 
-def changes(settings: Settings, batch: int | None) -> list[tuple[str, Settings]]:
+def changes(settings: Settings, batch: int | None, gpus: int) -> list[tuple[str, Settings]]:
     """The changes fake tensors can run, each as the settings to run it with."""
     out = []
+    if settings.world_size is None and gpus >= 2 and sharded.available() is None:
+        out.append((f"FSDP2 over {gpus} GPUs, a rank", dataclasses.replace(settings, world_size=gpus)))
     if settings.precision == "fp32":
         out += [("bf16 weights and activations", dataclasses.replace(settings, precision="bf16")),
                 ("amp: bf16 autocast, fp32 weights", dataclasses.replace(settings, precision="amp"))]
@@ -52,7 +56,7 @@ def what_ifs(function: Callable[..., Any], settings: Settings, base: Measured, g
     batch = batch_size_of(function, settings)
     base_peak = peak(base)
     out = []
-    for words, changed in changes(settings, batch):
+    for words, changed in changes(settings, batch, gpus):
         try:
             measured = measure(function, changed)
         except UserError:

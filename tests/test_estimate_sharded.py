@@ -1,0 +1,108 @@
+"""``gputui estimate``'s FSDP2 what-if: one rank of the job sharded N ways, measured on a fake process group
+and fake tensors, held against the bytes FSDP2's rules give (dim 0 split N ways, padded) and against
+the per-rank figures of the real 2-rank FSDP2 job of tests/sharded_job.py."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gputui.estimate import sharded  # noqa: E402
+
+if sharded.available() is not None:
+    pytest.skip(sharded.available(), allow_module_level=True)
+
+import sharded_job  # noqa: E402
+from gputui.estimate.job import load  # noqa: E402
+from gputui.estimate.run import estimate  # noqa: E402
+from gputui.estimate.step import Settings, measure  # noqa: E402
+
+JOB = '''
+import torch
+from torch import nn
+
+
+def build(batch_size=32, rows=128):
+    model = nn.Sequential(nn.Linear(64, rows), nn.ReLU(), nn.Linear(rows, 10))
+    x, y = torch.randn(batch_size, 64), torch.randint(0, 10, (batch_size,))
+    return model, x, torch.optim.Adam(model.parameters()), lambda out: nn.functional.cross_entropy(out, y)
+
+
+def odd(batch_size=32):
+    return build(batch_size, rows=130)
+'''
+
+
+@pytest.fixture
+def job(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    return str(script)
+
+
+def steady(function, world_size):
+    measured = measure(function, Settings(world_size=world_size))
+    return measured, next(p for p in measured.phases if p.phase == "steady")
+
+
+def test_a_rank_holds_what_the_real_fsdp2_jobs_rank_holds(job):
+    """The model of tests/sharded_job.py: each of 2 ranks holds half of every parameter, gradient and
+    Adam moment (its step counters on the host), as that real gloo job's ranks were summed to hold."""
+    measured, after = steady(load(f"{job}:build"), 2)
+    half = sharded_job.PARAMETER_BYTES // 2
+    c = after.categories
+    assert (c.parameters, c.gradients, c.optimizer_state) == (half, half, 2 * half)
+    assert measured.host_state == 4 * 4  # a 4-byte step counter for each of the 4 parameters
+    # and nothing else stays: the gathered parameters FSDP2 freed (storage.resize_(0)) are not counted
+    assert after.total == 4 * half + 32 * 64 * 4 + 32 * 8  # the batch and labels, held by the job, are the rest
+    assert measured.optimizer == "Adam"
+
+
+def test_fsdp2s_padding_rows_are_counted(job):
+    """130 rows over 4 ranks: rank 0 holds ceil(130/4) = 33 of each, 10 rows: 3 (padded, not 2.5)."""
+    _, after = steady(load(f"{job}:odd"), 4)
+    shards = (33 * 64 + 33 + 3 * 130 + 3) * 4
+    assert shards == 10152 and shards > (64 * 130 + 130 + 130 * 10 + 10) * 4 // 4
+    c = after.categories
+    assert (c.parameters, c.gradients, c.optimizer_state) == (shards, shards, 2 * shards)
+
+
+def test_the_what_if_row_is_measured_and_the_zero_row_computed(job):
+    result = estimate(f"{job}:build", Settings(), device_total=1 << 30, gpus=2)
+    rows = {w.change: w for w in result.what_ifs}
+    fsdp2 = rows["FSDP2 over 2 GPUs, a rank"]
+    assert fsdp2.measured is True and rows["ZeRO-2 over 2 GPUs"].measured is False
+    rank = measure(load(f"{job}:build"), Settings(world_size=2))
+    assert fsdp2.peak == max(p.total for p in rank.phases)
+    assert fsdp2.saving == result.peak - fsdp2.peak
+
+
+def test_tied_weights_stay_in_the_root_and_the_gpt_shards(tmp_path):
+    """examples/estimate_gpt.py ties its head to the embedding: FSDP2 wants them in one group."""
+    from cli_helpers import ROOT
+
+    function = load(f"{ROOT / 'examples' / 'estimate_gpt.py'}:build")
+    whole, one = steady(function, None)[1], steady(function, 8)[1]
+    assert one.categories.parameters < whole.categories.parameters / 7
+    assert one.categories.optimizer_state == 2 * one.categories.parameters
+
+
+def test_a_bf16_rank_holds_half_the_bytes(job):
+    """--precision bf16 with FSDP2: the model cast on fake tensors (Module.to cannot swap them there)."""
+    measured = measure(load(f"{job}:build"), Settings(world_size=2, precision="bf16"))
+    c = measured.phases[-1].categories
+    quarter = sharded_job.PARAMETER_BYTES // 4
+    assert (c.parameters, c.gradients, c.optimizer_state) == (quarter, quarter, 2 * quarter)
+
+
+def test_without_the_fake_process_group_the_row_is_left_out_and_asking_is_one_line(job, monkeypatch):
+    from gputui.errors import UserError
+
+    why = "FSDP2 on a fake process group is not available in this torch (no fake_pg)"
+    monkeypatch.setattr(sharded, "available", lambda: why)
+    result = estimate(f"{job}:build", Settings(), gpus=2)
+    assert [w.change for w in result.what_ifs if "FSDP2" in w.change] == []
+    assert "ZeRO-2 over 2 GPUs" in {w.change for w in result.what_ifs}
+    with pytest.raises(UserError, match="^FSDP2 on a fake process group is not available"):
+        measure(load(f"{job}:build"), Settings(world_size=2))
