@@ -358,7 +358,7 @@ def test_what_ifs_measured_and_computed():
 
     result = estimate(f"{GPT}:build", Settings(batch_size=8), device_total=16 << 30)
     rows = {w.change: w for w in result.what_ifs}
-    assert [w.measured for w in result.what_ifs] == [True] * 6 + [False] * 2  # FSDP2 first, run on 8 fake ranks
+    assert [w.measured for w in result.what_ifs] == [True] * 5 + [False] * 2
     assert rows["bf16 weights and activations"].peak == estimate(f"{GPT}:build", Settings(
         batch_size=8, precision="bf16")).peak
     assert rows["batch 4, 2x accumulation"].peak == estimate(f"{GPT}:build", Settings(batch_size=4)).peak

@@ -60,7 +60,7 @@ def test_a_hugging_face_model_from_a_config_is_measured_with_its_own_loss():
         output = model(**batch)
     assert isinstance(output, ModelOutput) and output.loss.dim() == 0
     numel = sum(p.numel() for p in model.parameters())  # the head tied to the embedding: counted once
-    result = estimate(f"{HF}:gpt2", Settings(), device_total=16 << 30, gpus=2)
+    result = estimate(f"{HF}:gpt2", Settings(), device_total=16 << 30, gpus=2, fsdp2=True)
     steady = result.phase("steady").categories
     assert (steady.parameters, steady.gradients, steady.optimizer_state) == (4 * numel, 4 * numel, 8 * numel)
     assert result.fits() is True

@@ -17,6 +17,7 @@ import sharded_job  # noqa: E402
 from gputui.estimate.job import load  # noqa: E402
 from gputui.estimate.run import estimate  # noqa: E402
 from gputui.estimate.step import Settings, measure  # noqa: E402
+from gputui.plain.estimate import text  # noqa: E402
 
 JOB = '''
 import torch
@@ -69,7 +70,7 @@ def test_fsdp2s_padding_rows_are_counted(job):
 
 
 def test_the_what_if_row_is_measured_and_the_zero_row_computed(job):
-    result = estimate(f"{job}:build", Settings(), device_total=1 << 30, gpus=2)
+    result = estimate(f"{job}:build", Settings(), device_total=1 << 30, gpus=2, fsdp2=True)
     rows = {w.change: w for w in result.what_ifs}
     fsdp2 = rows["FSDP2 over 2 GPUs, a rank"]
     assert fsdp2.measured is True and rows["ZeRO-2 over 2 GPUs"].measured is False
@@ -96,13 +97,57 @@ def test_a_bf16_rank_holds_half_the_bytes(job):
     assert (c.parameters, c.gradients, c.optimizer_state) == (quarter, quarter, 2 * quarter)
 
 
-def test_without_the_fake_process_group_the_row_is_left_out_and_asking_is_one_line(job, monkeypatch):
+def test_without_the_fake_process_group_the_row_is_left_out_with_why(job, monkeypatch):
     from gputui.errors import UserError
 
     why = "FSDP2 on a fake process group is not available in this torch (no fake_pg)"
     monkeypatch.setattr(sharded, "available", lambda: why)
-    result = estimate(f"{job}:build", Settings(), gpus=2)
+    result = estimate(f"{job}:build", Settings(), gpus=2, fsdp2=True)
     assert [w.change for w in result.what_ifs if "FSDP2" in w.change] == []
     assert "ZeRO-2 over 2 GPUs" in {w.change for w in result.what_ifs}
+    assert result.left_out == (f"FSDP2 over 2 GPUs, a rank: {why}",)
+    assert text(result).splitlines()[-1] == f"left out: FSDP2 over 2 GPUs, a rank: {why}"
     with pytest.raises(UserError, match="^FSDP2 on a fake process group is not available"):
         measure(load(f"{job}:build"), Settings(world_size=2))
+
+
+def test_the_sharded_step_runs_only_when_asked(job, monkeypatch):
+    """It is several times slower than the plain step (bench/bench_estimate.py): the what-ifs leave it out."""
+    def refused(world_size):
+        raise AssertionError(f"a sharded step over {world_size} ranks was run, unasked")
+
+    monkeypatch.setattr(sharded, "fake_world", refused)
+    result = estimate(f"{job}:build", Settings(), gpus=2, max_batch=True, device_total=1 << 30)
+    assert [w.change for w in result.what_ifs][-1] == "ZeRO-2 over 2 GPUs" and result.left_out == ()
+
+
+def test_fsdp2_refusing_the_model_is_a_left_out_row_in_one_line(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import torch\n\n"  # FSDP2 wants one dtype in a group: a float64 bias beside fp32 weights
+                      "def build():\n    model = torch.nn.Linear(4, 4)\n"
+                      "    model.bias = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))\n"
+                      "    return model, torch.randn(2, 4)\n")
+    result = estimate(f"{script}:build", Settings(), gpus=2, fsdp2=True)
+    (why,) = result.left_out  # torch writes the two dtypes as a set: in either order
+    assert why.startswith("FSDP2 over 2 GPUs, a rank: the training step's forward phase raised AssertionError: "
+                          "FSDP expects uniform original parameter dtype but got {torch.float")
+    assert "torch.float64" in why and "\n" not in why
+    assert "SGD with momentum" in {w.change for w in result.what_ifs}  # the other rows stay
+
+
+def test_a_resize_in_place_is_counted_where_it_happens():
+    """FSDP2 frees a gathered parameter with storage.resize_(0) and makes it again with resize_(size):
+    the ledger is told at once, so a phase's peak holds the gathered bytes and the free ends them."""
+    from gputui.estimate.ledger import Ledger
+
+    original = torch.UntypedStorage.resize_
+    with Ledger() as ledger, sharded.resizes_told(ledger):
+        gathered = torch.empty(256)
+        assert ledger.total == 1024
+        gathered.untyped_storage().resize_(0)
+        assert ledger.total == 0
+        ledger.phase("forward")
+        gathered.untyped_storage().resize_(4096)
+        gathered.untyped_storage().resize_(0)
+        assert (ledger.total, ledger.peaks["forward"].total) == (0, 4096)
+    assert torch.UntypedStorage.resize_ is original

@@ -4,7 +4,8 @@ split N ways, padded as FSDP2 pads), its gradients' and optimizer state's shards
 parameters it gathers for forward and backward are real tensors the ledger counts.
 
 ``torch.testing._internal.distributed.fake_pg`` is private: this module is the only place that uses it,
-and says "not available" where this torch lacks it (checked on torch 2.13 CPU).
+and says "not available" where this torch lacks it (checked on torch 2.13 CPU). It is torch's own way to
+run one rank with no others, which is what makes the rank's figures measured rather than computed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,26 @@ def fake_world(world_size: int) -> Iterator[Any]:
         yield init_device_mesh("cpu", (world_size,))
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def resizes_told(ledger: Any) -> Iterator[None]:
+    """While it runs, every ``UntypedStorage.resize_`` is told to ``ledger.resized``: FSDP2 frees its
+    gathered parameters after each use with ``storage.resize_(0)`` and makes them again with
+    ``resize_(size)``, which no operator (so no dispatch mode) sees. In ``gputui estimate``'s process
+    only, the sharded step's run only; the original method is back after it."""
+    original = torch.UntypedStorage.resize_
+
+    def resize_(storage: torch.UntypedStorage, size: int) -> Any:
+        result = original(storage, size)
+        ledger.resized(storage)
+        return result
+
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
 
 
 def cast(model: nn.Module, dtype: torch.dtype) -> None:

@@ -62,15 +62,17 @@ class Measured:
 
 def measure(function: Callable[..., Any], settings: Settings) -> Measured:
     """Build the job with ``function`` and run two training steps, counting live tensors."""
-    ledger = Ledger(resizable=bool(settings.world_size))
+    ledger = Ledger()
     device: Any = torch.device("meta")
     world: Any = contextlib.nullcontext()
+    resizes: Any = contextlib.nullcontext()
     if settings.real:
         device = contextlib.nullcontext()
     elif settings.precision == "amp" or settings.world_size:
         device = fake_tensors()  # FSDP2 refuses to train parameters on the meta device
     if settings.world_size:
         world = sharded.fake_world(settings.world_size)
+        resizes = sharded.resizes_told(ledger)
     timeline: list[PhasePeak] = []
 
     def phase(name: str, step: int, part: Callable[[], Any]) -> Any:
@@ -86,7 +88,7 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
         timeline.append(PhasePeak(name, sum(ledger.peak(f"{name} {step}").values())))
         return result
 
-    with world as mesh, device, ledger:
+    with world as mesh, device, ledger, resizes:
         job = prepare(build(function, settings.batch_size), settings, mesh)
         optimizer = job.optimizer
         assert optimizer is not None
