@@ -3,7 +3,7 @@ the model computes its own loss from the batch's labels and returns it as ``outp
 
     pip install transformers
     gputui estimate examples/estimate_hf.py:gpt2 --device-memory 16GiB
-    gputui estimate examples/estimate_hf.py:llama --batch-size 8 --zero-gpus 4 --device-memory 24GiB
+    gputui estimate examples/estimate_hf.py:llama --batch-size 8 --zero-gpus 4 --fsdp2 --device-memory 24GiB
 
 The batch is a dict, given to the model as keyword arguments (``model(**batch)``).
 """

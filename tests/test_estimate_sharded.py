@@ -4,6 +4,8 @@ the per-rank figures of the real 2-rank FSDP2 job of tests/sharded_job.py."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,6 +16,9 @@ if sharded.available() is not None:
     pytest.skip(sharded.available(), allow_module_level=True)
 
 import sharded_job  # noqa: E402
+from cli_helpers import ROOT, gputui, no_traceback  # noqa: E402
+
+from gputui import units  # noqa: E402
 from gputui.estimate.job import load  # noqa: E402
 from gputui.estimate.run import estimate  # noqa: E402
 from gputui.estimate.step import Settings, measure  # noqa: E402
@@ -81,8 +86,6 @@ def test_the_what_if_row_is_measured_and_the_zero_row_computed(job):
 
 def test_tied_weights_stay_in_the_root_and_the_gpt_shards(tmp_path):
     """examples/estimate_gpt.py ties its head to the embedding: FSDP2 wants them in one group."""
-    from cli_helpers import ROOT
-
     function = load(f"{ROOT / 'examples' / 'estimate_gpt.py'}:build")
     whole, one = steady(function, None)[1], steady(function, 8)[1]
     assert one.categories.parameters < whole.categories.parameters / 7
@@ -151,3 +154,21 @@ def test_a_resize_in_place_is_counted_where_it_happens():
         gathered.untyped_storage().resize_(0)
         assert (ledger.total, ledger.peaks["forward"].total) == (0, 4096)
     assert torch.UntypedStorage.resize_ is original
+
+
+def test_gputui_estimate_fsdp2_on_the_example():
+    """The command as users type it: the row measured, at the sharded step's own peak; over one GPU, why not."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
+    env.update(COLUMNS="80", PYTHONPATH=str(ROOT))
+    gpt = f"{ROOT / 'examples' / 'estimate_gpt.py'}:build"
+    out = gputui(env, "estimate", gpt, "--fsdp2", "--zero-gpus", "2", "--device-memory", "1GiB")
+    assert out.returncode == 0, out.stderr
+    rank_peak = max(p.total for p in measure(load(gpt), Settings(world_size=2)).phases)
+    words = out.stdout.splitlines()[-1].split()
+    assert words[:7] == ["FSDP2", "over", "2", "GPUs,", "a", "rank", units.size_compact(rank_peak)]
+    assert (words[7], words[-1]) == ("saves", "measured")
+    out = gputui(env, "estimate", gpt, "--fsdp2", "--zero-gpus", "1", "--no-what-if")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == [
+        "", "left out: FSDP2 over 1 GPU: one GPU shards nothing, give --zero-gpus 2 or more"]
+    no_traceback(out)

@@ -66,7 +66,7 @@ def resizes_told(ledger: Any) -> Iterator[None]:
         ledger.resized(storage)
         return result
 
-    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:

@@ -82,8 +82,10 @@ def measured_row(function: Callable[..., Any], words: str, changed: Settings, ba
 def fsdp2_row(function: Callable[..., Any], settings: Settings, base: Measured, gpus: int, room: int | None,
           max_batch: bool) -> WhatIf | str:
     """The FSDP2 row (--fsdp2): one rank of ``gpus`` measured; where it cannot be measured here, why not."""
+    if gpus < 2:
+        return "FSDP2 over 1 GPU: one GPU shards nothing, give --zero-gpus 2 or more"
     words = f"FSDP2 over {gpus} GPUs, a rank"
-    why = sharded.available() if gpus >= 2 else "one GPU shards nothing: give --zero-gpus 2 or more"
+    why = sharded.available()
     if why is None:
         try:
             return measured_row(function, words, dataclasses.replace(settings, world_size=gpus), peak(base), room,
