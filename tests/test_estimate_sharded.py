@@ -143,7 +143,7 @@ def test_a_resize_in_place_is_counted_where_it_happens():
     the ledger is told at once, so a phase's peak holds the gathered bytes and the free ends them."""
     from gputui.estimate.ledger import Ledger
 
-    original = torch.UntypedStorage.resize_
+    before = dict(vars(torch.UntypedStorage))
     with Ledger() as ledger, sharded.resizes_told(ledger):
         gathered = torch.empty(256)
         assert ledger.total == 1024
@@ -153,7 +153,7 @@ def test_a_resize_in_place_is_counted_where_it_happens():
         gathered.untyped_storage().resize_(4096)
         gathered.untyped_storage().resize_(0)
         assert (ledger.total, ledger.peaks["forward"].total) == (0, 4096)
-    assert torch.UntypedStorage.resize_ is original
+    assert dict(vars(torch.UntypedStorage)) == before  # the class as it was
 
 
 def test_gputui_estimate_fsdp2_on_the_example():

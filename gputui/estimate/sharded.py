@@ -58,7 +58,8 @@ def resizes_told(ledger: Any) -> Iterator[None]:
     """While it runs, every ``UntypedStorage.resize_`` is told to ``ledger.resized``: FSDP2 frees its
     gathered parameters after each use with ``storage.resize_(0)`` and makes them again with
     ``resize_(size)``, which no operator (so no dispatch mode) sees. In ``gputui estimate``'s process
-    only, the sharded step's run only; the original method is back after it."""
+    only, the sharded step's run only; the class is as it was after it (the method is StorageBase's)."""
+    own = vars(torch.UntypedStorage).get("resize_")  # None: inherited, as in torch 2.13
     original = torch.UntypedStorage.resize_
 
     def resize_(storage: torch.UntypedStorage, size: int) -> Any:
@@ -70,7 +71,10 @@ def resizes_told(ledger: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
+        if own is None:
+            del torch.UntypedStorage.resize_
+        else:
+            torch.UntypedStorage.resize_ = own  # type: ignore[method-assign]
 
 
 def cast(model: nn.Module, dtype: torch.dtype) -> None:
