@@ -193,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--max-batch", action="store_true",
                           help="the largest batch size that fits the device, for the job and each what-if")
     estimate.add_argument("--zero-gpus", type=_count("GPU", "GPUs"), default=8, metavar="N",
-                          help="the what-if of ZeRO-2 sharding over N GPUs (default 8)")
+                          help="the what-ifs of sharding over N GPUs (default 8): ZeRO-2, and FSDP2 with --fsdp2")
+    estimate.add_argument("--fsdp2", action="store_true",
+                          help="also measure one rank of FSDP2 over the --zero-gpus N GPUs (several times slower)")
     estimate.add_argument("--no-what-if", action="store_true", help="leave out the what-if table (faster)")
     capacity = estimate.add_mutually_exclusive_group()
     capacity.add_argument("--device-memory", type=_size, metavar="SIZE",
@@ -337,7 +339,7 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.subcommand == "estimate":
         extra = {key: getattr(args, key) for key in (
             "job", "batch_size", "optimizer", "precision", "checkpointing", "device_memory", "gpu",
-            "max_batch", "zero_gpus", "no_what_if")}
+            "max_batch", "zero_gpus", "fsdp2", "no_what_if")}
         return Options(mode="estimate", extra=extra, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
         if args.tls_key and not args.tls_cert:
@@ -553,5 +555,6 @@ def _estimate(options: Options) -> int:
     settings = Settings(batch_size=extra["batch_size"], optimizer=extra["optimizer"],  # type: ignore[arg-type]
                         precision=extra["precision"], checkpointing=extra["checkpointing"])  # type: ignore[arg-type]
     result = estimate(str(extra["job"]), settings, total, name, what_if=not extra["no_what_if"],
-                      max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"])  # type: ignore[arg-type]
+                      max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"],  # type: ignore[arg-type]
+                      fsdp2=bool(extra["fsdp2"]))
     return show(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))

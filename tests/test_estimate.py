@@ -60,7 +60,9 @@ def test_the_speed_goal_is_the_benchs_to_print(env):
     assert lines[0].startswith(f"{GPT}:build (torch {torch.__version__}, ")
     assert re.fullmatch(r"estimate with the what-ifs: \d+\.\d s \(goal: under 60 s, met\)", lines[1]), lines
     assert re.fullmatch(r"estimate alone \(--no-what-if\): \d+\.\d s", lines[2]), lines
-    assert re.fullmatch(r"peak resident memory: \d+ MiB", lines[3]), lines
+    assert re.fullmatch(r"estimate with the what-ifs and --fsdp2 \(8 ranks\): \d+\.\d s, the FSDP2 row -?\d+\.\d s",
+                        lines[3]), lines
+    assert re.fullmatch(r"peak resident memory: \d+ MiB", lines[4]), lines
 
 def test_table_and_verdict_fit_80_columns(env):
     out = gputui(env, "estimate", "examples/estimate_gpt.py:gpt_850m", "--device-memory", "16GB", cwd=ROOT)

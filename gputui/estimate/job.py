@@ -4,7 +4,8 @@ FUNCTION builds and returns the model and an example batch, and optionally the o
 a tuple ``(model, batch[, optimizer[, loss]])`` or a dict with those keys. ``batch`` is a tensor (the
 model gets it as its one argument), a tuple or list (its items are the arguments) or a dict (keyword
 arguments). ``loss``, called with the model's output, returns the scalar to backpropagate; without
-one, a scalar output (a model that computes its own loss) is the loss, else the output's mean.
+one, the loss the model computed itself is taken (``output.loss`` or ``output["loss"]``, as a Hugging
+Face model returns given labels, or a scalar output), else the mean of its first tensor (the logits).
 FUNCTION accepts ``batch_size`` as a keyword where ``--batch-size`` or ``--max-batch`` is used.
 Every problem is a UserError with one line; where the user's own code raised, its traceback follows.
 """
@@ -48,21 +49,31 @@ class Job:
     def loss_of(self, output: Any) -> torch.Tensor:
         if self.loss is not None:
             return self.loss(output)
-        found = _scalar_in(output)
+        found = _loss_in(output)
         if found is not None:
             return found
-        first = output[0] if isinstance(output, (tuple, list)) else output
-        if not isinstance(first, torch.Tensor):
+        first = _first_tensor(output)
+        if first is None:
             raise UserError("the model's output is no tensor: return a loss function that takes it")
         return first.float().mean()
 
 
-def _scalar_in(output: Any) -> torch.Tensor | None:
-    """A model that computes its own loss returns it as a scalar, alone, in a tuple or as "loss"."""
-    if isinstance(output, dict):
-        output = output.get("loss")
+def _loss_in(output: Any) -> torch.Tensor | None:
+    """The loss a model computed itself: its output's ``loss`` (a Hugging Face ModelOutput given labels,
+    a dict's "loss"), else a scalar output, alone or in a tuple."""
+    loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
     items = output if isinstance(output, (tuple, list)) else (output,)
     return next((t for t in items if isinstance(t, torch.Tensor) and t.dim() == 0), None)
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    """The output, or its first item or value that is a tensor (a ModelOutput without labels: logits)."""
+    if isinstance(output, dict):
+        output = list(output.values())
+    items = output if isinstance(output, (tuple, list)) else (output,)
+    return next((t for t in items if isinstance(t, torch.Tensor)), None)
 
 
 class UserCodeError(UserError):
@@ -93,6 +104,8 @@ def load(spec: str) -> Callable[..., Any]:
     sys.path.insert(0, str(path.resolve().parent))  # its own imports of modules beside it
     try:
         module_spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # a library the script imports (transformers): one line, no traceback
+        raise UserError(f"{script} imports {exc.name}, not installed in this Python ({sys.executable})") from None
     except Exception as exc:
         raise UserCodeError(f"{script}", exc) from None
     finally:

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gputui.errors import UserError
+from gputui.estimate import sharded
 from gputui.estimate.fake import fake_tensors
 from gputui.estimate.job import Job, UserCodeError, build
 from gputui.estimate.ledger import HOST, Ledger
@@ -45,6 +46,7 @@ class Settings:
     precision: str = "fp32"
     checkpointing: bool = False
     real: bool = False  # on the CPU with real memory (the accuracy check), not on the meta device
+    world_size: int | None = None  # one rank of FSDP2 over this many GPUs (sharded.py), on fake tensors
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,15 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
     """Build the job with ``function`` and run two training steps, counting live tensors."""
     ledger = Ledger()
     device: Any = torch.device("meta")
+    world: Any = contextlib.nullcontext()
+    resizes: Any = contextlib.nullcontext()
     if settings.real:
         device = contextlib.nullcontext()
-    elif settings.precision == "amp":
-        device = fake_tensors()
+    elif settings.precision == "amp" or settings.world_size:
+        device = fake_tensors()  # FSDP2 refuses to train parameters on the meta device
+    if settings.world_size:
+        world = sharded.fake_world(settings.world_size)
+        resizes = sharded.resizes_told(ledger)
     timeline: list[PhasePeak] = []
 
     def phase(name: str, step: int, part: Callable[[], Any]) -> Any:
@@ -81,8 +88,8 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
         timeline.append(PhasePeak(name, sum(ledger.peak(f"{name} {step}").values())))
         return result
 
-    with device, ledger:
-        job = prepare(build(function, settings.batch_size), settings)
+    with world as mesh, device, ledger, resizes:
+        job = prepare(build(function, settings.batch_size), settings, mesh)
         optimizer = job.optimizer
         assert optimizer is not None
         classify(ledger, job)
@@ -129,16 +136,24 @@ def _memory(phase: str, breakdown: dict[str, int]) -> PhaseMemory:
 # -- the job as asked for
 
 
-def prepare(job: Job, settings: Settings) -> Job:
-    """The job in the precision, with the checkpointing and the optimizer asked for."""
+def prepare(job: Job, settings: Settings, mesh: Any = None) -> Job:
+    """The job in the precision, with the checkpointing and the optimizer asked for; sharded with FSDP2
+    over ``mesh`` where one is given."""
     dtype = DTYPES.get(settings.precision)
     if dtype is not None and dtype != torch.float32:
-        job.model.to(dtype)
+        if mesh is None:
+            job.model.to(dtype)
+        else:
+            sharded.cast(job.model, dtype)
         job.batch = _cast(job.batch, dtype)
     job.precision = settings.precision
     if settings.checkpointing:
         for block in blocks(job.model):
             block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    if mesh is not None:
+        sharded.shard(job.model, sharded.layers(job.model) or blocks(job.model), mesh)
+        if job.optimizer is not None and settings.optimizer is None:
+            job.optimizer = sharded.rebuilt(job.optimizer, job.model)
     if settings.optimizer is not None or job.optimizer is None:
         make = OPTIMIZERS[settings.optimizer or "adam"]
         # On the CPU by default, as in a GPU job: Adagrad makes its step counters here, with no device

@@ -1,5 +1,6 @@
 """The what-if table and the largest batch: the same job run again with one change where fake tensors
-can run it, computed from the measured categories where they cannot (analysis/whatif.py's savings)."""
+can run it, computed from the measured categories where they cannot (analysis/whatif.py's savings); and,
+where asked (--fsdp2), FSDP2's sharding: one rank measured (sharded.py), several times slower to run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from gputui.analysis.whatif import computed, largest_batch
 from gputui.errors import UserError
+from gputui.estimate import sharded
 from gputui.estimate.step import Measured, Settings, measure
 from gputui.model import MemoryCategories, WhatIf
 from gputui.model.estimate import BACKWARD, FORWARD, OPTIMIZER
@@ -54,19 +56,43 @@ def what_ifs(function: Callable[..., Any], settings: Settings, base: Measured, g
     out = []
     for words, changed in changes(settings, batch):
         try:
-            measured = measure(function, changed)
+            # half the batch with twice the accumulation: a largest batch would undo the change
+            same_batch = changed.batch_size == settings.batch_size
+            out.append(measured_row(function, words, changed, base_peak, room, max_batch and same_batch))
         except UserError:
             continue  # the job does not run so changed (a cast its code refuses): no row rather than a guess
-        largest = None
-        if max_batch and room is not None and changed.batch_size == settings.batch_size:
-            largest = largest_batch_of(function, changed, room, measured)
-        out.append(WhatIf(words, peak(measured), base_peak - peak(measured), True, largest))
     for words, saving in computed(gpus):
         largest = None
         if max_batch and room is not None:
             largest = largest_batch_of(function, settings, room, base, saving)
         out.append(WhatIf(words, peak(base, saving), base_peak - peak(base, saving), False, largest))
     return out
+
+
+def measured_row(function: Callable[..., Any], words: str, changed: Settings, base_peak: int, room: int | None,
+                 max_batch: bool) -> WhatIf:
+    """The job run with ``changed``: its row, with its largest batch where asked (at the job's own batch size)."""
+    measured = measure(function, changed)
+    largest = None
+    if max_batch and room is not None:
+        largest = largest_batch_of(function, changed, room, measured)
+    return WhatIf(words, peak(measured), base_peak - peak(measured), True, largest)
+
+
+def fsdp2_row(function: Callable[..., Any], settings: Settings, base: Measured, gpus: int, room: int | None,
+          max_batch: bool) -> WhatIf | str:
+    """The FSDP2 row (--fsdp2): one rank of ``gpus`` measured; where it cannot be measured here, why not."""
+    if gpus < 2:
+        return "FSDP2 over 1 GPU: one GPU shards nothing, give --zero-gpus 2 or more"
+    words = f"FSDP2 over {gpus} GPUs, a rank"
+    why = sharded.available()
+    if why is None:
+        try:
+            return measured_row(function, words, dataclasses.replace(settings, world_size=gpus), peak(base), room,
+                                max_batch)
+        except UserError as exc:
+            why = str(exc).splitlines()[0]
+    return f"{words}: {why}"
 
 
 def largest_batch_of(function: Callable[..., Any], settings: Settings, room: int, at: Measured,

@@ -107,6 +107,9 @@ class Estimate:
         "what tensors may use: the total less the CUDA context (bytes)", minimum=0))
     device_name: str | None = field(default=None, metadata=doc("the device, as named"))
     what_ifs: tuple[WhatIf, ...] = field(default=(), metadata=doc("the same job with one change each"))
+    left_out: tuple[str, ...] = field(default=(), metadata=doc(
+        'what-ifs asked for that could not be measured here, each with why: "FSDP2 over 8 GPUs, a rank: ..." '
+        "(--fsdp2 where this torch has no fake process group, or FSDP2 refuses the model)"))
     largest_batch: int | None = field(default=None, metadata=doc(
         "the largest batch size that fits the device's usable memory (with --max-batch; null otherwise or "
         "where the batch does not limit it)", minimum=0))

@@ -9,6 +9,7 @@ from gputui.errors import UserError
 from gputui.model import PHASE_WORDS, RUNS_OUT_WORDS, Estimate
 from gputui.model.estimate import CUDA_CONTEXT, SAFETY_MARGIN
 from gputui.options import Options
+from gputui.untrusted import visible
 
 # The table's columns: a category (or the total) and its heading; 7 columns of 9 and the phase's 15
 # fit an 80-column terminal.
@@ -53,6 +54,9 @@ def text(estimate: Estimate) -> str:
                      f"(allocator cache, workspaces): {estimate.safe_batch}")
     if estimate.what_ifs:
         lines += ["", *what_if_table(estimate)]
+    if estimate.left_out and not estimate.what_ifs:
+        lines.append("")
+    lines += [f"left out: {visible(why)}" for why in estimate.left_out]  # its why may quote the user's model
     return "\n".join(lines) + "\n"
 
 
