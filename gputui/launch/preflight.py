@@ -47,7 +47,7 @@ class Target:
 def check(pid: int, *, proc: Path = Path("/proc"), which=shutil.which) -> Target:
     """The target as far as attaching goes, or Refused with the first reason it cannot be done."""
     status = _status(pid, proc)
-    uid = _owner(pid, status)
+    uid = _owner(pid, status, proc)
     tracer = int(status.get("TracerPid", "0") or 0)
     if tracer:
         raise Refused(f"process {pid} is already traced by process {tracer} ({_name(tracer, proc)}), "
@@ -74,10 +74,10 @@ def _status(pid: int, proc: Path) -> dict[str, str]:
     return {key: value.strip() for key, _, value in fields}
 
 
-def _owner(pid: int, status: dict[str, str]) -> int:
+def _owner(pid: int, status: dict[str, str], proc: Path) -> int:
     """The target's user; Refused when it is another user's and we are not allowed to trace it."""
     uid = int((status.get("Uid", "") or "-1").split()[0])
-    if uid != os.geteuid() and not has_cap_sys_ptrace():
+    if uid != os.geteuid() and not has_cap_sys_ptrace(proc):
         raise Refused(f"process {pid} belongs to {visible(_user(uid))}: run gputui attach as that user "
                       f"(or as root)")
     return uid
