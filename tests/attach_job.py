@@ -3,13 +3,16 @@
 ``python attach_job.py HOLD_DIR STEPS...``: trains the first count of steps, then waits (running
 Python, so queued code runs) while HOLD_DIR/1 exists, trains the next count, waits while HOLD_DIR/2
 exists, and so on. At each hold it prints one JSON line: the steps so far and the true parameter,
-gradient and AdamW state bytes. At the end: the final loss, exactly (float.hex), and the mean step time.
+gradient and AdamW state bytes, and the phase's median step time; from the second on, the longest
+gap in the previous hold's loop (the pause an attach or detach there cost the job). At the end: the
+final loss, exactly (float.hex).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -27,8 +30,9 @@ def main(hold_dir: str, counts: list[int]) -> None:
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     inputs, targets = torch.randn(512, 64), torch.randint(0, 10, (512,))
-    loss, step, spent = None, 0, 0.0
+    loss, step, gap = None, 0, None
     for phase, count in enumerate(counts, start=1):
+        times = []
         for _ in range(count):
             started = time.perf_counter()
             batch = slice(step * 32 % 480, step * 32 % 480 + 32)
@@ -37,19 +41,22 @@ def main(hold_dir: str, counts: list[int]) -> None:
             loss.backward()
             optimizer.step()
             step += 1
-            spent += time.perf_counter() - started
+            times.append(time.perf_counter() - started)
+        figures = {"steps": step, "step_ms": 1000 * statistics.median(times) if times else None, "gap_ms": gap}
         hold = os.path.join(hold_dir, str(phase))
         if phase < len(counts) and os.path.exists(hold):
             print(json.dumps({
-                "hold": phase, "pid": os.getpid(), "steps": step,
+                "hold": phase, "pid": os.getpid(), **figures,
                 "parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                 "gradients": sum(p.grad.untyped_storage().nbytes() for p in model.parameters()),
                 "optimizer_state": state_bytes(optimizer),
             }), flush=True)
+            gap, last = 0.0, time.perf_counter()
             while os.path.exists(hold):
-                time.sleep(0.005)
-    print(json.dumps({"loss": loss.item().hex() if loss is not None else None, "steps": step,
-                      "step_ms": 1000 * spent / max(step, 1)}), flush=True)
+                time.sleep(0.001)
+                now = time.perf_counter()
+                gap, last = max(gap, 1000 * (now - last)), now
+    print(json.dumps({"loss": loss.item().hex() if loss is not None else None, **figures}), flush=True)
 
 
 if __name__ == "__main__":

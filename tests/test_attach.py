@@ -350,11 +350,33 @@ def test_an_embedded_python_is_found_by_its_libpython(tmp_path):
     assert preflight.check(4242, proc=proc, which=gdb_here).version == (3, 11)
 
 
-def test_gdb_without_the_symbols_and_without_permission_say_so():
+def test_the_functions_are_found_where_the_process_has_them():
+    """elf.py reads the addresses from the files, before gdb stops the job: they must be those the
+    dynamic linker gave this very process."""
+    import ctypes
+
     from gputui.launch import inject
 
-    with pytest.raises(preflight.Refused, match=r"^process 7's Python exports no Py_AddPendingCall/PyRun_Simple"
-                                                r"String \(a statically linked build without its symbols\?\)"):
-        inject._check_gdb_output(7, 'No symbol "Py_AddPendingCall" in current context.\n')
+    where = inject.symbols(os.getpid())
+    address = {name: ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+               for name in ("Py_AddPendingCall", "PyRun_SimpleString")}
+    address["mmap"] = ctypes.cast(ctypes.CDLL(None).mmap, ctypes.c_void_p).value
+    assert where == address
+
+
+def test_a_program_without_the_symbols_and_gdb_without_permission_say_so():
+    from gputui.launch import inject
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    while "libc" not in Path(f"/proc/{sleeper.pid}/maps").read_text():  # (until its exec is done)
+        time.sleep(0.01)
+    try:
+        with pytest.raises(preflight.Refused) as caught:
+            inject.symbols(sleeper.pid)
+        assert str(caught.value) == (f"process {sleeper.pid}'s Python exports no PyRun_SimpleString, "
+                                     f"Py_AddPendingCall (a statically linked build without its symbols?): "
+                                     f"gputui attach cannot reach it")
+    finally:
+        sleeper.kill()
     with pytest.raises(preflight.Refused, match=r"in a container, run it with --cap-add=SYS_PTRACE"):
         inject._check_gdb_output(7, "ptrace: Operation not permitted.\n")

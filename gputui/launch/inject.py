@@ -5,7 +5,8 @@ one page for the code's text (``mmap``: a system call, no lock that a stopped th
 ``malloc`` has), writes the text there and hands ``PyRun_SimpleString`` to ``Py_AddPendingCall``,
 then detaches. The interpreter runs pending calls on the main thread between two bytecodes, holding
 the GIL, so the code never runs in the middle of a C call of torch: a job busy in one gets it when it
-next runs Python. Only CPython's exported symbols are used (no debug symbols needed).
+next runs Python. Only CPython's and libc's exported symbols are used (no debug symbols needed), found
+in their files before gdb attaches (elf.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
+from gputui.launch import elf
 from gputui.launch.preflight import Refused, Target, not_permitted
 from gputui.untrusted import visible
 
+NOWHERE = "/nonexistent/gputui-no-sysroot"
 GDB_SECONDS = 20.0  # gdb's whole run: attach, queue, detach (about 0.5 s; more on a loaded box)
 QUEUED = "gputui-queued"
 
@@ -40,16 +44,18 @@ def pending_call_text(code: str) -> bytes:
     return text.encode() + b"\0"
 
 
-def gdb_script(code: str) -> str:
-    """gdb's commands: map a page, write the text into it, queue the pending call, detach."""
+def gdb_script(code: str, where: dict[str, int]) -> str:
+    """gdb's commands: map a page, write the text into it, queue the pending call, detach. ``where``:
+    the addresses of mmap, Py_AddPendingCall and PyRun_SimpleString in the job (elf.py)."""
     data = pending_call_text(code)
     size = (len(data) + 4095) // 4096 * 4096
     data += b"\0" * (-len(data) % 8)
+    mmap, add, run = where["mmap"], where["Py_AddPendingCall"], where["PyRun_SimpleString"]
     lines = [
         "set confirm off", "set pagination off", "set unwindonsignal on",
-        # Symbols of libpython and libc only: reading libtorch's would take seconds of the job's time.
-        "sharedlibrary libpython", "sharedlibrary libc\\.so",
-        f"set $gputui_text = ((void *(*)(void *, unsigned long, int, int, int, long)) mmap)(0, {size}, 3, 34, -1, 0)",
+        # mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        f"set $gputui_text = ((void *(*)(void *, unsigned long, int, int, int, long)) {mmap:#x})"
+        f"(0, {size}, 3, 34, -1, 0)",
         "if $gputui_text == (void *) -1",
         '  printf "gputui-no-memory\\n"',
         "else",
@@ -58,8 +64,7 @@ def gdb_script(code: str) -> str:
         word = int.from_bytes(data[offset:offset + 8], "little")
         lines.append(f"  set *(unsigned long *) ((char *) $gputui_text + {offset}) = {word:#x}")
     lines += [
-        "  set $gputui_rc = ((int (*)(void *, void *)) Py_AddPendingCall)"
-        "((void *) PyRun_SimpleString, $gputui_text)",
+        f"  set $gputui_rc = ((int (*)(void *, void *)) {add:#x})((void *) {run:#x}, $gputui_text)",
         f'  printf "{QUEUED} %d\\n", $gputui_rc',
         "end",
         "detach",
@@ -68,11 +73,32 @@ def gdb_script(code: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def symbols(pid: int) -> dict[str, int]:
+    """The addresses gdb_script calls, or Refused saying which the job does not export."""
+    try:
+        exe = Path(os.readlink(f"/proc/{pid}/exe")).name
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError as exc:
+        raise Refused(f"cannot read process {pid}'s memory map: {visible(exc.strerror or str(exc))}") from None
+    python = ("libpython", exe)
+    try:
+        return elf.addresses(pid, maps, {"Py_AddPendingCall": python, "PyRun_SimpleString": python,
+                                         "mmap": ("libc.so", "libc-")})
+    except elf.NotFound as exc:
+        raise Refused(f"process {pid}'s Python exports no {visible(str(exc))} (a statically linked build "
+                      f"without its symbols?): gputui attach cannot reach it") from None
+
+
 def gdb_command(gdb: str, pid: int, script: str) -> list[str]:
     """gdb in batch mode, bounded by coreutils' timeout where there is one: it outlives a killed gputui,
     and a gdb that quits (on the SIGINT, or at the end of its commands) detaches from the job."""
-    command = [gdb, "-p", str(pid), "-batch", "-nx", "-iex", "set debuginfod enabled off",
-               "-iex", "set auto-load off", "-iex", "set auto-solib-add off", "-x", script]
+    # The executable's symbols are read before attaching (`file`, then `attach`): the job is stopped
+    # only from the attach to the detach.
+    # A sysroot where nothing is: gdb opens none of the job's libraries (libtorch's symbols alone take
+    # it hundreds of milliseconds, the job stopped all along); the addresses come from elf.py.
+    command = [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex", "set auto-load off",
+               "-iex", "set auto-solib-add off", "-iex", f"set sysroot {NOWHERE}", "-ex", f"file /proc/{pid}/exe",
+               "-ex", f"attach {pid}", "-x", script]
     bound = shutil.which("timeout")
     if bound:
         command = [bound, "-k", "5", "-s", "INT", str(int(GDB_SECONDS)), *command]
@@ -82,7 +108,7 @@ def gdb_command(gdb: str, pid: int, script: str) -> list[str]:
 def _through_gdb(target: Target, code: str) -> None:
     assert target.debugger is not None
     with tempfile.NamedTemporaryFile("w", prefix="gputui-gdb-", suffix=".gdb") as script:
-        script.write(gdb_script(code))
+        script.write(gdb_script(code, symbols(target.pid)))
         script.flush()
         try:
             # A session of its own: the terminal's Ctrl-C or hangup reaches gputui, never gdb mid-call.
@@ -106,9 +132,6 @@ def _check_gdb_output(pid: int, output: str) -> None:
             return
     if "Operation not permitted" in output:
         raise not_permitted(pid)
-    if "No symbol" in output:
-        raise Refused(f"process {pid}'s Python exports no Py_AddPendingCall/PyRun_SimpleString (a statically "
-                      f"linked build without its symbols?): gputui attach cannot reach it")
     if "gputui-no-memory" in output:
         raise Refused(f"process {pid} has no memory left for a page of code")
     last = next((line for line in reversed(output.splitlines()) if line.strip()), "no output")
