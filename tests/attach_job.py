@@ -5,7 +5,8 @@ Python, so queued code runs) while HOLD_DIR/1 exists, trains the next count, wai
 exists, and so on. At each hold it prints one JSON line: the steps so far and the true parameter,
 gradient and AdamW state bytes, and the phase's median step time; from the second on, the longest
 gap in the previous hold's loop (the pause an attach or detach there cost the job). At the end: the
-final loss, exactly (float.hex).
+final loss, exactly (float.hex). ATTACH_JOB=loader: the batches come from a DataLoader's two forked
+workers, alive across the holds; ATTACH_JOB=compile: the model is torch.compile'd (aot_eager).
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ def main(hold_dir: str, counts: list[int]) -> None:
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     inputs, targets = torch.randn(512, 64), torch.randint(0, 10, (512,))
+    batches = _batches(inputs, targets, os.environ.get("ATTACH_JOB", ""))
+    if os.environ.get("ATTACH_JOB") == "compile":
+        model = torch.compile(model, backend="aot_eager")
     loss, step, gap = None, 0, None
     for phase, count in enumerate(counts, start=1):
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            batch = slice(step * 32 % 480, step * 32 % 480 + 32)
+            x, y = next(batches)
             optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
+            loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
             step += 1
@@ -57,6 +61,20 @@ def main(hold_dir: str, counts: list[int]) -> None:
                 now = time.perf_counter()
                 gap, last = max(gap, 1000 * (now - last)), now
     print(json.dumps({"loss": loss.item().hex() if loss is not None else None, **figures}), flush=True)
+
+
+def _batches(inputs, targets, kind: str):
+    """The same batches, in the same order, sliced here or from a DataLoader's forked workers."""
+    if kind == "loader":
+        data = torch.utils.data.TensorDataset(inputs[:480], targets[:480])
+        loader = torch.utils.data.DataLoader(data, batch_size=32, num_workers=2, multiprocessing_context="fork")
+        while True:
+            yield from loader
+    step = 0
+    while True:
+        batch = slice(step * 32 % 480, step * 32 % 480 + 32)
+        yield inputs[batch], targets[batch]
+        step += 1
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+import gputui
 from gputui.launch import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
+HOME = Path(gputui.__file__).resolve().parents[1]  # the gputui under test: the checkout's or the wheel's
 JOB = Path(__file__).with_name("attach_job.py")
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -63,8 +65,8 @@ def env(tmp_path):
 
 
 def gputui(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """The gputui CLI of this checkout (the job itself has no gputui on its path)."""
-    return subprocess.run([sys.executable, "-m", "gputui", *args], env={**env, "PYTHONPATH": str(ROOT)},
+    """The gputui CLI under test (the job itself has no gputui on its path)."""
+    return subprocess.run([sys.executable, "-m", "gputui", *args], env={**env, "PYTHONPATH": str(HOME)},
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
@@ -86,10 +88,14 @@ def wait_gone(path: Path, seconds: float = 10) -> bool:
 
 
 @needs_gdb
-def test_attach_a_torch_job_detach_and_attach_again_and_it_ends_as_its_twin(env, tmp_path):
+@pytest.mark.parametrize("kind", ["plain", "loader", "compile"])
+def test_attach_a_torch_job_detach_and_attach_again_and_it_ends_as_its_twin(env, tmp_path, kind):
+    """plain: a loop over slices; loader: attached while a DataLoader's forked workers are alive (and
+    forking new ones at each epoch); compile: a torch.compile'd model."""
     pytest.importorskip("torch")
     from gputui.link import client
 
+    env = {**env, "ATTACH_JOB": kind}
     holds = tmp_path / "holds"
     holds.mkdir()
     (holds / "1").touch()
@@ -113,6 +119,7 @@ def test_attach_a_torch_job_detach_and_attach_again_and_it_ends_as_its_twin(env,
             == (truth["parameters"], truth["gradients"], truth["optimizer_state"]) == (38440, 38440, 76896)
         socket = client.find_socket(pid, env)
         assert socket is not None and [s.step for s in report.steps][-1] == 10
+        assert [p.name for p in Path(env["GPUTUI_PROBE_DIR"]).iterdir()] == [f"{pid}.sock"]  # no worker serves
 
         out = gputui(env, "detach", str(pid))
         assert out.returncode == 0, out.stderr
@@ -209,7 +216,7 @@ def test_a_killed_gputui_leaves_the_job_running(env, tmp_path):
     target = start_target(sys.executable, env, tmp_path / "hold")
     try:
         attach = subprocess.Popen([sys.executable, "-m", "gputui", "attach", str(target.pid)],
-                                  env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                                  env={**env, "PYTHONPATH": str(HOME)}, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while not _traced(target.pid) and time.monotonic() < deadline and attach.poll() is None:
@@ -380,3 +387,50 @@ def test_a_program_without_the_symbols_and_gdb_without_permission_say_so():
         sleeper.kill()
     with pytest.raises(preflight.Refused, match=r"in a container, run it with --cap-add=SYS_PTRACE"):
         inject._check_gdb_output(7, "ptrace: Operation not permitted.\n")
+
+
+@needs_gdb
+def test_the_ranks_of_a_torchrun_job_are_attached_and_detached_and_it_ends_well(env, tmp_path):
+    """torch.distributed (2 gloo ranks under torchrun, no gputui anywhere): each rank attached, its exact
+    bytes, detached; the launcher itself is refused (it trains nothing); the job ends as usual."""
+    pytest.importorskip("torch")
+    import psutil
+
+    import ddp_job
+    from gputui.link import client
+
+    stop = tmp_path / "stop"
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                            ddp_job.__file__, str(stop)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list[int] = []
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = [p.pid for p in psutil.Process(job.pid).children()
+                     if "torch.distributed.run" not in " ".join(p.cmdline())]
+            time.sleep(0.2)
+        time.sleep(3)  # torch imported, training under way
+        out = gputui(env, "attach", str(job.pid))
+        assert out.returncode == 2 and out.stderr.startswith(
+            f"gputui: the probe did not start in process {job.pid}: a launcher (torchrun, deepspeed) trains nothing")
+        for pid in ranks:
+            out = gputui(env, "attach", str(pid))
+            assert out.returncode == 0 and f"probe started in process {pid}" in out.stdout, out.stderr
+        for pid in ranks:
+            deadline = time.monotonic() + 60
+            while True:
+                (device,) = client.fetch_report(pid, timeout=10, environ=env).devices
+                if device.categories.gradients or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert (device.categories.parameters, device.categories.gradients, device.categories.optimizer_state) \
+                == (ddp_job.PARAMETER_BYTES,) * 3
+            out = gputui(env, "detach", str(pid))
+            assert out.returncode == 0, out.stderr
+        assert not list(Path(env["GPUTUI_PROBE_DIR"]).iterdir())
+        stop.touch()
+        assert job.wait(timeout=120) == 0, job.communicate()
+    finally:
+        if job.poll() is None:
+            job.kill()
