@@ -279,10 +279,12 @@ def test_no_such_process(env):
 
 
 def fake_proc(root: Path, *, exe: str = "/usr/bin/python3.12", uid: int = 0, tracer: int = 0,
-              cap_eff: str = "000001ffffffffff", scope: str | None = None, maps: str = "") -> Path:
+              cap_eff: str = "000001ffffffffff", scope: str | None = None, maps: str = "",
+              state: str = "S (sleeping)") -> Path:
     """A /proc with process 4242 in it, as preflight reads it."""
     (root / "4242").mkdir(parents=True)
-    (root / "4242" / "status").write_text(f"Name:\tpython3\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nTracerPid:\t{tracer}\n")
+    (root / "4242" / "status").write_text(f"Name:\tpython3\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                                          f"TracerPid:\t{tracer}\n")
     (root / "4242" / "comm").write_text("python3\n")
     (root / "4242" / "maps").write_text(maps)
     os.symlink(exe, root / "4242" / "exe")
@@ -340,6 +342,11 @@ def test_another_users_process(tmp_path):
 def test_a_process_under_another_debugger(tmp_path):
     assert refusal(tmp_path, tracer=1) == ("process 4242 is already traced by process 1 (gdb), a debugger or "
                                            "profiler: detach that first")
+
+
+def test_a_stopped_job_is_not_woken(tmp_path):
+    assert refusal(tmp_path, state="T (stopped)") == ("process 4242 is stopped (Ctrl-Z or SIGSTOP) and would run "
+                                                      "nothing: continue it first (`fg`, or `kill -CONT 4242`)")
 
 
 def test_a_free_threaded_build(tmp_path):

@@ -139,7 +139,8 @@ def _check_gdb_output(pid: int, output: str) -> None:
 
 
 def _let_go(pid: int) -> None:
-    """A gdb that died mid-attach can leave the job stopped by its SIGSTOP: wake it."""
+    """A gdb that died mid-attach can leave the job stopped by its SIGSTOP: wake it. (The preflight
+    refuses a job that was stopped before, so this never wakes one its owner stopped.)"""
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[-1].split()[0]

@@ -52,6 +52,9 @@ def check(pid: int, *, proc: Path = Path("/proc"), which=shutil.which) -> Target
     if tracer:
         raise Refused(f"process {pid} is already traced by process {tracer} ({_name(tracer, proc)}), "
                       f"a debugger or profiler: detach that first")
+    if status.get("State", "").startswith("T"):
+        raise Refused(f"process {pid} is stopped (Ctrl-Z or SIGSTOP) and would run nothing: continue it first "
+                      f"(`fg`, or `kill -CONT {pid}`)")
     version = interpreter(pid, proc)
     maps = _read(proc / str(pid) / "maps")
     method = "remote_exec" if _can_remote_exec(version) else "gdb"
