@@ -19,11 +19,10 @@ from gputui import __version__
 from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.launch import GPUTUI_HOME, inject, preflight
-from gputui.launch.preflight import OTHER_WAYS, Refused  # noqa: F401 - OTHER_WAYS: part of this API
+from gputui.launch.preflight import Refused
 from gputui.options import Options
 from gputui.untrusted import visible
 
-AttachFailed = Refused  # the name tests and callers know
 QUICK = 2.0  # seconds: a job running Python gets to the queued code well within this
 WAIT_FOR_CODE = 60.0  # seconds gputui waits for a job busy outside Python before it stops waiting
 WAIT_FOR_SOCKET = 10.0
