@@ -25,6 +25,7 @@ from gputui.launch import preflight
 ROOT = Path(__file__).resolve().parents[1]
 HOME = Path(gputui.__file__).resolve().parents[1]  # the gputui under test: the checkout's or the wheel's
 JOB = Path(__file__).with_name("attach_job.py")
+DDP_PARAMETER_BYTES = (64 * 128 + 128 + 128 * 10 + 10) * 4  # tests/ddp_job.py's model
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
 
@@ -53,6 +54,15 @@ def pythons() -> list[str]:
         if version >= (3, 10):
             found.setdefault(version[:2], str(exe))
     return [found[v] for v in sorted(found)]
+
+
+def torch_python() -> str:
+    """A Python here with torch (this one where it has it: in CI's minimums run, gputui runs on 3.10
+    without torch and attaches to a job on another Python)."""
+    for python in [sys.executable, *pythons()]:
+        if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+            return python
+    pytest.skip("no Python here has torch")
 
 
 @pytest.fixture
@@ -92,7 +102,7 @@ def wait_gone(path: Path, seconds: float = 10) -> bool:
 def test_attach_a_torch_job_detach_and_attach_again_and_it_ends_as_its_twin(env, tmp_path, kind):
     """plain: a loop over slices; loader: attached while a DataLoader's forked workers are alive (and
     forking new ones at each epoch); compile: a torch.compile'd model."""
-    pytest.importorskip("torch")
+    python = torch_python()
     from gputui.link import client
 
     env = {**env, "ATTACH_JOB": kind}
@@ -101,9 +111,9 @@ def test_attach_a_torch_job_detach_and_attach_again_and_it_ends_as_its_twin(env,
     (holds / "1").touch()
     (holds / "2").touch()
     counts = ["20", "10", "10"]
-    twin = subprocess.Popen([sys.executable, str(JOB), str(tmp_path / "none"), *counts], env=env,
+    twin = subprocess.Popen([python, str(JOB), str(tmp_path / "none"), *counts], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job = subprocess.Popen([sys.executable, str(JOB), str(holds), *counts], env=env,
+    job = subprocess.Popen([python, str(JOB), str(holds), *counts], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         truth = read_json(job)  # holding after 20 steps, gputui never imported
@@ -400,16 +410,15 @@ def test_a_program_without_the_symbols_and_gdb_without_permission_say_so():
 def test_the_ranks_of_a_torchrun_job_are_attached_and_detached_and_it_ends_well(env, tmp_path):
     """torch.distributed (2 gloo ranks under torchrun, no gputui anywhere): each rank attached, its exact
     bytes, detached; the launcher itself is refused (it trains nothing); the job ends as usual."""
-    pytest.importorskip("torch")
+    python = torch_python()
     import psutil
 
-    import ddp_job
     from gputui.link import client
 
     stop = tmp_path / "stop"
-    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                            ddp_job.__file__, str(stop)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    job = subprocess.Popen([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                            str(Path(__file__).with_name("ddp_job.py")), str(stop)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         ranks: list[int] = []
@@ -432,7 +441,7 @@ def test_the_ranks_of_a_torchrun_job_are_attached_and_detached_and_it_ends_well(
                     break
                 time.sleep(0.2)
             assert (device.categories.parameters, device.categories.gradients, device.categories.optimizer_state) \
-                == (ddp_job.PARAMETER_BYTES,) * 3
+                == (DDP_PARAMETER_BYTES,) * 3  # (SGD's momentum: the parameters' bytes again)
             out = gputui(env, "detach", str(pid))
             assert out.returncode == 0, out.stderr
         assert not list(Path(env["GPUTUI_PROBE_DIR"]).iterdir())
