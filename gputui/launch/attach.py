@@ -24,7 +24,7 @@ from gputui.options import Options
 from gputui.untrusted import visible
 
 QUICK = 2.0  # seconds: a job running Python gets to the queued code well within this
-WAIT_FOR_CODE = 60.0  # seconds gputui waits for a job busy outside Python before it stops waiting
+WAIT_FOR_CODE = 30.0  # seconds gputui waits for a job busy outside Python (the monitor gives the command 60)
 WAIT_FOR_SOCKET = 10.0
 RESULT = "result"
 
