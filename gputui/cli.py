@@ -90,7 +90,7 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-COMMANDS = ("run", "attach", "probes", "probe", "demo-train", "serve", "estimate", "oom", "record",
+COMMANDS = ("run", "attach", "detach", "probes", "probe", "demo-train", "serve", "estimate", "oom", "record",
             "replay")
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
@@ -159,8 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     run = sub.add_parser("run", help="run a command with the PyTorch probe inside it")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
-    attach = sub.add_parser("attach", help="inject the probe into a running Python 3.14+ process")
+    attach = sub.add_parser("attach", help="start the probe inside a running Python process (3.10+)")
     attach.add_argument("target", type=_pid, metavar="PID")
+    detach = sub.add_parser("detach", help="stop the probe inside a running process; the job runs on")
+    detach.add_argument("target", type=_pid, metavar="PID")
     sub.add_parser("probes", help="list the probed processes you can reach").add_argument(
         "--json", action="store_true", dest="sub_json", help="as JSON")
     probe = sub.add_parser("probe", help="print one probed process's memory report")
@@ -316,8 +318,8 @@ def parse(argv: list[str] | None = None) -> Options:
         if not command:
             parser.error("run: give the command to run, e.g. gputui run -- python train.py")
         return Options(mode="run", command=tuple(command), **common)
-    if args.subcommand == "attach":
-        return Options(mode="attach", pid=args.target, **common)
+    if args.subcommand in ("attach", "detach"):
+        return Options(mode=args.subcommand, pid=args.target, **common)
     if args.subcommand == "probes":
         return Options(mode="probes", **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "probe":
@@ -525,6 +527,10 @@ def _dispatch(options: Options) -> int:
         from gputui.launch.attach import attach
 
         return attach(options)
+    if mode == "detach":
+        from gputui.launch.attach import detach
+
+        return detach(options)
     if mode == "demo-train":
         from gputui.probe.demo import demo_train
 

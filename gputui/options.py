@@ -21,7 +21,7 @@ SERVE_LISTEN = "127.0.0.1:9403"
 SERVE_INTERVAL = 5.0
 
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
-Mode = Literal["tui", "once", "json", "watch", "run", "attach", "probes", "probe", "demo-train", "serve",
+Mode = Literal["tui", "once", "json", "watch", "run", "attach", "detach", "probes", "probe", "demo-train", "serve",
                "estimate", "oom", "record", "replay"]
 
 

@@ -191,6 +191,25 @@ def test_stop_removes_every_hook():
     assert not torch.nn.modules.module._global_forward_hooks
 
 
+def test_stop_mid_recording_lets_go_of_everything():
+    """`gputui detach` stops the probe on the training thread in the middle of a CPU site recording:
+    the recording's function mode must leave torch's stack, and nothing may keep the probe alive."""
+    import gc
+    import weakref
+
+    job = loops.make_job()
+    runtime.start(budget=1.0, serve=False)
+    loops.clean(job, 2)
+    runtime.current().sites.request(5)
+    loops.clean(job, 2)  # (the keeping line reads this frame's locals: no name here holds the probe)
+    assert runtime.current().sites.on and not runtime.current().sites.process_wide  # a function mode
+    alive, mode = weakref.ref(runtime.current()), weakref.ref(runtime.current().sites._mode)
+    runtime.stop()
+    gc.collect()
+    assert mode() is None  # off torch's function mode stack: the job's calls no longer go through it
+    assert alive() is None  # no hook, mode or callback holds the probe (its 4 MiB OOM reserve with it)
+
+
 def test_probing_context_manager_starts_and_stops():
     import gputui.probe
 

@@ -213,21 +213,6 @@ def test_helper_processes_are_recognised():
     assert not hook.is_helper_process(["train.py", "--epochs", "3"])
 
 
-def test_attach_explains_what_to_do_on_an_old_python(env):
-    if sys.version_info >= (3, 14):
-        pytest.skip("this Python can attach")
-    out = subprocess.run([sys.executable, "-m", "gputui", "attach", str(os.getpid())], env=env,
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert out.returncode == 2
-    assert "gputui attach needs Python 3.14 or newer" in out.stderr
-    assert "gputui run -- python train.py" in out.stderr
-
-
-def test_attach_checks_the_version_itself():
-    with pytest.raises(attach.AttachFailed, match="needs Python 3.14"):
-        attach.check_supported((3, 12, 1))
-
-
 @pytest.mark.parametrize("torch_first", [True, False])
 def test_the_injected_script_starts_the_probe(env, tmp_path, torch_first):
     script = tmp_path / "inject.py"

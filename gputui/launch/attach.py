@@ -1,125 +1,194 @@
-"""``gputui attach PID``: start the probe inside a running Python process (Python 3.14+ only).
+"""``gputui attach PID`` and ``gputui detach PID``: start or stop the probe inside a running CPython.
 
-Python 3.14 can run a script in another interpreter (``sys.remote_exec``, PEP 768); the script arms
-the probe, which starts at once if the process has torch, or when it imports it. Older Pythons, a
-ptrace policy that forbids it, or remote debugging switched off each get a clear message instead.
+The preflight (preflight.py) says why it cannot be done, if it cannot; inject.py queues a few lines
+of Python in the job, which run on its main thread at its next safe point. They arm the probe (from
+this gputui's own installation when the job has none), which starts at once if the job has torch or
+when it imports it; or they stop it. The lines report back through a file in a directory made for
+this one attach, so gputui says what happened inside the job, or that the job has not run Python
+since (a long C call) and the probe is queued.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import shutil
 import tempfile
 import time
-from pathlib import Path
 
+from gputui import __version__
 from gputui.errors import UserError
-from gputui.launch import GPUTUI_HOME
+from gputui.files import read_small
+from gputui.launch import GPUTUI_HOME, inject, preflight
+from gputui.launch.preflight import Refused
 from gputui.options import Options
+from gputui.untrusted import visible
 
-WAIT_FOR_SOCKET = 10.0  # seconds: the script runs when the target next executes Python code
-OTHER_WAYS = ("start the job under the probe instead: `gputui run -- python train.py`, "
-              "`GPUTUI_PROBE=1 python train.py`, or `import gputui.probe; gputui.probe.start()` "
-              "in the script")
+QUICK = 2.0  # seconds: a job running Python gets to the queued code well within this
+WAIT_FOR_CODE = 30.0  # seconds gputui waits for a job busy outside Python (the monitor gives the command 60)
+WAIT_FOR_SOCKET = 10.0
+RESULT = "result"
+
+# Run inside the job (exec'd in a namespace of its own, every error caught): import gputui's probe
+# hook from this installation unless the job has a gputui already (then only the same version will
+# do), arm it, and say what became of it.
+_ATTACH = """\
+import sys
+def _say(word):
+    if ACK is not None:
+        try:
+            with open(ACK, 'w') as f:
+                f.write(word)
+        except Exception:
+            pass
+def _attach():
+    known = sys.modules.get('gputui')
+    if known is not None and getattr(known, '__version__', None) != VERSION:
+        return 'version: %s' % getattr(known, '__version__', '?')
+    if known is None:
+        sys.path.insert(0, HOME)
+        try:
+            import gputui.probe.hook
+        finally:
+            sys.path.remove(HOME)
+    hook = sys.modules['gputui.probe.hook']
+    hook.start_when_torch_imported('attach')
+    runtime = sys.modules.get('gputui.probe.runtime')
+    probe = runtime.current() if runtime is not None else None
+    if probe is not None and probe.running:
+        return 'started'
+    return 'not-started' if 'torch' in sys.modules else 'armed'
+try:
+    _say(_attach())
+except Exception as exc:
+    _say('failed: %s: %s' % (type(exc).__name__, exc))
+"""
+
+# Run inside the job: stop the probe and any armed start; import nothing.
+_DETACH = """\
+import sys
+def _detach():
+    hook = sys.modules.get('gputui.probe.hook')
+    runtime = sys.modules.get('gputui.probe.runtime')
+    armed = hook is not None and any(type(f).__name__ == '_WaitForTorch' for f in sys.meta_path)
+    if hook is not None:
+        hook.remove_watch()
+    probe = runtime.current() if runtime is not None else None
+    if probe is not None:
+        runtime.stop()
+        return 'stopped'
+    return 'disarmed' if armed else 'none'
+try:
+    word = _detach()
+except Exception as exc:
+    word = 'failed: %s: %s' % (type(exc).__name__, exc)
+if ACK is not None:
+    try:
+        with open(ACK, 'w') as f:
+            f.write(word)
+    except Exception:
+        pass
+"""
 
 
-class AttachFailed(UserError):
-    """The probe could not be injected; the message says why and what to do instead."""
+def injection_script(home: str = GPUTUI_HOME, ack: str | None = None) -> str:
+    """The Python source run inside the target to arm the probe; ``ack``: the file it reports to."""
+    return f"ACK = {ack!r}\nHOME = {home!r}\nVERSION = {__version__!r}\n" + _ATTACH
 
 
-def injection_script(home: str = GPUTUI_HOME) -> str:
-    """The Python source run inside the target: import gputui (from ``home`` if need be), arm the probe."""
-    return (
-        "import sys\n"
-        "try:\n"
-        "    import gputui.probe.hook as _gputui_hook\n"
-        "except ImportError:\n"
-        f"    sys.path.append({home!r})\n"
-        "    try:\n"
-        "        import gputui.probe.hook as _gputui_hook\n"
-        "    finally:\n"
-        f"        sys.path.remove({home!r})\n"
-        "_gputui_hook.start_when_torch_imported('attach')\n"
-        "del _gputui_hook\n"
-    )
-
-
-def check_supported(version: tuple[int, ...] | None = None) -> None:
-    """Raise AttachFailed unless this Python can inject code into another process."""
-    running = tuple(sys.version_info[:2] if version is None else version[:2])
-    if running < (3, 14) or not hasattr(sys, "remote_exec"):
-        raise AttachFailed(
-            f"gputui attach needs Python 3.14 or newer (it uses sys.remote_exec); gputui runs on "
-            f"Python {running[0]}.{running[1]} here, and the target must run 3.14 too. To probe a "
-            f"job, {OTHER_WAYS}."
-        )
+def detach_script(ack: str | None = None) -> str:
+    """The Python source run inside the target to stop its probe."""
+    return f"ACK = {ack!r}\n" + _DETACH
 
 
 def attach(options: Options) -> int:
-    pid = options.pid
-    if pid is None:  # the CLI requires one
-        raise UserError("attach: give the PID of the process to attach to")
-    check_supported()
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        raise AttachFailed(f"no process {pid}") from None
-    except PermissionError:
-        raise AttachFailed(f"process {pid} belongs to another user; attach as that user") from None
+    pid = _pid(options)
+    target = preflight.check(pid)
     from gputui.link import client
 
     if client.find_socket(pid) is not None:
         print(f"process {pid} is already probed; see it with `gputui probe {pid}`")
         return 0
-    with tempfile.NamedTemporaryFile("w", prefix="gputui-attach-", suffix=".py", delete=False) as f:
-        f.write(injection_script())
-        script = f.name
-    try:
-        _remote_exec(pid, script)
+    word = _run_in_job(target, injection_script)
+    if word is None:
+        return 0
+    if word == "started":
         deadline = time.monotonic() + WAIT_FOR_SOCKET
-        while time.monotonic() < deadline:
-            if client.find_socket(pid) is not None:
-                print(f"probe started in process {pid}; watch it with `gputui` or `gputui probe {pid}`")
-                return 0
-            time.sleep(0.1)
-    finally:
-        time.sleep(0.5)  # the target reads the script when it gets to it; give it a moment
-        try:
-            os.unlink(script)
-        except OSError:
-            pass
-    print(f"the probe is armed in process {pid}: it starts when the process imports torch "
-          f"(or next runs Python code); check with `gputui probes`")
+        while client.find_socket(pid) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"probe started in process {pid}; watch it with `gputui` or `gputui probe {pid}`")
+    elif word == "armed":
+        print(f"the probe is armed in process {pid}: it starts when the process imports torch")
+    elif word == "not-started":
+        raise Refused(f"the probe did not start in process {pid}: a launcher (torchrun, deepspeed) trains "
+                      f"nothing itself (attach to its ranks), or the job's stderr says why")
+    elif word.startswith("version: "):
+        raise Refused(f"process {pid} has gputui {visible(word[9:])} loaded and this is gputui {__version__}: "
+                      f"attach with that version's gputui")
+    else:
+        raise Refused(f"the probe could not start in process {pid}: {visible(word.removeprefix('failed: '))}")
     return 0
 
 
-def _remote_exec(pid: int, script: str) -> None:
-    if sys.version_info < (3, 14):  # attach() has checked already; this tells the type checker
-        raise AttachFailed("gputui attach needs Python 3.14 or newer (it uses sys.remote_exec)")
-    try:
-        sys.remote_exec(pid, script)
-    except PermissionError:
-        raise AttachFailed(
-            f"not permitted to attach to process {pid}: the kernel's ptrace policy forbids it "
-            f"({_ptrace_policy()}). Run gputui attach as root, or {OTHER_WAYS}."
-        ) from None
-    except ProcessLookupError:
-        raise AttachFailed(f"process {pid} exited") from None
-    except RuntimeError as exc:
-        raise AttachFailed(
-            f"process {pid} does not accept remote code ({exc}): it may not be Python 3.14 "
-            f"(the same version as gputui's), or it runs with remote debugging disabled "
-            f"(PYTHON_DISABLE_REMOTE_DEBUG or -X disable_remote_debug). To probe it, {OTHER_WAYS}."
-        ) from None
-    except OSError as exc:
-        raise AttachFailed(f"cannot attach to process {pid}: {exc}") from None
+def detach(options: Options) -> int:
+    pid = _pid(options)
+    target = preflight.check(pid)
+    from gputui.link import client
+
+    socket = client.find_socket(pid)
+    word = _run_in_job(target, detach_script)
+    if word is None:
+        return 0
+    if word == "stopped":
+        deadline = time.monotonic() + WAIT_FOR_SOCKET
+        while socket is not None and socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"probe stopped in process {pid}: its hooks are removed and its socket closed; the job runs on")
+    elif word == "disarmed":
+        print(f"the armed probe in process {pid} is removed: it will not start when torch is imported")
+    elif word == "none":
+        raise Refused(f"process {pid} has no probe to stop")
+    else:
+        raise Refused(f"the probe in process {pid} could not stop: {visible(word.removeprefix('failed: '))}")
+    return 0
 
 
-def _ptrace_policy() -> str:
+def _pid(options: Options) -> int:
+    if options.pid is None:  # the CLI requires one
+        raise UserError(f"{options.mode}: give the PID of the process")
+    return options.pid
+
+
+def _run_in_job(target: preflight.Target, script) -> str | None:
+    """Queue ``script(ack)`` in the job and return what it reported, or None (said why) while the job
+    has not run Python since. The job is never left stopped: only the queueing stops it, briefly."""
+    folder = tempfile.mkdtemp(prefix="gputui-attach-")
     try:
-        scope = Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
-    except OSError:
-        return "ptrace is restricted"
-    meaning = {"1": "only a parent may trace its children", "2": "only root may attach",
-               "3": "attaching is disabled"}.get(scope, "ptrace is restricted")
-    return f"kernel.yama.ptrace_scope = {scope}: {meaning}"
+        if target.uid != os.geteuid():
+            os.chown(folder, target.uid, -1)  # root attaching to a user's job: the job writes here
+        ack = os.path.join(folder, RESULT)
+        inject.run_code(target, script(ack=ack))
+        word = _wait_for(ack, QUICK)
+        if word is None:
+            print(f"process {target.pid} has not run Python since (a long C call?): the probe's code is queued "
+                  f"and runs when it next does; waiting up to {WAIT_FOR_CODE:.0f} s (the job is not stopped)",
+                  flush=True)
+            word = _wait_for(ack, WAIT_FOR_CODE - QUICK)
+        if word is None:
+            print(f"process {target.pid} still has not run Python: the code stays queued and runs when it "
+                  f"does; check with `gputui probes`")
+        return word
+    finally:
+        inject.clean_up()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_for(ack: str, seconds: float) -> str | None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(ack):
+            word = read_small(ack, 4096, "attach result").decode("utf-8", "replace").strip()
+            if word:  # (empty: the job has opened the file and not written it yet)
+                return word
+        time.sleep(0.02)
+    return None
+

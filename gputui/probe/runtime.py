@@ -121,10 +121,13 @@ class Probe:
             self.tracker.uninstall()
             self.oom.uninstall()
             self.sites.request(0, on=False)
-            if self.sites.on and self.sites.process_wide:
+            if self.sites.on and self.sites.may_finish_here:
                 # CUDA history is process-wide and can be switched off from here; a CPU recording's
-                # function mode belongs to the training thread, which ends it at its next step.
+                # function mode belongs to the thread that entered it: `gputui detach` stops the probe
+                # on the main thread, which trains in most jobs. (From any other thread, the mode stays
+                # until that thread's next step, which no hook of ours sees any more.)
                 self.sites.finish()
+            self._oom_reserve = None
             if self.server is not None and os.getpid() == self.pid:
                 self.server.stop()
             self.server = None

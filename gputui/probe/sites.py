@@ -14,6 +14,7 @@ import re
 import statistics
 import sys
 import sysconfig
+import threading
 import time
 import weakref
 from typing import Callable
@@ -146,6 +147,7 @@ class SiteRecorder:
         self.exclude: Callable[[], set] | None = None  # -> {(data_ptr, device)}: parameters, grads, state
         self._entries: dict[tuple, tuple] = {}  # (ptr, device) -> (weakref to storage, nbytes, site)
         self._mode: _CreationWatch | None = None
+        self._mode_thread: int | None = None  # torch's function mode stack is per thread
         self._want: int | None = None  # steps asked for, started at the next step end
         self._durations: list[float] = []
         self._baseline: float | None = None
@@ -169,6 +171,12 @@ class SiteRecorder:
         """Whether the running recording is process-wide (CUDA's allocator history), which any thread
         may switch off, rather than a function mode that belongs to the training thread."""
         return self._mode is None
+
+    @property
+    def may_finish_here(self) -> bool:
+        """Whether the calling thread may end the running recording: any thread a process-wide one,
+        only the thread that entered it a function mode."""
+        return self._mode is None or self._mode_thread == threading.get_ident()
 
     # -- on the training thread, at each step end ---------------------------------------------------
 
@@ -199,6 +207,7 @@ class SiteRecorder:
         else:
             self._mode = _CreationWatch(self)
             self._mode.__enter__()
+            self._mode_thread = threading.get_ident()
         self.on = True
 
     def finish(self) -> None:
