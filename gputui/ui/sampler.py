@@ -54,8 +54,9 @@ class Sampler:
         return visible_all(self.gatherer.sample(outline))
 
     def judge(self, snapshot: Snapshot) -> Sample:
-        """Every judgement of ``snapshot`` (taken by ``sample``), made visible as it is."""
-        return visible_all(self._judge(snapshot))
+        """Every judgement of ``snapshot`` (taken by ``sample``: visible already, so the outside words
+        the judgements quote are too, and their own line breaks stay)."""
+        return self._judge(snapshot)
 
     def close(self) -> None:
         self.gatherer.close()
