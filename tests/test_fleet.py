@@ -169,6 +169,25 @@ def test_a_link_keeps_the_latest_snapshot_and_skips_a_shells_greeting():
     assert stream.closed.is_set()
 
 
+def first_view_of(stream):
+    link = Link(HostEntry("a"), 1.0, open_stream=lambda entry, interval: stream)
+    link.start()
+    wait_until(lambda: link.view().snapshot is not None)
+    view = link.view()
+    link.close()
+    return view
+
+
+def test_a_hosts_judgements_come_with_its_snapshot_and_an_older_gputuis_are_judged_here():
+    leaky = workstation()  # its probed job 4242 is judged: a leak verdict of its steps
+    sent = judged_document(leaky)
+    older = {k: v for k, v in sent.items() if k != "judgements"}  # a gputui from before the field
+    for document in (sent, older):
+        view = first_view_of(FakeStream([line_of(document)]))
+        assert view.judgements == judged(leaky)
+        assert view.judgements.of(4242).leak is not None
+
+
 def test_a_refused_document_ends_the_connection_with_the_reason():
     bad = line_of({**judged_document(workstation()), "version": 9})
     link = Link(HostEntry("a"), 1.0, open_stream=lambda entry, interval: FakeStream([bad]))
