@@ -10,11 +10,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputui.analysis.history import History, ProcessKey
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.model.judgement import DeviceTrend, Judgements, ProcessJudgement
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, LeakVerdict, ProcessTrend
+
+if TYPE_CHECKING:
+    from gputui.analysis.leaks import LeakJudge
+    from gputui.analysis.trends import TrendCache
 
 
 @dataclass(frozen=True)
@@ -32,15 +37,17 @@ class Judge:
 
     def __init__(self, history: History | None = None) -> None:
         """``history``: one already recorded (a still picture); the judge adds each new sample to it."""
-        from gputui.analysis.leaks import LeakJudge
-        from gputui.analysis.trends import TrendCache
-
         self.history = history if history is not None else History()
-        self._leaks = LeakJudge()
-        self._trend_cache = TrendCache()
+        self._leaks: LeakJudge | None = None  # made at the first call: the live monitor's first frame does without
+        self._trend_cache: TrendCache | None = None
         self._trends: dict[ProcessKey, ProcessTrend] = {}
 
     def __call__(self, snapshot: Snapshot) -> Sample:
+        if self._leaks is None or self._trend_cache is None:
+            from gputui.analysis.leaks import LeakJudge
+            from gputui.analysis.trends import TrendCache
+
+            self._leaks, self._trend_cache = LeakJudge(), TrendCache()
         snapshot, leaks = self._leak_verdicts(snapshot)
         trends = self._memory_trends(snapshot)
         try:
@@ -51,6 +58,7 @@ class Judge:
         return Sample(snapshot, judgements, leaks, trends)
 
     def _leak_verdicts(self, snapshot: Snapshot) -> tuple[Snapshot, dict[int, LeakVerdict]]:
+        assert self._leaks is not None  # made by __call__
         try:
             return snapshot, self._leaks(snapshot)
         except Exception as exc:  # noqa: BLE001 - as above
@@ -85,19 +93,18 @@ def judgements_of(snapshot: Snapshot, leaks: Mapping[int, LeakVerdict],
     for process in snapshot.processes:
         rows.setdefault(process.own_pid, []).append(process)
     reports = {r.pid: r for r in snapshot.probes}
-    processes = tuple(_process(pid, rows.get(pid, []), snapshot, leaks, trends)
+    processes = tuple(_process(pid, rows.get(pid, []), reports.get(pid), snapshot, leaks, trends)
                       for pid in sorted(rows.keys() | reports.keys()))
     jobs = tuple(analyse_job(job, snapshot, trends=trends) for job in snapshot.jobs)
     return Judgements(processes=processes, jobs=jobs)
 
 
-def _process(pid: int, rows: list[GpuProcess], snapshot: Snapshot, leaks: Mapping[int, LeakVerdict],
-             trends: Mapping[ProcessKey, ProcessTrend]) -> ProcessJudgement:
+def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snapshot: Snapshot,
+             leaks: Mapping[int, LeakVerdict], trends: Mapping[ProcessKey, ProcessTrend]) -> ProcessJudgement:
     from gputui.analysis.process import analyse
 
-    report = next((r for r in snapshot.probes if r.pid == pid), None)
-    on_devices = tuple(DeviceTrend(p.device_index, trends[p.pid, p.device_index])
-                       for p in rows if (p.pid, p.device_index) in trends)
+    on_devices = tuple(DeviceTrend(p.device_index, trend) for p in rows
+                       if (trend := trends.get((p.pid, p.device_index))) is not None)
     started_at = rows[0].started_at if rows else (report.started_at if report is not None else None)
     leak = leaks.get(pid) if report is not None else None
     judged = ProcessJudgement(pid=pid, started_at=started_at, trends=on_devices, leak=leak)
