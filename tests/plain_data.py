@@ -149,3 +149,38 @@ def errors(value, schema, path="$", root=SCHEMA):
             found.append(f"{path}: matches {len(passing)} of oneOf")
             found += [problem for branch in branches for problem in branch]
     return found
+
+
+# What the CLI's modes print of a hand-made snapshot or report: judged once by the sampling pipeline's
+# judge (one sample: no memory trends yet), then rendered, as the modes do.
+
+def judged(snapshot):
+    from gputui.sample.judge import Judge
+
+    return Judge()(snapshot).judgements
+
+
+def once_text(snapshot, **kw):
+    from gputui.plain.render import render
+
+    return render(snapshot, judged(snapshot), **kw)
+
+
+def judged_document(snapshot):
+    from gputui.plain.document import snapshot_document
+
+    return snapshot_document(snapshot, judged(snapshot))
+
+
+def probe_text(report, snapshot=None, **kw):
+    from gputui.plain.report import render_probe
+    from gputui.sample.judge import judge_report
+
+    return render_probe(report, snapshot, judge_report(report, snapshot), **kw)
+
+
+def judged_probe_document(report, snapshot=None):
+    from gputui.plain.document import probe_document
+    from gputui.sample.judge import judge_report
+
+    return probe_document(report, snapshot, judge_report(report, snapshot))

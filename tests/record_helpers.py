@@ -7,10 +7,11 @@ import json
 import zlib
 
 from gputui.cli import parse
-from gputui.plain.document import dumps, snapshot_document
+from gputui.plain.document import dumps
 from gputui.record import run
 from gputui.record.format import CHANGE, HEAD, KEY, KIND, compressor
 from ui_data import T0, training_snapshot
+from plain_data import judged_document
 
 
 def crafted(path, *bodies, times=None):
@@ -29,7 +30,7 @@ def crafted(path, *bodies, times=None):
     return path
 
 
-DOCUMENT = json.loads(dumps(snapshot_document(training_snapshot())))
+DOCUMENT = json.loads(dumps(judged_document(training_snapshot())))
 KEY_BODY = {"document": DOCUMENT, "leaks": {}}
 
 

@@ -142,8 +142,13 @@ def test_the_monitors_sampler_groups_after_its_filters():
     now = [0.0]
 
     class NoProbes:
+        unavailable, error = {}, None
+
         def poll(self):
             return {}
+
+        def close(self):
+            pass
 
     collector = open_collector("torchrun", clock=lambda: now[0])
     try:

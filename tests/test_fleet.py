@@ -25,9 +25,10 @@ from gputui.fleet.link import Link
 from gputui.fleet.status import HostStatus, retry_delay, state_words
 from gputui.fleet.transport import BURST, MAX_LINE, NO_GPUTUI, Ended, NewestLine, Pace, SshStream, why_ended
 from gputui.model import HostView
-from gputui.plain.document import dumps, hosts_document, read_snapshot_document, snapshot_document
+from gputui.plain.document import dumps, hosts_document, read_snapshot_document
 from gputui.ui.config import ConfigError, parse_config
 from plain_data import SCHEMA, errors, workstation
+from plain_data import judged, judged_document
 
 
 def line_of(document) -> bytes:
@@ -118,7 +119,7 @@ def test_a_live_host_silent_for_three_intervals_is_stale():
 
 
 def test_documents_of_another_kind_or_a_newer_version_are_refused():
-    document = snapshot_document(workstation())
+    document = judged_document(workstation())
     assert read_snapshot_document(json.loads(dumps(document))) == workstation()
     with pytest.raises(ValueError, match="not a gputui snapshot"):
         read_snapshot_document({**document, "schema": "gputui.probes"})
@@ -158,8 +159,8 @@ def wait_until(check, timeout=5.0):
 def test_a_link_keeps_the_latest_snapshot_and_skips_a_shells_greeting():
     first, second = workstation(), workstation()
     second = type(second)(**{**second.__dict__, "taken_at": second.taken_at + 1})
-    stream = FakeStream([b"Welcome to node1\n", line_of(snapshot_document(first)),
-                         line_of(snapshot_document(second))])
+    stream = FakeStream([b"Welcome to node1\n", line_of(judged_document(first)),
+                         line_of(judged_document(second))])
     link = Link(HostEntry("a"), 1.0, open_stream=lambda entry, interval: stream)
     link.start()
     wait_until(lambda: link.view().snapshot == second)
@@ -168,8 +169,27 @@ def test_a_link_keeps_the_latest_snapshot_and_skips_a_shells_greeting():
     assert stream.closed.is_set()
 
 
+def first_view_of(stream):
+    link = Link(HostEntry("a"), 1.0, open_stream=lambda entry, interval: stream)
+    link.start()
+    wait_until(lambda: link.view().snapshot is not None)
+    view = link.view()
+    link.close()
+    return view
+
+
+def test_a_hosts_judgements_come_with_its_snapshot_and_an_older_gputuis_are_judged_here():
+    leaky = workstation()  # its probed job 4242 is judged: a leak verdict of its steps
+    sent = judged_document(leaky)
+    older = {k: v for k, v in sent.items() if k != "judgements"}  # a gputui from before the field
+    for document in (sent, older):
+        view = first_view_of(FakeStream([line_of(document)]))
+        assert view.judgements == judged(leaky)
+        assert view.judgements.of(4242).leak is not None
+
+
 def test_a_refused_document_ends_the_connection_with_the_reason():
-    bad = line_of({**snapshot_document(workstation()), "version": 9})
+    bad = line_of({**judged_document(workstation()), "version": 9})
     link = Link(HostEntry("a"), 1.0, open_stream=lambda entry, interval: FakeStream([bad]))
     link.start()
     wait_until(lambda: link.view().state == "unreachable")
@@ -203,7 +223,7 @@ def test_deeply_nested_json_is_refused_and_the_hosts_thread_goes_on(transport):
 
 
 def test_a_dead_host_does_not_stall_the_others():
-    streams = {"slow": FakeStream([]), "fast": FakeStream([line_of(snapshot_document(workstation()))])}
+    streams = {"slow": FakeStream([]), "fast": FakeStream([line_of(judged_document(workstation()))])}
     fleet = Fleet([HostEntry("slow"), HostEntry("fast")], 1.0,
                   link=lambda e, i: Link(e, i, open_stream=lambda entry, interval: streams[entry.name]))
     with fleet:
@@ -226,7 +246,7 @@ def stand_in(out: str, status: int = 0) -> HostEntry:
 
 
 def test_the_ssh_childs_lines_and_why_it_ended():
-    doc = dumps(snapshot_document(workstation()))
+    doc = dumps(judged_document(workstation()))
     stream = SshStream(stand_in(repr(doc.encode() + b"\n")), 1.0)
     lines = stream.lines()
     assert read_snapshot_document(json.loads(next(lines))) == workstation()
@@ -414,7 +434,7 @@ LENA = "Basic " + base64.b64encode(b"lena:pw").decode()
 @pytest.fixture
 def elsewhere():
     """Another origin (another port of 127.0.0.1) that would answer with a snapshot."""
-    other = Origin({"/snapshot": (200, {}, line_of(snapshot_document(workstation())))})
+    other = Origin({"/snapshot": (200, {}, line_of(judged_document(workstation())))})
     yield other
     other.close()
 
@@ -432,7 +452,7 @@ def test_a_redirect_to_another_origin_is_not_followed_and_gets_no_credentials(el
 
 
 def test_a_redirect_within_the_origin_is_followed_with_the_credentials():
-    document = line_of(snapshot_document(workstation()))
+    document = line_of(judged_document(workstation()))
     host = Origin({"/old/snapshot": (308, {"Location": "/new/snapshot"}, b""), "/new/snapshot": (200, {}, document)})
     try:
         view = first_view(f"http://lena:pw@127.0.0.1:{host.port}/old")
@@ -467,7 +487,7 @@ def trusted_certificate(tmp_path, monkeypatch):
 
 
 def test_https_is_never_downgraded_to_http(trusted_certificate, elsewhere):
-    document = line_of(snapshot_document(workstation()))
+    document = line_of(judged_document(workstation()))
     host = Origin({"/snapshot": (200, {}, document),
                    "/down/snapshot": (301, {"Location": f"http://127.0.0.1:{elsewhere.port}/snapshot"}, b"")},
                   trusted_certificate)
@@ -485,11 +505,11 @@ def test_https_is_never_downgraded_to_http(trusted_certificate, elsewhere):
 
 def test_the_hosts_document_follows_the_schema():
     document = json.loads(dumps(hosts_document([
-        HostView("a", "live", None, 0.5, workstation()),
+        HostView("a", "live", None, 0.5, workstation(), judged(workstation())),
         HostView("b", "unreachable", "Connection refused"),
     ])))
     assert errors(document, SCHEMA) == []
-    assert document["hosts"][0]["document"] == json.loads(dumps(snapshot_document(workstation())))
+    assert document["hosts"][0]["document"] == json.loads(dumps(judged_document(workstation())))
     assert document["hosts"][1] == {"name": "b", "state": "unreachable", "reason": "Connection refused",
                                     "age": None, "document": None}
 

@@ -15,7 +15,7 @@ from cli_helpers import ROOT
 from gputui.analysis.whatif import headroom, headrooms
 from gputui.model import AllocatorStats, Device, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import ProcessTrend
-from gputui.plain.report import render_probe
+from plain_data import probe_text
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -60,7 +60,7 @@ def test_without_nvml_or_a_measured_step():
 
 def test_the_report_says_it_beside_the_advice():
     report, snapshot = job()
-    out = render_probe(report, snapshot, width=200)
+    out = probe_text(report, snapshot, width=200)
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("Will it fit (cuda:0): "))
     assert "headroom 11.0 GiB (free 6.00 GiB + cache 5.00 GiB)" in lines[at]
@@ -98,7 +98,7 @@ def test_a_job_growing_toward_oom_is_not_told_it_has_room_for_a_larger_batch():
     # with the leak: it is no room).
     assert room.batch_factor is None
     assert room.withheld == "allocated grows 24.0 MiB per step (leak), out of memory in about 2 min"
-    head = render_probe(report, snapshot, width=300).splitlines()
+    head = probe_text(report, snapshot, width=300).splitlines()
     line = next(x for x in head if x.startswith("Will it fit (cuda:0): "))
     assert line.endswith("; no larger batch fits: allocated grows 24.0 MiB per step (leak), "
                          "out of memory in about 2 min")

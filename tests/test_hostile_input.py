@@ -24,14 +24,14 @@ import pytest
 
 from gputui.collect.collector import open_collector
 from gputui.model import GpuProcess
-from gputui.plain.render import render
-from gputui.plain.report import render_probe, render_probe_list
+from gputui.plain.report import render_probe_list
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
+from plain_data import once_text, probe_text
 from hostile import (
     ATTACK,
     SHOWN,
@@ -104,7 +104,7 @@ def poisoned():
 
 @pytest.mark.parametrize("color", [False, True])
 def test_once_text_shows_every_outside_string_made_visible(poisoned, color):
-    out = render(poisoned, color=color, width=100_000).encode("utf-8", "surrogateescape")
+    out = once_text(poisoned, color=color, width=100_000).encode("utf-8", "surrogateescape")
     assert_plain_output_safe(out)
     assert out.count(b"PWNED") >= 10  # commands, users, names, the device, the probe, the problem
 
@@ -113,14 +113,14 @@ def test_once_text_tells_a_literal_backslash_from_an_escape(poisoned):
     first = poisoned.processes[0]
     sent = (dataclasses.replace(first, command=("python", "literal\\x1b")),
             dataclasses.replace(first, pid=first.pid + 1, command=("python", "escaped\x1b")))
-    out = render(dataclasses.replace(poisoned, processes=sent), width=100_000)
+    out = once_text(dataclasses.replace(poisoned, processes=sent), width=100_000)
     assert "python literal\\\\x1b" in out and "python escaped\\x1b" in out
 
 
 @pytest.mark.parametrize("color", [False, True])
 def test_probe_texts_show_every_outside_string_made_visible(poisoned, color):
     report = poisoned.probes[0]
-    for out in (render_probe(report, poisoned, color=color, width=500),
+    for out in (probe_text(report, poisoned, color=color, width=500),
                 render_probe_list([report], {4242: "it said: " + ATTACK}, color=color, width=500)):
         assert_plain_output_safe(out.encode("utf-8", "surrogateescape"))
 

@@ -27,8 +27,8 @@ from gputui.analysis.leaks import leak_verdict  # noqa: E402
 from gputui.analysis.advice import advise  # noqa: E402
 from gputui.analysis.sites import growing_sites  # noqa: E402
 from gputui.model import Snapshot  # noqa: E402
-from gputui.plain.report import render_probe  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
+from plain_data import probe_text  # noqa: E402
 
 STEPS = 80
 MAX_STEPS_TO_VERDICT = 50
@@ -166,7 +166,7 @@ def test_a_dataset_sliced_per_batch_is_no_allocation_site_and_the_leak_ranks_fir
     assert [b - a for a, b in zip(live, live[1:])] == [64 * 1024 * 4] * (len(live) - 1)
     assert slicing not in [s.where for s in report.sites]  # views of the 64 MiB dataset: no new storage
     assert all(max(s.live_bytes) < 64 << 20 for s in report.sites)
-    text = render_probe(report, width=200).splitlines()
+    text = probe_text(report, width=200).splitlines()
     first = text[text.index("Allocation sites (live bytes at the last recorded step)") + 1]
     assert first.endswith(place("sliced_dataset", "allocates") + " in sliced_dataset")
 

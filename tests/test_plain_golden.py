@@ -1,6 +1,6 @@
 """--once text of every simulated scenario at a fixed clock, against reviewed golden files.
 
-The snapshots come through the same Source the CLI uses (real collector, simulated NVML, the
+The snapshots come through the same pipeline the CLI uses (real collector, simulated NVML, the
 two-sample CPU window), with a fake clock so every figure is exact. Regenerate with
 GPUTUI_REGEN_GOLDEN=1 and review the diff before committing.
 """
@@ -13,9 +13,9 @@ import pytest
 
 from gputui.options import SCENARIOS, Options
 from gputui.plain.document import dumps, snapshot_document
-from gputui.plain.gather import CPU_WINDOW, Source
 from gputui.plain.render import render
 from gputui.plain.schema import SCHEMA
+from gputui.sample.pipeline import CPU_WINDOW, open_pipeline
 from plain_data import errors
 from plain_data import check_golden
 
@@ -36,20 +36,26 @@ class FakeClock:
         self.now += seconds
 
 
-def snapshot_at(scenario, seconds, **options):
-    """What `gputui --demo SCENARIO --once` prints when run ``seconds`` into the scenario."""
+def sample_at(scenario, seconds, **options):
+    """What `gputui --demo SCENARIO --once` prints when run ``seconds`` into the scenario: the snapshot
+    and its judgements."""
     clock = FakeClock()
-    with Source(Options(mode="once", demo=scenario, **options), clock=clock, pause=clock.advance,
-                environ={}) as source:
+    with open_pipeline(Options(mode="once", demo=scenario, **options), clock=clock, pause=clock.advance,
+                       environ={}) as pipeline:
         clock.advance(seconds)
-        return source.sample()
+        return pipeline.sample()
+
+
+def snapshot_at(scenario, seconds, **options):
+    return sample_at(scenario, seconds, **options).snapshot
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_text(scenario):
-    snap = snapshot_at(scenario, MOMENTS[scenario])
-    check_golden(f"{scenario}-100.txt", render(snap, width=100, tz=timezone.utc))
-    check_golden(f"{scenario}-72-ascii.txt", render(snap, width=72, ascii=True, tz=timezone.utc))
+    sample = sample_at(scenario, MOMENTS[scenario])
+    snap, judgements = sample.snapshot, sample.judgements
+    check_golden(f"{scenario}-100.txt", render(snap, judgements, width=100, tz=timezone.utc))
+    check_golden(f"{scenario}-72-ascii.txt", render(snap, judgements, width=72, ascii=True, tz=timezone.utc))
 
 
 def test_snapshots_are_exactly_repeatable():
@@ -61,16 +67,17 @@ def test_snapshots_are_exactly_repeatable():
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("seconds", [0, 5, 30, 90, 200, 600])
 def test_json_of_every_scenario_satisfies_the_schema(scenario, seconds):
-    doc = json.loads(dumps(snapshot_document(snapshot_at(scenario, seconds))))
+    sample = sample_at(scenario, seconds)
+    doc = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
     assert errors(doc, SCHEMA) == []
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("width", [40, 57, 80])
 def test_every_scenario_fits_narrow_terminals(scenario, width):
-    snap = snapshot_at(scenario, MOMENTS[scenario])
+    sample = sample_at(scenario, MOMENTS[scenario])
     for ascii in (False, True):
-        for line in render(snap, width=width, ascii=ascii).splitlines():
+        for line in render(sample.snapshot, sample.judgements, width=width, ascii=ascii).splitlines():
             assert len(line) <= width, line
 
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 from gputui.model import Job, JobDevice, JobRank, Placement, ProbeReport, Snapshot
 from gputui.plain.jobs import indices, job_lines
 from gputui.plain.report import render_probe_list
+from plain_data import judged
 
 GiB = 1 << 30
 
@@ -16,6 +17,11 @@ def two_rank_job(**kw):
                launcher_pid=100, world_size=4, ranks=ranks, devices=(0, 1), gpu_memory=3 * GiB, **kw)
 
 
+def jobs_section(snapshot):
+    """--once's Jobs section of ``snapshot``, its findings judged as the modes judge them."""
+    return job_lines(snapshot, judged(snapshot), 100, "...")
+
+
 def plain(lines):
     return [line.plain for line in lines]
 
@@ -24,7 +30,7 @@ def test_a_spread_job_gets_a_short_section():
     job = two_rank_job(notes=("process 9: its environment could not be read",))
     single = Job(key="launcher 7", name="solo.py (torchrun)", grouped_by="launcher",
                  ranks=(JobRank(pid=8, devices=(JobDevice(0, GiB),)),), devices=(0,))
-    assert plain(job_lines(Snapshot(taken_at=0.0, jobs=(single, job)), 100, "...")) == [
+    assert plain(jobs_section(Snapshot(taken_at=0.0, jobs=(single, job)))) == [
         "",
         "Jobs  * probed",
         "train.py (torchrun)  2 ranks of 4, GPUs 0-1, 3.00 GiB, torchrun pid 100",
@@ -32,13 +38,13 @@ def test_a_spread_job_gets_a_short_section():
         "  ! process 9: its environment could not be read",
         "  ! rank 1 holds 2.00 GiB, 2.0x the others' median 1.00 GiB",  # the analysis, a line a finding
     ]
-    assert job_lines(Snapshot(taken_at=0.0, jobs=(single,)), 100, "...") == []  # one rank, one GPU: no section
+    assert jobs_section(Snapshot(taken_at=0.0, jobs=(single,))) == []  # one rank, one GPU: no section
 
 
 def test_the_probed_legend_only_where_a_rank_is_probed():
     job = two_rank_job()
     unprobed = replace(job, ranks=tuple(replace(rank, probed=False) for rank in job.ranks))
-    lines = plain(job_lines(Snapshot(taken_at=0.0, jobs=(unprobed,)), 100, "..."))
+    lines = plain(jobs_section(Snapshot(taken_at=0.0, jobs=(unprobed,))))
     assert lines[:3] == ["", "Jobs", "train.py (torchrun)  2 ranks of 4, GPUs 0-1, 3.00 GiB, torchrun pid 100"]
     assert lines[3] == "  rank 0 GPU0 1.00GiB  rank 1 GPU1 2.00GiB"  # no mark, so no legend for one
 

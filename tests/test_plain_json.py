@@ -13,10 +13,11 @@ import gputui.plain.schema as schema_module
 from gputui.model import Device, GpuProcess, Host, Snapshot
 from gputui.model import fielddoc
 from gputui.plain.document import (
-    dumps, probe_document, probe_list_document, snapshot_document,
+    dumps, probe_list_document,
 )
 from gputui.plain.schema import DEFS, SCHEMA
 from plain_data import T, errors, training_report, workstation
+from plain_data import judged_document, judged_probe_document
 
 DOCS = Path(__file__).parent.parent / "docs" / "json-schema.md"
 
@@ -30,7 +31,7 @@ def assert_valid(document):
 # ------------------------------------------------------------------------------------ documents
 
 def test_snapshot_document_envelope_and_body():
-    doc = json.loads(dumps(snapshot_document(workstation())))
+    doc = json.loads(dumps(judged_document(workstation())))
     assert (doc["schema"], doc["version"]) == ("gputui.snapshot", 1)
     assert isinstance(doc["gputui"], str)
     snap = doc["snapshot"]
@@ -46,9 +47,9 @@ def test_snapshot_document_envelope_and_body():
 
 
 def test_documents_satisfy_the_schema():
-    assert_valid(snapshot_document(workstation()))
-    assert_valid(snapshot_document(Snapshot(taken_at=0.0)))
-    assert_valid(probe_document(training_report()))
+    assert_valid(judged_document(workstation()))
+    assert_valid(judged_document(Snapshot(taken_at=0.0)))
+    assert_valid(judged_probe_document(training_report()))
     assert_valid(probe_list_document([training_report()], {12: "the probe has gone away"}))
     assert_valid(probe_list_document([], {}))
 
@@ -56,14 +57,14 @@ def test_documents_satisfy_the_schema():
 def test_output_is_one_ascii_line():
     snap = workstation()
     accented = dataclasses.replace(snap.processes[0], command=("python", "résumé.py"))
-    text = dumps(snapshot_document(dataclasses.replace(snap, processes=(accented,))))
+    text = dumps(judged_document(dataclasses.replace(snap, processes=(accented,))))
     assert "\n" not in text
     text.encode("ascii")
     assert json.loads(text)["snapshot"]["processes"][0]["command"][1] == "résumé.py"
 
 
 def test_nan_readings_become_null_not_invalid_json():
-    doc = snapshot_document(Snapshot(taken_at=1.0, host=Host(cpu_percent=math.nan),
+    doc = judged_document(Snapshot(taken_at=1.0, host=Host(cpu_percent=math.nan),
                                      devices=(Device(index=0, power_draw=math.inf),)))
     parsed = json.loads(dumps(doc))
     assert parsed["snapshot"]["host"]["cpu_percent"] is None
@@ -85,7 +86,7 @@ def test_nan_readings_become_null_not_invalid_json():
     (lambda d: d["snapshot"]["devices"][0].update(index=True), "index"),
 ])
 def test_schema_rejects_wrong_documents(change, complaint):
-    doc = json.loads(dumps(snapshot_document(workstation())))
+    doc = json.loads(dumps(judged_document(workstation())))
     change(doc)
     problems = errors(doc, SCHEMA)
     assert problems and any(complaint in p for p in problems), problems
@@ -108,7 +109,10 @@ def test_every_model_type_in_a_document_has_a_schema():
         "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
         "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
         "ProbeReport", "Snapshot", "EndedProcess", "MonitorCost", "Breakdown", "BreakdownItem", "Placement",
-        "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom"}
+        "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom",
+        # the judgements (gputui/sample/judge.py)
+        "Judgements", "ProcessJudgement", "DeviceTrend", "ProcessTrend", "LeakVerdict", "CategoryGrowth",
+        "GrowingSite", "Advice", "JobAnalysis", "Slot", "Imbalance", "Straggler", "FirstOom", "ShardedModel"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)
@@ -168,9 +172,9 @@ def test_schema_is_valid_for_jsonschema_too():
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    validator.validate(json.loads(dumps(snapshot_document(workstation()))))
-    validator.validate(json.loads(dumps(probe_document(training_report()))))
-    bad = json.loads(dumps(snapshot_document(workstation())))
+    validator.validate(json.loads(dumps(judged_document(workstation()))))
+    validator.validate(json.loads(dumps(judged_probe_document(training_report()))))
+    bad = json.loads(dumps(judged_document(workstation())))
     bad["snapshot"]["devices"][0]["memory_used"] = "lots"
     assert not validator.is_valid(bad)
 

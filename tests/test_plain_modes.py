@@ -20,9 +20,10 @@ from gputui.cli import Options
 from gputui.collect import NvmlUnavailable
 from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
-from gputui.plain import gather, modes, probes, terminal
-from gputui.plain.render import render
+from gputui.plain import modes, probes, terminal
+from gputui.sample import pipeline
 from plain_data import T, training_report, workstation
+from plain_data import once_text
 
 
 class FakeCollector:
@@ -61,10 +62,9 @@ def fake(monkeypatch):
         opened.append((demo, seed, processes))
         return collector
 
-    monkeypatch.setattr(gather, "open_collector", open_collector)
     monkeypatch.setattr(gputui.collect, "open_collector", open_collector)
     sleeps = []
-    monkeypatch.setattr(gather, "time", SimpleNamespace(time=time.time, sleep=sleeps.append))
+    monkeypatch.setattr(pipeline, "time", SimpleNamespace(time=time.time, sleep=sleeps.append))
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.delenv("NO_COLOR", raising=False)
     collector.opened = opened
@@ -95,9 +95,9 @@ def test_once_samples_twice_for_cpu_percent_and_prints_the_second(fake, capsys):
     assert modes.once(demo(mode="once", seed=3)) == 0
     out = capsys.readouterr().out
     assert fake.opened == [("workstation", 3, None)]
-    assert fake.samples == 2 and fake.sleeps == [gather.CPU_WINDOW] and fake.closed
+    assert fake.samples == 2 and fake.sleeps == [pipeline.CPU_WINDOW] and fake.closed
     expected = dataclasses.replace(workstation(), taken_at=T + 2)
-    assert out == render(expected, color=False, ascii=False, width=100)
+    assert out == once_text(expected, color=False, ascii=False, width=100)
 
 
 def test_once_is_plain_when_not_a_terminal_and_ascii_when_asked(fake, capsys):
@@ -154,7 +154,7 @@ def test_no_driver_and_no_probes_is_the_nvml_message(monkeypatch):
     def missing(*args, **kw):
         raise NvmlUnavailable("NVML Shared Library Not Found")
 
-    monkeypatch.setattr(gather, "open_collector", missing)
+    monkeypatch.setattr(gputui.collect, "open_collector", missing)
     real_probes(monkeypatch, {})
     with pytest.raises(NvmlUnavailable, match="Try `gputui --demo`"):
         modes.once(Options(mode="once"))
@@ -164,7 +164,7 @@ def test_no_driver_still_shows_reachable_probes(monkeypatch, capsys):
     def missing(*args, **kw):
         raise NvmlUnavailable("NVML Shared Library Not Found")
 
-    monkeypatch.setattr(gather, "open_collector", missing)
+    monkeypatch.setattr(gputui.collect, "open_collector", missing)
     cpu_job = ProbeReport(pid=777, taken_at=T, torch_version="2.13.0+cpu", command=("python", "eval.py"))
     real_probes(monkeypatch, {777: cpu_job})
     monkeypatch.setenv("COLUMNS", "200")
@@ -319,5 +319,5 @@ def test_demo_probe_of_an_unknown_pid_names_the_probed_ones(fake):
 
 
 def test_render_in_utc_for_the_record():
-    # The modes print local time; the golden files use UTC. Both come from the same render().
-    assert render(workstation(), tz=timezone.utc).startswith("ws-01  2026-01-05 09:00:00 UTC")
+    # The modes print local time; the golden files use UTC. Both come from the same once_text().
+    assert once_text(workstation(), tz=timezone.utc).startswith("ws-01  2026-01-05 09:00:00 UTC")

@@ -11,8 +11,8 @@ from datetime import timezone
 import pytest
 
 from gputui.model import MemoryCategories, ProbeDevice, ProbeReport, StepRecord
-from gputui.plain.report import render_probe
 from cli_helpers import ROOT, gputui
+from plain_data import probe_text
 
 KIB, MIB = 1 << 10, 1 << 20
 BASE = 300 * MIB
@@ -34,7 +34,7 @@ def cpu_job(n=80):
 
 
 def test_a_cpu_jobs_step_table_shows_measured_steps_and_host_memory():
-    lines = render_probe(cpu_job(), width=120, tz=timezone.utc).splitlines()
+    lines = probe_text(cpu_job(), width=120, tz=timezone.utc).splitlines()
     head = lines.index("Last 10 of 60 measured steps (steps 1 to 80; the probe reads memory every few steps)")
     assert lines[head + 1:head + 4] == [
         "STEP  TIME ALLOCATED HOST MEM",
@@ -48,12 +48,12 @@ def test_the_step_tables_heading_names_the_steps_a_window_spans_not_how_many_it_
     # A long job's report keeps the latest steps only: 60 of them here, the job at its 900th.
     report = cpu_job(900)
     report = dataclasses.replace(report, steps=report.steps[-60:])
-    lines = render_probe(report, width=120, tz=timezone.utc).splitlines()
+    lines = probe_text(report, width=120, tz=timezone.utc).splitlines()
     assert "Last 10 of 45 measured steps (steps 841 to 900; the probe reads memory every few steps)" in lines
 
 
 def test_the_report_carries_the_verdict_and_advice_without_a_gpu_snapshot():
-    out = render_probe(cpu_job(), width=200, tz=timezone.utc)
+    out = probe_text(cpu_job(), width=200, tz=timezone.utc)
     leak = next(line for line in out.splitlines() if line.lstrip().startswith("leak: "))
     assert "host memory in use grows 64.0 KiB per step" in leak and "(other +64.0 KiB/step)" in leak
     assert any(line.lstrip().startswith("advice 1: ") for line in out.splitlines())
@@ -61,7 +61,7 @@ def test_the_report_carries_the_verdict_and_advice_without_a_gpu_snapshot():
 
 def test_a_cpu_jobs_untracked_growth_is_a_part_of_its_own():
     # Host memory beyond the tracked tensors grew 64 KiB a step from step 1 to step 79 (the last read).
-    lines = render_probe(cpu_job(), width=120, tz=timezone.utc).splitlines()
+    lines = probe_text(cpu_job(), width=120, tz=timezone.utc).splitlines()
     assert "  cpu:  untracked growth 4.88MiB (host memory beyond the tracked tensors, since step 1)" in lines
 
 
@@ -128,14 +128,14 @@ def test_gputui_probe_shows_figures_read_at_the_jobs_latest_steps(tmp_path):
 
 
 def test_each_advice_gives_its_fix_under_its_title():
-    lines = render_probe(cpu_job(), width=100, tz=timezone.utc).splitlines()
+    lines = probe_text(cpu_job(), width=100, tz=timezone.utc).splitlines()
     title = lines.index("  advice 1: A collection of tensors keeps growing")
     assert lines[title + 1:title + 4] == [
         "    Bound it, or keep numbers instead of tensors:",
         "        cache[key] = value.detach()          # no graph; or value.item() for a number",
         "        if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
     ]
-    narrow = render_probe(cpu_job(), width=40, ascii=True, tz=timezone.utc).splitlines()
+    narrow = probe_text(cpu_job(), width=40, ascii=True, tz=timezone.utc).splitlines()
     title = narrow.index("  advice 1: A collection of tensors k...")
     assert narrow[title + 1:title + 4] == [  # words wrapped, code cropped
         "    Bound it, or keep numbers instead of",

@@ -12,16 +12,16 @@ import pytest
 from gputui.model import (
     Host, ProbeDevice, ProbeReport, Snapshot, StepRecord,
 )
-from gputui.plain.render import render
-from gputui.plain.report import render_probe, render_probe_list
+from gputui.plain.report import render_probe_list
 from gputui.plain.styled import Line, flow, text
 from plain_data import T, check_golden, training_report, workstation
+from plain_data import once_text, probe_text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def show(snapshot, **kw):
-    return render(snapshot, tz=timezone.utc, **{"width": 100, **kw})
+    return once_text(snapshot, tz=timezone.utc, **{"width": 100, **kw})
 
 
 # ------------------------------------------------------------------------------------ lines
@@ -186,7 +186,7 @@ def test_golden_handmade_snapshot():
 # ------------------------------------------------------------------------------------ probe texts
 
 def test_probe_report_text_has_allocator_steps_and_oom():
-    out = render_probe(training_report(), width=120, tz=timezone.utc)
+    out = probe_text(training_report(), width=120, tz=timezone.utc)
     lines = out.splitlines()
     assert lines[0] == "process 4242  python train.py --lr 3e-4"
     assert "allocator cuda:0:  allocated 8.00GiB (peak 12.0GiB)  reserved 9.50GiB (peak 14.0GiB)" in out
@@ -198,7 +198,7 @@ def test_probe_report_text_has_allocator_steps_and_oom():
         "  train.py:30 in main", "  train.py:42 in forward"]
     assert "no figures read yet (the probe reads at the training loop's next step)" in lines
     read = dataclasses.replace(training_report(), read_at=T - 60, read_at_step=410, taken_at=T)
-    assert "figures read at step 410, 60 s before the report" in render_probe(read, width=120).splitlines()
+    assert "figures read at step 410, 60 s before the report" in probe_text(read, width=120).splitlines()
 
 
 def test_probe_list_table_and_unreachable_probes():

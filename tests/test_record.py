@@ -15,8 +15,8 @@ from gputui.cli import main, parse
 from gputui.errors import UserError
 from gputui.model import EndedProcess, LeakVerdict, OomRecord, ProbeReport, Snapshot, StepRecord, to_jsonable
 from gputui.plain import terminal
-from gputui.plain.document import dumps, snapshot_document
-from gputui.plain.gather import Source
+from gputui.plain.document import dumps
+from gputui.sample.pipeline import open_pipeline
 from gputui.plain.modes import snapshot_text
 from gputui.record import delta
 from gputui.record.at import moment
@@ -24,6 +24,7 @@ from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
 from record_helpers import recorded_demo
+from plain_data import judged_document
 
 T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
 
@@ -60,7 +61,7 @@ def write(path, samples, **options):
 def test_every_field_survives_a_round_trip(tmp_path, snapshots, leaks, key_every, order):
     # Repeats make changes that are small, or none: the patches' cases, not only whole documents.
     snapshots = snapshots + [dataclasses.replace(s, taken_at=s.taken_at + 1) for s in snapshots[:2]]
-    documents = [snapshot_document(s) for s in snapshots]
+    documents = [judged_document(s) for s in snapshots]
     path = tmp_path / "generated.rec"
     write(path, [(float(i), d, leaks) for i, d in enumerate(documents)], key_every=key_every)
     recording = Recording(path)
@@ -89,20 +90,19 @@ def demo_samples(count, *, processes=8):
     """``count`` samples of the training-node demo, one second apart, as ``gputui record`` takes them."""
     now = [T0]
     options = parse(["--demo", "training-node", "--demo-processes", str(processes)])
-    with Source(options, clock=lambda: now[0], pause=lambda s: None, environ={}) as source:
+    with open_pipeline(options, clock=lambda: now[0], pause=lambda s: None, environ={}) as pipeline:
         for _ in range(count):
-            snapshot = source.sample()
-            yield snapshot
+            yield pipeline.sample().snapshot
             now[0] += 1.0
 
 
 def test_a_demo_recording_reads_back_equal(tmp_path):
     snapshots = list(demo_samples(25))
     path = tmp_path / "demo.rec"
-    write(path, [(s.taken_at, snapshot_document(s), {}) for s in snapshots], key_every=10)
+    write(path, [(s.taken_at, judged_document(s), {}) for s in snapshots], key_every=10)
     recording = Recording(path)
     assert recording.times == [s.taken_at for s in snapshots]
-    assert [recording.sample(i).document for i in range(25)] == [as_read(snapshot_document(s)) for s in snapshots]
+    assert [recording.sample(i).document for i in range(25)] == [as_read(judged_document(s)) for s in snapshots]
     assert recording.sample(3).snapshot == snapshots[3]
     figures = recording.sample(3).figures  # what a seek feeds the history
     assert (figures.taken_at, figures.devices, figures.processes) == (
@@ -113,13 +113,13 @@ def test_a_demo_recording_reads_back_equal(tmp_path):
 def test_a_cut_off_or_damaged_end_is_left_out_with_a_note(tmp_path):
     snapshots = list(demo_samples(6))
     path = tmp_path / "cut.rec"
-    write(path, [(s.taken_at, snapshot_document(s), {}) for s in snapshots], key_every=4)
+    write(path, [(s.taken_at, judged_document(s), {}) for s in snapshots], key_every=4)
     data = path.read_bytes()
     for cut in (len(data) - 1, len(data) - 200, len(data) - HEAD.size - 1):
         path.write_bytes(data[:cut])
         recording = Recording(path)
         assert len(recording) == 5 and "cut off" in recording.note
-        assert recording.sample(4).document == as_read(snapshot_document(snapshots[4]))
+        assert recording.sample(4).document == as_read(judged_document(snapshots[4]))
     damaged = bytearray(data)
     damaged[-5] ^= 0xFF
     path.write_bytes(bytes(damaged))
@@ -148,7 +148,7 @@ def test_not_a_recording_or_a_newer_one_is_a_one_line_error(tmp_path, capsys):
 def test_a_full_file_rotates_and_three_are_kept(tmp_path):
     snapshots = list(demo_samples(3))
     path = tmp_path / "r.rec"
-    samples = [(s.taken_at, snapshot_document(s), {}) for s in snapshots]
+    samples = [(s.taken_at, judged_document(s), {}) for s in snapshots]
     for _ in range(5):
         write(path, samples, max_size=1)  # a file already there rotates too
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.rec", "r.rec.1", "r.rec.2", "r.rec.3"]
@@ -173,9 +173,11 @@ def test_at_takes_offsets_clock_times_and_iso_times():
 def once_live(options, start, first, then):
     """--once in a demo begun at ``start``, its readings at ``first`` and ``then``."""
     live = [start]
-    with Source(options, clock=lambda: live[0], pause=lambda s: live.__setitem__(0, then), environ={}) as source:
+    with open_pipeline(options, clock=lambda: live[0], pause=lambda s: live.__setitem__(0, then),
+                       environ={}) as pipeline:
         live[0] = first
-        return snapshot_text(source.sample(), options)
+        sample = pipeline.sample()
+        return snapshot_text(sample.snapshot, options, sample.judgements)
 
 
 @pytest.mark.usefixtures("utc")

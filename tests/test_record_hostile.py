@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from gputui.cli import main, parse
 from gputui.errors import UserError
-from gputui.plain.document import snapshot_document
 from gputui.record import run, writer
 from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
+from plain_data import judged_document
 from record_helpers import DOCUMENT, KEY_BODY, change, crafted
 from ui_data import T0, training_snapshot
 
@@ -297,7 +297,7 @@ def test_a_billion_items_asked_for_is_refused_within_bounded_memory(tmp_path):
 def real_recording(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "real.rec"
     snapshots = [training_snapshot(T0 + i) for i in range(8)]
-    write(path, [snapshot_document(s) for s in snapshots], key_every=3)
+    write(path, [judged_document(s) for s in snapshots], key_every=3)
     return path.read_bytes()
 
 

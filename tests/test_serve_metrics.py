@@ -15,8 +15,8 @@ from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import GpuProcess, ProbeDevice, ProbeReport, StepRecord
 from gputui.model.verdicts import LEAK_STATES, LeakVerdict
 from gputui.options import Options
-from gputui.plain.document import snapshot_document
-from gputui.plain.gather import Source, watched_reports
+from gputui.sample.pipeline import Pipeline, open_pipeline
+from gputui.sample.probes import Watched
 from gputui.serve import metrics
 from gputui.serve.metrics import FAMILIES, SampleCollector, short_command
 from gputui.serve.sampling import Sample, Sampling
@@ -25,6 +25,7 @@ from gputui.ui.rows import growth_of
 from hostile import ATTACK, SHOWN, poison
 from plain_data import GiB, MiB, T, training_report, workstation
 from ui_data import ReplaySource, process, training_snapshot
+from plain_data import judged_document
 
 
 def exposition(sample: Sample | None) -> str:
@@ -51,7 +52,7 @@ RTX = dict(index="0", uuid="GPU-aaaa", name="NVIDIA GeForce RTX 4090")
 
 def demo_sample(scenario: str) -> Sample:
     """The exporter's first sample of a demo scenario, as ``gputui --demo SCENARIO serve`` takes it."""
-    sampling = Sampling(Source(Options(demo=scenario)))
+    sampling = Sampling(open_pipeline(Options(demo=scenario), lasting=True))
     try:
         return sampling.take()
     finally:
@@ -141,7 +142,7 @@ def test_a_processes_memory_trend_comes_from_the_monitors_history():
         others = training_snapshot().processes[1:]
         return dataclasses.replace(training_snapshot(T + 3 * i), processes=(rising, *others))
 
-    sampling = Sampling(ReplaySource([at(i) for i in range(31)]))
+    sampling = Sampling(Pipeline(ReplaySource([at(i) for i in range(31)])))
     for _ in range(31):
         sample = sampling.take()
     found = series(sample)
@@ -154,7 +155,7 @@ def test_a_processes_memory_trend_comes_from_the_monitors_history():
 
 
 def test_the_same_instant_twice_is_one_reading_in_the_history():
-    sampling = Sampling(ReplaySource([training_snapshot(T)]))
+    sampling = Sampling(Pipeline(ReplaySource([training_snapshot(T)])))
     first, second = sampling.take(), sampling.take()
     assert second.trends[(2000, 0)].samples == first.trends[(2000, 0)].samples == 1
 
@@ -163,7 +164,7 @@ def test_the_same_instant_twice_is_one_reading_in_the_history():
 
 def test_the_probes_breakdown_is_the_json_documents(workstation_series):
     snapshot = workstation()
-    document = snapshot_document(snapshot)["breakdowns"]
+    document = judged_document(snapshot)["breakdowns"]
     assert [b["pid"] for b in document] == [4242]
     exported = {dict(labels)["category"]: v for (name, labels), v in workstation_series.items()
                 if name == "gputui_probe_memory_bytes"}
@@ -268,12 +269,15 @@ class VanishingWatcher:
         self.unavailable = {self.report.pid: "the probe has gone away"}
         return {}
 
+    def close(self):
+        pass
+
 
 def test_a_probe_that_stops_answering_becomes_a_problem_not_a_failed_scrape():
     watcher = VanishingWatcher(training_report())
-    assert watched_reports(watcher) == ([training_report()], ())
-    reports, problems = watched_reports(watcher)
-    assert reports == [] and problems == ("probe of process 4242 did not answer: the probe has gone away",)
+    assert Watched(watcher).reports() == ((training_report(),), ())
+    reports, problems = Watched(watcher).reports()
+    assert reports == () and problems == ("probe of process 4242 did not answer: the probe has gone away",)
     found = series(Sample(dataclasses.replace(workstation(), probes=(), problems=problems)))
     assert value(found, "gputui_probe_memory_bytes", pid="4242", category="parameters") is None
     assert value(found, "gputui_device_memory_used_bytes", **RTX) == 12 * GiB

@@ -15,6 +15,7 @@ from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 
 from ui_data import make_app, settle, table_keys, training_snapshot
+from plain_data import once_text
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
@@ -129,14 +130,13 @@ async def test_a_mig_instance_has_one_name_in_once_the_monitor_and_the_detail_sc
     instance 1): the instance a process runs in must read the same everywhere."""
     from datetime import timezone
 
-    from gputui.plain.render import render
     from gputui.ui.still import still_app
     from gputui.ui.widgets.devices import DeviceLines
 
     app = still_app("mig", seconds=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        once = render(app.snapshot, width=120, tz=timezone.utc).splitlines()
+        once = once_text(app.snapshot, width=120, tz=timezone.utc).splitlines()
         once_migs = [line.split()[1] for line in once if line.lstrip().startswith("MIG ")]
         devices = screen_text(app.screen.query_one(DeviceLines)).splitlines()
         monitor_migs = [line.split()[1] for line in devices if "MIG" in line]

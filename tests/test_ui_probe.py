@@ -30,6 +30,7 @@ from gputui.ui.widgets.processes import ProcessTable
 
 import ui_data
 from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
+from plain_data import judged_document, once_text, probe_text
 
 CONTEXT = 742 * MIB  # the simulated H100's CUDA context per process (as measured): NVML = reserved + context
 
@@ -188,9 +189,8 @@ async def test_the_live_bar_once_json_and_gputui_probe_show_the_same_breakdown()
     import json
 
     from gputui import units
-    from gputui.plain.document import dumps, snapshot_document
-    from gputui.plain.render import ALLOCATOR_WORDS, TENSOR_WORDS, render
-    from gputui.plain.report import render_probe
+    from gputui.plain.document import dumps
+    from gputui.plain.render import ALLOCATOR_WORDS, TENSOR_WORDS
 
     app = still_app("leaky", seconds=120)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -200,10 +200,10 @@ async def test_the_live_bar_once_json_and_gputui_probe_show_the_same_breakdown()
         live = [(item.key, item.size) for item in screen.query_one(MemoryBreakdown).breakdown.items]
         snapshot = app.snapshot
     assert {key for key, _ in live} >= {"parameters", "activations", "cache", "fragmentation", "context"}
-    (document,) = json.loads(dumps(snapshot_document(snapshot)))["breakdowns"]
+    (document,) = json.loads(dumps(judged_document(snapshot)))["breakdowns"]
     assert [(item["key"], item["size"]) for item in document["items"]] == live
     words = {**TENSOR_WORDS, **ALLOCATOR_WORDS}
-    for text in (render(snapshot, width=200), render_probe(report, snapshot, width=200)):
+    for text in (once_text(snapshot, width=200), probe_text(report, snapshot, width=200)):
         flat = " ".join(text.split())
         for key, size in live:
             assert f"{words[key]} {units.size_compact(size)}" in flat, (key, size)
@@ -444,6 +444,9 @@ class FakeWatcher:
 
     def poll(self):
         return {r.pid: r for r in self.reports}
+
+    def close(self):
+        pass
 
 
 async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():

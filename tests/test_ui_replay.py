@@ -9,7 +9,6 @@ import pytest
 
 from gputui.model import to_jsonable
 from gputui.model.verdicts import LeakVerdict
-from gputui.plain.document import snapshot_document
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
 from gputui.ui.replay import ReplayApp
@@ -17,6 +16,7 @@ from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
 from record_helpers import KEY_BODY, change, crafted, recorded_demo
 from ui_data import GIB, T0, table_keys, training_snapshot
+from plain_data import judged_document
 
 SAMPLES = 150  # 2.5 minutes, one a second
 
@@ -34,7 +34,7 @@ def recording(tmp_path, samples=SAMPLES):
     recorder = Recorder(path, interval=1.0, host="dgx-test-01", key_every=40)
     leaks = {"2000": to_jsonable(LeakVerdict(state="ok", reason="steady"))}
     for i in range(samples):
-        recorder.add(T0 + i, snapshot_document(snapshot_at(i)), leaks)
+        recorder.add(T0 + i, judged_document(snapshot_at(i)), leaks)
     recorder.close()
     return Recording(path)
 

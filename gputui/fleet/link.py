@@ -14,7 +14,8 @@ from gputui.fleet.status import HostStatus
 from gputui.fleet.transport import Ended, SshStream, fetch_snapshot
 from gputui.model import HostView
 from gputui.model.codec import parse_json
-from gputui.plain.document import read_snapshot_document
+from gputui.plain.document import read_judgements, read_snapshot_document
+from gputui.sample.judge import Judge
 
 
 class Stream(Protocol):
@@ -38,6 +39,7 @@ class Link:
         self._open_stream = open_stream
         self._fetch = fetch
         self._status = HostStatus(entry.name, interval)
+        self._judge: Judge | None = None  # for a host whose gputui sends no judgements (an older one)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stream: Stream | None = None
@@ -103,9 +105,14 @@ class Link:
 
     def _take(self, raw: bytes) -> None:
         try:
-            snapshot = read_snapshot_document(parse_json(raw))
+            document = parse_json(raw)
+            snapshot = read_snapshot_document(document)
+            judgements = read_judgements(document)
         except ValueError as exc:  # not JSON, nested too deeply, not UTF-8, not a snapshot
             raise Ended(f"refused its answer: {exc}") from None
+        if judgements is None:  # an older gputui there: judged here, as its own monitor would have
+            self._judge = self._judge or Judge()
+            judgements = self._judge(snapshot).judgements
         with self._lock:
-            self._status.received(snapshot, self._clock())
+            self._status.received(snapshot, self._clock(), judgements)
         self.answered.set()

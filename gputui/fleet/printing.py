@@ -35,7 +35,7 @@ def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     views = first_views(entries, wait)
     color, ascii, width = terminal.use_color(options), terminal.use_ascii(options), terminal.width()
     sections = [host_line(view).write(color) + "\n" + (
-        render(view.snapshot, color=color, ascii=ascii, width=width) if view.snapshot else "")
+        render(view.snapshot, view.judgements, color=color, ascii=ascii, width=width) if view.snapshot else "")
         for view in views]
     return terminal.show("\n".join(sections))
 

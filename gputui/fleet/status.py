@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gputui.model import HOST_CONNECTING, HOST_LIVE, HOST_STALE, HOST_UNREACHABLE, HostState, HostView, Snapshot
+from gputui.model.judgement import Judgements
 
 FIRST_RETRY = 2.0  # seconds before the first retry; each failure in a row doubles it
 LAST_RETRY = 60.0  # ... up to this
@@ -24,6 +25,7 @@ class HostStatus:
     state: HostState = HOST_CONNECTING
     reason: str | None = None
     snapshot: Snapshot | None = None
+    judgements: Judgements | None = None  # the latest snapshot's
     received_at: float | None = None  # monotonic time of the latest snapshot
     failures: int = 0  # failures since the last snapshot
 
@@ -32,9 +34,10 @@ class HostStatus:
             self.state = HOST_CONNECTING
         # A host that was up keeps showing why it went down until it answers again.
 
-    def received(self, snapshot: Snapshot, at: float) -> None:
+    def received(self, snapshot: Snapshot, at: float, judgements: Judgements | None = None) -> None:
         self.state, self.reason = HOST_LIVE, None
         self.snapshot, self.received_at, self.failures = snapshot, at, 0
+        self.judgements = judgements
 
     def failed(self, reason: str) -> float:
         """The connection ended or could not be made: seconds to wait before trying again."""
@@ -49,7 +52,7 @@ class HostStatus:
         reason = self.reason
         if state == HOST_LIVE and age is not None and age > STALE_AFTER * self.interval:
             state, reason = HOST_STALE, f"no snapshot for {age:.0f} s"
-        return HostView(self.name, state, reason, age, self.snapshot)
+        return HostView(self.name, state, reason, age, self.snapshot, self.judgements)
 
 
 def retry_delay(failures: int) -> float:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from gputui.model.gpu import Snapshot
+from gputui.model.judgement import Judgements
 
 # HostView.state values
 HostState = Literal["connecting", "live", "stale", "unreachable"]
@@ -29,3 +30,4 @@ class HostView:
     reason: str | None = None  # why it is unreachable, stale or refused, in words for people
     age: float | None = None  # seconds since its latest snapshot arrived; None before the first
     snapshot: Snapshot | None = field(default=None)  # the latest one, kept while the host is down
+    judgements: Judgements | None = None  # what was judged of that snapshot (the host's own pipeline's)

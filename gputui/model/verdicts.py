@@ -6,9 +6,10 @@ bytes, rates bytes per second or per step, times seconds. Pure data: imports onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from gputui.model.fielddoc import doc
 from gputui.model.probe import TENSOR_CATEGORIES
 
 # ProcessTrend.verdict values
@@ -49,14 +50,18 @@ _MIB = 1 << 20
 class ProcessTrend:
     """How one GPU process's NVML memory moves over the monitor's recent history."""
 
-    verdict: TrendVerdict
-    rate: float | None = None  # robust slope over the recent window, bytes/s; None when unknown
-    level: int | None = None  # the latest known reading, bytes
-    samples: int = 0  # known readings in the history
-    span: float = 0.0  # seconds the history covers
-    releases: int = 0  # times the memory dropped back noticeably (sawtooth cycles)
-    time_to_oom: float | None = None  # seconds until the device is full at this rate (growing only)
-    computed_at: float | None = None  # time of the newest reading used
+    verdict: TrendVerdict = field(metadata=doc("how the memory moves", enum=TREND_VERDICTS))
+    rate: float | None = field(default=None, metadata=doc(
+        "robust slope over the recent window (bytes/s); null when unknown"))
+    level: int | None = field(default=None, metadata=doc("the latest known reading (bytes)", minimum=0))
+    samples: int = field(default=0, metadata=doc("known readings in the history", minimum=0))
+    span: float = field(default=0.0, metadata=doc("seconds the history covers", minimum=0))
+    releases: int = field(default=0, metadata=doc(
+        "times the memory dropped back noticeably (sawtooth cycles)", minimum=0))
+    time_to_oom: float | None = field(default=None, metadata=doc(
+        "seconds until the device is full at this rate (`growing` only)", minimum=0))
+    computed_at: float | None = field(default=None, metadata=doc(
+        "time of the newest reading used (seconds since the epoch)"))
 
     @property
     def mib_per_min(self) -> float | None:
@@ -68,46 +73,61 @@ class ProcessTrend:
 class CategoryGrowth:
     """How one category of a probed process's memory moves per training step."""
 
-    name: str  # one of CATEGORIES
-    bytes_per_step: float  # robust slope over the analysed steps
-    level: int | None = None  # at the end of the latest step
+    name: str = field(metadata=doc("the category", enum=CATEGORIES))
+    bytes_per_step: float = field(metadata=doc("robust slope over the analysed steps (bytes/step)"))
+    level: int | None = field(default=None, metadata=doc("at the end of the latest step (bytes)", minimum=0))
 
 
 @dataclass(frozen=True)
 class LeakVerdict:
     """Whether a probed training job leaks, judged per step at the same point of every step."""
 
-    state: LeakState
-    reason: str = ""  # the evidence in one sentence, with numbers
-    device: str | None = None  # the device judged ("cuda:0", "cpu")
-    steps_seen: int = 0  # steps with an allocated figure
-    first_step: int | None = None
-    last_step: int | None = None
-    window_steps: int | None = None  # steps the slopes were fitted over (the readings may skip some)
-    allocated: int | None = None  # at the end of the latest step
-    reserved: int | None = None
-    allocated_per_step: float | None = None  # robust slope over the recent steps
-    reserved_per_step: float | None = None
-    inactive_split_per_step: float | None = None
-    retries_added: int | None = None  # alloc retries during the recent steps
-    category: str | None = None  # what grows (leak, cache_growth, fragmentation): one of CATEGORIES
-    growth: tuple[CategoryGrowth, ...] = ()  # every category with a known figure, fastest-growing first
-    warmup_steps: int | None = None  # steps it took to settle (warming_up, clean after warm-up)
-    step_time: float | None = None  # median seconds per step
-    oom_step: int | None = None  # the step during which the device runs out at this rate
-    oom_in: float | None = None  # seconds from the latest step's end to that step
-    oom_at: float | None = None  # the same as seconds since the epoch
+    state: LeakState = field(metadata=doc("what the steps show", enum=LEAK_STATES))
+    reason: str = field(default="", metadata=doc("the evidence in one sentence, with numbers"))
+    device: str | None = field(default=None, metadata=doc('the device judged (`"cuda:0"`, `"cpu"`)'))
+    steps_seen: int = field(default=0, metadata=doc("steps with an allocated figure", minimum=0))
+    first_step: int | None = field(default=None, metadata=doc("the first step judged"))
+    last_step: int | None = field(default=None, metadata=doc("the latest step judged"))
+    window_steps: int | None = field(default=None, metadata=doc(
+        "steps the slopes were fitted over (the readings may skip some)", minimum=0))
+    allocated: int | None = field(default=None, metadata=doc(
+        "allocated at the end of the latest step (bytes)", minimum=0))
+    reserved: int | None = field(default=None, metadata=doc(
+        "reserved at the end of the latest step (bytes)", minimum=0))
+    allocated_per_step: float | None = field(default=None, metadata=doc(
+        "robust slope of allocated memory over the recent steps (bytes/step)"))
+    reserved_per_step: float | None = field(default=None, metadata=doc(
+        "robust slope of reserved memory over the recent steps (bytes/step)"))
+    inactive_split_per_step: float | None = field(default=None, metadata=doc(
+        "robust slope of the free bytes in split blocks (bytes/step)"))
+    retries_added: int | None = field(default=None, metadata=doc(
+        "allocator retries during the recent steps", minimum=0))
+    category: str | None = field(default=None, metadata=doc(
+        "what grows, in the growing states; null in the others", enum=CATEGORIES))
+    growth: tuple[CategoryGrowth, ...] = field(default=(), metadata=doc(
+        "every category with a known figure, fastest-growing first"))
+    warmup_steps: int | None = field(default=None, metadata=doc(
+        "steps it took to settle (`warming_up`, `clean` after warm-up)", minimum=0))
+    step_time: float | None = field(default=None, metadata=doc("median seconds per step", minimum=0))
+    oom_step: int | None = field(default=None, metadata=doc("the step during which the device runs out at this rate"))
+    oom_in: float | None = field(default=None, metadata=doc(
+        "seconds from the latest step's end to that step", minimum=0))
+    oom_at: float | None = field(default=None, metadata=doc("the same as seconds since the epoch"))
     # CPU-only jobs, which have no allocator figures: the process's resident memory at the end of the
     # latest step, and the robust slope per step of what it holds beyond the tracked tensors (the
     # "other" category's growth, with category "other" when that is the leak).
-    host_memory: int | None = None
-    host_other_per_step: float | None = None
+    host_memory: int | None = field(default=None, metadata=doc(
+        "CPU-only jobs: resident memory at the end of the latest step (bytes)", minimum=0))
+    host_other_per_step: float | None = field(default=None, metadata=doc(
+        "CPU-only jobs: robust slope of the host memory beyond the tracked tensors (bytes/step)"))
     # CPU-only jobs: how much the host memory beyond the tracked tensors grew from the measured step
     # ``untracked_since`` to the latest (bytes): what the probe cannot attribute. None below noise.
-    untracked_growth: int | None = None
-    untracked_since: int | None = None
-    # While evidence is gathered (collecting, warming_up): how many more steps the verdict needs.
-    steps_needed: int | None = None
+    untracked_growth: int | None = field(default=None, metadata=doc(
+        "CPU-only jobs: growth of the host memory beyond the tracked tensors since `untracked_since` "
+        "(bytes); null below noise"))
+    untracked_since: int | None = field(default=None, metadata=doc("the step that growth is counted from"))
+    steps_needed: int | None = field(default=None, metadata=doc(
+        "while evidence is gathered (`collecting`, `warming_up`): steps the verdict still needs", minimum=0))
 
     @property
     def growth_per_step(self) -> float | None:
@@ -128,22 +148,23 @@ class LeakVerdict:
 class GrowingSite:
     """An allocation site whose live bytes grow across the recorded steps."""
 
-    where: str  # "train.py:42 in train_step"
-    bytes_per_step: float  # robust slope over the recorded steps
-    growth: int  # live bytes at the last recorded step minus at the first
-    live_bytes: int  # at the last recorded step
-    steps: int  # recorded steps it was judged on
-    stack: tuple[str, ...] = ()  # innermost last
+    where: str = field(metadata=doc('the allocating line, `"train.py:42 in train_step"`'))
+    bytes_per_step: float = field(metadata=doc("robust slope of its live bytes over the recorded steps (bytes/step)"))
+    growth: int = field(metadata=doc("live bytes at the last recorded step minus at the first (bytes)"))
+    live_bytes: int = field(metadata=doc("live bytes at the last recorded step (bytes)", minimum=0))
+    steps: int = field(metadata=doc("recorded steps it was judged on", minimum=0))
+    stack: tuple[str, ...] = field(default=(), metadata=doc("the call stack, innermost last"))
 
 
 @dataclass(frozen=True)
 class Advice:
     """One concrete suggestion: what was seen, what to change, what it would save."""
 
-    kind: str  # stable id of the rule, e.g. "keep-graph", "expandable-segments"
-    title: str
-    detail: str  # what the analysis saw, in numbers
-    action: str  # what to change; may hold a code snippet
-    severity: Severity = "info"  # most urgent first: SEVERITIES
-    estimated_saving: int | None = None  # bytes, when it can be estimated
-    rank: int = 0  # 1 = the first thing to do
+    kind: str = field(metadata=doc('stable id of the rule, `"keep-graph"`, `"expandable-segments"`'))
+    title: str = field(metadata=doc("the advice in a line"))
+    detail: str = field(metadata=doc("the evidence: what the analysis saw, in numbers"))
+    action: str = field(metadata=doc("what to change; may hold a code snippet"))
+    severity: Severity = field(default="info", metadata=doc("how urgent, most urgent first", enum=SEVERITIES))
+    estimated_saving: int | None = field(default=None, metadata=doc(
+        "memory it would save (bytes); null where it cannot be estimated", minimum=0))
+    rank: int = field(default=0, metadata=doc("its place in the list: 1 is the first thing to do", minimum=0))

@@ -16,6 +16,7 @@ from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.whatif import headrooms
 from gputui.model import Estimate, HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
+from gputui.model.judgement import Judgements, ProcessJudgement
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
 VERSION = 1
@@ -30,17 +31,22 @@ def _envelope(kind: str) -> dict[str, Any]:
     return {"schema": kind, "version": VERSION, "gputui": __version__}
 
 
-def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
-    """The snapshot, and the breakdown of every probed process's memory (the live monitor's bar)."""
+def snapshot_document(snapshot: Snapshot, judgements: Judgements) -> dict[str, Any]:
+    """The snapshot, the breakdown of every probed process's memory (the live monitor's bar), and what
+    the monitor judged of it (the sampling pipeline's judgements)."""
     return {**_envelope(SNAPSHOT), "snapshot": to_jsonable(snapshot),
-            "breakdowns": [to_jsonable(b) for report in snapshot.probes for b in breakdowns(report, snapshot)]}
+            "breakdowns": [to_jsonable(b) for report in snapshot.probes for b in breakdowns(report, snapshot)],
+            "judgements": to_jsonable(judgements)}
 
 
-def probe_document(report: ProbeReport, snapshot: Snapshot | None = None) -> dict[str, Any]:
-    """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one."""
+def probe_document(report: ProbeReport, snapshot: Snapshot | None,
+                   judgement: ProcessJudgement | None) -> dict[str, Any]:
+    """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one, and
+    the monitor's judgement of its process (null where there is none)."""
     return {**_envelope(PROBE_REPORT), "report": to_jsonable(report),
             "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)],
-            "headroom": [to_jsonable(h) for h in headrooms(report, snapshot)]}
+            "headroom": [to_jsonable(h) for h in headrooms(report, snapshot)],
+            "judgement": to_jsonable(judgement)}
 
 
 def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
@@ -59,7 +65,7 @@ def hosts_document(hosts: list[HostView]) -> dict[str, Any]:
     """Each host of the many-host view: its state, and its latest snapshot as its own document."""
     return {**_envelope(HOSTS), "hosts": [
         {"name": h.name, "state": h.state, "reason": h.reason, "age": h.age,
-         "document": None if h.snapshot is None else snapshot_document(h.snapshot)}
+         "document": None if h.snapshot is None else snapshot_document(h.snapshot, h.judgements or Judgements())}
         for h in hosts]}
 
 
@@ -67,6 +73,13 @@ def estimate_document(estimate: Estimate) -> dict[str, Any]:
     """``gputui estimate --json``: the job's phases against the device, and the verdict."""
     return {**_envelope(ESTIMATE), "estimate": to_jsonable(estimate),
             "fits": estimate.fits(), "runs_out_in": estimate.runs_out_in()}
+
+
+def read_judgements(document: Any) -> Judgements | None:
+    """The judgements in a snapshot document (:func:`read_snapshot_document` checked it is one); None in
+    one written before documents carried them. ValueError where they are not judgements."""
+    judgements = document.get("judgements")
+    return None if judgements is None else from_jsonable(Judgements, judgements)
 
 
 def read_snapshot_document(document: Any) -> Snapshot:

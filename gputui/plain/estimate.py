@@ -26,10 +26,10 @@ def device(options: Options, memory: int | None, gpu: int | None) -> tuple[int |
         return memory, f"a {units.size(memory)} device"
     if gpu is None:
         return None, None
-    from gputui.plain.gather import Source
+    from gputui.sample.pipeline import open_pipeline
 
-    with Source(options) as source:
-        gpus = source.sample().devices
+    with open_pipeline(options) as pipeline:
+        gpus = pipeline.source.sample().devices  # the GPUs alone: nothing to judge
     found = next((g for g in gpus if g.index == gpu), None)
     if found is None or found.memory_total is None:
         indices = ", ".join(str(g.index) for g in gpus) or "none"

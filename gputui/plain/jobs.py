@@ -6,14 +6,17 @@ Jobs of one process on one GPU are the process table's rows already, so they are
 from __future__ import annotations
 
 from gputui import units
-from gputui.analysis.jobs import analyse_job, who
+from gputui.analysis.jobs import who
 from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
+from gputui.model.judgement import Judgements
 from gputui.model.job_verdicts import JobAnalysis, ShardedModel
 from gputui.plain.styled import Line, flow, text
+from gputui.untrusted import visible
 
 
-def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
-    """The section, or nothing when no job is spread over several ranks or devices."""
+def job_lines(snapshot: Snapshot, judgements: Judgements, width: int, ellipsis: str) -> list[Line]:
+    """The section, or nothing when no job is spread over several ranks or devices; each job's findings
+    are the judgements'."""
     jobs = [job for job in snapshot.jobs if job.spread]
     if not jobs:
         return []
@@ -27,7 +30,9 @@ def job_lines(snapshot: Snapshot, width: int, ellipsis: str) -> list[Line]:
                       ellipsis=ellipsis)
         for note in job.notes:
             lines += flow([text(note, "warn")], width, first=text("  ! ", "warn"), indent=4, ellipsis=ellipsis)
-        analysis = analyse_job(job, snapshot)
+        analysis = judgements.job(job.key)
+        if analysis is None:
+            continue
         if analysis.model is not None:
             lines += flow([text(model_line(analysis.model), "dim")], width, first=Line().add("  "), indent=4,
                           ellipsis=ellipsis)
@@ -63,7 +68,7 @@ def findings(analysis: JobAnalysis, *, advice: bool = True) -> list[str]:
         said.append(f"{who(oom.rank, oom.pid, oom.device)} runs out of memory first, in about "
                     f"{units.span(oom.seconds)}")
     if advice and analysis.advice:
-        said.append(f"advice: {analysis.advice[0].title}")
+        said.append(f"advice: {visible(analysis.advice[0].title)}")
     return said
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 
 from gputui.model import Snapshot
+from gputui.model.judgement import Judgements
 from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
-from gputui.plain.gather import Source
 from gputui.plain.render import render
+from gputui.sample.pipeline import open_pipeline
 from gputui.units import clock_time
 from gputui.options import Options
 
@@ -22,14 +23,16 @@ SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wi
 
 def once(options: Options) -> int:
     """Print one snapshot as text."""
-    with Source(options) as source:
-        return terminal.show(snapshot_text(source.sample(), options))
+    with open_pipeline(options) as pipeline:
+        sample = pipeline.sample()
+        return terminal.show(snapshot_text(sample.snapshot, options, sample.judgements))
 
 
 def json(options: Options) -> int:
     """Print one snapshot as a JSON document (one line)."""
-    with Source(options) as source:
-        return terminal.show(dumps(snapshot_document(source.sample())) + "\n")
+    with open_pipeline(options) as pipeline:
+        sample = pipeline.sample()
+        return terminal.show(dumps(snapshot_document(sample.snapshot, sample.judgements)) + "\n")
 
 
 def watch(options: Options) -> int:
@@ -41,16 +44,17 @@ def watch(options: Options) -> int:
     period = options.watch or 2.0
     redraw = terminal.is_terminal() and not options.json
     try:
-        with Source(options) as source:
+        with open_pipeline(options) as pipeline:
             deadline = time.monotonic()
             while True:
-                snapshot = source.sample()
+                sample = pipeline.sample()
+                snapshot, judgements = sample.snapshot, sample.judgements
                 if options.json:
-                    terminal.emit(dumps(snapshot_document(snapshot)) + "\n")
+                    terminal.emit(dumps(snapshot_document(snapshot, judgements)) + "\n")
                 elif redraw:
-                    terminal.emit(CLEAR_SCREEN + snapshot_text(snapshot, options))
+                    terminal.emit(CLEAR_SCREEN + snapshot_text(snapshot, options, judgements))
                 else:
-                    terminal.emit(_separator(snapshot, options) + snapshot_text(snapshot, options))
+                    terminal.emit(_separator(snapshot, options) + snapshot_text(snapshot, options, judgements))
                 # Keep a steady rhythm: the time spent sampling counts toward the period.
                 deadline = max(deadline + period, time.monotonic())
                 time.sleep(max(0.0, deadline - time.monotonic()))
@@ -61,9 +65,9 @@ def watch(options: Options) -> int:
         return 0
 
 
-def snapshot_text(snapshot: Snapshot, options: Options) -> str:
-    """What --once prints for ``snapshot``."""
-    return render(snapshot, color=terminal.use_color(options), ascii=terminal.use_ascii(options),
+def snapshot_text(snapshot: Snapshot, options: Options, judgements: Judgements | None = None) -> str:
+    """What --once prints for ``snapshot`` and its judgements."""
+    return render(snapshot, judgements, color=terminal.use_color(options), ascii=terminal.use_ascii(options),
                   width=terminal.width())
 
 

@@ -16,6 +16,7 @@ from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document
 from gputui.plain.report import render_probe
+from gputui.sample.judge import judge_report
 from gputui.units import clock_time
 from gputui.untrusted import visible
 
@@ -29,13 +30,14 @@ def oom(options: Options) -> int:
         raise
     except Exception as exc:  # a report from another version, or hand-edited
         raise UserError(f"{visible(str(path))} is not a report this gputui can read: {visible(str(exc))}") from None
+    judgement = judge_report(report)
     if options.json:
-        out = dumps(probe_document(report)) + "\n"
+        out = dumps(probe_document(report, None, judgement)) + "\n"
     else:
         title = f"OOM report {visible(str(path))}"  # a file name may hold escape sequences
         if report.last_oom is not None:
             title += f", written {clock_time(report.last_oom.at, date=True, zone=True)}"
-        out = title + "\n\n" + render_probe(report, color=terminal.use_color(options),
+        out = title + "\n\n" + render_probe(report, None, judgement, color=terminal.use_color(options),
                                             ascii=terminal.use_ascii(options), width=terminal.width())
     return terminal.show(out)
 

@@ -13,6 +13,7 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
 from gputui.options import Options
+from gputui.sample.judge import judge_report
 
 PROBE_TIMEOUT = 2.0
 
@@ -33,10 +34,12 @@ def probes(options: Options) -> int:
 def probe(options: Options) -> int:
     """Print the current report of the probe in process ``options.pid``, with verdict and advice."""
     report = _one_report(options)
+    gpus = _gpus_now(options)
+    judgement = judge_report(report, gpus)
     if options.json:
-        out = dumps(probe_document(report, _gpus_now(options))) + "\n"
+        out = dumps(probe_document(report, gpus, judgement)) + "\n"
     else:
-        out = render_probe(report, _gpus_now(options), color=terminal.use_color(options),
+        out = render_probe(report, gpus, judgement, color=terminal.use_color(options),
                            ascii=terminal.use_ascii(options), width=terminal.width())
     return terminal.show(out)
 

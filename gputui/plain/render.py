@@ -1,7 +1,8 @@
 """The compact text picture of a Snapshot that ``--once`` and ``--watch`` print.
 
-Pure: a Snapshot in, a string out. A header line, one block per GPU with bars, the process table, and
-under each probed process what its probe says about its memory.
+Pure: a Snapshot and its judgements (gputui/sample/) in, a string out. A header line, one block per GPU
+with bars, the process table, and under each probed process what its probe says about its memory and
+what the monitor judged of it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from gputui.model import (
     PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot, mig_name,
 )
 from gputui.model.breakdown import Breakdown
+from gputui.model.judgement import Judgements, ProcessJudgement
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
 )
 from gputui import units
 from gputui.plain.styled import Line, flow, text
-from gputui.untrusted import visible_all
+from gputui.untrusted import visible, visible_all
 
 MIN_WIDTH = 40
 MAX_BAR = 40  # longer bars add no information, only width
@@ -51,13 +53,15 @@ UNICODE = Glyphs(full="█", empty="░", ellipsis="…", degree="°C")
 ASCII = Glyphs(full="#", empty="-", ellipsis="...", degree="C")
 
 
-def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, width: int = 100,
-           tz: tzinfo | None = None) -> str:
+def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: bool = False, ascii: bool = False,
+           width: int = 100, tz: tzinfo | None = None) -> str:
     """The whole snapshot as text, ``width`` columns wide (at least 40), ending in a newline.
 
-    ``tz`` is the time zone for clock times (None: local time); tests pass UTC.
+    ``judgements`` (the pipeline's) add the verdicts, advice and job findings; ``tz`` is the time zone for
+    clock times (None: local time); tests pass UTC.
     """
     snapshot = visible_all(snapshot)  # command lines, names, probe strings: from other users
+    judgements = judgements or Judgements()  # its words quote them: made visible where shown, line by line
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     lines: list[Line] = []
@@ -67,14 +71,14 @@ def render(snapshot: Snapshot, *, color: bool = False, ascii: bool = False, widt
     for device in snapshot.devices:
         lines += _device_block(device, width, glyphs)
     lines.append(Line())
-    lines += _process_table(snapshot, width, glyphs, tz)
-    lines += _unlisted_probes(snapshot, width, glyphs, tz)
+    lines += _process_table(snapshot, judgements, width, glyphs, tz)
+    lines += _unlisted_probes(snapshot, judgements, width, glyphs, tz)
     if snapshot.jobs:
-        # The job and probe analyses are imported where there is something to analyse: the live
-        # monitor's first frame (ui/early_frame.py) is drawn by this function and waits on imports.
+        # Imported where there is a job: the live monitor's first frame (ui/early_frame.py) is drawn by
+        # this function and waits on imports.
         from gputui.plain.jobs import job_lines
 
-        lines += job_lines(snapshot, width, glyphs.ellipsis)
+        lines += job_lines(snapshot, judgements, width, glyphs.ellipsis)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)
@@ -291,7 +295,8 @@ _MIN_COMMAND = 24  # the command is what tells processes apart: keep room for it
 _KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
 
 
-def _process_table(snapshot: Snapshot, width: int, glyphs: Glyphs, tz: tzinfo | None) -> list[Line]:
+def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyphs: Glyphs,
+                   tz: tzinfo | None) -> list[Line]:
     processes = sorted(snapshot.processes,
                        key=lambda p: (p.device_index, -(p.gpu_memory or 0), p.pid))
     if not processes:
@@ -321,9 +326,8 @@ def _process_table(snapshot: Snapshot, width: int, glyphs: Glyphs, tz: tzinfo | 
         report = probes.get(process.own_pid)
         if report is not None and report.pid not in probed_seen:
             probed_seen.add(report.pid)
-            lines += probe_summary(report, snapshot, width, glyphs, tz)
+            lines += probe_summary(report, snapshot, width, glyphs, tz, judgement=judgements.of(report.pid))
     return lines
-
 
 
 def _table_width(widths: list[int], shown: list[int]) -> int:
@@ -363,8 +367,9 @@ def _command(p: GpuProcess, glyphs: Glyphs) -> Line:
 # ----------------------------------------------------------------------------------------- probes
 
 def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, glyphs: Glyphs,
-                  tz: tzinfo | None, *, indent: int = 4) -> list[Line]:
-    """What a probe says about its process, a few indented lines under the process row.
+                  tz: tzinfo | None, *, indent: int = 4, judgement: ProcessJudgement | None = None) -> list[Line]:
+    """What a probe says about its process, a few indented lines under the process row, and the
+    ``judgement`` of it (its leak verdict and first advice).
 
     With a snapshot, the memory NVML charges to the process on each device is split into the
     allocator's share, its cache and the CUDA context plus libraries.
@@ -393,8 +398,8 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
                           indent=indent + 4, ellipsis=glyphs.ellipsis)
     if report.last_oom is not None:
         lines += _oom_lines(report.last_oom, width, glyphs, tz, indent + 2)
-    if snapshot is not None and report.steps:
-        lines += _verdict_lines(report, snapshot, width, glyphs, indent + 2)
+    if judgement is not None and report.steps:
+        lines += _verdict_lines(judgement, width, glyphs, indent + 2)
     if report.problems:
         lines += flow([text(problem, "warn") for problem in report.problems], width,
                       first=Line().add(pad + "  ").add("probe problems:", "warn"),
@@ -408,29 +413,24 @@ _VERDICT_STYLE = {LEAK_LEAK: "bad", LEAK_CACHE_GROWTH: "warn", LEAK_FRAGMENTATIO
 ADVICE_SHOWN = 2
 
 
-def _verdict_lines(report: ProbeReport, snapshot: Snapshot, width: int, glyphs: Glyphs,
-                   indent: int) -> list[Line]:
+def _verdict_lines(judgement: ProcessJudgement, width: int, glyphs: Glyphs, indent: int) -> list[Line]:
     """The per-step leak verdict with its OOM forecast, then the first pieces of advice."""
-    from gputui.analysis.process import analyse  # only for probed processes: see render()
-
-    process = next((p for p in snapshot.processes if p.own_pid == report.pid), None)
-    analysis = analyse(snapshot, process, report)
-    verdict = analysis.leak
+    verdict = judgement.leak
     pad = " " * indent
     lines: list[Line] = []
     # "Too few steps yet" says nothing a one-shot reader can use.
     if verdict is not None and verdict.state != LEAK_COLLECTING:
         style = _VERDICT_STYLE.get(verdict.state)
         # The reason's clauses are separate chunks, so a narrow screen wraps between them.
-        chunks = [text(part, style) for part in verdict.reason.split("; ") if part]
+        chunks = [text(visible(part), style) for part in verdict.reason.split("; ") if part]
         if verdict.oom_step is not None:
             when = "" if verdict.oom_in is None else f" in {units.elapsed(round(verdict.oom_in))}"
             chunks.append(text(f"out of memory at step {verdict.oom_step}{when}", "bad"))
         label = verdict.state.replace("_", " ") + ": "
         lines += flow(chunks, width, first=Line().add(pad).add(label, style or "bold"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
-    for item in analysis.advice[:ADVICE_SHOWN]:
-        lines += flow([text(item.title)], width,
+    for item in judgement.advice[:ADVICE_SHOWN]:
+        lines += flow([text(visible(item.title))], width,
                       first=Line().add(pad).add(f"advice {item.rank}: ", "accent"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
         lines += _fix_lines(item.action, width, glyphs, indent + 2)
@@ -441,7 +441,7 @@ def _fix_lines(action: str, width: int, glyphs: Glyphs, indent: int) -> list[Lin
     """An advice's fix under its title: its words wrapped, its code lines (indented) as they are."""
     pad = " " * indent
     lines: list[Line] = []
-    for part in action.splitlines():
+    for part in map(visible, action.splitlines()):  # its code lines stay lines
         if part.startswith(" "):
             lines.append(Line().add(pad + part).cropped(width, glyphs.ellipsis))
         else:
@@ -514,7 +514,7 @@ def _oom_lines(oom: OomRecord, width: int, glyphs: Glyphs, tz: tzinfo | None,
                 indent=indent + 2, ellipsis=glyphs.ellipsis)
 
 
-def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
+def _unlisted_probes(snapshot: Snapshot, judgements: Judgements, width: int, glyphs: Glyphs,
                      tz: tzinfo | None) -> list[Line]:
     """Probed processes NVML does not list (CPU-only jobs, no driver): shown from their reports."""
     listed = {p.own_pid for p in snapshot.processes}
@@ -535,7 +535,7 @@ def _unlisted_probes(snapshot: Snapshot, width: int, glyphs: Glyphs,
             row.add("  ".join(figures) + "  ", "dim")
         row.add(" ".join(report.command) or "?")
         lines.append(row.cropped(width, glyphs.ellipsis))
-        lines += probe_summary(report, snapshot, width, glyphs, tz)
+        lines += probe_summary(report, snapshot, width, glyphs, tz, judgement=judgements.of(report.pid))
     return lines
 
 

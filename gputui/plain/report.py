@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from gputui.model import (AllocatorStats, Headroom, Job, MemoryCategories, OomRecord, Placement, ProbeReport,
                           Snapshot, StepRecord)
+from gputui.model.judgement import ProcessJudgement
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.text import figures_age, headroom_lines, probe_history
 from gputui.analysis.whatif import headrooms
@@ -112,14 +113,15 @@ def _list_row(report: ProbeReport) -> list[str]:
     ]
 
 
-def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color: bool = False,
-                 ascii: bool = False, width: int = 100, tz: tzinfo | None = None) -> str:
-    """Everything one probe reports, for a person or a bug report, with its leak verdict and advice.
+def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, judgement: ProcessJudgement | None = None, *,
+                 color: bool = False, ascii: bool = False, width: int = 100, tz: tzinfo | None = None) -> str:
+    """Everything one probe reports, for a person or a bug report, with its ``judgement`` (the leak
+    verdict and advice: gputui.sample.judge.judge_report's).
 
     ``snapshot`` (the GPUs now, when NVML can be read) adds NVML's share of the process's memory and
     the time to OOM from the GPU's free memory; without it the verdict comes from the steps alone.
     """
-    report, snapshot = visible_all(report), visible_all(snapshot)
+    report, snapshot = visible_all(report), visible_all(snapshot)  # (the judgement: made visible where shown)
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
     title = Line().add(f"process {report.pid}", "title")
@@ -131,7 +133,7 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, *, color
     if report.placement is not None:
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
-                           tz, indent=0)
+                           tz, indent=0, judgement=judgement)
     for room in headrooms(report, snapshot):
         lines += _headroom_lines(room, width, glyphs)
     for device in report.devices:

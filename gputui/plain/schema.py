@@ -24,11 +24,12 @@ from gputui.model import HOST_STATES, Breakdown, Estimate, Headroom, ProbeReport
 from gputui.model.codec import literal_type
 from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER
 from gputui.model.fielddoc import DOC
+from gputui.model.judgement import Judgements, ProcessJudgement
 
 SCHEMA_ID = "https://gputui.invalid/schema/v1"  # an identifier, not a URL to fetch
 
 # The documents' bodies hold these; every dataclass they reach gets a definition.
-ROOTS = (Snapshot, ProbeReport, Breakdown, Estimate, Headroom)
+ROOTS = (Snapshot, ProbeReport, Breakdown, Estimate, Headroom, Judgements)
 
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 # Keywords of a list field's metadata that constrain each item rather than the list.
@@ -206,7 +207,13 @@ UNREACHABLE = {
     "additionalProperties": False,
 }
 
-SNAPSHOT_DOCUMENT = _envelope("gputui.snapshot", {"snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS})
+SNAPSHOT_DOCUMENT = _envelope("gputui.snapshot", {
+    "snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS,
+    "judgements": {**_ref("Judgements"), "description": (
+        "what the monitor judged of the snapshot: memory trends, leak verdicts, advice, job findings "
+        "(added in version 1; absent in documents of an older gputui)")}})
+# Documents of an older gputui (a recording, a remote host) have no judgements.
+SNAPSHOT_DOCUMENT["required"].remove("judgements")
 
 # gputui replay FILE --json says which sample of the recording it printed: record/run.py writes it. The
 # one field not always present: the documents --json printed live (and recorded) have none.
@@ -252,7 +259,10 @@ SCHEMA: dict[str, Any] = {
         _envelope("gputui.probe-report", {
             "report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS,
             "headroom": _list(_ref("Headroom"), "room to grow on each GPU of the job, where NVML and the "
-                              "allocator can be read (added in version 1)")}),
+                              "allocator can be read (added in version 1)"),
+            "judgement": {"anyOf": [_ref(ProcessJudgement.__name__), {"type": "null"}], "description": (
+                "what the monitor judged of the process: its leak verdict, growing sites, keepers and "
+                "advice (added in version 1)")}}),
         _envelope("gputui.probes", {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),

@@ -21,7 +21,8 @@ from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.model import LeakVerdict, Snapshot, from_jsonable
 from gputui.model.codec import parse_json
-from gputui.plain.document import read_snapshot_document
+from gputui.model.judgement import Judgements
+from gputui.plain.document import read_judgements, read_snapshot_document
 from gputui.record import delta
 from gputui.record.format import (CHANGE, FILE_LIMIT, FRAME_LIMIT, HEAD, HEADER_LIMIT, KEY, KIND, LATEST_TIME,
                                   VERSION, Inflater)
@@ -52,6 +53,12 @@ class Sample:
     @property
     def verdicts(self) -> dict[int, LeakVerdict]:
         return {int(pid): from_jsonable(LeakVerdict, v) for pid, v in self.leaks.items()}
+
+    @property
+    def judgements(self) -> Judgements | None:
+        """What the recording monitor judged of this sample; None in a recording made before samples
+        carried their judgements. ValueError where the field is no judgements."""
+        return read_judgements(self.document)
 
 
 @dataclass(frozen=True)

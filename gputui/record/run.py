@@ -9,18 +9,18 @@ import time
 from typing import Any, Callable
 
 from gputui import units
-from gputui.analysis.leaks import LeakJudge
 from gputui.errors import UserError
-from gputui.link.endings import OomEndings
 from gputui.model import to_jsonable
+from gputui.model.judgement import Judgements
 from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, read_snapshot_document, snapshot_document
-from gputui.plain.gather import lasting_source
 from gputui.plain.modes import snapshot_text
 from gputui.record.at import sample_at
-from gputui.record.reader import Recording
+from gputui.record.reader import Recording, Sample
 from gputui.record.writer import Recorder
+from gputui.sample.judge import judgements_of
+from gputui.sample.pipeline import open_pipeline
 from gputui.untrusted import visible
 
 MAX_SIZE = 200 * 1000 * 1000  # bytes per file before it rotates (about 10 hours of a busy 8-GPU node)
@@ -39,29 +39,25 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     assert duration is None or isinstance(duration, float)
     max_size = options.extra.get("max_size") or MAX_SIZE
     assert isinstance(max_size, int)
-    judge = LeakJudge()
-    endings = OomEndings()  # the live monitor's own (ui/sampler.py): a replay shows the rows it showed
-    with lasting_source(options, clock=clock, pause=pause) as source:
-        first = source.sample()
-        recorder = Recorder(path, interval=interval, host=first.host.hostname if first.host else "",
+    # The live monitor's pipeline (OOM endings, judgements): a replay shows what it showed.
+    with open_pipeline(options, lasting=True, clock=clock, pause=pause) as pipeline:
+        sample = pipeline.sample()
+        recorder = Recorder(path, interval=interval, host=sample.snapshot.host.hostname if sample.snapshot.host else "",
                             max_size=max_size)
         if not quiet:
             print(f"gputui: recording to {path} every {interval:g} s"
                   f"{'' if duration is None else f' for {duration:g} s'}; Ctrl-C stops", file=sys.stderr)
         now = clock or time.monotonic
         began = deadline = now()
-        snapshot = first
         try:
             while True:
-                snapshot = endings.add_to(snapshot)
-                verdicts = judge(snapshot)
-                recorder.add(snapshot.taken_at, snapshot_document(snapshot),
-                             {str(pid): to_jsonable(v) for pid, v in verdicts.items()})
+                recorder.add(sample.snapshot.taken_at, snapshot_document(sample.snapshot, sample.judgements),
+                             {str(pid): to_jsonable(v) for pid, v in sample.leaks.items()})
                 deadline += interval
                 if duration is not None and deadline - began >= duration:
                     return 0
                 pause(max(0.0, deadline - now()))
-                snapshot = source.sample()
+                sample = pipeline.sample()
         except KeyboardInterrupt:
             return 0
         finally:
@@ -77,13 +73,26 @@ def print_at(options: Options) -> int:
     index = len(recording) - 1 if at is None else sample_at(str(at), recording)
     try:  # the CRCs vouch for what was written, not for who wrote it: a crafted sample is refused here
         sample = recording.sample(index)
+        judgements = recorded_judgements(sample)
         if options.json:
-            text = dumps({**sample.document, "replay": shown(recording, index)}) + "\n"
+            text = dumps({**sample.document, "judgements": to_jsonable(judgements),
+                          "replay": shown(recording, index)}) + "\n"
         else:
-            text = heading(path, recording, index, options) + snapshot_text(sample.snapshot, options)
+            text = heading(path, recording, index, options) + snapshot_text(sample.snapshot, options, judgements)
     except ValueError as exc:
         raise UserError(f"{path}: {exc}") from None
     return terminal.show(text)
+
+
+def recorded_judgements(sample: Sample) -> Judgements:
+    """The judgements the recording monitor made of ``sample``; a recording made before samples carried
+    them is judged now from its leak verdicts (no memory trends: said on stderr)."""
+    judgements = sample.judgements
+    if judgements is not None:
+        return judgements
+    print("gputui: a recording from before samples carried their judgements: judged now from its leak "
+          "verdicts, without memory trends", file=sys.stderr)
+    return judgements_of(sample.snapshot, sample.verdicts, {})
 
 
 def shown(recording: Recording, index: int) -> dict[str, Any]:

@@ -16,12 +16,12 @@ from prometheus_client.registry import CollectorRegistry
 
 from gputui.errors import UserError
 from gputui.options import SERVE_INTERVAL, SERVE_LISTEN, Options
-from gputui.plain.gather import lasting_source
 from gputui.serve.auth import Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sampling
 from gputui.serve.server import listen, parse_address, tls_context
 from gputui.serve.web import make_app
+from gputui.sample.pipeline import open_pipeline
 
 
 NO_DRIVER_WARNING = ("gputui serve: warning: no NVIDIA driver (NVML could not be loaded): no GPU metrics; "
@@ -49,13 +49,13 @@ def serve(options: Options) -> int:
     try:
         server = listen(address, tls)  # before the first sample: a port in use is said at once
         try:
-            source = lasting_source(options)  # no driver and no probe stops here, as it stops --json
-            sampling = Sampling(source, options.interval or SERVE_INTERVAL)
+            pipeline = open_pipeline(options, lasting=True)  # no driver and no probe stops here, as it stops --json
+            sampling = Sampling(pipeline, options.interval or SERVE_INTERVAL)
             try:
                 sampling.take()
                 server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))
                 _say_where(server.url, server.loopback, users is not None, tls is not None, sampling.interval)
-                if source.unavailable is not None:  # probed CPU jobs kept it going: say what is missing
+                if pipeline.unavailable is not None:  # probed CPU jobs kept it going: say what is missing
                     print(NO_DRIVER_WARNING, file=sys.stderr, flush=True)
                 sampling.start()
                 threading.Thread(target=server.serve_forever, name="gputui-serve", daemon=True).start()

@@ -19,7 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from gputui import __version__
 from gputui.plain.document import SNAPSHOT, VERSION
 from gputui.serve.auth import Check, Users
-from gputui.serve.sampling import Sample
+from gputui.serve.sampling import Sample, document
 
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
@@ -71,10 +71,26 @@ class Exposition:
 _NOTHING = object()  # no render yet (None is a sample's absence, and has a render of its own)
 
 
+class SnapshotBody:
+    """/snapshot's bytes for the latest sample, made at the first request that asks and kept until the
+    sample changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: tuple[Sample, bytes] | None = None
+
+    def of(self, sample: Sample) -> bytes:
+        with self._lock:
+            if self._made is None or self._made[0] is not sample:
+                self._made = (sample, document(sample))
+            return self._made[1]
+
+
 def make_app(latest: Callable[[], Sample | None], registry: CollectorRegistry,
              users: Users | None = None) -> App:
     """The exporter's app: ``latest`` gives the sample to answer from, ``registry`` the metrics."""
     exposition = Exposition(latest, registry)
+    snapshot_body = SnapshotBody()
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if users is not None:
@@ -99,7 +115,7 @@ def make_app(latest: Callable[[], Sample | None], registry: CollectorRegistry,
             sample = latest()
             if sample is None:
                 return _answer(start_response, "503 Service Unavailable", b"gputui: no sample yet\n")
-            return _answer(start_response, "200 OK", sample.document, content_type="application/json",
+            return _answer(start_response, "200 OK", snapshot_body.of(sample), content_type="application/json",
                            head=method == "HEAD")
         if path == "/":
             return _answer(start_response, "200 OK", INDEX, head=method == "HEAD")

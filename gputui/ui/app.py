@@ -9,11 +9,10 @@ worker too, never from the UI thread.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -54,11 +53,13 @@ class SnapshotReady(Message):
     """A new Snapshot, how long it took to take (seconds), and its probed processes' leak verdicts."""
 
     def __init__(self, snapshot: Snapshot, took: float,
-                 leaks: dict[int, LeakVerdict] | None = None) -> None:
+                 leaks: Mapping[int, LeakVerdict] | None = None,
+                 trends: Mapping[ProcessKey, ProcessTrend] | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
         self.leaks = leaks or {}
+        self.trends = trends  # the sampler's judgement; None: judged from the app's history
 
 
 class SampleFailed(Message):
@@ -253,16 +254,11 @@ class GpuTuiApp(App[int]):
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
-        try:
-            leaks = self.sampler.judge(snapshot) if self.sampler is not None else {}
-        except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
-            leaks = {}
-            snapshot = dataclasses.replace(snapshot, problems=snapshot.problems + (
-                visible(f"leak analysis failed: {type(exc).__name__}: {exc}"),))
-        self.post_message(SnapshotReady(snapshot, time.monotonic() - started, leaks))
+        judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
+        self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.accept(message.snapshot, message.leaks)
+        self.accept(message.snapshot, message.leaks, message.trends)
         self._schedule(message.took)
 
     def on_sample_failed(self, message: SampleFailed) -> None:
@@ -279,15 +275,23 @@ class GpuTuiApp(App[int]):
         if not self.paused:
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
-    def accept(self, snapshot: Snapshot, leaks: dict | None = None) -> None:
-        """Take a new snapshot in: history, trends, then whichever screen is showing."""
+    def accept(self, snapshot: Snapshot, leaks: Mapping | None = None,
+               trends: Mapping[ProcessKey, ProcessTrend] | None = None) -> None:
+        """Take a new snapshot in: history, trends (the sampler's, where it judged them), then whichever
+        screen is showing."""
+        # The same instant twice (or a clock stepping back) must not skew history; a still picture's
+        # sampler shares the history, and has added the instant already.
+        fresh = self.history.latest is None or snapshot.taken_at > self.history.latest
         repeat = self.snapshot is not None and snapshot.taken_at <= self.snapshot.taken_at
         self.snapshot = snapshot
         self.samples += 1
         self.problem = self.banner
         self.leaks = dict(leaks or {})
-        if not repeat:  # the same instant twice (or a clock stepping back) must not skew history
+        if fresh:
             self.history.add(snapshot)
+        if trends is not None:
+            self.trends = dict(trends)
+        elif not repeat:
             self._judge_trends(snapshot)
         for problem in snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second

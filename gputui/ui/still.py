@@ -63,7 +63,7 @@ def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options
     """The monitor showing ``scenario`` as it is ``seconds`` in, with that much history behind it."""
     history, last = record(scenario, seconds=seconds, seed=seed)
     options.setdefault("me", "lena")
-    return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False), history=history,
+    return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False, history=history), history=history,
                      simulated=True, **options)
 
 

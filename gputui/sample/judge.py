@@ -1,0 +1,125 @@
+"""Every judgement of a sample, made once: each GPU process's memory trend (from the history), each
+probed process's leak verdict, growing sites, keepers and advice, and each job's findings.
+
+Kept between samples (the history, the trends' cache, the leak judge), so it belongs to one sampling
+thread. A judgement that fails is contained: the sample says why and goes on without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gputui.analysis.history import History, ProcessKey
+from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.model.judgement import DeviceTrend, Judgements, ProcessJudgement
+from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, LeakVerdict, ProcessTrend
+
+if TYPE_CHECKING:
+    from gputui.analysis.leaks import LeakJudge
+    from gputui.analysis.trends import TrendCache
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A snapshot and what was judged of it: the document form, and the lookups the views use."""
+
+    snapshot: Snapshot
+    judgements: Judgements = Judgements()
+    leaks: Mapping[int, LeakVerdict] = field(default_factory=dict)  # probed processes' verdicts by pid
+    trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)  # by (NVML pid, device index)
+
+
+class Judge:
+    """Judges the samples of one machine, in order."""
+
+    def __init__(self, history: History | None = None) -> None:
+        """``history``: one already recorded (a still picture); the judge adds each new sample to it."""
+        self.history = history if history is not None else History()
+        self._leaks: LeakJudge | None = None  # made at the first call: the live monitor's first frame does without
+        self._trend_cache: TrendCache | None = None
+        self._trends: dict[ProcessKey, ProcessTrend] = {}
+
+    def __call__(self, snapshot: Snapshot) -> Sample:
+        if self._leaks is None or self._trend_cache is None:
+            from gputui.analysis.leaks import LeakJudge
+            from gputui.analysis.trends import TrendCache
+
+            self._leaks, self._trend_cache = LeakJudge(), TrendCache()
+        snapshot, leaks = self._leak_verdicts(snapshot)
+        trends = self._memory_trends(snapshot)
+        try:
+            judgements = judgements_of(snapshot, leaks, trends)
+        except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
+            judgements = Judgements()
+            snapshot = _with_problem(snapshot, f"analysis failed: {type(exc).__name__}: {exc}")
+        return Sample(snapshot, judgements, leaks, trends)
+
+    def _leak_verdicts(self, snapshot: Snapshot) -> tuple[Snapshot, dict[int, LeakVerdict]]:
+        assert self._leaks is not None  # made by __call__
+        try:
+            return snapshot, self._leaks(snapshot)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return _with_problem(snapshot, f"leak analysis failed: {type(exc).__name__}: {exc}"), {}
+
+    def _memory_trends(self, snapshot: Snapshot) -> dict[ProcessKey, ProcessTrend]:
+        from gputui.analysis.trends import trends
+
+        latest = self.history.latest
+        if latest is not None and snapshot.taken_at <= latest and self._trends:
+            return self._trends  # the same instant twice (or a clock stepping back) must not skew the history
+        if latest is None or snapshot.taken_at > latest:
+            self.history.add(snapshot)
+        self._trends = trends(self.history, snapshot, cache=self._trend_cache)
+        return self._trends
+
+
+def _with_problem(snapshot: Snapshot, problem: str) -> Snapshot:
+    return dataclasses.replace(snapshot, problems=snapshot.problems + (problem,))
+
+
+def judgements_of(snapshot: Snapshot, leaks: Mapping[int, LeakVerdict],
+                  trends: Mapping[ProcessKey, ProcessTrend]) -> Judgements:
+    """The judgements of every probed process and every GPU process with a trend, and of every job.
+
+    Advice is worked out for probed processes and for processes whose memory grows: the others' advice
+    (a probe to attach) is for the live monitor's detail screen to ask for.
+    """
+    from gputui.analysis.jobs import analyse_job
+
+    rows: dict[int, list[GpuProcess]] = {}
+    for process in snapshot.processes:
+        rows.setdefault(process.own_pid, []).append(process)
+    reports = {r.pid: r for r in snapshot.probes}
+    processes = tuple(_process(pid, rows.get(pid, []), reports.get(pid), snapshot, leaks, trends)
+                      for pid in sorted(rows.keys() | reports.keys()))
+    jobs = tuple(analyse_job(job, snapshot, trends=trends) for job in snapshot.jobs)
+    return Judgements(processes=processes, jobs=jobs)
+
+
+def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snapshot: Snapshot,
+             leaks: Mapping[int, LeakVerdict], trends: Mapping[ProcessKey, ProcessTrend]) -> ProcessJudgement:
+    from gputui.analysis.process import analyse
+
+    on_devices = tuple(DeviceTrend(p.device_index, trend) for p in rows
+                       if (trend := trends.get((p.pid, p.device_index))) is not None)
+    started_at = rows[0].started_at if rows else (report.started_at if report is not None else None)
+    leak = leaks.get(pid) if report is not None else None
+    judged = ProcessJudgement(pid=pid, started_at=started_at, trends=on_devices, leak=leak)
+    # The process's first row, as --once has always judged it; its growing trend where one grows.
+    trend = next((t.trend for t in on_devices if t.trend.verdict == TREND_GROWING), None)
+    if report is None and trend is None:
+        return judged
+    analysis = analyse(snapshot, rows[0] if rows else None, report, trend=trend, leak=leak)
+    keepers = report.keepers if report is not None and leak is not None and leak.state in LEAK_GROWING else ()
+    return dataclasses.replace(judged, leak=analysis.leak, sites=analysis.sites, keepers=keepers,
+                               advice=analysis.advice)
+
+
+def judge_report(report: ProbeReport, snapshot: Snapshot | None = None) -> ProcessJudgement | None:
+    """The judgement of one probed process from its report alone (``gputui probe PID``, ``gputui oom``),
+    with the GPUs' figures from ``snapshot`` where NVML can be read."""
+    base = snapshot if snapshot is not None else Snapshot(taken_at=report.taken_at)
+    return Judge()(dataclasses.replace(base, probes=(report,))).judgements.of(report.pid)
