@@ -77,13 +77,13 @@ def ab(target: float, rounds: int, steps: int, budget: float | None) -> dict:
         for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
             if side == "on":
                 probe.start()
-                before, seen, count = probe.tracker.charged, probe.tracker.elapsed, probe.tracker.step_count
+                before, seen, count = probe.tracker.cost, probe.tracker.elapsed, probe.tracker.step_count
             cpu: list[float] = []
             times = step_times(job, steps, offset, cpu)
             offset += steps
             if side == "on":
                 probe.stop()
-                charged += probe.tracker.charged - before
+                charged += probe.tracker.cost - before
                 elapsed += probe.tracker.elapsed - seen
                 stepped += probe.tracker.step_count - count
                 measured += sum(1 for e in list(probe.board.steps)[-(probe.tracker.step_count - count):]
