@@ -2,12 +2,14 @@
 
 One process, a CPU MLP training loop (one torch thread) sized for ~5 ms steps and one for ~1.6 ms
 steps. Short blocks of steps alternate between probe stopped and probe running (the same Probe,
-stopped and started, so both sides share the process, the allocator and the machine's drift; the
-side that goes first alternates too). Per block: the median step time. Printed: the median
-per-block step time each way, the overhead (median of paired blocks' differences over the
-stopped side's median, with the middle half of the pairs), and the probe's own account over the
-running blocks (seconds it charged its budget over their step time). On a shared machine say the
-load: it is printed.
+its hooks removed and installed again, so both sides share the process, the allocator and the
+machine's drift; the side that goes first alternates too). Per block: the mean step time (the probe's cost is mostly in
+its few measured steps, which a median leaves out). Printed: the median per-block step time each
+way, the overhead (median of paired blocks' differences, with the middle half of the pairs), and the
+probe's own account over the running blocks (Tracker.cost: its readings and its step hook's own
+cost), each in microseconds a step and as a share of the stopped side's thread-CPU step (the step's
+own work, which a loaded machine stretches less than wall time). On a shared machine say the load:
+it is printed.
 
     python bench/bench_probe_ab.py [--rounds 60] [--steps 24] [--only 5|1.6]
 """
@@ -67,36 +69,39 @@ def ab(target: float, rounds: int, steps: int, budget: float | None) -> dict:
     job = sized_job(target)
     probe = runtime.start(serve=False, **({} if budget is None else {"budget": budget}))
     step_times(job, 60, 0)  # the probe learns the optimizer and the model's roots, once
-    probe.stop()
+    probe.tracker.uninstall()
     blocks: dict[str, list[float]] = {"off": [], "on": []}
     cpu_blocks: dict[str, list[float]] = {"off": [], "on": []}
-    charged = elapsed = 0.0
+    cost = elapsed = 0.0
     measured = stepped = 0
     offset = 0
     for r in range(rounds):
         for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
             if side == "on":
-                probe.start()
-                before, seen, count = probe.tracker.charged, probe.tracker.elapsed, probe.tracker.step_count
+                # The hooks go on and off, not the whole probe: start() also sets aside memory for an
+                # OOM report, reads every figure and registers with atexit, once in a job's life.
+                probe.tracker.install()
+                before, seen, count = probe.tracker.cost, probe.tracker.elapsed, probe.tracker.step_count
             cpu: list[float] = []
             times = step_times(job, steps, offset, cpu)
             offset += steps
             if side == "on":
-                probe.stop()
-                charged += probe.tracker.charged - before
+                probe.tracker.uninstall()
+                cost += probe.tracker.cost - before
                 elapsed += probe.tracker.elapsed - seen
                 stepped += probe.tracker.step_count - count
                 measured += sum(1 for e in list(probe.board.steps)[-(probe.tracker.step_count - count):]
                                 if e.record is not None)
-            blocks[side].append(statistics.median(times))
-            cpu_blocks[side].append(statistics.median(cpu))
+            # A block's mean, not its median: the probe's cost is mostly in its few measured steps.
+            blocks[side].append(statistics.fmean(times))
+            cpu_blocks[side].append(statistics.fmean(cpu))
     runtime.stop()
-    out = {"batch": job.batch, "account": charged / elapsed if elapsed else float("nan"), "blocks": rounds,
-           "measured": measured, "stepped": stepped}
+    out = {"batch": job.batch, "account": cost / elapsed if elapsed else float("nan"), "blocks": rounds,
+           "measured": measured, "stepped": stepped, "per_step": probe.tracker.hook_cost.per_step,
+           "account_s": cost / stepped if stepped else float("nan")}
     for clock, sides in (("wall", blocks), ("cpu", cpu_blocks)):
         off, on = sides["off"], sides["on"]
-        base = statistics.median(off)
-        out[clock] = (base, statistics.median(on), quartiles([(b - a) / base for a, b in zip(off, on)]))
+        out[clock] = (statistics.median(off), statistics.median(on), quartiles([b - a for a, b in zip(off, on)]))
     return out
 
 
@@ -114,13 +119,17 @@ def main() -> int:
         if args.only not in (None, label):
             continue
         r = ab(target, args.rounds, args.steps, args.budget)
+        base = r["cpu"][0]  # (the stopped side's thread CPU a step: the step's own work, load aside)
         print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
-              f"probe's own account: {r['account'] * 100:.2f} % of step time "
-              f"({r['measured']} of {r['stepped']} steps measured)")
+              f"{r['measured']} of {r['stepped']} steps measured; the step hook's own cost "
+              f"{(r['per_step'] or 0) * 1e6:.1f} us a step")
+        print(f"  probe's own account: {r['account_s'] * 1e6:.1f} us a step, {r['account_s'] / base * 100:.2f} % of "
+              f"the stopped CPU step ({r['account'] * 100:.2f} % of wall step time)")
         for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):
             off, on, (low, mid, high) = r[clock]
-            print(f"  {name}: median step {off * 1e3:.3f} ms stopped, {on * 1e3:.3f} ms running; outside A/B "
-                  f"{mid * 100:+.2f} % (paired blocks, middle half {low * 100:+.2f} .. {high * 100:+.2f} %)")
+            print(f"  {name}: mean step {off * 1e3:.3f} ms stopped, {on * 1e3:.3f} ms running (block medians); "
+                  f"outside A/B {mid * 1e6:+.1f} us a step, {mid / base * 100:+.2f} % (paired blocks, middle half "
+                  f"{low * 1e6:+.1f} .. {high * 1e6:+.1f} us)")
     print(f"load average {os.getloadavg()[0]:.2f} at end")
     return 0
 

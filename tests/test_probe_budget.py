@@ -181,3 +181,60 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
     # were 103 to 363 steps behind at every one of them.
     assert step >= 200, (lags, step)
     assert max(lags, default=0) <= 0, lags  # read at the step after it was asked (or at its forward pass)
+
+
+def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch):
+    """A real CPU loop under a Tracker on a fake clock: 5 ms of the job's own work a step, ``hook``
+    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is), and
+    ``reading`` seconds for each phase reading of a measured step. The tracker, after ``steps`` steps."""
+    clock = [0.0]
+    real_read = tracking.Tracker._read
+
+    def read(self, with_tally):
+        clock[0] += reading
+        return real_read(self, with_tally)
+
+    monkeypatch.setattr(tracking.Tracker, "_read", read)
+    tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
+
+    def step_end(step):
+        clock[0] += hook
+
+    tracker.on_step_end = step_end
+    tracker.install()
+    try:
+        job = loops.make_job()
+        for step in range(steps):
+            clock[0] += 0.005
+            loops.train_step(job, *job.batch_at(step))
+    finally:
+        tracker.uninstall()
+    return tracker
+
+
+def test_the_account_holds_the_step_hooks_own_work_at_every_step(monkeypatch):
+    # 1 ms of the probe's step-end work at every step (charging nothing itself): at the steps that read
+    # nothing it is timed for the first 31 of them, then that figure counted for each; at the others
+    # timed each time. The probe's account holds every step's, beside what the readings budget holds.
+    tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch)
+    plain = tracker.hook_cost.steps
+    measured = sum(1 for e in tracker.entries() if e.record is not None)
+    assert tracker.hook_cost.per_step == pytest.approx(0.001)
+    assert 80 <= plain <= 195 and measured >= 5
+    assert tracker.cost - tracker.charged == pytest.approx(0.200)
+    # The measured steps' 4 readings of 0.1 ms are charged (with their saved tensors' estimated hook
+    # calls, under 0.2 ms a step here).
+    assert 0.0004 * measured - 1e-9 <= tracker.charged <= 0.0006 * measured
+
+
+def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypatch):
+    # The step hook's own work (30 us a step) is more than the whole readings budget (0.4 % of a 5 ms
+    # step: 20 us). Were it charged to the budget, no step would be measured after the first. It is in
+    # the account, not the budget: a measured step (4 readings of 50 us and its saved tensors' hook
+    # calls: about 0.3 ms) still comes as often as the budget allows, about one in 15 steps.
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch)
+    measured = [e.step for e in tracker.entries() if e.record is not None]
+    assert len(measured) >= 22, measured
+    assert max(b - a for a, b in zip(measured, measured[1:])) <= 18, measured  # none starved
+    assert tracker.charged <= 0.004 * tracker.elapsed + 0.0004  # (at most one measured step ahead)
+    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)

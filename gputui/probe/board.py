@@ -84,7 +84,8 @@ class Board:
         self.reading = Reading()
         self.sites = SitesView()
         self.last_oom: OomRecord | None = None
-        self.hook_seconds = 0.0  # the probe's time on the training thread, as of the latest reading
+        # The probe's time on the training thread by its own account (Tracker.cost), as of the latest reading.
+        self.hook_seconds = 0.0
         self.limits: tuple[str, ...] = ()  # what the probe cannot see in this job (Tracker.limits)
         # Constant once the probe has started.
         self.pid = 0

@@ -1,8 +1,10 @@
-"""The readings budget: how much of the training thread's time the probe's readings may take.
+"""The probe's time on the training thread: the readings budget, and the steps' own cost beside it.
 
-Every reading the probe takes on the training thread is charged here; a step is measured (read at
-its phase boundaries) only while what was charged stays inside the budget's share of the step time
-seen so far. Plain numbers only: this module reads no torch object.
+Every reading the probe takes on the training thread is charged to the ReadingsBudget; a step is
+measured (read at its phase boundaries) only while what was charged stays inside the budget's share
+of the step time seen so far. What the step hook costs at every other step is the HookCost's: part of
+the probe's account of itself, never of the budget that decides which steps are measured. Plain
+numbers only: this module reads no torch object.
 """
 
 from __future__ import annotations
@@ -14,6 +16,48 @@ BASELINE_EVERY = 8  # measured steps in a row before one without readings (budge
 # Readings a monitor asked for (at most about one a second: the desk asks only for figures older than
 # that) may take this share of the budget by themselves, whatever the measured steps were charged.
 ANSWER_SHARE = 0.25
+CALIBRATION_STEPS = 31  # steps without readings timed at the start, their median the cost of each
+
+
+class HookCost:
+    """The step hook's own cost, beside the readings budget: at each step it reads nothing (no measured
+    step, no hooks armed or removed), timed at the first CALIBRATION_STEPS such steps (a clock read more
+    each), then their median counted for every one; and the probe's step-end work at the other steps,
+    timed (``add``). Kept apart from the readings budget: charged there, this cost of every step would
+    use up the budget and starve the measured steps.
+    """
+
+    __slots__ = ("per_step", "steps", "_samples", "_timed")
+
+    def __init__(self):
+        self.per_step: float | None = None  # seconds one such step costs, once calibrated
+        self.steps = 0  # such steps since the probe started
+        self._samples: list[float] = []
+        self._timed = 0.0  # seconds of step-end work timed at the other steps
+
+    def add(self, seconds: float) -> None:
+        """Step-end work at a measured step (or one that armed or removed the hooks) took ``seconds``."""
+        self._timed += seconds
+
+    @property
+    def calibrating(self) -> bool:
+        return self.per_step is None
+
+    def sample(self, seconds: float) -> None:
+        """One such step took ``seconds`` of the hook's own time (what was charged inside left out)."""
+        self.steps += 1
+        samples = self._samples
+        samples.append(seconds)
+        if len(samples) >= CALIBRATION_STEPS:
+            # (The median: a step where the machine took the CPU away mid-hook is not the hook's cost.)
+            self.per_step = sorted(samples)[len(samples) // 2]
+
+    @property
+    def seconds(self) -> float:
+        """Seconds these steps have cost so far: as calibrated, or as timed while calibrating."""
+        if self.per_step is None:
+            return sum(self._samples) + self._timed
+        return self.per_step * self.steps + self._timed
 
 
 class ReadingsBudget:

@@ -251,7 +251,7 @@ class Probe:
             self.problems.record("reading the allocator", exc)
             devices = ()
         board = self.board
-        board.hook_seconds = self.tracker.hook_seconds
+        board.hook_seconds = self.tracker.cost
         board.limits = self.tracker.limits()
         board.reading = Reading(devices=devices, read_at=time.time(), step=self.tracker.step_count,
                                 monotonic=time.monotonic())

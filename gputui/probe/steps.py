@@ -127,13 +127,16 @@ class Evidence:
         self.steps = 0  # steps measured because the judged figure grew, so far
         self.now = False  # the running step is measured because the judged figure grew
         self.last = False  # ... and the latest step that ended was
-        self._base: tuple | None = None  # (which light figure, its value, step) at the latest measured step
+        # (which light figure, its value, step, the growth past it that is more than noise) at the latest
+        # measured step
+        self._base: tuple | None = None
         self._gap = EVIDENCE_STEPS  # steps to wait before growth past it asks for a measured step
         self._wanted = False
 
     def set_base(self, figure: int, value: int, step: int) -> None:
         """A measured step's figure (an index into LIGHT_FIGURES), the base growth is judged from."""
-        self._base = (figure, value, step)
+        # (The floor once here, not at each step end that reads the figure.)
+        self._base = (figure, value, step, growth_floor(LIGHT_FIGURES[figure], value))
 
     @property
     def watching(self) -> bool:
@@ -153,10 +156,9 @@ class Evidence:
         """
         self.last = self.now
         if light is not None and self._base is not None:
-            figure, base, at = self._base
+            figure, base, at, floor = self._base
             now = light[figure]
             if now is not None and step - at >= self._gap:
-                floor = growth_floor(LIGHT_FIGURES[figure], base)
                 if now - base >= floor:
                     self._wanted = True
                     self.steps += 1

@@ -38,7 +38,7 @@ from gputui.probe import allocator, compiled
 from gputui.probe.activations import Activations, SavedTensor
 from gputui.probe.backward_pass import BackwardPass
 from gputui.probe.board import Board, Problems  # noqa: F401 - Problems: the hooks' error log
-from gputui.probe.budget import DEFAULT_BUDGET, ReadingsBudget
+from gputui.probe.budget import DEFAULT_BUDGET, HookCost, ReadingsBudget
 from gputui.probe.categories import Categories, categories_of
 from gputui.probe.host import MallocInUse, ResidentMemory
 from gputui.probe.saved_tensor_hooks import SavedTensorHooks
@@ -99,6 +99,7 @@ class Tracker:
         self.board = board if board is not None else Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
         self.problems = self.board.problems
         self.budget = ReadingsBudget(budget, clock)
+        self.hook_cost = HookCost()  # the step hook's own cost at steps it reads nothing
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
         self.gathered = Gathered()  # the unsharded parameters FSDP2 gathers (sharded.py)
@@ -491,6 +492,7 @@ class Tracker:
         return marked
 
     def _optimizer_post(self, optimizer, args, kwargs):
+        now = self.clock()  # (first: the step ends here, and all this hook does is the probe's cost)
         if not self.active or _is_compiling():
             return None
         try:
@@ -500,16 +502,16 @@ class Tracker:
                 self._primary = weakref.ref(optimizer)
                 primary = optimizer
             if primary is optimizer:
-                self._end_step()
+                self._end_step(now)
         except Exception as exc:
             self.problems.record("optimizer post-hook", exc)
         return None
 
-    def _end_step(self) -> None:
+    def _end_step(self, now: float) -> None:
+        """The primary optimizer's step ended at ``now``: its entry, and whether the next is measured."""
         # At every step, right after the step's own work has pushed the probe's objects out of the
         # CPU caches: the unmeasured path touches as few objects as it can (not the activations, nor
         # the phases, where an unmeasured step follows an unmeasured one).
-        now = self.clock()
         started = self._step_started
         self.step_count = count = self.step_count + 1
         duration = None if started is None else now - started
@@ -563,12 +565,28 @@ class Tracker:
                 self._arm()
             else:
                 self._disarm()
+        hook_cost = self.hook_cost
         if measured or toggle:
-            # A measured step's record and arming or removing the hooks happen after its end, on
-            # the next step's clock: charged here, as the next step's own readings.
-            budget.charge(self.clock() - now - (budget.hook_seconds - timed))
+            # A measured step's record, arming or removing the hooks: after its end, on the next
+            # step's clock, charged as the next step's own readings (what charged itself inside left
+            # out; ``carried`` is no time spent here: the ending step's saved tensors, estimated).
+            budget.charge(self.clock() - now - (budget.hook_seconds - timed - carried))
+            if self.on_step_end is not None:
+                # The probe's step-end work beyond what it charged itself: one-off (the socket started,
+                # the OOM observer attached) or the same at every step. Charged to the budget, it could
+                # starve the measured steps for minutes; it is in the account (HookCost) instead.
+                started, timed = self.clock(), budget.hook_seconds
+                self.on_step_end(count)
+                hook_cost.add(self.clock() - started - (budget.hook_seconds - timed))
+            return
         if self.on_step_end is not None:
-            self.on_step_end(self.step_count)
+            self.on_step_end(count)
+        # A step that read nothing: the hook's fixed cost, in the probe's account but not in the
+        # readings budget, where it would starve the measured steps (see HookCost).
+        if hook_cost.per_step is None:
+            hook_cost.sample(self.clock() - now - (budget.hook_seconds - timed))
+        else:
+            hook_cost.steps += 1
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
         """A measured step's entry, with its full StepRecord (none where the reading failed)."""
@@ -664,6 +682,12 @@ class Tracker:
     def charged(self) -> float:
         """Seconds charged to the readings budget: timed readings plus their estimated untimed cost."""
         return self.budget.charged
+
+    @property
+    def cost(self) -> float:
+        """Seconds the probe took on the training thread by its own account: what was charged to the
+        readings budget and the step hook's own cost at the other steps."""
+        return self.budget.charged + self.hook_cost.seconds
 
     @property
     def hook_seconds(self) -> float:
