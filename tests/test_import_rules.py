@@ -114,6 +114,7 @@ LIVE_MONITOR = FIRST_FRAME + (
     "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
     "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.ui.config",
     "gputui.link.oom_file",
+    "gputui.link.client", "gputui.link.protocol",  # the sampler looks for probes (json only where one answers)
 )
 NOT_IN_THE_LIVE_MONITOR = ("statistics", "json", "shlex")
 
