@@ -11,13 +11,14 @@ from typing import Literal
 
 from gputui.model.job import Job
 from gputui.model.verdicts import Advice
+from gputui.model.record import Record
 
 # Straggler.measure values
 LagMeasure = Literal["utilisation", "step time"]
 
 
-@dataclass(frozen=True)
-class Slot:
+@dataclass(frozen=True, eq=False, repr=False)
+class Slot(Record):
     """One rank on one device: the figures the job view shows side by side."""
 
     pid: int
@@ -30,8 +31,8 @@ class Slot:
     probed: bool = False
 
 
-@dataclass(frozen=True)
-class Imbalance:
+@dataclass(frozen=True, eq=False, repr=False)
+class Imbalance(Record):
     """One slot holding far more memory than the median of the others."""
 
     pid: int
@@ -42,8 +43,8 @@ class Imbalance:
     ratio: float  # memory / others
 
 
-@dataclass(frozen=True)
-class Straggler:
+@dataclass(frozen=True, eq=False, repr=False)
+class Straggler(Record):
     """A rank whose utilisation or step time lags the others'."""
 
     pid: int
@@ -53,8 +54,8 @@ class Straggler:
     others: float  # the median of the other ranks, same unit
 
 
-@dataclass(frozen=True)
-class FirstOom:
+@dataclass(frozen=True, eq=False, repr=False)
+class FirstOom(Record):
     """The slot that runs out of memory first at the current trends."""
 
     pid: int
@@ -64,8 +65,8 @@ class FirstOom:
     rate: float  # its growth, bytes/s
 
 
-@dataclass(frozen=True)
-class ShardedModel:
+@dataclass(frozen=True, eq=False, repr=False)
+class ShardedModel(Record):
     """A sharded job's model (FSDP2), added up over its probed ranks: each rank holds only its shard."""
 
     parameters: int
@@ -76,8 +77,8 @@ class ShardedModel:
     world_size: int | None  # the job's ranks, where known
 
 
-@dataclass(frozen=True)
-class JobAnalysis:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobAnalysis(Record):
     """A job's slots and verdicts, for the job view, the job detail screen and --once."""
 
     job: Job

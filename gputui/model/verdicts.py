@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from gputui.model.probe import TENSOR_CATEGORIES
+from gputui.model.record import Record
 
 # ProcessTrend.verdict values
 TrendVerdict = Literal["unknown", "steady", "warming_up", "sawtooth", "growing"]
@@ -45,8 +46,8 @@ SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 _MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class ProcessTrend:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessTrend(Record):
     """How one GPU process's NVML memory moves over the monitor's recent history."""
 
     verdict: TrendVerdict
@@ -64,8 +65,8 @@ class ProcessTrend:
         return None if self.rate is None else self.rate * 60.0 / _MIB
 
 
-@dataclass(frozen=True)
-class CategoryGrowth:
+@dataclass(frozen=True, eq=False, repr=False)
+class CategoryGrowth(Record):
     """How one category of a probed process's memory moves per training step."""
 
     name: str  # one of CATEGORIES
@@ -73,8 +74,8 @@ class CategoryGrowth:
     level: int | None = None  # at the end of the latest step
 
 
-@dataclass(frozen=True)
-class LeakVerdict:
+@dataclass(frozen=True, eq=False, repr=False)
+class LeakVerdict(Record):
     """Whether a probed training job leaks, judged per step at the same point of every step."""
 
     state: LeakState
@@ -124,8 +125,8 @@ class LeakVerdict:
         return self.oom_in
 
 
-@dataclass(frozen=True)
-class GrowingSite:
+@dataclass(frozen=True, eq=False, repr=False)
+class GrowingSite(Record):
     """An allocation site whose live bytes grow across the recorded steps."""
 
     where: str  # "train.py:42 in train_step"
@@ -136,8 +137,8 @@ class GrowingSite:
     stack: tuple[str, ...] = ()  # innermost last
 
 
-@dataclass(frozen=True)
-class Advice:
+@dataclass(frozen=True, eq=False, repr=False)
+class Advice(Record):
     """One concrete suggestion: what was seen, what to change, what it would save."""
 
     kind: str  # stable id of the rule, e.g. "keep-graph", "expandable-segments"
