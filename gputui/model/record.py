@@ -23,15 +23,18 @@ class Record:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        values = _compared(self.__class__)
+        cls: Any = self.__class__  # Any: mypy takes a class whose instances define __hash__ for unhashable
+        values = _compared(cls)
         return bool(values(self) == values(other))
 
     def __hash__(self) -> int:
-        return hash(_compared(self.__class__)(self))
+        cls: Any = self.__class__
+        return hash(_compared(cls)(self))
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _shown(self.__class__))
-        return f"{self.__class__.__qualname__}({shown})"
+        cls: Any = self.__class__
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _shown(cls))
+        return f"{cls.__qualname__}({shown})"
 
 
 @cache
