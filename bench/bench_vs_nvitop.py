@@ -162,8 +162,11 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     from gputui.collect.sim.native import STATE_VARIABLE, build, state_pids
+    from gputui.link.paths import DIR_ENV as PROBE_DIR_VARIABLE
 
     work = Path(tempfile.mkdtemp(prefix="gputui-bench-"))
+    probes = work / "probes"
+    probes.mkdir(mode=0o700)
     library = build(work / "lib").parent
     cols, rows = (int(v) for v in args.size.split("x"))
     tools = {
@@ -184,7 +187,10 @@ def main() -> int:
             feed = feeder(state, count)
             try:
                 pids = {str(pid) for pid in state_pids(state)}
-                env = {"LD_LIBRARY_PATH": str(library), STATE_VARIABLE: str(state), "TERM": "xterm-256color"}
+                # gputui in a probe directory of its own: probes that other jobs on this machine run would
+                # otherwise be found, talked to and their reports kept (the scenario has none; nvitop has none)
+                env = {"LD_LIBRARY_PATH": str(library), STATE_VARIABLE: str(state), "TERM": "xterm-256color",
+                       PROBE_DIR_VARIABLE: str(probes)}
                 results: dict[str, list[dict]] = {name: [] for name in tools}
                 for _ in range(args.runs):
                     for name, command in tools.items():

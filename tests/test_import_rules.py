@@ -114,6 +114,7 @@ LIVE_MONITOR = FIRST_FRAME + (
     "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
     "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.ui.config",
     "gputui.link.oom_file",
+    "gputui.link.client", "gputui.link.protocol",  # the sampler looks for probes (json only where one answers)
 )
 NOT_IN_THE_LIVE_MONITOR = ("statistics", "json", "shlex")
 
@@ -123,6 +124,30 @@ def test_the_live_monitor_loads_no_stdlib_module_it_can_do_without():
         "import importlib, sys\n"  # not json: it is one of the modules looked for
         f"for name in {list(LIVE_MONITOR)!r}: importlib.import_module(name)\n"
         f"print(repr([m for m in {list(NOT_IN_THE_LIVE_MONITOR)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
+
+
+# The live monitor on a machine with no job spread over GPUs and no probe: its app, screens, sampler and the
+# client that looks for probes. A job's analysis (with the advice it ranks) and a probed process's are
+# loaded with the first job or probe: 0.3 MB of resident memory otherwise (issue 31 item 21).
+MONITOR_ALONE = FIRST_FRAME + (
+    "gputui.ui.app", "gputui.ui.main_screen", "gputui.ui.job_rows", "gputui.ui.sampler", "gputui.link.client",
+    "gputui.analysis.leaks", "gputui.analysis.trends", "gputui.ui.widgets.charts",
+)
+ONLY_WITH_A_JOB_OR_A_PROBE = (
+    "gputui.analysis.jobs", "gputui.plain.jobs", "gputui.model.job_verdicts", "gputui.analysis.advice",
+    "gputui.analysis.process", "gputui.analysis.whatif", "gputui.analysis.sites", "json",
+)
+
+
+def test_the_monitor_alone_loads_no_job_or_probe_analysis():
+    code = (
+        "import importlib, sys\n"
+        f"for name in {list(MONITOR_ALONE)!r}: importlib.import_module(name)\n"
+        f"print(repr([m for m in {list(ONLY_WITH_A_JOB_OR_A_PROBE)!r} if m in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

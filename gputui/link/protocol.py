@@ -7,7 +7,6 @@ A request is ``{"v": 1, "id": n, "op": "report", "params": {...}}``; a reply is
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +62,8 @@ class RawJSON(bytes):
 
 def dumps(value: Any) -> bytes:
     """Compact JSON; NaN and infinities become null so any JSON reader accepts it."""
+    import json  # here: the live monitor imports this module to look for probes, and writes JSON only to one
+
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except ValueError:
@@ -114,6 +115,8 @@ def decode_request(line: bytes) -> Request:
         raise ProtocolError("'id' must be an integer or a string", BAD_REQUEST)
     version = message.get("v")
     if not is_version(version):
+        import json
+
         raise ProtocolError(
             f"protocol version {json.dumps(version)} is not supported; this probe speaks version "
             f"{VERSION}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputui.model.fielddoc import doc
+from gputui.model.record import Record
 
 # What a breakdown can hold, in the order every view lists it: the probe's tensor categories, then
 # what the allocator and NVML add (bytes allocated but not categorised, the allocator's cache, its
@@ -18,8 +19,8 @@ BREAKDOWN_ITEMS = ("parameters", "gradients", "optimizer_state", "buffers", "act
                    "untracked", "untracked_growth", "cache", "fragmentation", "context")
 
 
-@dataclass(frozen=True)
-class BreakdownItem:
+@dataclass(frozen=True, eq=False, repr=False)
+class BreakdownItem(Record):
     """One part of a breakdown."""
 
     key: str = field(metadata=doc(
@@ -35,8 +36,8 @@ class BreakdownItem:
     size: int = field(metadata=doc("bytes", minimum=0))
 
 
-@dataclass(frozen=True)
-class Breakdown:
+@dataclass(frozen=True, eq=False, repr=False)
+class Breakdown(Record):
     """The parts of one probed process's memory on one device, and the total they explain."""
 
     pid: int = field(metadata=doc("PID of the probed process (as it sees itself)", minimum=1))

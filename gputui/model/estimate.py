@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from gputui.model.fielddoc import doc
 from gputui.model.probe import MemoryCategories
+from gputui.model.record import Record
 
 CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY = "created", "forward", "backward", "optimizer", "steady"
 ESTIMATE_PHASES = (CREATED, FORWARD, BACKWARD, OPTIMIZER, STEADY)
@@ -24,8 +25,8 @@ RUNS_OUT_WORDS = {CREATED: "building the model", FORWARD: "the forward pass", BA
                   OPTIMIZER: "the optimizer step", STEADY: "between steps"}
 
 
-@dataclass(frozen=True)
-class PhaseMemory:
+@dataclass(frozen=True, eq=False, repr=False)
+class PhaseMemory(Record):
     """Live tensor bytes at one phase's peak (or at its end, for created and steady)."""
 
     phase: str = field(metadata=doc("the phase", enum=list(ESTIMATE_PHASES)))
@@ -33,16 +34,16 @@ class PhaseMemory:
     total: int = field(metadata=doc("every live tensor byte at the peak (bytes)", minimum=0))
 
 
-@dataclass(frozen=True)
-class PhasePeak:
+@dataclass(frozen=True, eq=False, repr=False)
+class PhasePeak(Record):
     """One phase of one step as it ran: its peak."""
 
     phase: str = field(metadata=doc("the phase", enum=[FORWARD, BACKWARD, OPTIMIZER]))
     total: int = field(metadata=doc("every live tensor byte at the phase's peak (bytes)", minimum=0))
 
 
-@dataclass(frozen=True)
-class WhatIf:
+@dataclass(frozen=True, eq=False, repr=False)
+class WhatIf(Record):
     """The same job with one change: its peak, and what it saves against the job as asked."""
 
     change: str = field(metadata=doc('the change, in words: "bf16", "activation checkpointing" ...'))
@@ -55,8 +56,8 @@ class WhatIf:
         "or where the batch does not limit it)", minimum=0))
 
 
-@dataclass(frozen=True)
-class Headroom:
+@dataclass(frozen=True, eq=False, repr=False)
+class Headroom(Record):
     """A live probed job's room on one GPU: what it could still take, and what changes would free."""
 
     device: str = field(metadata=doc('the probe\'s name for the device: `"cuda:0"`'))
@@ -82,8 +83,8 @@ class Headroom:
         return self.free + self.cache
 
 
-@dataclass(frozen=True)
-class Estimate:
+@dataclass(frozen=True, eq=False, repr=False)
+class Estimate(Record):
     """One training step measured without real memory, and the device it was measured against."""
 
     job: str = field(metadata=doc("SCRIPT:FUNCTION that built the model and batch"))

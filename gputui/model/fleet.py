@@ -11,6 +11,7 @@ from typing import Final, Literal
 
 from gputui.model.gpu import Snapshot
 from gputui.model.judgement import Judgements
+from gputui.model.record import Record
 
 # HostView.state values
 HostState = Literal["connecting", "live", "stale", "unreachable"]
@@ -21,8 +22,8 @@ HOST_UNREACHABLE: Final = "unreachable"  # the connection failed or ended; retri
 HOST_STATES: tuple[HostState, ...] = (HOST_CONNECTING, HOST_LIVE, HOST_STALE, HOST_UNREACHABLE)
 
 
-@dataclass(frozen=True)
-class HostView:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostView(Record):
     """One host of the many-host view: how its connection stands and its latest snapshot."""
 
     name: str  # as the user wrote it: an ssh destination (alias, user@host) or a URL

@@ -12,10 +12,11 @@ from typing import Final, Literal
 from gputui.model.fielddoc import doc
 from gputui.model.job import Job
 from gputui.model.probe import ProbeReport
+from gputui.model.record import Record
 
 
-@dataclass(frozen=True)
-class Driver:
+@dataclass(frozen=True, eq=False, repr=False)
+class Driver(Record):
     """Versions of the NVIDIA software stack."""
 
     driver_version: str | None = field(default=None, metadata=doc('NVIDIA driver version, e.g. `"550.54.15"`'))
@@ -24,8 +25,8 @@ class Driver:
     nvml_version: str | None = field(default=None, metadata=doc('NVML library version, e.g. `"12.550.54.15"`'))
 
 
-@dataclass(frozen=True)
-class MigInstance:
+@dataclass(frozen=True, eq=False, repr=False)
+class MigInstance(Record):
     """One MIG device carved out of a physical GPU."""
 
     index: int = field(metadata=doc("MIG device index within its parent GPU", minimum=0))
@@ -62,8 +63,8 @@ THROTTLE_REASONS = (
 COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 
 
-@dataclass(frozen=True)
-class Device:
+@dataclass(frozen=True, eq=False, repr=False)
+class Device(Record):
     """One physical GPU as NVML reports it."""
 
     index: int = field(metadata=doc("NVML index (nvidia-smi order; not necessarily the CUDA order)", minimum=0))
@@ -143,8 +144,8 @@ ProcessKind = Literal["compute", "graphics", "compute+graphics"]
 PROCESS_KINDS: tuple[ProcessKind, ...] = ("compute", "graphics", "compute+graphics")
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuProcess(Record):
     """One process holding a context on one device (a process on two GPUs appears twice)."""
 
     pid: int = field(metadata=doc("the PID NVML reports (the host's PID namespace)", minimum=1))
@@ -194,8 +195,8 @@ class GpuProcess:
         return self.local_pid if self.local_pid is not None else self.pid
 
 
-@dataclass(frozen=True)
-class HostProcess:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostProcess(Record):
     """A process holding no GPU: an ancestor of a GPU process (for the process tree), or a probed
     process NVML does not list (a CPU-only job, no driver)."""
 
@@ -212,8 +213,8 @@ class HostProcess:
         "process start time (seconds since the epoch); probed processes only"))
 
 
-@dataclass(frozen=True)
-class Host:
+@dataclass(frozen=True, eq=False, repr=False)
+class Host(Record):
     """The machine the GPUs are in."""
 
     hostname: str = field(default="", metadata=doc("host name"))
@@ -230,8 +231,8 @@ class Host:
         "when the host booted (Unix time, seconds): its uptime is the snapshot's time less this", minimum=0))
 
 
-@dataclass(frozen=True)
-class MonitorCost:
+@dataclass(frozen=True, eq=False, repr=False)
+class MonitorCost(Record):
     """What taking a snapshot cost the monitor itself: users watch for a monitor slowing training."""
 
     cpu_percent: float | None = field(default=None, metadata=doc(
@@ -244,8 +245,8 @@ class MonitorCost:
         "time to take the whole snapshot: NVML, /proc and the host's figures (milliseconds)", minimum=0))
 
 
-@dataclass(frozen=True)
-class EndedProcess:
+@dataclass(frozen=True, eq=False, repr=False)
+class EndedProcess(Record):
     """A probed process that an out-of-memory error ended while the monitor watched it: kept in view,
     with the report it left, instead of letting its row vanish."""
 
@@ -264,8 +265,8 @@ class EndedProcess:
         "GPU memory NVML charged to it when last seen, all its GPUs (bytes)", minimum=0))
 
 
-@dataclass(frozen=True)
-class Snapshot:
+@dataclass(frozen=True, eq=False, repr=False)
+class Snapshot(Record):
     """Everything the monitor knows at one instant. Immutable: widgets render from it."""
 
     taken_at: float = field(metadata=doc("when the snapshot was taken (seconds since the epoch)"))

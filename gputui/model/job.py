@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from gputui.model.fielddoc import doc
+from gputui.model.record import Record
 
 # Job.grouped_by values: the evidence that put the processes together, strongest first.
 GroupedBy = Literal["launcher", "slurm", "torchelastic", "master", "devices"]
@@ -80,8 +81,8 @@ def _int(environ: Mapping[str, str], *names: str) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class Placement:
+@dataclass(frozen=True, eq=False, repr=False)
+class Placement(Record):
     """Where a process sits in its distributed job, as its environment says."""
 
     rank: int | None = field(default=None, metadata=doc(
@@ -121,8 +122,8 @@ def rendezvous_of(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class JobDevice:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobDevice(Record):
     """One GPU a rank uses, with what NVML charges the rank there."""
 
     index: int = field(metadata=doc("NVML index of the GPU", minimum=0))
@@ -130,8 +131,8 @@ class JobDevice:
         "GPU memory NVML charges to the rank's process on this GPU (bytes)", minimum=0))
 
 
-@dataclass(frozen=True)
-class JobRank:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobRank(Record):
     """One process of a job."""
 
     pid: int = field(metadata=doc("PID (gputui's PID namespace)", minimum=1))
@@ -148,8 +149,8 @@ class JobRank:
     command: tuple[str, ...] = field(default=(), metadata=doc("command line (argv)"))
 
 
-@dataclass(frozen=True)
-class Job:
+@dataclass(frozen=True, eq=False, repr=False)
+class Job(Record):
     """Processes that belong to one training run, or one process on several GPUs."""
 
     key: str = field(metadata=doc(

@@ -12,13 +12,14 @@ from typing import Literal
 from gputui.model.fielddoc import doc
 from gputui.model.job import Job
 from gputui.model.verdicts import Advice
+from gputui.model.record import Record
 
 # Straggler.measure values
 LagMeasure = Literal["utilisation", "step time"]
 
 
-@dataclass(frozen=True)
-class Slot:
+@dataclass(frozen=True, eq=False, repr=False)
+class Slot(Record):
     """One rank on one device: the figures the job view shows side by side."""
 
     pid: int = field(metadata=doc("PID of the rank's process", minimum=1))
@@ -34,8 +35,8 @@ class Slot:
     probed: bool = field(default=False, metadata=doc("whether a probe reports from it"))
 
 
-@dataclass(frozen=True)
-class Imbalance:
+@dataclass(frozen=True, eq=False, repr=False)
+class Imbalance(Record):
     """One slot holding far more memory than the median of the others."""
 
     pid: int = field(metadata=doc("PID of the rank's process", minimum=1))
@@ -46,8 +47,8 @@ class Imbalance:
     ratio: float = field(metadata=doc("`memory` / `others`", minimum=0))
 
 
-@dataclass(frozen=True)
-class Straggler:
+@dataclass(frozen=True, eq=False, repr=False)
+class Straggler(Record):
     """A rank whose utilisation or step time lags the others'."""
 
     pid: int = field(metadata=doc("PID of the rank's process", minimum=1))
@@ -57,8 +58,8 @@ class Straggler:
     others: float = field(metadata=doc("the median of the other ranks, in the same unit"))
 
 
-@dataclass(frozen=True)
-class FirstOom:
+@dataclass(frozen=True, eq=False, repr=False)
+class FirstOom(Record):
     """The slot that runs out of memory first at the current trends."""
 
     pid: int = field(metadata=doc("PID of the rank's process", minimum=1))
@@ -68,8 +69,8 @@ class FirstOom:
     rate: float = field(metadata=doc("its growth (bytes/s)"))
 
 
-@dataclass(frozen=True)
-class ShardedModel:
+@dataclass(frozen=True, eq=False, repr=False)
+class ShardedModel(Record):
     """A sharded job's model (FSDP2), added up over its probed ranks: each rank holds only its shard."""
 
     parameters: int = field(metadata=doc("the whole model's parameters, all shards (bytes)", minimum=0))
@@ -81,8 +82,8 @@ class ShardedModel:
     world_size: int | None = field(metadata=doc("the job's ranks, where known", minimum=1))
 
 
-@dataclass(frozen=True)
-class JobAnalysis:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobAnalysis(Record):
     """A job's slots and verdicts, for the job view, the job detail screen and --once."""
 
     job: Job = field(metadata=doc("the job judged"))

@@ -12,19 +12,20 @@ from dataclasses import dataclass, field
 from gputui.model.fielddoc import doc
 from gputui.model.job_verdicts import JobAnalysis
 from gputui.model.probe import LeakKeeper
+from gputui.model.record import Record
 from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
 
 
-@dataclass(frozen=True)
-class DeviceTrend:
+@dataclass(frozen=True, eq=False, repr=False)
+class DeviceTrend(Record):
     """A process's NVML memory trend on one GPU."""
 
     device: int = field(metadata=doc("NVML index of the GPU", minimum=0))
     trend: ProcessTrend = field(metadata=doc("how the process's memory there moves"))
 
 
-@dataclass(frozen=True)
-class ProcessJudgement:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessJudgement(Record):
     """What the monitor concluded about one process: its memory trends, its leak verdict and advice."""
 
     pid: int = field(metadata=doc("PID of the process, as the monitor sees it", minimum=1))
@@ -42,8 +43,8 @@ class ProcessJudgement:
         "what to do, the first thing first, each with its evidence and estimated saving"))
 
 
-@dataclass(frozen=True)
-class Judgements:
+@dataclass(frozen=True, eq=False, repr=False)
+class Judgements(Record):
     """Every judgement of one sample: the processes the monitor judged, and its jobs' findings."""
 
     processes: tuple[ProcessJudgement, ...] = field(default=(), metadata=doc(

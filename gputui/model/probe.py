@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 from gputui.model.fielddoc import doc
 from gputui.model.job import Placement
+from gputui.model.record import Record
 
 
-@dataclass(frozen=True)
-class MemoryCategories:
+@dataclass(frozen=True, eq=False, repr=False)
+class MemoryCategories(Record):
     """Live tensor bytes by what they are for, deduplicated by storage."""
 
     parameters: int | None = field(default=None, metadata=doc("model parameters (bytes)", minimum=0))
@@ -54,8 +55,8 @@ class MemoryCategories:
 TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other")
 
 
-@dataclass(frozen=True)
-class AllocatorStats:
+@dataclass(frozen=True, eq=False, repr=False)
+class AllocatorStats(Record):
     """torch.cuda caching-allocator counters for one device (see torch.cuda.memory_stats)."""
 
     allocated: int = field(metadata=doc("bytes in live tensors", minimum=0))
@@ -82,8 +83,8 @@ class AllocatorStats:
     expandable_segments: bool | None = field(default=None, metadata=doc("expandable segments are on"))
 
 
-@dataclass(frozen=True)
-class ProbeDevice:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeDevice(Record):
     """One device a probed process uses ("cuda:0", or "cpu" for a CPU-only job)."""
 
     device: str = field(metadata=doc('`"cuda:N"` or `"cpu"`'))
@@ -114,8 +115,8 @@ LIMIT_HOOKS_UNAVAILABLE = (
     "hooks (the probe's problems say why).")
 
 
-@dataclass(frozen=True)
-class StepRecord:
+@dataclass(frozen=True, eq=False, repr=False)
+class StepRecord(Record):
     """One training step, bounded by optimizer.step() calls."""
 
     step: int = field(metadata=doc("step number", minimum=0))
@@ -150,8 +151,8 @@ class StepRecord:
         "phases' peaks rise from (measured steps)", minimum=0))
 
 
-@dataclass(frozen=True)
-class OomRecord:
+@dataclass(frozen=True, eq=False, repr=False)
+class OomRecord(Record):
     """The last out-of-memory error the process hit."""
 
     at: float = field(metadata=doc("when (seconds since the epoch)"))
@@ -178,8 +179,8 @@ class OomRecord:
         "the process carried on or no report could be written"))
 
 
-@dataclass(frozen=True)
-class AllocationSite:
+@dataclass(frozen=True, eq=False, repr=False)
+class AllocationSite(Record):
     """Live bytes allocated from one place in the code, at the end of each recorded step.
 
     Recorded only on demand (allocation-site recording), for a bounded window of steps; the monitor's
@@ -196,8 +197,8 @@ class AllocationSite:
 KEEPER_GRAPH = "a tensor whose autograd graph"
 
 
-@dataclass(frozen=True)
-class LeakKeeper:
+@dataclass(frozen=True, eq=False, repr=False)
+class LeakKeeper(Record):
     """A name in the user's code that held more at each step while a leak was recorded.
 
     Found on the training thread by sizing what the user's frames reach by name at two step ends; the
@@ -219,8 +220,8 @@ class LeakKeeper:
 PROBE_STARTS = ("run", "env", "api", "attach", "demo")
 
 
-@dataclass(frozen=True)
-class ProbeReport:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeReport(Record):
     """Everything one probe knows about its process right now."""
 
     pid: int = field(metadata=doc("PID of the probed process, as it sees itself", minimum=1))

@@ -11,6 +11,7 @@ from typing import Final, Literal
 
 from gputui.model.fielddoc import doc
 from gputui.model.probe import TENSOR_CATEGORIES
+from gputui.model.record import Record
 
 # ProcessTrend.verdict values
 TrendVerdict = Literal["unknown", "steady", "warming_up", "sawtooth", "growing"]
@@ -46,8 +47,8 @@ SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 _MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class ProcessTrend:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessTrend(Record):
     """How one GPU process's NVML memory moves over the monitor's recent history."""
 
     verdict: TrendVerdict = field(metadata=doc("how the memory moves", enum=TREND_VERDICTS))
@@ -69,8 +70,8 @@ class ProcessTrend:
         return None if self.rate is None else self.rate * 60.0 / _MIB
 
 
-@dataclass(frozen=True)
-class CategoryGrowth:
+@dataclass(frozen=True, eq=False, repr=False)
+class CategoryGrowth(Record):
     """How one category of a probed process's memory moves per training step."""
 
     name: str = field(metadata=doc("the category", enum=CATEGORIES))
@@ -78,8 +79,8 @@ class CategoryGrowth:
     level: int | None = field(default=None, metadata=doc("at the end of the latest step (bytes)", minimum=0))
 
 
-@dataclass(frozen=True)
-class LeakVerdict:
+@dataclass(frozen=True, eq=False, repr=False)
+class LeakVerdict(Record):
     """Whether a probed training job leaks, judged per step at the same point of every step."""
 
     state: LeakState = field(metadata=doc("what the steps show", enum=LEAK_STATES))
@@ -144,8 +145,8 @@ class LeakVerdict:
         return self.oom_in
 
 
-@dataclass(frozen=True)
-class GrowingSite:
+@dataclass(frozen=True, eq=False, repr=False)
+class GrowingSite(Record):
     """An allocation site whose live bytes grow across the recorded steps."""
 
     where: str = field(metadata=doc('the allocating line, `"train.py:42 in train_step"`'))
@@ -156,8 +157,8 @@ class GrowingSite:
     stack: tuple[str, ...] = field(default=(), metadata=doc("the call stack, innermost last"))
 
 
-@dataclass(frozen=True)
-class Advice:
+@dataclass(frozen=True, eq=False, repr=False)
+class Advice(Record):
     """One concrete suggestion: what was seen, what to change, what it would save."""
 
     kind: str = field(metadata=doc('stable id of the rule, `"keep-graph"`, `"expandable-segments"`'))

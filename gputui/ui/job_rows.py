@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from gputui import units
 from gputui.analysis import robust
 from gputui.analysis.history import ProcessKey
-from gputui.analysis.jobs import analyse_job
 from gputui.model import Job, Snapshot
 from gputui.model.verdicts import ProcessTrend
-from gputui.plain.jobs import indices, rank_count, worst_finding
 from gputui.ui.rows import BRANCHES, COLUMNS, Row
 
 # A job line's mark: open (its rows shown under it) or folded, by --ascii.
@@ -91,6 +89,11 @@ def job_row(key: str, job: Job, source: JobSource, *, shut: bool = False, ascii:
 
 def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> tuple[dict, dict]:
     """Texts and styles of every column for a job's line."""
+    # Here, not at import: a job's analysis and its words (analysis.jobs with the advice it ranks, plain.jobs)
+    # are 0.3 MB of resident memory that a machine with no job spread over GPUs never needs.
+    from gputui.analysis.jobs import analyse_job
+    from gputui.plain.jobs import indices, rank_count, worst_finding
+
     analysis = analyse_job(job, source.snapshot, trends=source.trends)
     worst = worst_finding(analysis)
     ranks = {r.pid for r in job.ranks}
