@@ -137,8 +137,10 @@ MONITOR_ALONE = FIRST_FRAME + (
     "gputui.ui.app", "gputui.ui.main_screen", "gputui.ui.job_rows", "gputui.ui.sampler", "gputui.link.client",
     "gputui.analysis.leaks", "gputui.analysis.trends", "gputui.ui.widgets.charts",
 )
+# model.job_verdicts is not among them: the sampling pipeline's Judgements (model/judgement.py) hold the
+# job findings, so every monitor loads their vocabulary, though not the analysis that makes them.
 ONLY_WITH_A_JOB_OR_A_PROBE = (
-    "gputui.analysis.jobs", "gputui.plain.jobs", "gputui.model.job_verdicts", "gputui.analysis.advice",
+    "gputui.analysis.jobs", "gputui.plain.jobs", "gputui.analysis.advice",
     "gputui.analysis.process", "gputui.analysis.whatif", "gputui.analysis.sites", "json",
 )
 
