@@ -221,19 +221,54 @@ def hf_trainer(name: str, checked: str, model: nn.Module, kind: str, budget: flo
     return under_probe(name, checked, truth, trainer.train, budget)
 
 
-def hf_gpt2(budget: float | None = 1.0, watch: bool = True) -> Run:
-    return hf_trainer("transformers GPT-2", "Trainer, AdamW, 2 micro-batches a step", gpt2(), "lm", budget, watch)
+def hf_gpt2(budget: float | None = 1.0, watch: bool = True, steps: int = 6) -> Run:
+    return hf_trainer("transformers GPT-2", "Trainer, AdamW, 2 micro-batches a step", gpt2(), "lm", budget, watch,
+                      steps)
 
 
-def hf_bert(budget: float | None = 1.0, watch: bool = True) -> Run:
+def hf_bert(budget: float | None = 1.0, watch: bool = True, steps: int = 6) -> Run:
     return hf_trainer("transformers BERT", "Trainer, AdamW, 2 micro-batches a step, buffers", bert(), "classes",
-                      budget, watch)
+                      budget, watch, steps)
 
 
-def peft_lora(budget: float | None = 1.0, watch: bool = True) -> Run:
+def peft_lora(budget: float | None = 1.0, watch: bool = True, steps: int = 6) -> Run:
     """PEFT's LoRA on GPT-2's attention under the Trainer: the base model frozen, only the adapters train."""
     return hf_trainer("PEFT LoRA", "GPT-2 frozen, LoRA r=4 on c_attn, Trainer, AdamW", gpt2(lora=True), "lm",
-                      budget, watch)
+                      budget, watch, steps)
+
+
+def plain_gpt2(name: str, checked: str, model: nn.Module, budget: float | None, watch: bool, steps: int) -> Run:
+    """A plain loop of GPT-2 ``model`` (compiled or not) with AdamW, one batch of 4 a step."""
+    torch.manual_seed(1)
+    tokens = [torch.randint(0, 512, (4, 32)) for _ in range(steps)]  # (not views of one tensor: see Slices)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    truth = Truth(model, saved_bytes(model, lambda: model(input_ids=tokens[0], labels=tokens[0]).loss)) \
+        if watch else None
+
+    def train():
+        for batch in tokens:
+            optimizer.zero_grad()
+            model(input_ids=batch, labels=batch).loss.backward()
+            optimizer.step()
+
+    return under_probe(name, checked, truth, train, budget)
+
+
+def compiled(budget: float | None = 1.0, watch: bool = True, steps: int = 6) -> Run:
+    """torch.compile with AOTAutograd's eager backend (its joint graph saves the activations; no C compiler
+    needed), on GPT-2 with AdamW."""
+    torch.compiler.reset()
+    return plain_gpt2("torch.compile", "GPT-2 compiled (aot_eager), AdamW",
+                      torch.compile(gpt2(), backend="aot_eager"), budget, watch, steps)
+
+
+def checkpointed(budget: float | None = 1.0, watch: bool = True, steps: int = 6) -> Run:
+    """transformers' activation checkpointing (torch's non-reentrant checkpoint of each block), GPT-2, AdamW."""
+    model = gpt2()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return plain_gpt2("activation checkpointing", "GPT-2, each block checkpointed (non-reentrant), AdamW",
+                      model, budget, watch, steps)
 
 
 def accelerate_loop(budget: float | None = 1.0, watch: bool = True, steps: int = 6, accumulation: int = 2) -> Run:
@@ -307,4 +342,5 @@ def lightning_closure(budget: float | None = 1.0, watch: bool = True, steps: int
 JOBS = {"hf-gpt2": (hf_gpt2, ("transformers", "accelerate")), "hf-bert": (hf_bert, ("transformers", "accelerate")),
         "peft-lora": (peft_lora, ("transformers", "accelerate", "peft")),
         "accelerate": (accelerate_loop, ("transformers", "accelerate")),
-        "lightning": (lightning_closure, ("lightning",))}
+        "lightning": (lightning_closure, ("lightning",)), "compile": (compiled, ("transformers",)),
+        "checkpointing": (checkpointed, ("transformers",))}

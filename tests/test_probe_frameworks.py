@@ -219,7 +219,8 @@ def test_a_lightning_job_has_its_phases_and_the_advice_on_activations():
 # embedding and head counted once; BERT's position and token-type ids (two 64-long int64 buffers); LoRA's
 # frozen GPT-2 counted as parameters, the adapters alone with gradients and AdamW's two moments (and a
 # 4-byte step counter for each of their 8 tensors).
-HOLDS = {"hf-gpt2": (547840, 547840, 2 * 547840 + 28 * 4, 0), "hf-bert": (433676, 433676, 2 * 433676 + 41 * 4, 1024),
+HOLDS = {"compile": (547840, 547840, 2 * 547840 + 28 * 4, 0), "checkpointing": (547840, 547840, 2 * 547840 + 28 * 4, 0),
+         "hf-gpt2": (547840, 547840, 2 * 547840 + 28 * 4, 0), "hf-bert": (433676, 433676, 2 * 433676 + 41 * 4, 1024),
          "peft-lora": (556032, 8192, 2 * 8192 + 4 * 4, 0), "accelerate": (547840, 547840, 2 * 547840 + 28 * 4, 0),
          "lightning": (307240, 307240, 2 * 307240 + 4 * 4, 0)}
 
@@ -258,7 +259,7 @@ def test_a_framework_jobs_categories_are_exact_at_every_step(name):
 # slow: real framework training
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name", [
-    "hf-gpt2", "accelerate", "peft-lora", "lightning",
+    "hf-gpt2", "accelerate", "peft-lora", "lightning", "compile", "checkpointing",
     pytest.param("hf-bert", marks=pytest.mark.xfail(strict=True, reason=(
         "BERT's pooler saves hidden[:, 0], a 1 KiB view of the last layer's 32 KiB output, which the graph "
         "alone keeps alive: the probe counts a view by the elements it uses (right for a dataset sliced "
