@@ -306,7 +306,7 @@ def lightning_closure(budget: float | None = 1.0, watch: bool = True, steps: int
         def __init__(self):
             super().__init__()
             torch.manual_seed(0)
-            self.net = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 10))
+            self.net = nn.Sequential(nn.Linear(64, 4096), nn.ReLU(), nn.Linear(4096, 10))
 
         def forward(self, x):
             return self.net(x)
@@ -318,11 +318,13 @@ def lightning_closure(budget: float | None = 1.0, watch: bool = True, steps: int
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters())
 
+    # (steps of a few ms, not one: the probe's readings stay a small share of them on a loaded machine, so
+    # that at budget 1.0 every step is measured)
     torch.manual_seed(1)
-    data = torch.utils.data.TensorDataset(torch.randn(32 * steps, 64), torch.randint(0, 10, (32 * steps,)))
+    data = torch.utils.data.TensorDataset(torch.randn(64 * steps, 64), torch.randint(0, 10, (64 * steps,)))
     module = Classifier()
     # (Lightning zeroes the gradients after training_step returns: backward starts without them)
-    truth = Truth(module, saved_bytes(module, lambda: module(torch.randn(32, 64))),
+    truth = Truth(module, saved_bytes(module, lambda: module(torch.randn(64, 64))),
                   backward_follows_forward=False) if watch else None
 
     class BackwardStarts(lightning.Callback):
@@ -333,7 +335,7 @@ def lightning_closure(budget: float | None = 1.0, watch: bool = True, steps: int
     trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=[BackwardStarts()])
-    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    loader = torch.utils.data.DataLoader(data, batch_size=64)
     return under_probe("Lightning", "automatic optimization: Adam stepped with a closure", truth,
                        lambda: trainer.fit(module, loader), budget)
 
