@@ -2,8 +2,10 @@
 tests/test_frameworks_sharded.py: ``python sharded_job.py KIND PORT OUT_DIR`` trains five steps and writes
 ``rank<N>.json``: the probe's report and the truth summed in the rank itself.
 
-KIND is "fsdp2" (``fully_shard``), "fsdp1" (``FullyShardedDataParallel``, flat parameters) or "zero3"
-(DeepSpeed ZeRO stage 3 on its CPU accelerator, nothing kept unpartitioned). The model is
+KIND is "ddp" (``DistributedDataParallel``: each rank the whole model, for bench/frameworks.py), "fsdp2"
+(``fully_shard``), "fsdp1" (``FullyShardedDataParallel``, flat parameters), "zero1" or
+"zero2" (DeepSpeed ZeRO stage 1 or 2 on its CPU accelerator: the optimizer and, for 2, the gradients
+partitioned) or "zero3" (stage 3, nothing kept unpartitioned). The model is
 Linear(64, 128), ReLU, Linear(128, 10) in float32: the first Linear is an FSDP module of its own, the root
 (the whole model) holds the last Linear's parameters.
 """
@@ -16,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probe_truth import storage_bytes  # noqa: E402
@@ -45,12 +48,19 @@ def build_fsdp1():
     return FullyShardedDataParallel(model, device_id=torch.device("cpu"))
 
 
-def build_zero3(model):
+def build_ddp():
+    return nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)))
+
+
+BUILDERS = {"fsdp2": build_fsdp2, "fsdp1": build_fsdp1, "ddp": build_ddp}
+
+
+def build_zero(model, stage: int):
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")
     config = {"train_micro_batch_size_per_gpu": BATCH,
-              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+              "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
     engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.Adam(model.parameters()),
                                                    config=config)
     return engine, optimizer
@@ -63,6 +73,16 @@ def zero3_truth(model, optimizer) -> dict:
     master = storage_bytes(optimizer.fp32_partitioned_groups_flat)
     state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values())
     return {"parameters": partition + master, "gradients": partition, "optimizer_state": state}
+
+
+def zero12_truth(model, optimizer, step_grads: list[int]) -> dict:
+    """A rank's ZeRO-1/2 share: the whole model (its parameters views of one flat buffer) and the optimizer's
+    fp32 copy of the rank's partition, with Adam's two moments of it. The gradient is the partition's,
+    which DeepSpeed frees when the step is done: ``step_grads`` has it, counted at each step's end."""
+    master = storage_bytes(optimizer.single_partition_of_fp32_groups)
+    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values())
+    return {"parameters": storage_bytes(model.parameters()) + master, "gradients": step_grads[-1],
+            "optimizer_state": state}
 
 
 def local_of(tensor):
@@ -78,17 +98,21 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
     from gputui.probe import runtime
 
     torch.manual_seed(0)
-    if kind == "zero3":
+    if kind.startswith("zero"):
         model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        engine, optimizer = build_zero3(model)
+        engine, optimizer = build_zero(model, int(kind[-1]))
     else:
-        engine = model = build_fsdp2() if kind == "fsdp2" else build_fsdp1()
+        engine = model = BUILDERS[kind]()
         optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
+    step_grads: list[int] = []  # ZeRO-1/2: the gradients the optimizer held at each step's end
+    if kind in ("zero1", "zero2"):
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: step_grads.append(
+            storage_bytes(p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None)))
     probe = runtime.start(serve=False, budget=1.0)
     try:
         for _ in range(5):
-            if kind == "zero3":
+            if kind.startswith("zero"):
                 engine.backward(nn.functional.cross_entropy(engine(x), y))
                 engine.step()
                 continue
@@ -99,7 +123,8 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
     finally:
         runtime.stop()
     params = list(model.parameters())
-    truth = zero3_truth(model, optimizer) if kind == "zero3" else {
+    truth = zero3_truth(model, optimizer) if kind == "zero3" else zero12_truth(model, optimizer, step_grads) \
+        if kind.startswith("zero") else {
         "parameters": storage_bytes(local_of(p) for p in params),
         "gradients": storage_bytes(local_of(p.grad) for p in params),
         "optimizer_state": storage_bytes(local_of(v) for s in optimizer.state.values() for v in s.values()),

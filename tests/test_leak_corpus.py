@@ -143,6 +143,20 @@ def test_a_cache_that_warms_up_for_100_steps_is_no_leak_64_steps_after_it_goes_f
     assert not called or called == list(range(called[0], called[-1] + 1)), called  # one call at most
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ["module_outputs", "running_total"])
+def test_a_leak_on_a_module_attribute_or_a_running_total_stays_called_at_every_step_to_200(name):
+    # The window is four times the 50 steps a call may take: from the first call on, the verdict a monitor
+    # would see at any poll is the same leak in the same category.
+    report = run(name, 200)
+    states = {step: (v.state, v.category) for step, v in verdicts_by_step(report)}
+    assert len(states) == 200
+    first = min(step for step, (state, _) in states.items() if state == "leak")
+    assert first <= MAX_STEPS_TO_VERDICT, first
+    wanted = ("leak", leak_corpus.PATTERNS[name].category)
+    assert {step: s for step, s in states.items() if step >= first and s != wanted} == {}
+
+
 # -- keepers, sites and advice for the leaks framework code makes (issue 32 items 5-7) ------------------
 
 

@@ -26,6 +26,21 @@ def model_parameters(optimizers, modules=()) -> list:
     return params + [p for module in modules for p in module.parameters()]
 
 
+def storage_of(tensor, dtensor=None) -> tuple[tuple, int] | None:
+    """((data_ptr, device), bytes) of the storage a tensor keeps alive (a sharded DTensor's local shard,
+    ``dtensor`` being the DTensor class where there is one); None for no tensor or no plain storage."""
+    if not isinstance(tensor, torch.Tensor):
+        return None
+    try:
+        if dtensor is not None and isinstance(tensor, dtensor):
+            tensor = local(tensor)
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+    except Exception:  # sparse, meta or exotic subclasses have no plain storage
+        return None
+    return ((ptr, tensor.device), storage.nbytes()) if ptr else None
+
+
 def tally(optimizers, saved_tensors=(), seen: set | None = None,
           lasting: set | None = None, modules=(), skip=()) -> dict[str, list[int]]:
     """Bytes per device ("cpu", "cuda:0") and category, deduplicated by storage.
@@ -45,28 +60,17 @@ def tally(optimizers, saved_tensors=(), seen: set | None = None,
     dtensor = dtensor_class()
 
     def add(tensor, slot):
-        if not isinstance(tensor, torch.Tensor):
+        found = storage_of(tensor, dtensor)
+        if found is None or found[0] in seen:
             return
-        try:
-            if dtensor is not None and isinstance(tensor, dtensor):
-                tensor = local(tensor)
-            storage = tensor.untyped_storage()
-            ptr = storage.data_ptr()
-        except Exception:  # sparse, meta or exotic subclasses have no plain storage
-            return
-        if not ptr:
-            return
-        device = tensor.device
-        key = (ptr, device)
-        if key in seen:
-            return
+        key, nbytes = found
         seen.add(key)
         if lasting is not None and slot != GRADS:
             lasting.add(key)
-        row = totals.get(device)
+        row = totals.get(key[1])
         if row is None:
-            row = totals[device] = [0] * SLOTS
-        row[slot] += storage.nbytes()
+            row = totals[key[1]] = [0] * SLOTS
+        row[slot] += nbytes
 
     params = model_parameters(optimizers, modules)
     for p in params:
@@ -183,19 +187,18 @@ class Categories:
             sorted(id(m) for m in list(self.modules)))
 
     def _gradient_bytes(self, device: str) -> int:
+        """Gradients on ``device`` now, each storage once, as tally() counts them: a gradient that is a view
+        of a bigger storage keeps all of it (a ZeRO-1/2 rank's partition of the gradients, when it lies
+        inside one parameter's gradient)."""
         total = 0
-        on_cpu = device == "cpu"
         seen: set = set()
         dtensor = dtensor_class()
         for p in model_parameters(list(self.optimizers), list(self.modules)):
-            g = p.grad
-            if g is None or id(g) in seen:
+            found = storage_of(p.grad, dtensor)
+            if found is None or found[0] in seen or str(found[0][1]) != device:
                 continue
-            seen.add(id(g))
-            if dtensor is not None and isinstance(g, dtensor):
-                g = local(g)  # the rank's shard: a DTensor's nbytes is the whole tensor's
-            if g.is_cpu if on_cpu else str(g.device) == device:
-                total += g.nbytes
+            seen.add(found[0])
+            total += found[1]
         return total
 
 
