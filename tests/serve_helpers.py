@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -11,6 +13,21 @@ import urllib.request
 from contextlib import contextmanager
 
 from cli_helpers import ROOT
+
+
+def serve_env(tmp_path) -> dict[str, str]:
+    """The environment for a ``gputui serve`` of this checkout: its own probe and config directories."""
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir(mode=0o700)
+    clean = {k: v for k, v in os.environ.items() if k != "GPUTUI_PROBE"}
+    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    return clean
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @contextmanager

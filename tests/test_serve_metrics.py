@@ -214,6 +214,35 @@ def test_the_leaky_demos_verdict_and_forecast_are_the_monitors():
     assert value(found, "gputui_probe_leak_state", pid=str(report.pid), state="leak") == 1
 
 
+def test_a_growing_verdict_names_what_grows_and_a_clean_one_nothing():
+    found = series(demo_sample("leaky"))
+    grows = {dict(labels)["category"]: v for (name, labels), v in found.items()
+             if name == "gputui_probe_leak_category"}
+    assert grows == {"activations": 1}
+    assert value(found, "gputui_probe_leak_category", pid="51200", device="cuda:0") == 1
+    clean = series(Sample(workstation(), leaks={4242: LeakVerdict("clean", device="cuda:0")}))
+    assert not [name for name, _ in clean if name == "gputui_probe_leak_category"]
+
+
+# ------------------------------------------------------------------------------ training jobs' findings
+
+def test_the_torchrun_demos_straggler_lags_by_both_measures():
+    found = series(demo_sample("torchrun"))
+    lagging = sorted((dict(labels)["pid"], dict(labels)["rank"], dict(labels)["measure"], v)
+                     for (name, labels), v in found.items() if name == "gputui_job_straggler")
+    assert lagging == [("70125", "13", "step time", 1), ("70125", "13", "utilisation", 1)]  # local rank 5
+    assert value(found, "gputui_job_straggler", measure="utilisation", job_key="launcher 70100",
+                 job_name="pretrain.py (torchrun)") == 1
+    assert not [name for name, _ in found if name == "gputui_job_imbalance_ratio"]
+
+
+def test_the_dataparallel_demos_first_gpu_holds_more_than_twice_the_others():
+    found = series(demo_sample("dataparallel"))
+    assert value(found, "gputui_job_imbalance_ratio", pid="61042", index="0", rank="",
+                 job_key="devices 61042") == 2.18
+    assert not [name for name, _ in found if name == "gputui_job_straggler"]
+
+
 # ------------------------------------------------------------------------------ never break a scrape
 
 def test_no_sample_yet_is_an_empty_answer():

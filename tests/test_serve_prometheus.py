@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -19,8 +18,7 @@ import urllib.parse
 
 import pytest
 
-from cli_helpers import ROOT
-from serve_helpers import fetch, serving
+from serve_helpers import fetch, free_port, serve_env, serving
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 pytestmark = pytest.mark.skipif(
@@ -31,17 +29,7 @@ PID = "48231"  # the training-node demo's probed rank
 
 @pytest.fixture
 def env(tmp_path):
-    probe_dir = tmp_path / "probes"
-    probe_dir.mkdir(mode=0o700)
-    clean = {k: v for k, v in os.environ.items() if k != "GPUTUI_PROBE"}
-    clean.update(GPUTUI_PROBE_DIR=str(probe_dir), PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"))
-    return clean
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return serve_env(tmp_path)
 
 
 class Documents:

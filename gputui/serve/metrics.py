@@ -19,7 +19,7 @@ from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.phases import peaks
 from gputui.model import THROTTLE_REASONS, Device, GpuProcess, ProbeReport, mig_name
-from gputui.model.verdicts import LEAK_STATES, TREND_VERDICTS
+from gputui.model.verdicts import LEAK_GROWING, LEAK_STATES, TREND_VERDICTS
 from gputui.serve.sampling import Sample
 from gputui.untrusted import visible
 
@@ -28,6 +28,8 @@ DEVICE = ("index", "uuid", "name")
 MIG = ("index", "uuid", "name", "parent_uuid")
 PROCESS = ("pid", "user", "command", "index", "uuid")
 PROBE = ("pid", "device", "uuid")
+# A training job's rank; not "job", which Prometheus gives each scrape target.
+JOB_RANK = ("job_key", "job_name", "pid", "rank")
 COMMAND_CHARS = 80  # a label is no place for a whole command line
 
 
@@ -96,11 +98,18 @@ FAMILIES = (
     Family("probe_step_seconds", "Median seconds per training step over the recent steps", PROBE),
     Family("probe_steps", "Training steps the probe has counted", PROBE, "counter"),
     Family("probe_leak_state", "1 for the probe's leak verdict, else 0", (*PROBE, "state")),
+    Family("probe_leak_category", "1 for what grows (parameters, activations ...) while the leak verdict "
+           "is a growing state (leak, cache_growth, fragmentation)", (*PROBE, "category")),
     Family("probe_growth_bytes_per_step", "Growth per step of allocated memory (the C heap or resident memory "
            "of CPU jobs), reserved memory and inactive split blocks, over the recent steps", (*PROBE, "figure")),
     Family("probe_seconds_to_oom", "Seconds until the device runs out at the leak's rate (leaks only)", PROBE),
     Family("probe_allocator_retries", "Cache flushes forced by a failed cudaMalloc", PROBE, "counter"),
     Family("probe_out_of_memory_errors", "Out-of-memory errors the caching allocator raised", PROBE, "counter"),
+    # training jobs' findings (the job view's)
+    Family("job_straggler", "1 for a rank whose utilisation or step time lags the other ranks'",
+           (*JOB_RANK, "measure")),
+    Family("job_imbalance_ratio", "Memory a rank holds on its GPU over the median of the other ranks, "
+           "for the one rank that holds far more", (*JOB_RANK, "index")),
 )
 
 # One reading: (family name, label values, value); a value of None is not known and has no sample.
@@ -164,6 +173,7 @@ def readings(sample: Sample) -> Iterator[Reading]:
     for device in snapshot.devices:
         yield from _device(device)
     yield from _processes(sample)
+    yield from _jobs(sample)
     for report in snapshot.probes:
         try:
             found = list(_probe(report, sample))
@@ -202,6 +212,21 @@ def _processes(sample: Sample) -> Iterator[Reading]:
             yield "process_seconds_to_oom", labels, trend.time_to_oom
 
 
+def _jobs(sample: Sample) -> Iterator[Reading]:
+    for analysis in sample.judgements.jobs:
+        job = (visible(analysis.job.key), visible(analysis.job.name))
+        for straggler in analysis.stragglers:
+            yield "job_straggler", (*job, str(straggler.pid), _known(straggler.rank), straggler.measure), 1
+        imbalance = analysis.imbalance
+        if imbalance is not None:
+            yield "job_imbalance_ratio", (*job, str(imbalance.pid), _known(imbalance.rank),
+                                          _known(imbalance.device)), imbalance.ratio
+
+
+def _known(number: int | None) -> str:
+    return "" if number is None else str(number)
+
+
 def _probe(report: ProbeReport, sample: Sample) -> Iterator[Reading]:
     pid = str(report.pid)
     uuids = {d.device: visible(d.uuid or "") for d in report.devices}
@@ -228,6 +253,8 @@ def _probe(report: ProbeReport, sample: Sample) -> Iterator[Reading]:
         judged = labels(verdict.device)
         for state in LEAK_STATES:
             yield "probe_leak_state", (*judged, state), 1 if verdict.state == state else 0
+        if verdict.state in LEAK_GROWING and verdict.category is not None:
+            yield "probe_leak_category", (*judged, verdict.category), 1
         yield "probe_step_seconds", judged, verdict.step_time
         for figure, name in GROWTH_FIGURES:
             yield "probe_growth_bytes_per_step", (*judged, figure), getattr(verdict, name)
