@@ -58,3 +58,14 @@ def probed_process(env, tmp_path):
     yield proc
     proc.kill()
     proc.wait(timeout=10)
+
+
+# pytest-timeout's limit for tests marked slow (pyproject's `timeout` is the others'): a real training
+# loop on a loaded 2-core machine may take minutes, and one that hangs must still end.
+SLOW_TIMEOUT = 600
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
