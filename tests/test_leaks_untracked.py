@@ -23,8 +23,7 @@ from gputui.probe.host import MallocInUse  # noqa: E402
 KIB, MIB = 1 << 10, 1 << 20
 JOB = Path(__file__).with_name("untracked_job.py")
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not MallocInUse().available, reason="needs glibc's mallinfo2")]
+pytestmark = pytest.mark.skipif(not MallocInUse().available, reason="needs glibc's mallinfo2")
 
 
 def probed(loop: str, steps: int):
