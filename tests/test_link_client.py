@@ -162,8 +162,8 @@ def test_discover_looks_in_the_runtime_dir_and_the_fallback(tmp_path, monkeypatc
     monkeypatch.delenv(paths.DIR_ENV, raising=False)
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    fallback_root = tmp_path / "tmp"
-    fallback_root.mkdir()
+    # short, as /tmp is: under pytest-xdist, tmp_path leaves the socket's path past its 107 bytes
+    fallback_root = Path(tempfile.mkdtemp(prefix="gputui-test-"))
     monkeypatch.setattr(paths, "FALLBACK_ROOT", fallback_root)
     # A job started without XDG_RUNTIME_DIR (cron, a batch system) uses the fallback ...
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
@@ -178,6 +178,7 @@ def test_discover_looks_in_the_runtime_dir_and_the_fallback(tmp_path, monkeypatc
         assert client.fetch_report(os.getpid()).pid == os.getpid()
     finally:
         srv.stop()
+        shutil.rmtree(fallback_root)
 
 
 def test_no_probe_in_a_live_process(probe_dir):
