@@ -22,11 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one(name: str, steps: int, budget: float | None, thread_time: bool = False) -> dict:
-    """In this process: run one pattern under the probe and judge every prefix of its steps
-    (``thread_time``: the probe's clock counts this thread's CPU time, not the wall clock's)."""
-    import time
-
+def one(name: str, steps: int, budget: float | None) -> dict:
+    """In this process: run one pattern under the probe and judge every prefix of its steps."""
     import torch
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -38,8 +35,7 @@ def one(name: str, steps: int, budget: float | None, thread_time: bool = False) 
 
     torch.set_num_threads(1)
     pattern = leak_corpus.PATTERNS[name]
-    options = {} if budget is None else {"budget": budget}
-    probe = gputui.probe.start(serve=False, **options, **({"clock": time.thread_time} if thread_time else {}))
+    probe = gputui.probe.start(serve=False, **({} if budget is None else {"budget": budget}))
     kept = pattern.run(steps)
     report = probe.report()
     gputui.probe.stop()
@@ -71,12 +67,9 @@ def main() -> int:
     parser.add_argument("--budget", type=float, help="the probe's readings budget (default: the probe's)")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    # The budget then shares out the job's CPU time: which steps are measured no longer depends on
-    # how busy the machine is (the tests' use: a loaded machine's stalls earned readings).
-    parser.add_argument("--thread-time", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.steps, args.budget, args.thread_time)))
+        print(json.dumps(one(args.one, args.steps, args.budget)))
         return 0
     sys.path.insert(0, str(ROOT / "examples"))
     import leak_corpus

@@ -102,10 +102,8 @@ def test_at_the_default_budget_a_leak_is_called_in_its_category_within_50_steps(
     # Few steps are measured here: the per-step figure says that memory grows, and a step measured
     # because it grew says what grows. In a fresh process, as bench/bench_leaks.py runs it (the C
     # heap's figure costs more to read in a process whose heap earlier tests have fragmented).
-    # The probe's clock counts the job's CPU time: a loaded machine's stalls would earn it readings
-    # (more measured steps) that a quiet one does not.
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_leaks.py"), "--one", name, "--steps", "60",
-                          "--thread-time"], capture_output=True, text=True, timeout=300, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_leaks.py"), "--one", name, "--steps",
+                          "60"], capture_output=True, text=True, timeout=300, check=True, cwd=ROOT)
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["step"] is not None and result["step"] <= MAX_STEPS_TO_VERDICT, result
     assert result["categories"] == [leak_corpus.PATTERNS[name].category], result

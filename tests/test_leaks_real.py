@@ -7,7 +7,6 @@ that fills then stays, the garbage collector's sawtooth) must stay clean and rec
 
 import gc
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -134,9 +133,8 @@ def test_gc_sawtooth_is_seen_as_released():
 def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_rate():
     # Saved tensors are seen on measured steps only, a few in a hundred at the default budget: the
     # rate comes from what each of those steps kept (activations_kept), not from the live total,
-    # which would count only the measured steps' graphs and come out many times too low. The probe's
-    # clock counts this thread's CPU time: a loaded machine's stalls would earn it readings.
-    probe = gputui.probe.start(serve=False, clock=time.thread_time)
+    # which would count only the measured steps' graphs and come out many times too low.
+    probe = gputui.probe.start(serve=False)
     try:
         kept = loops.run("outputs", 400)
         report = probe.report()
