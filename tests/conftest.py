@@ -1,9 +1,12 @@
 """Fixtures shared by several test modules."""
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,15 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path, for tests that bind a Unix socket in it: a socket's
+    path has 107 bytes at most, and pytest-xdist's tmp_path (.../popen-gwN/test_name0) leaves too few."""
+    directory = Path(tempfile.mkdtemp(prefix="gputui-test-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

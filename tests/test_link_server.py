@@ -107,9 +107,9 @@ def test_socket_and_directory_permissions(server, probe_dir):
     assert sorted(p.name for p in probe_dir.iterdir()) == [f"{os.getpid()}.sock"]
 
 
-def test_default_directory_is_created_private(tmp_path, monkeypatch):
+def test_default_directory_is_created_private(short_tmp, monkeypatch):
     monkeypatch.delenv(paths.DIR_ENV, raising=False)
-    runtime = tmp_path / "run"
+    runtime = short_tmp / "run"
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     srv = ProbeServer({})
