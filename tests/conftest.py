@@ -1,9 +1,12 @@
 """Fixtures shared by several test modules."""
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,15 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path, for tests that bind a Unix socket in it: a socket's
+    path has 107 bytes at most, and pytest-xdist's tmp_path (.../popen-gwN/test_name0) leaves too few."""
+    directory = Path(tempfile.mkdtemp(prefix="gputui-test-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -58,3 +70,26 @@ def probed_process(env, tmp_path):
     yield proc
     proc.kill()
     proc.wait(timeout=10)
+
+
+# pytest-timeout's limit for tests marked slow (pyproject's `timeout` is the others'): a real training
+# loop on a loaded 2-core machine may take minutes, and one that hangs must still end.
+SLOW_TIMEOUT = 600
+# Files whose tests are all slow (real training loops, real servers, jobs in subprocesses, soaks):
+# marked here, in one place, rather than in each file. A slow test elsewhere: @pytest.mark.slow.
+SLOW_FILES = {
+    "test_leak_corpus.py", "test_leaks_real.py", "test_leaks_host.py", "test_leaks_sites.py",
+    "test_leaks_untracked.py", "test_frameworks_sharded.py", "test_probe_frameworks.py", "test_probe_compile.py",
+    "test_probe_accuracy.py", "test_probe_breakdown_truth.py", "test_probe_budget.py", "test_probe_threads.py",
+    "test_probe_keepers.py", "test_probe_attach.py", "test_probe_demo.py", "test_oom_report.py",
+    "test_estimate_accuracy.py", "test_serve_prometheus.py", "test_hosts_ssh.py", "test_smoke_script.py",
+    "test_terminal_life.py", "test_estimate.py", "test_ddp_ranks.py",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

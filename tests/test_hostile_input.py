@@ -39,6 +39,7 @@ from hostile import (
     assert_terminal_output_safe,
     poison,
 )
+from ui_data import settle
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).with_name("hostile.py")
@@ -251,14 +252,6 @@ def test_watch_keeps_printing_beside_a_probe_answering_nested_json(env, nested_p
 
 # ------------------------------------------------------------------------------------ live monitor
 
-async def settle(pilot) -> None:
-    for _ in range(200):
-        if pilot.app.samples >= 1:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause()
-
-
 class PoisonedSource:
     """The leaky demo with every outside string poisoned, as a collector."""
 
@@ -287,7 +280,7 @@ def assert_screen_safe(svg: str) -> None:
 async def test_the_live_monitor_shows_outside_strings_made_visible():
     app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob")
     async with app.run_test(size=(200, 50)) as pilot:
-        await settle(pilot)
+        await settle(pilot, tries=200)
         assert_screen_safe(app.export_screenshot())
         assert app._notifications and all(harmless(n.message) == n.message for n in app._notifications)
         table = app.screen.query_one(ProcessTable)
@@ -309,7 +302,7 @@ async def test_a_probes_answer_to_the_record_key_is_shown_made_visible(answer):
 
     app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob", requester=requester)
     async with app.run_test(size=(200, 50)) as pilot:
-        await settle(pilot)
+        await settle(pilot, tries=200)
         app.record_sites(app.snapshot.probes[0].pid, on=True, steps=5)
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -5,68 +5,34 @@ is appended to each step) is the breakdown's "untracked growth", the leak verdic
 ``untracked_growth``, and advice ranks it by its size: never a smaller known part ahead of it.
 """
 
-import gc
-import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-import loops  # noqa: E402
-
-import gputui.probe  # noqa: E402
 from gputui.analysis.advice import advise  # noqa: E402
 from gputui.analysis.breakdown import breakdowns  # noqa: E402
 from gputui.analysis.leaks import leak_verdict  # noqa: E402
-from gputui.model import Snapshot  # noqa: E402
+from gputui.model import ProbeReport, Snapshot, from_jsonable  # noqa: E402
+from gputui.model.codec import parse_json  # noqa: E402
 from gputui.probe.host import MallocInUse  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
+JOB = Path(__file__).with_name("untracked_job.py")
 
-pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
-              pytest.mark.skipif(not MallocInUse().available, reason="needs glibc's mallinfo2"),
-              # These read the whole process's C heap: after test_leak_corpus.py's running_total loop in
-              # the same process they saw no growth ('collecting', three full runs of three); alone, and
-              # after every other test file tried, they pass. Until the loops run in a process of their
-              # own, they run where asked for: GPUTUI_ISOLATED_TESTS=1 python -m pytest THIS_FILE.
-              pytest.mark.skipif(os.environ.get("GPUTUI_ISOLATED_TESTS") != "1",
-                                 reason="order-dependent in a full run (the process's C heap); "
-                                        "set GPUTUI_ISOLATED_TESTS=1 and run this file alone")]
+pytestmark = pytest.mark.skipif(not MallocInUse().available, reason="needs glibc's mallinfo2")
 
 
-def appending(job, steps):
-    """A loop that appends a 1 MiB tensor (no graph) to a list at every step."""
-    kept = []
-    for step in range(steps):
-        loops.train_step(job, *job.batch_at(step))
-        kept.append(torch.ones(MIB // 4))  # 1 MiB of float32
-    return kept
-
-
-def running_total(job, steps):
-    """A loop that adds its evaluation loss, with its graph, to a running total (no ``.item()``)."""
-    total = 0.0
-    for step in range(steps):
-        loops.train_step(job, *job.batch_at(step))
-        x, y = job.batch_at(step + 1)
-        total += torch.nn.functional.cross_entropy(job.model(x), y)
-    return total
-
-
-def probed(loop, steps):
-    # At the default budget the probe measures a few steps only, as in a real job. The verdict reads
-    # the whole process's C heap: earlier tests' garbage goes first.
-    gc.collect()
-    probe = gputui.probe.start(serve=False, auto_sites=False)
-    try:
-        kept = loop(loops.make_job(), steps)
-        report = probe.report()
-    finally:
-        gputui.probe.stop()
-    del kept
+def probed(loop: str, steps: int):
+    """The report of ``loop`` run for ``steps`` under the probe, in a process of its own (the verdict
+    reads the whole process's C heap: in this one, earlier tests' garbage hid the growth)."""
+    job = subprocess.run([sys.executable, str(JOB), loop, str(steps)], capture_output=True, text=True,
+                         timeout=300)
+    assert job.returncode == 0, job.stderr
+    report = from_jsonable(ProbeReport, parse_json(job.stdout))
     verdict = leak_verdict(report)
     snapshot = Snapshot(taken_at=report.taken_at)
     (breakdown,) = breakdowns(report, snapshot)
@@ -76,7 +42,7 @@ def probed(loop, steps):
 
 def test_a_list_appended_to_shows_as_untracked_growth_and_advice_puts_it_first():
     # 20 steps: too few to confirm a leak, enough to grow 20 MiB, where Adam's state is 3 MiB
-    report, verdict, breakdown, advice = probed(appending, 20)
+    report, verdict, breakdown, advice = probed("appending", 20)
     assert verdict.state in ("collecting", "warming_up")  # no leak confirmed yet
     grown = (verdict.last_step - verdict.untracked_since) * MIB  # (the latest step read)
     assert 0.98 * grown <= verdict.untracked_growth <= grown + 2 * MIB
@@ -90,7 +56,7 @@ def test_a_list_appended_to_shows_as_untracked_growth_and_advice_puts_it_first()
 
 
 def test_a_confirmed_host_leak_is_saved_by_its_untracked_growth():
-    report, verdict, breakdown, advice = probed(appending, 40)
+    report, verdict, breakdown, advice = probed("appending", 40)
     assert verdict.state == "leak" and verdict.category == "other"
     grown = (verdict.last_step - verdict.untracked_since) * MIB  # (the latest step read)
     assert 0.98 * grown <= verdict.untracked_growth <= grown + 2 * MIB
@@ -98,9 +64,8 @@ def test_a_confirmed_host_leak_is_saved_by_its_untracked_growth():
     assert advice[0].estimated_saving == verdict.untracked_growth
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_running_total_without_item_shows_the_graphs_the_probe_did_not_measure():
-    report, verdict, breakdown, advice = probed(running_total, 80)
+    report, verdict, breakdown, advice = probed("running_total", 80)
     assert verdict.state == "leak" and verdict.category == "activations"
     # Each step keeps one evaluation graph: 256 KiB saved for backward, and autograd's few KiB. The
     # probe sees the graphs of its measured steps only; the rest is untracked growth.

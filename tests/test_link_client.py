@@ -158,12 +158,11 @@ def test_probe_exiting_normally_removes_its_socket(spawn_probe, probe_dir):
     assert list(probe_dir.iterdir()) == []
 
 
-def test_discover_looks_in_the_runtime_dir_and_the_fallback(tmp_path, monkeypatch):
+def test_discover_looks_in_the_runtime_dir_and_the_fallback(tmp_path, short_tmp, monkeypatch):
     monkeypatch.delenv(paths.DIR_ENV, raising=False)
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    fallback_root = tmp_path / "tmp"
-    fallback_root.mkdir()
+    fallback_root = short_tmp
     monkeypatch.setattr(paths, "FALLBACK_ROOT", fallback_root)
     # A job started without XDG_RUNTIME_DIR (cron, a batch system) uses the fallback ...
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)

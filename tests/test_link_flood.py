@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from clocks import MovableClock
 from link_helpers import connect, read_reply
 
 from gputui.link import client, paths, protocol
@@ -85,14 +86,16 @@ def test_a_connection_that_never_speaks_is_dropped(serve):
 
 
 def test_a_monitor_keeps_its_connection_while_it_asks_and_loses_it_when_idle(serve):
-    srv = serve(silent_timeout=0.2, idle_timeout=0.8)
+    clock = MovableClock(running=False)
+    srv = serve(silent_timeout=0.2, idle_timeout=0.8, clock=clock)
     sock = connect(srv.path)
     for i in range(4):  # asking every 0.3 s: longer than the silent limit, within the idle one
         sock.sendall(protocol.request_line(i, "echo", {"i": i}))
         assert read_reply(sock)["result"] == {"params": {"i": i}}
-        time.sleep(0.3)
+        clock.advance(0.3)
     assert srv.clients_dropped_idle == 0
-    assert closed_by_server(sock, within=3.0)  # then idle past the limit
+    clock.advance(0.6)  # then idle past the limit (0.9 s since it last asked)
+    assert closed_by_server(sock, within=3.0)
     assert srv.clients_dropped_idle == 1
 
 
@@ -163,14 +166,17 @@ def test_a_client_that_stops_reading_its_replies_is_dropped_when_idle(serve):
 
 
 def test_a_client_taking_a_long_reply_slowly_is_not_idle(serve):
-    srv = serve(silent_timeout=0.2, idle_timeout=0.6)
+    clock = MovableClock(running=False)
+    srv = serve(silent_timeout=0.2, idle_timeout=0.6, clock=clock)
     sock = connect(srv.path)
     for i in range(10):
         sock.sendall(protocol.request_line(i, "big"))
     replies = b""
-    while replies.count(b"\n") < 10:  # 2 MB over 2 s or more: longer than the idle timeout
-        replies += sock.recv(4096)
-        time.sleep(0.004)
+    while replies.count(b"\n") < 10:  # 2 MB, 4 KiB every 4 ms: 2 s, longer than the idle timeout
+        part = sock.recv(4096)
+        assert part, "dropped while taking its replies"
+        replies += part
+        clock.advance(0.004)
     assert srv.clients_dropped_idle == 0
     sock.close()
 
@@ -220,41 +226,47 @@ def test_requests_asked_flat_out_are_answered_at_a_bounded_rate_in_order(serve):
 
 def test_a_monitor_is_answered_while_others_ask_flat_out(serve):
     """Waiting requests are answered in the order they came: two flat-out pollers cannot keep a
-    monitor that asks once a second from its answer for long."""
-    srv = serve(request_rate=20.0, request_burst=5.0)
+    monitor that asks once a second from its answer for long. On the server's clock, which stands
+    still but when the test moves it: the rate's time, whatever the machine's load."""
+    clock = MovableClock(running=False)
+    srv = serve(request_rate=20.0, request_burst=5.0, clock=clock)
     stop = threading.Event()
     counts = [0, 0]
 
     def flat_out(n: int) -> None:
         sock = connect(srv.path)
-        sock.settimeout(5.0)
+        sock.settimeout(30.0)
         while not stop.is_set():
             sock.sendall(protocol.request_line(n, "echo", {}))
             read_reply(sock)
             counts[n] += 1
         sock.close()
 
+    def deferred(n: int) -> bool:
+        return wait_for(lambda: srv.requests_deferred == n, within=30)
+
     pollers = [threading.Thread(target=flat_out, args=(n,)) for n in range(2)]
     for poller in pollers:
         poller.start()
     try:
-        time.sleep(0.5)
-        waits = []
         for i in range(3):
+            # both pollers wait for the rate (the burst spent, then each round's answers)
+            assert deferred(2 + 3 * i), srv.requests_deferred
             sock = connect(srv.path)
-            asked = time.monotonic()
+            sock.settimeout(30.0)
             sock.sendall(protocol.request_line(i, "echo", {"monitor": i}))
+            assert deferred(3 + 3 * i)  # the monitor waits too
+            clock.advance(0.16)  # three answers' time at 20 a second: the two pollers', then the monitor's
             assert read_reply(sock)["result"] == {"params": {"monitor": i}}
-            waits.append(time.monotonic() - asked)
             sock.close()
-            time.sleep(0.3)
+        assert deferred(2 + 3 * 3)
+        assert srv.requests_answered == 5 + 3 * 3  # the burst, then the rate
     finally:
         stop.set()
+        clock.advance(1.0)  # the pollers' last requests answered: they see the stop
         for poller in pollers:
             poller.join(timeout=10)
-    assert max(waits) < 0.3  # behind at most the two pollers' requests, at 20 a second
-    assert min(counts) >= 5  # both pollers answered (at 20 a second shared, over about 1.5 s)
-    assert sum(counts) <= 5 + 20 * 2.5  # the burst, then the rate
+    assert min(counts) >= 3  # both pollers answered in every round
 
 
 def test_a_quiet_server_sleeps(serve):

@@ -171,7 +171,7 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
                 asked = None
             if time.monotonic() - last_ask >= 1.0:
                 last_ask = time.monotonic()
-                age = time.monotonic() - p.board.reading.monotonic
+                age = p.clock() - p.board.reading.monotonic
                 p.desk.report({})  # as a monitor asks
                 if age > FRESH_FOR:
                     asked = p.board.step_count

@@ -15,12 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections import deque
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from clocks import MovableClock  # noqa: E402
 
 from gputui.link import client  # noqa: E402
 from gputui.link.server import FLOOD_NOTE, ProbeServer  # noqa: E402
@@ -180,6 +183,8 @@ def torch_objects_in(value, path: str = "board", seen: set | None = None) -> lis
     elif hasattr(value, "__dict__"):
         for name, item in vars(value).items():
             found += torch_objects_in(item, f"{path}.{name}", seen)
+    elif isinstance(value, types.BuiltinFunctionType) and value.__module__ == "time":
+        pass  # the probe's clock (time.perf_counter)
     else:
         found.append(f"{path}: unexpected {type(value).__name__}")
     return found
@@ -206,17 +211,18 @@ def test_the_board_holds_no_torch_object():
 def test_a_report_asks_for_a_reading_that_the_next_forward_takes():
     model, optimizer, x, y = small_job()
     # 5 % of the time: a loaded machine's slow first steps must not use up the reading's allowance
-    probe = runtime.start(serve=False, budget=0.05)
+    clock = MovableClock()
+    probe = runtime.start(serve=False, budget=0.05, clock=clock)
     try:
         train_steps(model, optimizer, x, y, 2)
         first = probe.report()
-        time.sleep(1.2)  # older than a second, and the probe has earned time for one reading
+        clock.advance(1.2)  # older than a second, and the probe has earned time for one reading
         probe.desk.report({})  # a monitor asks: nothing is read on this thread, a request is left
         assert probe.board.reading.read_at == first.read_at
         optimizer.zero_grad()
         model(x)  # the next hook on the training thread takes the reading
         fresh = probe.report()
-        assert fresh.read_at_step == 2 and fresh.read_at > first.read_at + 1.0
+        assert fresh.read_at_step == 2 and fresh.read_at > first.read_at
         assert fresh.devices[0].categories.parameters == sum(p.nbytes for p in model.parameters())
         assert fresh.devices[0].categories.gradients == 0  # zero_grad freed them: read just now
     finally:
@@ -225,15 +231,16 @@ def test_a_report_asks_for_a_reading_that_the_next_forward_takes():
 
 def test_a_job_that_never_steps_an_optimizer_gets_fresh_readings_too():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64))
-    probe = runtime.start(serve=False, budget=0.05)
+    clock = MovableClock()
+    probe = runtime.start(serve=False, budget=0.05, clock=clock)
     try:
         first = probe.report()
-        time.sleep(1.2)
+        clock.advance(1.2)
         probe.desk.report({})
         with torch.no_grad():
             model(torch.randn(4, 64))  # evaluation only: the forward hook is where the reading happens
         fresh = probe.report()
-        assert fresh.read_at > first.read_at + 1.0 and fresh.read_at_step == 0
+        assert fresh.read_at > first.read_at and fresh.read_at_step == 0
         assert probe.board.step_count == 0
     finally:
         runtime.stop()
@@ -241,13 +248,15 @@ def test_a_job_that_never_steps_an_optimizer_gets_fresh_readings_too():
 
 def test_no_reading_is_taken_beyond_the_budget():
     model, optimizer, x, y = small_job()
-    probe = runtime.start(budget=0.0, serve=False)  # only the first step is measured, by rule
+    clock = MovableClock()
+    probe = runtime.start(budget=0.0, serve=False, clock=clock)  # only the first step is measured, by rule
     try:
         train_steps(model, optimizer, x, y, 2)
-        time.sleep(1.1)
+        clock.advance(1.1)
         probe.desk.report({})
+        assert probe.board.reading_wanted > probe.board.reading.monotonic  # asked for, and
         model(x)
-        assert probe.report().read_at_step == 1
+        assert probe.report().read_at_step == 1  # not taken
     finally:
         runtime.stop()
 

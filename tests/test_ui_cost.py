@@ -11,7 +11,7 @@ from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.bars import plain
 from gputui.ui.widgets.header import HostHeader
 
-from ui_data import ReplaySource, training_snapshot
+from ui_data import ReplaySource, settle, training_snapshot
 
 COST = MonitorCost(cpu_percent=0.63, nvml_ms=1.234, sample_ms=4.5)
 
@@ -21,18 +21,10 @@ def app_with(cost: MonitorCost | None) -> GpuTuiApp:
     return GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), me="bob")
 
 
-async def settled(pilot) -> None:
-    for _ in range(100):
-        if pilot.app.samples >= 1:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause()
-
-
 async def test_header_says_what_gputui_costs_where_there_is_room():
     app = app_with(COST)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settled(pilot)
+        await settle(pilot)
         header = app.screen.query_one(HostHeader)
         first = plain(header.words(120)[0])
         assert first.endswith("self 0.6% CPU · NVML 1.2ms")
@@ -43,7 +35,7 @@ async def test_header_says_what_gputui_costs_where_there_is_room():
 async def test_help_screen_says_it_in_full():
     app = app_with(COST)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settled(pilot)
+        await settle(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -54,7 +46,7 @@ async def test_help_screen_says_it_in_full():
 async def test_nothing_is_said_where_the_cost_was_not_measured():
     app = app_with(None)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settled(pilot)
+        await settle(pilot)
         header = app.screen.query_one(HostHeader)
         assert "self" not in plain(header.words(120)[0])
         await pilot.press("question_mark")

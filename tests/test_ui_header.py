@@ -12,7 +12,7 @@ from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 from gputui.units import clock_time
 
-from ui_data import ReplaySource, training_snapshot
+from ui_data import ReplaySource, settle, training_snapshot
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
@@ -23,11 +23,7 @@ async def first_line(hostname: str) -> tuple[str, str]:
     snapshot = dataclasses.replace(base, host=dataclasses.replace(base.host, hostname=hostname))
     app = GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), me="bob")
     async with app.run_test(size=(50, 15)) as pilot:
-        for _ in range(100):
-            if app.samples >= 1:
-                break
-            await pilot.pause(0.05)
-        await pilot.pause()
+        await settle(pilot)
         return app.screen.query_one(HostHeader).render_line(0).text, clock_time(snapshot.taken_at)
 
 

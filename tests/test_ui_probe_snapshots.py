@@ -8,17 +8,14 @@ Regenerate after an intended change: pytest tests/test_ui_probe_snapshots.py --s
 import pytest
 
 from gputui.ui.still import still_app
+from ui_data import settle
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def open_detail(pilot):
-    for _ in range(100):
-        if pilot.app.samples:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause()
+    await settle(pilot)
     await pilot.press("enter")  # the leaking job holds the most GPU memory: the first row
     await pilot.pause(0.3)
 

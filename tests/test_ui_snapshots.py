@@ -7,17 +7,14 @@ Regenerate after an intended change of the picture: pytest tests/test_ui_snapsho
 import pytest
 
 from gputui.ui.still import still_app, still_hosts_app, still_replay_app
+from ui_data import settle
 
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
 
 async def drawn(pilot):
-    for _ in range(100):
-        if pilot.app.samples:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause()
+    await settle(pilot)
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24), (50, 15)], ids=["120x40", "80x24", "50x15"])

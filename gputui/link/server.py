@@ -382,6 +382,8 @@ class ProbeServer:
         while True:
             self._answer_lines(client)
             if client.outbox:
+                # (the moment read before the send: once the client has its reply, its stamp is made)
+                now = self._clock()
                 try:
                     sent = client.sock.send(client.outbox)
                 except (BlockingIOError, InterruptedError):
@@ -391,7 +393,7 @@ class ProbeServer:
                     return
                 if sent:
                     del client.outbox[:sent]
-                    client.last_seen = self._clock()
+                    client.last_seen = now
             if (client.outbox or client.closing or b"\n" not in client.inbox
                     or client.sock.fileno() in self._waiting):
                 break

@@ -23,7 +23,7 @@ class Reading:
     devices: tuple[ProbeDevice, ...] = ()
     read_at: float | None = None  # wall clock; None: nothing read yet
     step: int = 0  # training steps counted when read
-    monotonic: float = float("-inf")  # the same moment, to judge staleness
+    monotonic: float = float("-inf")  # the same moment on the probe's clock, to judge staleness
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class Board:
         self.via = "api"
         # Requests from the socket thread. Never cleared by the reader: each carries a serial number
         # and the training thread remembers the last one it took, so no request is lost in a race.
-        self.reading_wanted = float("-inf")  # monotonic time a fresher reading was last asked for
+        self.reading_wanted = float("-inf")  # when (the probe's clock) a fresher reading was last asked for
         self.sites_wanted: tuple[int, int, bool] = (0, 0, False)  # (serial, steps, on)
         self.sites_taken = 0  # serial of the last sites request the training thread acted on
 

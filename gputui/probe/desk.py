@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import time
+from typing import Callable
 
 from gputui.link.protocol import FRESH_FOR, RawJSON, dumps
 from gputui.model import Placement, ProbeReport, StepRecord, to_jsonable
@@ -27,8 +28,9 @@ MAX_SITE_STEPS = 50
 class Desk:
     """Serves the probe's reports; every method runs on the socket thread (or any thread)."""
 
-    def __init__(self, board: Board):
+    def __init__(self, board: Board, clock: Callable[[], float] = time.perf_counter):
         self.board = board
+        self.clock = clock  # the probe's clock: the published reading's age
         self.cpu_seconds = 0.0  # this thread's time spent answering
         self._steps_json: dict[int, tuple] = {}  # step -> (the entry encoded, its JSON)
         self._sites_cache: tuple = (None, b"[]")
@@ -101,7 +103,7 @@ class Desk:
         """Everything but the steps; asks for a fresher reading when the published one is old."""
         board = self.board
         reading, sites = board.reading, board.sites
-        now = time.monotonic()
+        now = self.clock()
         if now - reading.monotonic > FRESH_FOR:
             board.reading_wanted = now
         return ProbeReport(

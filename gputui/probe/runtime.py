@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+from typing import Callable
 
 import torch
 
@@ -63,7 +64,11 @@ class Probe:
         via: str = "api",
         max_steps: int = 600,
         auto_sites: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ):
+        # clock: the probe's seconds (the readings budget, the age of the published figures); tests
+        # drive it rather than wait, or count the training thread's CPU time on a loaded machine.
+        self.clock = clock
         self.pid = os.getpid()
         self.via = via  # how it was started: api, run, env, attach, demo
         self.board = board = Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
@@ -71,8 +76,8 @@ class Probe:
         board.torch_version = str(torch.__version__)
         board.command = tuple(sys.argv) if sys.argv and sys.argv != [""] else ()
         self.started_at = board.started_at
-        self.desk = Desk(board)
-        self.tracker = Tracker(activations=activations, budget=budget, board=board)
+        self.desk = Desk(board, clock)
+        self.tracker = Tracker(activations=activations, budget=budget, board=board, clock=clock)
         self.problems = board.problems
         self.oom = OomWatch(board, write_report=self._write_oom_report)
         self._oom_reserve: bytearray | None = None
@@ -165,7 +170,7 @@ class Probe:
         self.socket_path = None
         self.tracker.forget_steps()
         self.board.reading = Reading()
-        self.desk = Desk(self.board)
+        self.desk = Desk(self.board, self.clock)
         self._next_check, self._checked_elapsed = AUTO_CHECK_STEPS, self.tracker.elapsed
         self.leak_state = None
 
@@ -254,7 +259,7 @@ class Probe:
         board.hook_seconds = self.tracker.cost
         board.limits = self.tracker.limits()
         board.reading = Reading(devices=devices, read_at=time.time(), step=self.tracker.step_count,
-                                monotonic=time.monotonic())
+                                monotonic=self.clock())
 
     def _devices(self, counts: dict) -> tuple[ProbeDevice, ...]:
         cuda = allocator.devices_in_use()
