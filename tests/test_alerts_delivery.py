@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from gputui.alerts import delivery
-from gputui.alerts.delivery import Channel, Delivery, command_channel, webhook_channel
+from gputui.alerts.delivery import Channel, Delivery, command_channel
+from gputui.alerts.webhook import webhook_channel
 from gputui.model.alert import Alert, AlertEvent
 
 LEAK = Alert("leak", "pid 51200@1.0", "warning", "process 51200 leaks activations",

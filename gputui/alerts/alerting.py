@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from gputui.alerts.delivery import Channel, Notifier, command_channel, webhook_channel
+from gputui.alerts.delivery import Channel, Notifier, command_channel
 from gputui.alerts.rules import AlertState, evaluate
 from gputui.alerts.settings import AlertSettings
 from gputui.model import Snapshot
@@ -30,6 +30,8 @@ class Alerting:
             channels.append(Channel("alert command", command_channel(settings.command, settings.timeout), report,
                                     per_minute=settings.per_minute))
         if settings.webhook:
+            from gputui.alerts.webhook import webhook_channel
+
             send = webhook_channel(settings.webhook, settings.webhook_format, settings.timeout)
             channels.append(Channel("alert webhook", send, report, per_minute=settings.per_minute))
         self._notifier = Notifier(channels)
