@@ -3,6 +3,8 @@ each kind starts once when its evidence appears and ends once when it goes, with
 
 import dataclasses
 
+import pytest
+
 from gputui.alerts.rules import AlertState, Thresholds, evaluate
 from gputui.model.judgement import Judgements
 from gputui.options import Options
@@ -121,3 +123,20 @@ def test_a_gpu_becoming_free_alerts_once_it_has_stayed_free():
                                      (80, "ended", "gpu_free", "GPU 0 is free")]
     # A GPU that was free from the first look never "becomes" free.
     assert run_through(samples[1:4], Thresholds(free_after=30.0, kinds=frozenset({"gpu_free"}))) == []
+
+
+def test_an_alert_quotes_the_judgement_the_json_document_carries_for_the_same_sample():
+    from gputui.plain.document import snapshot_document
+
+    clock = Clock()
+    clock.now = 120.0
+    with open_pipeline(Options(mode="once", demo="leaky"), clock=clock, pause=lambda s: None,
+                       environ={}) as pipeline:
+        sample = pipeline.sample()
+    _, events = evaluate(AlertState(), sample.snapshot, sample.judgements)
+    alerts = {e.alert.kind: e.alert for e in events}
+    document = snapshot_document(sample.snapshot, sample.judgements)
+    (judged,) = [p for p in document["judgements"]["processes"] if p["pid"] == 51200]
+    leak = judged["leak"]
+    assert alerts["leak"].title == f"process 51200 leaks {leak['category']}"
+    assert alerts["oom_soon"].seconds_to_oom == pytest.approx(leak["oom_at"] - sample.snapshot.taken_at)
