@@ -3,6 +3,7 @@ variables; a local HTTP server gets the json, slack and ntfy bodies; a hanging o
 bounded and reported and never holds up the caller; grouping, the rate limit and the bounded queue."""
 
 import json
+import os
 import queue
 import threading
 import time
@@ -181,3 +182,19 @@ def test_a_slow_receiver_keeps_the_newest_alerts_and_says_how_many_were_dropped(
     assert later.dropped == 2
     assert later.text().endswith("(2 older alerts dropped: the receiver was too slow)")
     channel.close(wait=5)
+
+
+def test_closing_kills_a_command_still_running_so_none_outlives_the_monitor(tmp_path):
+    pid_file = tmp_path / "pid"
+    channel = Channel("command", command_channel(f"sleep 30 & echo $! > {pid_file}; wait", timeout=60), Reports())
+    channel.put([started(LEAK)])
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sleeper = int(pid_file.read_text())
+    channel.close(wait=0.2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{sleeper}") and \
+            open(f"/proc/{sleeper}/stat").read().split()[2] != "Z":
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{sleeper}") or open(f"/proc/{sleeper}/stat").read().split()[2] == "Z"

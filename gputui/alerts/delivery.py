@@ -54,11 +54,15 @@ def line(event: AlertEvent) -> str:
     return f"[resolved] {alert.title}"
 
 
-def command_channel(command: str, timeout: float = TIMEOUT) -> Callable[[Delivery], None]:
+class CommandChannel:
     """Runs ``command`` (by the shell) with the delivery's JSON on stdin and its first event's fields in
     GPUTUI_ALERT_* variables; raises on a failure, kills it (and its children) past ``timeout``."""
 
-    def send(delivery: Delivery) -> None:
+    def __init__(self, command: str, timeout: float = TIMEOUT) -> None:
+        self.command, self.timeout = command, timeout
+        self._running: subprocess.Popen | None = None
+
+    def __call__(self, delivery: Delivery) -> None:
         first = delivery.events[0]
         env = {**os.environ, "GPUTUI_ALERT_KIND": first.alert.kind, "GPUTUI_ALERT_CHANGE": first.change,
                "GPUTUI_ALERT_SEVERITY": first.alert.severity, "GPUTUI_ALERT_TITLE": first.alert.title,
@@ -66,19 +70,32 @@ def command_channel(command: str, timeout: float = TIMEOUT) -> Callable[[Deliver
         import json  # here: the live monitor loads this module, and json only where a command is asked for
 
         body = json.dumps(delivery.document()).encode()
-        with subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        with subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, env=env, start_new_session=True) as child:
+            self._running = child
             try:
-                _, errors = child.communicate(body, timeout=timeout)
+                _, errors = child.communicate(body, timeout=self.timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)  # its own session: the shell's children go too
+                self.stop()
                 child.communicate()
-                raise RuntimeError(f"alert command still running after {timeout:g} s; killed") from None
+                raise RuntimeError(f"alert command still running after {self.timeout:g} s; killed") from None
+            finally:
+                self._running = None
         if child.returncode != 0:
             said = errors.decode("utf-8", "replace").strip().splitlines()
             raise RuntimeError(f"alert command exited {child.returncode}" + (f": {said[-1]}" if said else ""))
 
-    return send
+    def stop(self) -> None:
+        """Kills the command running now, with its children (its own session), so none outlives gputui."""
+        child = self._running
+        if child is not None and child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
+
+command_channel = CommandChannel
 
 
 class Channel:
@@ -111,6 +128,9 @@ class Channel:
             self._closed = True
             self._wake.notify()
         self._thread.join(wait)
+        stop = getattr(self._send, "stop", None)
+        if self._thread.is_alive() and stop is not None:
+            stop()
 
     def _run(self) -> None:
         while True:
