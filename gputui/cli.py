@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--theme", choices=("dark", "light"), help="colour theme of the live monitor")
     look.add_argument("--config", metavar="PATH", help="config file (default: XDG config dir)")
 
+    _add_alert_options(parser.add_argument_group("alerts (the monitor, --watch, serve, record)"))
+
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     run = sub.add_parser("run", help="run a command with the PyTorch probe inside it")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
@@ -205,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_argument("--gpu", type=int, metavar="INDEX", help="the total memory of this GPU here")
     estimate.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     serve = sub.add_parser("serve", help="a Prometheus exporter: /metrics, and /snapshot (the --json document)")
+    _add_alert_options(serve, argparse.SUPPRESS)
     serve.add_argument("--listen", metavar="ADDR:PORT",
                        help=f"where to listen (default {SERVE_LISTEN}: this machine only; 0.0.0.0:PORT for "
                             "every network, with a warning unless --basic-auth-file is given)")
@@ -221,6 +224,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_alert_options(group: Any, default: Any = None) -> None:
+    """The --alert-* flags: on the main parser, and on serve and record, where they are given after the
+    command (``default`` SUPPRESS there, so they do not undo the main parser's)."""
+    group.add_argument("--alert-command", metavar="CMD", default=default,
+                       help="run CMD for each alert delivery: the alerts as JSON on stdin, GPUTUI_ALERT_* set")
+    group.add_argument("--alert-webhook", metavar="URL", default=default, help="POST each alert delivery to URL")
+    group.add_argument("--alert-webhook-format", choices=("json", "slack", "ntfy"), default=default,
+                       help="the webhook's body (default json)")
+    group.add_argument("--alert-oom-within", type=_duration, metavar="D", default=default,
+                       help="alert when memory runs out within D (default 30m)")
+    group.add_argument("--alert-idle-after", type=_duration, metavar="D", default=default,
+                       help="alert when a GPU holds memory idle for D (default 1h)")
+    group.add_argument("--alert-free-after", type=_duration, metavar="D", default=default,
+                       help="alert when a busy GPU has been free for D (default 1m)")
+    group.add_argument("--alert-kinds", metavar="KINDS", default=default,
+                       help="only these kinds, comma-separated (leak,oom_soon,oom_ended,gpu_lost,gpu_errors,"
+                            "gpu_idle,gpu_free,straggler,imbalance)")
+    group.add_argument("--no-alerts", action="store_true", default=default if default is not None else False,
+                       help="raise no alerts")
+
+
+ALERT_FLAGS = ("command", "webhook", "webhook_format", "oom_within", "idle_after", "free_after", "kinds")
+
+
+def _alert_flags(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
+    given = [(key, getattr(args, f"alert_{key}", None)) for key in ALERT_FLAGS]
+    if getattr(args, "no_alerts", False):
+        given.append(("enabled", False))
+    return tuple((key, value) for key, value in given if value is not None)
+
+
 def _duration(text: str) -> float:
     value = units.parse_duration(text)
     if value is None or value <= 0:
@@ -231,6 +265,7 @@ def _duration(text: str) -> float:
 def _add_record_commands(sub: Any) -> None:
     record = sub.add_parser("record", help="record what the monitor sees to FILE, for gputui replay")
     record.add_argument("file", metavar="FILE")
+    _add_alert_options(record, argparse.SUPPRESS)
     record.add_argument("--interval", type=_seconds, dest="record_interval", metavar="SECONDS",
                         help="seconds between samples (default 1)")
     record.add_argument("--duration", type=_duration, metavar="D", help="stop after D (90s, 30m, 2h)")
@@ -309,7 +344,7 @@ def parse(argv: list[str] | None = None) -> Options:
         demo=args.demo, seed=args.seed, demo_processes=args.demo_processes,
         interval=args.interval, only=args.only, only_visible=args.only_visible,
         users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
-        theme=args.theme, config=args.config, json=args.json, hosts=args.hosts,
+        theme=args.theme, config=args.config, json=args.json, hosts=args.hosts, alert_flags=_alert_flags(args),
     )
     if args.subcommand == "run":
         command = list(args.argv)
@@ -439,6 +474,17 @@ def _check_config(options: Options) -> None:
         check_keymap(config)
 
 
+def _alert_settings(options: Options) -> object:
+    """The config's [alerts] with the --alert-* flags over it."""
+    from gputui.alerts.settings import with_values
+    from gputui.ui.config import load_config
+
+    def bad(key: str, why: str) -> UserError:
+        return UserError(f"--alert-{key.replace('_', '-')} {why}")
+
+    return with_values(load_config(options.config).alerts, dict(options.alert_flags), bad)
+
+
 def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
     """The mode asked for, or "once" where the live monitor cannot run: what --once shows is the best
     such a place can take (why is said on stderr, where it needs saying, with ``instead``)."""
@@ -491,6 +537,8 @@ def _dispatch(options: Options) -> int:
         return _many_hosts(options, terminal)
     mode = _mode_here(options, terminal,
                       "one snapshot instead (gputui --watch repeats it; --json for scripts)")
+    if mode in ("watch", "serve", "record", "tui"):
+        options = dataclasses.replace(options, alerts=_alert_settings(options))
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 

@@ -48,4 +48,8 @@ class Options:
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
     hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
+    alert_flags: tuple[tuple[str, object], ...] = ()  # the --alert-* flags given: ("oom_within", 600.0), ...
+    # What alerts to raise and where to send them: a gputui.alerts.settings.AlertSettings the CLI makes of
+    # the config's [alerts] and alert_flags for the modes that sample; None for the others.
+    alerts: object = None
     extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)

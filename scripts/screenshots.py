@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["TZ"] = "UTC"
 time.tzset()
 
+from gputui.alerts.settings import AlertSettings  # noqa: E402
 from gputui.ui.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
@@ -33,7 +34,8 @@ OUT = ROOT / "screenshots"
 # pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
 # README.md links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
 # table of host names, the picture is the many-host view (None: a host that does not answer); where
-# it is "replay:SCENARIO", gputui replay of that scenario recorded for 180 s, paused at 2:00.
+# it is "replay:SCENARIO", gputui replay of that scenario recorded for 180 s, paused at 2:00. An optional
+# seventh item "alerts": the app raises alerts, shown as toasts (no bell, no desktop notification).
 PICTURES = (
     ("training-node", "training-node", 120, (120, 40), (), None),
     ("workstation", "workstation", 90, (120, 34), (), None),
@@ -53,11 +55,13 @@ PICTURES = (
                "node5": "mig"}, 120, (120, 40), (), None),
     ("replay", "replay:leaky", 120, (120, 40), (), None),
     ("oom-ended", "leaky", 200, (120, 24), ("end",), None),
+    # The leaky job's alerts as the live monitor's toasts.
+    ("alerts", "leaky", 120, (120, 30), (), None, "alerts"),
 )
 
 
 async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int, int], keys,
-                scroll_to: str | None) -> Path:
+                scroll_to: str | None, shows: str | None = None) -> Path:
     if isinstance(scenario, dict):
         app = still_hosts_app(scenario, seconds=seconds)
         title = f"gputui --hosts {','.join(scenario)}"
@@ -66,9 +70,11 @@ async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int
             app = still_replay_app(scenario[len("replay:"):], Path(scratch, "run.rec"), at=seconds)
         title = "gputui replay run.rec"
     else:
-        app = still_app(scenario, seconds=seconds)
+        alerts = AlertSettings(bell=False, desktop="off") if shows == "alerts" else None
+        app = still_app(scenario, seconds=seconds, alerts=alerts)
         title = f"gputui --demo {scenario}"
-    async with app.run_test(size=size) as pilot:
+    # Tests run without toasts unless asked: the alerts' picture shows them.
+    async with app.run_test(size=size, notifications=shows == "alerts") as pilot:
         while not app.samples:
             await pilot.pause(0.05)
         await pilot.pause()

@@ -43,12 +43,18 @@ def watch(options: Options) -> int:
     """
     period = options.watch or 2.0
     redraw = terminal.is_terminal() and not options.json
+    from gputui.alerts.alerting import alerting_for, to_stderr  # here: --once loads this module without them
+    from gputui.alerts.delivery import line
+
+    alerting = alerting_for(options, to_stderr)
     try:
         with open_pipeline(options) as pipeline:
             deadline = time.monotonic()
             while True:
                 sample = pipeline.sample()
                 snapshot, judgements = sample.snapshot, sample.judgements
+                for event in alerting(snapshot, judgements) if alerting is not None else ():
+                    to_stderr("alert: " + line(event))
                 if options.json:
                     terminal.emit(dumps(snapshot_document(snapshot, judgements)) + "\n")
                 elif redraw:
@@ -63,6 +69,9 @@ def watch(options: Options) -> int:
     except BrokenPipeError:
         terminal.silence_stdout()
         return 0
+    finally:
+        if alerting is not None:
+            alerting.close()
 
 
 def snapshot_text(snapshot: Snapshot, options: Options, judgements: Judgements | None = None) -> str:

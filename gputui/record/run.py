@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from gputui.alerts.alerting import alerting_for, to_stderr
 from gputui import units
 from gputui.errors import UserError
 from gputui.model import to_jsonable
@@ -40,6 +41,7 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     max_size = options.extra.get("max_size") or MAX_SIZE
     assert isinstance(max_size, int)
     # The live monitor's pipeline (OOM endings, judgements): a replay shows what it showed.
+    alerting = alerting_for(options, to_stderr)
     with open_pipeline(options, lasting=True, clock=clock, pause=pause) as pipeline:
         sample = pipeline.sample()
         recorder = Recorder(path, interval=interval, host=sample.snapshot.host.hostname if sample.snapshot.host else "",
@@ -51,6 +53,8 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
         began = deadline = now()
         try:
             while True:
+                if alerting is not None:
+                    alerting(sample.snapshot, sample.judgements)
                 recorder.add(sample.snapshot.taken_at, snapshot_document(sample.snapshot, sample.judgements),
                              {str(pid): to_jsonable(v) for pid, v in sample.leaks.items()})
                 deadline += interval
@@ -62,6 +66,8 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
             return 0
         finally:
             recorder.close()
+            if alerting is not None:
+                alerting.close()
 
 
 def print_at(options: Options) -> int:

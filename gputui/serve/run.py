@@ -14,6 +14,7 @@ import sys
 from prometheus_client import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
+from gputui.alerts.alerting import alerting_for, to_stderr
 from gputui.errors import UserError
 from gputui.options import SERVE_INTERVAL, SERVE_LISTEN, Options
 from gputui.serve.auth import Users, password_line
@@ -50,7 +51,7 @@ def serve(options: Options) -> int:
         server = listen(address, tls)  # before the first sample: a port in use is said at once
         try:
             pipeline = open_pipeline(options, lasting=True)  # no driver and no probe stops here, as it stops --json
-            sampling = Sampling(pipeline, options.interval or SERVE_INTERVAL)
+            sampling = Sampling(pipeline, options.interval or SERVE_INTERVAL, alerting_for(options, to_stderr))
             try:
                 sampling.take()
                 server.set_app(make_app(lambda: sampling.latest, _registry(sampling), users))

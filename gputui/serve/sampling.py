@@ -14,6 +14,7 @@ import time
 from gputui.options import SERVE_INTERVAL
 from gputui.plain.document import dumps, snapshot_document
 from gputui.sample.judge import Sample
+from gputui.alerts.alerting import Alerting
 from gputui.sample.pipeline import Pipeline
 from gputui.untrusted import visible
 
@@ -28,8 +29,10 @@ def document(sample: Sample) -> bytes:
 class Sampling:
     """Samples ``pipeline`` every ``interval`` seconds in a thread of its own; ``latest`` is the last."""
 
-    def __init__(self, pipeline: Pipeline, interval: float = SERVE_INTERVAL) -> None:
+    def __init__(self, pipeline: Pipeline, interval: float = SERVE_INTERVAL, alerting: Alerting | None = None) -> None:
+        """``alerting``: judges each sample for alerts and sends them (its channels run on their own threads)."""
         self.pipeline = pipeline
+        self.alerting = alerting
         self.interval = interval
         self.latest: Sample | None = None
         self.failure: str | None = None  # why the latest attempt failed, while it keeps failing
@@ -38,8 +41,10 @@ class Sampling:
 
     def take(self) -> Sample:
         """Sample now, judged, and publish the result."""
-        self.latest = self.pipeline.sample()
-        return self.latest
+        self.latest = sample = self.pipeline.sample()
+        if self.alerting is not None:
+            self.alerting(sample.snapshot, sample.judgements)
+        return sample
 
     def start(self) -> None:
         self._thread.start()
@@ -49,6 +54,8 @@ class Sampling:
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
         self.pipeline.close()
+        if self.alerting is not None:
+            self.alerting.close()
 
     def _run(self) -> None:
         deadline = time.monotonic()

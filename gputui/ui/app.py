@@ -12,6 +12,7 @@ import asyncio
 import functools
 import os
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from textual import work
@@ -22,6 +23,8 @@ from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
+from gputui.alerts.alerting import Alerting
+from gputui.alerts.settings import AlertSettings
 from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
@@ -54,10 +57,11 @@ class SnapshotReady(Message):
 
     def __init__(self, snapshot: Snapshot, took: float,
                  leaks: Mapping[int, LeakVerdict] | None = None,
-                 trends: Mapping[ProcessKey, ProcessTrend] | None = None) -> None:
+                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = ()) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
+        self.alerts = alerts  # the AlertEvents this sample started or ended
         self.leaks = leaks or {}
         self.trends = trends  # the sampler's judgement; None: judged from the app's history
 
@@ -142,13 +146,14 @@ class GpuTuiApp(App[int]):
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None) -> None:
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
         """``sampler`` None: a subclass samples (the many-host view);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
-        ``as_root``: gputui runs as root (the header says so: its signals reach every process)."""
+        ``as_root``: gputui runs as root (the header says so: its signals reach every process);
+        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -185,6 +190,10 @@ class GpuTuiApp(App[int]):
         self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
         if self.keymap:
             self.set_keymap(self.keymap)
+        self.alert_settings = alerts
+        self._alert_failures: deque[str] = deque(maxlen=10)  # from the channels' threads, told each sample
+        self._alerting = Alerting(alerts, self._alert_failures.append) if alerts is not None and alerts.enabled \
+            else None
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -215,6 +224,8 @@ class GpuTuiApp(App[int]):
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
+        if self._alerting is not None:
+            self._alerting.close()
         if self.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in EXIT_SIGNALS:
@@ -255,10 +266,18 @@ class GpuTuiApp(App[int]):
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
-        self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends))
+        alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
+        self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
+                                        alerts))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.accept(message.snapshot, message.leaks, message.trends)
+        if self.alert_settings is not None:
+            from gputui.ui.alert_toasts import tell
+
+            tell(self, message.alerts, self.alert_settings)
+        while self._alert_failures:
+            self.notify(self._alert_failures.popleft(), title="Alert not delivered", severity="error", markup=False)
         self._schedule(message.took)
 
     def on_sample_failed(self, message: SampleFailed) -> None:

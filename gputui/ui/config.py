@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gputui.alerts.settings import AlertSettings, parse_alerts_table
 from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
@@ -22,7 +23,7 @@ THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
-KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts")
+KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts", "alerts")
 # Bytes read at most: a real config is a few hundred; a path to /dev/zero or a log must not be read
 # until memory runs out.
 CONFIG_LIMIT = 1 << 20
@@ -36,6 +37,9 @@ quit = "q,ctrl+q"
 [hosts]                        # gputui --hosts: the machines to watch over ssh, or serve URLs
 names = ["node1", "node2", "https://node3:9403"]
 command = "~/venv/bin/gputui"  # the remote gputui (default: gputui)
+[alerts]                       # see README's Alerts
+oom_within = "30m"
+command = "~/bin/page-me"
 """
 
 
@@ -55,6 +59,7 @@ class UiConfig:
     columns: tuple[str, ...] | None = None
     keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
     hosts: HostsSettings = field(default_factory=HostsSettings)  # the many-host view's [hosts]
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts], before the --alert-* flags
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -160,7 +165,8 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
     ):
         raise bad("keys", 'must be a table of binding id = "key", e.g. quit = "q,ctrl+q"')
     hosts = parse_hosts_table(data["hosts"], bad) if "hosts" in data else HostsSettings()
-    return UiConfig(file, interval, theme, columns, dict(keys), hosts)
+    alerts = parse_alerts_table(data["alerts"], bad) if "alerts" in data else AlertSettings()
+    return UiConfig(file, interval, theme, columns, dict(keys), hosts, alerts)
 
 
 def check_binding_ids(config: UiConfig, known: set[str]) -> None:

@@ -17,6 +17,7 @@ from typing import Callable, Generic, TypeVar
 
 from collections.abc import Sequence
 
+from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
@@ -75,6 +76,7 @@ def run_tui(options: Options) -> int:
             as_root=running_as_root(),
             banner=banner,
             first_sample=first_sample,
+            alerts=options.alerts if isinstance(options.alerts, AlertSettings) else None,
         )
     try:
         app.run()

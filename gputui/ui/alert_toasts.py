@@ -1,0 +1,59 @@
+"""The live monitor's side of alerts: a toast for each alert that starts (one for a crowd), the
+terminal bell, and a desktop notification through the terminal's escape sequence, as [alerts] asks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from gputui.alerts.delivery import line
+from gputui.alerts.desktop import sequence
+from gputui.alerts.settings import AlertSettings
+from gputui.model.alert import STARTED, AlertEvent
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+TOASTS = 3  # alerts started in one sample shown one toast each; more go in one toast
+TOAST_SECONDS = 15
+SEVERITY = {"critical": "error", "warning": "warning", "info": "information"}
+
+
+def tell(app: App, events: Sequence[AlertEvent], settings: AlertSettings,
+         environ: Mapping[str, str] | None = None) -> None:
+    """Shows the alerts ``events`` start; those that end are left to the views, which show the change."""
+    began = [e for e in events if e.change == STARTED]
+    if not began:
+        return
+    if len(began) <= TOASTS:
+        for event in began:
+            app.notify(line(event), title="Alert", severity=SEVERITY[event.alert.severity],  # type: ignore[arg-type]
+                       timeout=TOAST_SECONDS, markup=False)
+    else:
+        app.notify("\n".join(line(e) for e in began), title=f"{len(began)} alerts", severity="error",
+                   timeout=TOAST_SECONDS, markup=False)
+    if settings.bell:
+        app.bell()
+    _desktop(began, settings, os.environ if environ is None else environ)
+
+
+def _desktop(began: Sequence[AlertEvent], settings: AlertSettings, environ: Mapping[str, str]) -> None:
+    more = f" (+{len(began) - 1} more)" if len(began) > 1 else ""
+    shown = sequence("gputui", began[0].alert.title + more, environ, setting=settings.desktop,
+                     tmux_passthrough=settings.tmux_passthrough)
+    if shown is None:
+        return
+    # Textual has no public way to write raw bytes: the terminal is written directly, in one write, which
+    # lands between two of Textual's frames (each is one write too).
+    try:
+        tty = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+    except OSError:
+        return
+    try:
+        os.write(tty, shown.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(tty)
