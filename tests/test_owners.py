@@ -66,7 +66,7 @@ def test_docker_name_unreadable_says_why_and_shows_the_short_id(tmp_path: Path) 
     root = tree(tmp_path, f"0::/system.slice/docker-{CID}.scope\n")
     owner = owner_of(root, files=Denied(root))
     assert owner.container == ContainerOwner(runtime="docker", id=CID, name=None)
-    assert owner.note == (f"the container's name is in /var/lib/docker/containers/{CID}/config.v2.json, which "
+    assert owner.note == ("docker's container names are in /var/lib/docker/containers/ID/config.v2.json, which "
                           "gputui's user cannot read (permission denied; root can)")
     assert owner.most_specific() == CID[:12]
 

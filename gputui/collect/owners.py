@@ -174,8 +174,9 @@ class OwnerReader:
             try:
                 config = parse_json(self.files.read(path, NAMES_LIMIT))
             except OSError as exc:
-                notes.append(f"the container's name is in {path}, which gputui's user cannot read ({_why(exc)}; "
-                             "root can)")
+                # one wording for every container, so the cause is said once, not once per container
+                notes.append("docker's container names are in /var/lib/docker/containers/ID/config.v2.json, which "
+                             f"gputui's user cannot read ({_why(exc)}; root can)")
                 return None
             except ValueError:
                 notes.append(f"the container's name: {path} is not JSON")

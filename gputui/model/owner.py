@@ -94,6 +94,25 @@ class Owner(Record):
             return self.unit
         return self.user or ""
 
+    def describe(self) -> str:
+        """Everything known, for the detail screen: "pod ml/train-0 (container trainer); containerd
+        container 3f4e9c0d1a2b; user alice"."""
+        parts = []
+        if self.pod is not None:
+            parts.append(f"pod {self.pod.label}" + (f" (container {self.pod.container})" if self.pod.container else ""))
+        if self.container is not None:
+            parts.append(f"{self.container.runtime or 'a'} container {self.container.label}")
+        if self.slurm is not None:
+            extra = ", ".join(x for x in (self.slurm.name and f"name {self.slurm.name}",
+                                          self.slurm.user and f"user {self.slurm.user}") if x)
+            parts.append(f"Slurm job {self.slurm.job}" + (f" step {self.slurm.step}" if self.slurm.step else "")
+                         + (f" ({extra})" if extra else ""))
+        if self.unit is not None:
+            parts.append(f"systemd unit {self.unit}")
+        if self.user:
+            parts.append(f"user {self.user}")
+        return "; ".join(parts) + (f" ({self.note})" if self.note else "")
+
     @property
     def key(self) -> tuple[str, str]:
         """What a grouping or a summary groups processes by: (kind, who), e.g. ("pod", "ml/train-0")."""

@@ -78,6 +78,7 @@ class MainScreen(Screen):
         super().__init__(id="main")
         self.ascii = ascii
         self.chosen_columns = columns
+        self.owners_shown = False  # whether any process has an owner more specific than its user
         self.me = me
         self.sort_column = "gpu_memory"
         self.sort_reverse = True
@@ -140,7 +141,10 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        ids = table_rows.columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
+        chosen = self.shown_columns()
+        if not self.owners_shown:  # OWNER would only repeat USER
+            chosen = tuple(c for c in chosen if c != "owner")
+        ids = table_rows.columns_for(self.layout_mode, chosen, self.pane_width,
                                      sort_column=self.sort_column, trend_width=self.trend_width)
         widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
@@ -194,8 +198,10 @@ class MainScreen(Screen):
         if self.job_view:
             found = group_by_job(found, self.job_sources(), self.folded, ascii=self.ascii)
         trend_width = max((len(r.trend) for r in found), default=0)
-        if trend_width != self.trend_width:  # a trend came or went: give the command the room
-            self.trend_width = trend_width
+        owners_shown = table_rows.owners_beyond_users(found)
+        if trend_width != self.trend_width or owners_shown != self.owners_shown:
+            # a trend came or went: give the command the room; an owner came: show the column
+            self.trend_width, self.owners_shown = trend_width, owners_shown
             self._set_columns()
         self.query_one(ProcessTable).show(found)
         self._render_status(shown, total)

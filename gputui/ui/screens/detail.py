@@ -272,6 +272,7 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
     rows = [
         ("command", " ".join(proc.command) if proc.command else (proc.name or units.NA)),
         ("user", proc.user or units.NA),
+        ("owner", proc.owner.describe() if proc.owner is not None else units.NA),
         ("started", started + age),
         ("parent", units.NA if proc.ppid is None else str(proc.ppid)),
         ("devices", "; ".join(used)),

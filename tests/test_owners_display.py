@@ -1,0 +1,83 @@
+"""Owners where people look: the shared Kubernetes node of --demo through the real collector, --once's
+OWNER column and notes, --json, the live monitor's column and detail line, serve's labels."""
+
+from __future__ import annotations
+
+import json
+
+from gputui.model import ContainerOwner, Device, GpuProcess, Owner, PodOwner, Snapshot
+from gputui.plain.document import dumps, snapshot_document
+from gputui.plain.render import render
+from gputui.ui import rows as table_rows
+from test_plain_golden import sample_at
+
+CID = "ab" * 32
+
+
+def k8s():
+    return sample_at("shared-k8s", 60)
+
+
+def test_demo_shared_k8s_reads_pods_through_the_same_owner_code():
+    snap = k8s().snapshot
+    by_gpu = {p.device_index: p.owner for p in snap.processes}
+    assert {i: o.most_specific() for i, o in by_gpu.items() if o is not None} == {
+        0: "ml-research/llama-ft-0", 1: "ml-research/llama-ft-0", 2: "ml-research/llama-ft-0",
+        3: "ml-research/llama-ft-0", 4: "inference/vllm-mistral-7d9f", 5: "team-vision/notebook-sam",
+        6: "team-vision/notebook-sam", 7: "batch/embed-nightly-x2k4p"}
+    notebook = by_gpu[5]
+    assert notebook is not None and notebook.pod == PodOwner(
+        uid="9d3e5f30-7a1b-4c2d-8e9f-0a1b2c3d4e30", namespace="team-vision", name="notebook-sam", container="notebook")
+    assert notebook.container is not None and notebook.container.runtime == "containerd"
+    # the idle pod: memory held on two GPUs, nothing running there (the who-is-wasting summary's case)
+    idle = {d.index: d for d in snap.devices if d.index in (5, 6)}
+    assert all(d.gpu_util == 0 and (d.memory_used or 0) > 18 * 2**30 for d in idle.values())
+
+
+def test_once_shows_the_owner_column_where_it_says_more_than_the_user():
+    sample = k8s()
+    text = render(sample.snapshot, sample.judgements, width=100)
+    assert "  PID USER OWNER " in text
+    assert "81001 1000 ml-research/llama-ft-0     0 C" in text
+    workstation = sample_at("workstation", 60)
+    assert "OWNER" not in render(workstation.snapshot, workstation.judgements, width=100)
+
+
+def test_once_says_each_owner_note_once():
+    note = "docker's container names are in /var/lib/docker/containers/ID/config.v2.json, which gputui's user " \
+           "cannot read (permission denied; root can)"
+    owner = Owner(user="ann", container=ContainerOwner(id=CID, runtime="docker"), note=note)
+    snap = Snapshot(taken_at=0.0, devices=(Device(index=0),), processes=tuple(
+        GpuProcess(pid=pid, device_index=0, user="ann", owner=owner) for pid in (10, 11)))
+    text = render(snap, width=200)
+    assert text.count("Owners: docker's container names") == 1
+    assert "10 ann  abababababab" in text
+
+
+def test_json_carries_the_owner():
+    sample = k8s()
+    doc = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
+    owner = doc["snapshot"]["processes"][0]["owner"]
+    assert owner["pod"] == {"uid": "0c6a2f10-5b7e-4c1d-9a3e-7f2b8d4e6a10", "namespace": "ml-research",
+                            "name": "llama-ft-0", "container": "trainer"}
+    assert owner["user"] == "1000" and owner["container"]["runtime"] == "containerd"
+
+
+def test_monitor_owner_cell_filter_and_column_only_with_owners():
+    snap = k8s().snapshot
+    built = table_rows.build_rows(snap, sort="pid", reverse=False, filter_text="team-vision")
+    assert [r.process.device_index for r in built if r.process is not None] == [5, 6]
+    assert built[0].cells["owner"] == "team-vision/notebook-sam"
+    assert table_rows.owners_beyond_users(built)
+    plain = table_rows.build_rows(sample_at("workstation", 60).snapshot, sort="pid", reverse=False)
+    assert not table_rows.owners_beyond_users(plain)
+    # narrow panes give OWNER up before the figures
+    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 100)
+    assert "owner" in table_rows.columns_for("normal", table_rows.DEFAULT, 160)
+
+
+def test_owner_describe_for_the_detail_screen():
+    owner = k8s().snapshot.processes[0].owner
+    assert owner is not None
+    assert owner.describe() == ("pod ml-research/llama-ft-0 (container trainer); containerd container "
+                                f"{owner.container.id[:12]}; user 1000")
