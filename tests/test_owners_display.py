@@ -81,3 +81,31 @@ def test_owner_describe_for_the_detail_screen():
     assert owner is not None
     assert owner.describe() == ("pod ml-research/llama-ft-0 (container trainer); containerd container "
                                 f"{owner.container.id[:12]}; user 1000")
+
+
+# ------------------------------------------------------------------------------------------------ serve
+
+def test_serve_labels_processes_with_their_owners():
+    from gputui.serve.sampling import Sample
+    from test_serve_metrics import series, value
+
+    found = series(Sample(k8s().snapshot))
+    assert value(found, "gputui_process_memory_bytes", index="5", namespace="team-vision", pod="notebook-sam",
+                 container="notebook", slurm_job="", user="1002") == 21 * 2**30
+    assert value(found, "gputui_owner_labels_left_out") == 0
+
+
+def test_serve_bounds_the_owner_label_sets(monkeypatch):
+    from gputui.model import SlurmOwner
+    from gputui.serve import metrics
+    from gputui.serve.sampling import Sample
+    from test_serve_metrics import series, value
+
+    monkeypatch.setattr(metrics, "OWNER_LABEL_SETS", 2)
+    snap = Snapshot(taken_at=0.0, devices=(Device(index=0, uuid="GPU-a"),), processes=tuple(
+        GpuProcess(pid=100 + job, device_index=0, gpu_memory=job, user="u",
+                   owner=Owner(user="u", slurm=SlurmOwner(job=str(job)))) for job in range(1, 5)))
+    found = series(Sample(snap))
+    assert value(found, "gputui_process_memory_bytes", pid="102", slurm_job="2") == 2
+    assert value(found, "gputui_process_memory_bytes", pid="103", slurm_job="") == 3  # past the bound: no label
+    assert value(found, "gputui_owner_labels_left_out") == 2
