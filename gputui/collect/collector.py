@@ -25,7 +25,7 @@ from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable, RawProcess
 from gputui.collect.own_cpu import OwnCpu
 from gputui.collect.owners import Files, HostFiles, OwnerReader
-from gputui.collect.pidns import Located, PidNamespace
+from gputui.collect.pidns import HOST_PROCESSES, Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
 from gputui.collect.torch_use import torch_mapped
@@ -164,10 +164,19 @@ class Collector:
             processes.append(_gpu_process(raw, loc.local_pid, info, owner))
         gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
         parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
-        snapshot = dataclasses.replace(outline.snapshot, processes=tuple(processes), parents=parents)
+        problems = outline.snapshot.problems
+        if any(loc.procfs_pid is None for loc in where.values()) and not self._sees_host_pids():
+            problems += (HOST_PROCESSES,)
+        snapshot = dataclasses.replace(outline.snapshot, processes=tuple(processes), parents=parents,
+                                       problems=problems)
         snapshot = self.jobs.add_to(snapshot)
         return dataclasses.replace(snapshot, monitor=self._cost(
             outline.started, sum(r.nvml_seconds for r in self.readers) - outline.nvml_before))
+
+    def _sees_host_pids(self) -> bool:
+        """Whether this monitor can see the host's processes: no PID namespace of its own, or the host's
+        /proc mounted in it."""
+        return self.namespace is None or not self.namespace.in_namespace or self.namespace.procfs_is_outer
 
     def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
         """What this sample cost, and the monitor's CPU since the previous one."""
