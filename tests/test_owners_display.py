@@ -72,8 +72,9 @@ def test_monitor_owner_cell_filter_and_column_only_with_owners():
     plain = table_rows.build_rows(sample_at("workstation", 60).snapshot, sort="pid", reverse=False)
     assert not table_rows.owners_beyond_users(plain)
     # narrow panes give OWNER up before the figures
-    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 100)
-    assert "owner" in table_rows.columns_for("normal", table_rows.DEFAULT, 160)
+    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 160)  # no owners: it repeats USER
+    assert "owner" in table_rows.columns_for("normal", table_rows.DEFAULT, 160, owners=True)
+    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 100, owners=True)
 
 
 def test_owner_describe_for_the_detail_screen():
@@ -109,3 +110,14 @@ def test_serve_bounds_the_owner_label_sets(monkeypatch):
     assert value(found, "gputui_process_memory_bytes", pid="102", slurm_job="2") == 2
     assert value(found, "gputui_process_memory_bytes", pid="103", slurm_job="") == 3  # past the bound: no label
     assert value(found, "gputui_owner_labels_left_out") == 2
+
+
+def test_detail_screen_says_whose_it_is_only_beyond_the_user():
+    from gputui.ui.screens.detail import info_text
+
+    snap = k8s().snapshot
+    notebook = next(p for p in snap.processes if p.device_index == 5)
+    shown = info_text(notebook, [notebook], snap).plain
+    assert "pod team-vision/notebook-sam (container notebook); containerd container" in shown
+    plain = sample_at("workstation", 60).snapshot
+    assert "owner" not in info_text(plain.processes[0], [plain.processes[0]], plain).plain

@@ -141,11 +141,9 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        chosen = self.shown_columns()
-        if not self.owners_shown:  # OWNER would only repeat USER
-            chosen = tuple(c for c in chosen if c != "owner")
-        ids = table_rows.columns_for(self.layout_mode, chosen, self.pane_width,
-                                     sort_column=self.sort_column, trend_width=self.trend_width)
+        ids = table_rows.columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
+                                     sort_column=self.sort_column, trend_width=self.trend_width,
+                                     owners=self.owners_shown)
         widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
                                                  self.pane_width, widths)

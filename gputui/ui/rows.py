@@ -138,8 +138,12 @@ def fixed_width(column_ids: Iterable[str], widths: Mapping[str, int] | None = No
 
 
 def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | None = None, *,
-                sort_column: str | None = None, trend_width: int | None = None) -> tuple[str, ...]:
-    """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width."""
+                sort_column: str | None = None, trend_width: int | None = None,
+                owners: bool = False) -> tuple[str, ...]:
+    """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width. OWNER only
+    with ``owners`` (``owners_beyond_users``): else it would repeat USER."""
+    if not owners:
+        chosen = tuple(c for c in chosen if c != "owner")
     if layout == "tiny":
         picked = tuple(TINY_FOR.get(c, c) for c in chosen if TINY_FOR.get(c, c) in TINY + KEPT) or TINY
     elif layout == "compact":

@@ -272,13 +272,14 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
     rows = [
         ("command", " ".join(proc.command) if proc.command else (proc.name or units.NA)),
         ("user", proc.user or units.NA),
-        ("owner", proc.owner.describe() if proc.owner is not None else units.NA),
         ("started", started + age),
         ("parent", units.NA if proc.ppid is None else str(proc.ppid)),
         ("devices", "; ".join(used)),
         ("type", proc.kind + ("" if proc.gpu_instance_id is None else f", {fmt.gpu_words(proc)}: GI "
                               f"{proc.gpu_instance_id} CI {_or_na(proc.compute_instance_id)}")),
     ]
+    if proc.owner is not None and (proc.owner.key[0] != "user" or proc.owner.note):  # else "user" says it
+        rows.insert(2, ("owner", proc.owner.describe()))
     if proc.state != "ok":
         rows.append(("state", f"{proc.state}" + (f": {proc.note}" if proc.note else "")))
     return _rows(rows)
