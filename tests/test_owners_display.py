@@ -121,3 +121,13 @@ def test_detail_screen_says_whose_it_is_only_beyond_the_user():
     assert "pod team-vision/notebook-sam (container notebook); containerd container" in shown
     plain = sample_at("workstation", 60).snapshot
     assert "owner" not in info_text(plain.processes[0], [plain.processes[0]], plain).plain
+
+
+def test_many_host_view_shows_owners_from_the_hosts_documents():
+    from gputui.model import Snapshot as Snap
+    from gputui.model.codec import from_jsonable, to_jsonable
+
+    arrived = from_jsonable(Snap, json.loads(json.dumps(to_jsonable(k8s().snapshot))))  # as a host sends it
+    built = table_rows.build_host_rows([table_rows.HostRows("node-07", arrived, {}, {})], sort="pid",
+                                       reverse=False, filter_text="inference")
+    assert [(r.host, r.cells["owner"]) for r in built] == [("node-07", "inference/vllm-mistral-7d9f")]
