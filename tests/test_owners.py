@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.owners import HostFiles, OwnerReader, parse_cgroup
+from gputui.collect.owners import HostFiles, OwnerReader, Scontrol, parse_cgroup
 from gputui.model import ContainerOwner, Owner, PodOwner, SlurmOwner
 
 CID = "3f4e9c0d1a2b" + "0" * 52
@@ -175,3 +175,38 @@ def test_read_once_per_process_life(tmp_path: Path) -> None:
 
 def test_parse_cgroup_ignores_garbage() -> None:
     assert parse_cgroup("not a cgroup line\n\x1b[31m::\n") == parse_cgroup("")
+
+
+def test_slurm_another_users_job_named_by_scontrol_once(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def scontrol(job: str) -> str:
+        asked.append(job)
+        return f"JobId={job} JobName=pretrain-70b UserId=dana(1004) GroupId=ml(300) Partition=gpu JobState=RUNNING\n"
+
+    root = tree(tmp_path, "0::/system.slice/slurmstepd.scope/job_81236/step_0/user/task_0\n", {
+        "proc/4243/cgroup": "0::/system.slice/slurmstepd.scope/job_81236/step_0/user/task_1\n"})
+    reader = OwnerReader(HostFiles(root), lambda pid: None, scontrol=Scontrol(scontrol))
+    owners = reader.owners({PID: (1.0, "dana"), 4243: (1.0, "dana")})
+    assert owners[PID].slurm == owners[4243].slurm == SlurmOwner(job="81236", step="0", user="dana",
+                                                                   name="pretrain-70b")
+    assert owners[PID].note is None
+    assert asked == ["81236"]  # one question per job, not per process
+
+
+def test_slurm_without_scontrol_says_why(tmp_path: Path) -> None:
+    owner = owner_of(tree(tmp_path, "4:memory:/slurm/uid_1004/job_7/step_batch\n"), environ=None)
+    assert owner.slurm == SlurmOwner(job="7", step="batch")
+    assert owner.note == ("the Slurm job's user and name: its environment is another user's and scontrol is not "
+                          "here")
+
+
+def test_scontrol_that_fails_is_asked_once_and_said(tmp_path: Path) -> None:
+    calls = []
+    reader = OwnerReader(HostFiles(tree(tmp_path, "0::/slurm/job_5/step_0\n")), lambda pid: None,
+                         scontrol=Scontrol(lambda job: calls.append(job)))
+    owner = reader.read(PID, "x")
+    reader.read(PID, "x")
+    assert owner.note == "the Slurm job's user and name: its environment is another user's and scontrol does not " \
+                         "know the job"
+    assert calls == ["5"]

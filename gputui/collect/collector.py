@@ -24,7 +24,7 @@ from gputui.collect.interfaces import Psutil
 from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable, RawProcess
 from gputui.collect.own_cpu import OwnCpu
-from gputui.collect.owners import Files, HostFiles, OwnerReader
+from gputui.collect.owners import Files, HostFiles, OwnerReader, Scontrol
 from gputui.collect.pidns import HOST_PROCESSES, Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
@@ -106,7 +106,8 @@ class Collector:
         files: Files | None = machine.files if machine is not None else (
             HostFiles("/") if proc_root is not None else None)
         self.owners = None if files is None else OwnerReader(
-            files, self.jobs.environ, proc=os.fspath(proc_root) if proc_root is not None else "/proc")
+            files, self.jobs.environ, proc=os.fspath(proc_root) if proc_root is not None else "/proc",
+            scontrol=Scontrol.installed() if machine is None else None)
         self._closed = False
 
     def sample(self) -> Snapshot:

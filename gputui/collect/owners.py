@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
@@ -125,16 +127,59 @@ def _why(exc: OSError) -> str:
     return "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
 
 
+SCONTROL_SECONDS = 2.0  # a slurmctld that does not answer must not stall a sample for longer
+
+
+class Scontrol:
+    """A Slurm job's user and name from ``scontrol show job -o``, where scontrol is installed: asked
+    once per job (cached, failures too), with a timeout."""
+
+    def __init__(self, run: Callable[[str], str | None] | None) -> None:
+        """``run(job)`` is scontrol's output for a job, None where it failed; ``run`` None: no scontrol."""
+        self.run = run
+        self._jobs: dict[str, tuple[str | None, str | None]] = {}
+
+    @classmethod
+    def installed(cls) -> Scontrol:
+        """This machine's scontrol, where it has one."""
+        return cls(_run_scontrol if shutil.which("scontrol") else None)
+
+    def job(self, job: str) -> tuple[str | None, str | None] | None:
+        """(user, name) of a job; None where there is no scontrol."""
+        if self.run is None:
+            return None
+        if job not in self._jobs:
+            self._jobs[job] = _job_fields(self.run(job) or "")
+        return self._jobs[job]
+
+
+def _run_scontrol(job: str) -> str | None:
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                              timeout=SCONTROL_SECONDS, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _job_fields(line: str) -> tuple[str | None, str | None]:
+    """(user, name) from "JobId=81234 JobName=pretrain UserId=bob(1000) ..."."""
+    fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+    user = fields.get("UserId", "").split("(", 1)[0] or None
+    return user, fields.get("JobName") or None
+
+
 class OwnerReader:
     """Each process's Owner, read once per process life and cached."""
 
     def __init__(self, files: Files, environ: Callable[[int], Mapping[str, str] | None], proc: str = "/proc",
-                 home: str | None = None) -> None:
+                 home: str | None = None, scontrol: Scontrol | None = None) -> None:
         """``environ(pid)`` is a process's environment (None where unread: another user's); ``proc`` where
         the processes' /proc lives within ``files``; ``home`` the user's, where rootless podman keeps its
         containers."""
         self.files = files
         self.environ = environ
+        self.scontrol = scontrol if scontrol is not None else Scontrol(None)
         self.proc = proc
         self.home = home if home is not None else os.path.expanduser("~")
         self._cache: dict[int, tuple[float | None, Owner]] = {}
@@ -164,8 +209,29 @@ class OwnerReader:
         if facts.container_id is not None:
             container = ContainerOwner(runtime=facts.runtime, id=facts.container_id,
                                        name=None if pod is not None else self._container_name(facts, notes))
-        return Owner(user=user, container=container, pod=pod, slurm=_slurm(facts, self.environ(pid)), unit=facts.unit,
+        return Owner(user=user, container=container, pod=pod, slurm=self._slurm(pid, facts, notes), unit=facts.unit,
                      note="; ".join(notes) or None)
+
+    def _slurm(self, pid: int, facts: CgroupFacts, notes: list[str]) -> SlurmOwner | None:
+        """The Slurm job from the cgroup path, its user and name from the job's environment (readable for
+        one's own processes), else from scontrol where it is installed."""
+        environ = self.environ(pid)
+        env = environ or {}
+        job = facts.slurm_job or env.get("SLURM_JOB_ID")
+        if not job:
+            return None
+        same = env.get("SLURM_JOB_ID") == job
+        step = facts.slurm_step or (env.get("SLURM_STEP_ID") if same else None)
+        user, name = (env.get("SLURM_JOB_USER"), env.get("SLURM_JOB_NAME")) if same else (None, None)
+        if user is None or name is None:
+            asked = self.scontrol.job(job)
+            if asked is not None:
+                user, name = user or asked[0], name or asked[1]
+            if user is None and name is None:
+                notes.append("the Slurm job's user and name: " + (
+                    "its environment is another user's" if environ is None else "its environment does not say")
+                    + (" and scontrol does not know the job" if asked is not None else " and scontrol is not here"))
+        return SlurmOwner(job=job, step=step, user=user, name=name)
 
     def _container_name(self, facts: CgroupFacts, notes: list[str]) -> str | None:
         cid = facts.container_id
@@ -227,16 +293,3 @@ class OwnerReader:
         except OSError:
             return None
         return containers[0] if len(containers) == 1 else None
-
-
-def _slurm(facts: CgroupFacts, environ: Mapping[str, str] | None) -> SlurmOwner | None:
-    """The Slurm job from the cgroup path, the job's environment filling in its user and name."""
-    env = environ or {}
-    job = facts.slurm_job or env.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    same = env.get("SLURM_JOB_ID") == job
-    step = facts.slurm_step or (env.get("SLURM_STEP_ID") if same else None)
-    return SlurmOwner(job=job, step=step, user=env.get("SLURM_JOB_USER") if same else None,
-                      name=env.get("SLURM_JOB_NAME") if same else None)
-
