@@ -31,6 +31,12 @@ def owner_of(root: Path, environ: dict[str, str] | None = None, user: str | None
     return reader.owners({PID: (100.0, user)})[PID]
 
 
+def checkpoint(entries: list[dict]) -> dict[str, str]:
+    """The kubelet's device-plugin checkpoint (root's, in /var/lib/kubelet)."""
+    return {"var/lib/kubelet/device-plugins/kubelet_internal_checkpoint": json.dumps(
+        {"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}}, "Checksum": 1})}
+
+
 def kubelet_logs(namespace: str, pod: str, containers: tuple[str, ...], cid: str | None = None) -> dict[str, str]:
     """What the kubelet writes on disk: /var/log/pods/NAMESPACE_POD_UID/CONTAINER/0.log, and the
     /var/log/containers/POD_NAMESPACE_CONTAINER-ID.log link (a file here)."""
@@ -54,10 +60,10 @@ def test_docker_container_named_from_its_config(tmp_path: Path, cgroup: str) -> 
 
 
 class Denied(HostFiles):
-    """Docker's state is root's: gputui run by another user cannot open it."""
+    """Docker's and the kubelet's state are root's: gputui run by another user cannot open them."""
 
     def read(self, path: str, limit: int) -> bytes:
-        if path.startswith("/var/lib/docker"):
+        if path.startswith(("/var/lib/docker", "/var/lib/kubelet")):
             raise PermissionError(13, "Permission denied")
         return super().read(path, limit)
 
@@ -92,9 +98,19 @@ def test_kubernetes_systemd_driver_containerd_names_pod_and_container(tmp_path: 
     slice_uid = UID.replace("-", "_")
     cgroup = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/"
               f"cri-containerd-{CID}.scope\n")
-    root = tree(tmp_path, cgroup, kubelet_logs("ml-research", "train-7f9c", ("trainer", "sidecar"), CID))
+    # Kubernetes 1.20 on: DeviceIDs by NUMA node
+    assigned = checkpoint([
+        {"PodUID": UID, "ContainerName": "trainer", "ResourceName": "nvidia.com/gpu",
+         "DeviceIDs": {"0": ["GPU-aaaa"], "1": ["GPU-bbbb"]}, "AllocResp": "CgA="},
+        {"PodUID": UID, "ContainerName": "sidecar", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": ["GPU-cccc"]}},
+        {"PodUID": UID, "ContainerName": "trainer", "ResourceName": "rdma/hca", "DeviceIDs": {"0": ["mlx5_0"]}},
+        {"PodUID": "x", "ContainerName": "trainer", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": ["GPU-d"]}},
+    ])
+    root = tree(tmp_path, cgroup, kubelet_logs("ml-research", "train-7f9c", ("trainer", "sidecar"), CID) | assigned)
     owner = owner_of(root)
-    assert owner.pod == PodOwner(uid=UID, namespace="ml-research", name="train-7f9c", container="trainer")
+    assert owner.pod == PodOwner(uid=UID, namespace="ml-research", name="train-7f9c", container="trainer",
+                                 gpus=("GPU-aaaa", "GPU-bbbb"))
+    assert owner.note is None
     assert owner.container == ContainerOwner(runtime="containerd", id=CID)
     assert owner.most_specific() == "ml-research/train-7f9c"
     assert owner.key == ("pod", "ml-research/train-7f9c")
@@ -103,17 +119,22 @@ def test_kubernetes_systemd_driver_containerd_names_pod_and_container(tmp_path: 
 def test_kubernetes_cri_o_besteffort_v2(tmp_path: Path) -> None:
     cgroup = (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice/"
               f"crio-{CID}.scope\n")
-    owner = owner_of(tree(tmp_path, cgroup, kubelet_logs("inference", "vllm-0", ("server",))))
+    root = tree(tmp_path, cgroup, kubelet_logs("inference", "vllm-0", ("server",)))
+    owner = owner_of(root, files=Denied(root))
     assert owner.container is not None and owner.container.runtime == "cri-o"
     assert owner.pod == PodOwner(uid=UID, namespace="inference", name="vllm-0", container="server")
+    assert owner.note == ("the pod's assigned GPUs: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint "
+                          "cannot be read (permission denied)")
 
 
 def test_kubernetes_cgroupfs_driver_v1_does_not_guess_the_runtime(tmp_path: Path) -> None:
     path = f"/kubepods/burstable/pod{UID}/{CID}"
     cgroup = f"11:memory:{path}\n4:devices:{path}\n1:name=systemd:{path}\n"
-    owner = owner_of(tree(tmp_path, cgroup, kubelet_logs("team-a", "notebook", ("jupyter",))))
+    assigned = checkpoint([{"PodUID": UID, "ContainerName": "jupyter", "ResourceName": "nvidia.com/mig-1g.10gb",
+                            "DeviceIDs": ["MIG-1234"]}])  # before 1.20: a plain list
+    owner = owner_of(tree(tmp_path, cgroup, kubelet_logs("team-a", "notebook", ("jupyter",)) | assigned))
     assert owner.container == ContainerOwner(runtime=None, id=CID)
-    assert owner.pod == PodOwner(uid=UID, namespace="team-a", name="notebook", container="jupyter")
+    assert owner.pod == PodOwner(uid=UID, namespace="team-a", name="notebook", container="jupyter", gpus=("MIG-1234",))
 
 
 def test_kubernetes_pod_logs_unreadable_say_why_once(tmp_path: Path) -> None:

@@ -26,8 +26,11 @@ def test_demo_shared_k8s_reads_pods_through_the_same_owner_code():
         3: "ml-research/llama-ft-0", 4: "inference/vllm-mistral-7d9f", 5: "team-vision/notebook-sam",
         6: "team-vision/notebook-sam", 7: "batch/embed-nightly-x2k4p"}
     notebook = by_gpu[5]
+    uuids = {d.index: d.uuid for d in snap.devices}
     assert notebook is not None and notebook.pod == PodOwner(
-        uid="9d3e5f30-7a1b-4c2d-8e9f-0a1b2c3d4e30", namespace="team-vision", name="notebook-sam", container="notebook")
+        uid="9d3e5f30-7a1b-4c2d-8e9f-0a1b2c3d4e30", namespace="team-vision", name="notebook-sam", container="notebook",
+        gpus=tuple(sorted((uuids[5], uuids[6]))))  # the kubelet gave it GPUs 5 and 6
+    assert notebook.note is None
     assert notebook.container is not None and notebook.container.runtime == "containerd"
     # the idle pod: memory held on two GPUs, nothing running there (the who-is-wasting summary's case)
     idle = {d.index: d for d in snap.devices if d.index in (5, 6)}
@@ -58,8 +61,9 @@ def test_json_carries_the_owner():
     sample = k8s()
     doc = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
     owner = doc["snapshot"]["processes"][0]["owner"]
+    uuids = [d["uuid"] for d in doc["snapshot"]["devices"]]
     assert owner["pod"] == {"uid": "0c6a2f10-5b7e-4c1d-9a3e-7f2b8d4e6a10", "namespace": "ml-research",
-                            "name": "llama-ft-0", "container": "trainer"}
+                            "name": "llama-ft-0", "container": "trainer", "gpus": sorted(uuids[:4])}
     assert owner["user"] == "1000" and owner["container"]["runtime"] == "containerd"
 
 
@@ -80,7 +84,7 @@ def test_monitor_owner_cell_filter_and_column_only_with_owners():
 def test_owner_describe_for_the_detail_screen():
     owner = k8s().snapshot.processes[0].owner
     assert owner is not None
-    assert owner.describe() == ("pod ml-research/llama-ft-0 (container trainer); containerd container "
+    assert owner.describe() == ("pod ml-research/llama-ft-0 (container trainer, 4 GPUs assigned); containerd container "
                                 f"{owner.container.id[:12]}; user 1000")
 
 
@@ -118,7 +122,7 @@ def test_detail_screen_says_whose_it_is_only_beyond_the_user():
     snap = k8s().snapshot
     notebook = next(p for p in snap.processes if p.device_index == 5)
     shown = info_text(notebook, [notebook], snap).plain
-    assert "pod team-vision/notebook-sam (container notebook); containerd container" in shown
+    assert "pod team-vision/notebook-sam (container notebook, 2 GPUs assigned); containerd container" in shown
     plain = sample_at("workstation", 60).snapshot
     assert "owner" not in info_text(plain.processes[0], [plain.processes[0]], plain).plain
 

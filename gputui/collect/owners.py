@@ -35,6 +35,8 @@ _STEP = re.compile(r"^step_(\w+)$")
 _NOT_OWNERS = re.compile(r"^(session-.*\.scope|user@\d+\.service|init\.scope|slurmstepd\.scope|.*\.slice)$")
 
 NAMES_LIMIT = 4 << 20  # a runtime's state file: podman's containers.json grows with every container
+CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+GPU_RESOURCE = "nvidia.com/"  # nvidia.com/gpu, and MIG's nvidia.com/mig-1g.10gb ...
 
 
 @dataclass(frozen=True)
@@ -275,8 +277,33 @@ class OwnerReader:
             notes.append("the pod's name: /var/log/pods has no directory for its UID")
             return PodOwner(uid=uid)
         namespace, name = directory[:-len(uid) - 1].split("_", 1)
-        return PodOwner(uid=uid, namespace=namespace, name=name,
-                        container=self._pod_container(f"/var/log/pods/{directory}", facts.container_id))
+        container = self._pod_container(f"/var/log/pods/{directory}", facts.container_id)
+        return PodOwner(uid=uid, namespace=namespace, name=name, container=container,
+                        gpus=self._assigned_gpus(uid, container, notes))
+
+    def _assigned_gpus(self, uid: str, container: str | None, notes: list[str]) -> tuple[str, ...]:
+        """The devices the kubelet gave the container, from its device-plugin checkpoint (JSON the kubelet
+        writes; the pod-resources socket says the same over gRPC, a dependency this avoids)."""
+        try:
+            checkpoint = parse_json(self.files.read(CHECKPOINT, NAMES_LIMIT))
+        except OSError as exc:
+            notes.append(f"the pod's assigned GPUs: {CHECKPOINT} cannot be read ({_why(exc)})")
+            return ()
+        except ValueError:
+            notes.append(f"the pod's assigned GPUs: {CHECKPOINT} is not JSON")
+            return ()
+        data = checkpoint.get("Data") if isinstance(checkpoint, dict) else None
+        entries = data.get("PodDeviceEntries") if isinstance(data, dict) else None
+        found: list[str] = []
+        for entry in entries if isinstance(entries, list) else ():
+            if (isinstance(entry, dict) and entry.get("PodUID") == uid
+                    and str(entry.get("ResourceName")).startswith(GPU_RESOURCE)
+                    and (container is None or entry.get("ContainerName") == container)):
+                ids = entry.get("DeviceIDs")
+                # by NUMA node ({"0": [...]}) since Kubernetes 1.20, a plain list before
+                lists = ids.values() if isinstance(ids, dict) else [ids]
+                found += [str(i) for ids_ in lists if isinstance(ids_, list) for i in ids_]
+        return tuple(sorted(set(found)))
 
     def _pod_container(self, directory: str, cid: str | None) -> str | None:
         """The container's name: /var/log/containers/POD_NAMESPACE_CONTAINER-ID.log names it by its id;

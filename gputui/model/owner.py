@@ -44,6 +44,9 @@ class PodOwner(Record):
     name: str | None = field(default=None, metadata=doc("the pod's name, from the same directory; null where unread"))
     container: str | None = field(default=None, metadata=doc(
         "the container's name within the pod (the log directory's subdirectory); null where unread"))
+    gpus: tuple[str, ...] = field(default=(), metadata=doc(
+        "the GPUs the kubelet assigned to this container (device ids, GPU UUIDs with NVIDIA's device plugin), from "
+        "the kubelet's device-plugin checkpoint; `[]` where none or unread"))
 
     @property
     def label(self) -> str:
@@ -99,7 +102,9 @@ class Owner(Record):
         container 3f4e9c0d1a2b; user alice"."""
         parts = []
         if self.pod is not None:
-            parts.append(f"pod {self.pod.label}" + (f" (container {self.pod.container})" if self.pod.container else ""))
+            inside = ", ".join(x for x in (self.pod.container and f"container {self.pod.container}",
+                                           self.pod.gpus and f"{len(self.pod.gpus)} GPUs assigned") if x)
+            parts.append(f"pod {self.pod.label}" + (f" ({inside})" if inside else ""))
         if self.container is not None:
             parts.append(f"{self.container.runtime or 'a'} container {self.container.label}")
         if self.slurm is not None:

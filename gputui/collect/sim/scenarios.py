@@ -6,6 +6,7 @@ started before the scenario's clock began have negative start times.
 
 from __future__ import annotations
 
+import json
 import uuid as _uuid
 from dataclasses import dataclass, replace
 from typing import Any
@@ -441,12 +442,17 @@ def shared_k8s() -> Scenario:
     )
     programs = []
     files: list[tuple[str, str]] = []
+    assigned = []  # the kubelet's device-plugin checkpoint: which GPUs each pod's container was given
     for namespace, pod, uid, container, pid, user, command, uses in pods:
         cid = gpu_uuid(name, pod).replace("-", "")[:32] * 2  # 64 hex digits, as runtimes' ids are
         cgroup = _pod_cgroup(uid, cid, "guaranteed" if namespace == "inference" else "burstable")
         programs.append(Program(pid, 1, command[0].rsplit("/", 1)[-1], command, user, -7200.0, cpu=0.9,
                                 rss=int(6 * GiB), uses=uses, cgroup=cgroup))
         files += _pod_files(namespace, pod, uid, container, cid)
+        assigned.append({"PodUID": uid, "ContainerName": container, "ResourceName": "nvidia.com/gpu",
+                         "DeviceIDs": {"0": [gpus[u.device].uuid for u in uses]}})
+    files.append(("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+                  json.dumps({"Data": {"PodDeviceEntries": assigned, "RegisteredDevices": {}}, "Checksum": 0})))
     programs.append(Program(85001, 1, "nvidia-smi-exporter", ("/usr/bin/dcgm-exporter",), "root", -86400.0,
                             cpu=0.02, rss=90 * MiB, cgroup="/system.slice/dcgm-exporter.service"))
     return Scenario(name, "k8s-gpu-node-07", hw.DRIVER_560, gpus, _system(*programs), cpu_count=128,
