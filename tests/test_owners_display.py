@@ -135,3 +135,15 @@ def test_many_host_view_shows_owners_from_the_hosts_documents():
     built = table_rows.build_host_rows([table_rows.HostRows("node-07", arrived, {}, {})], sort="pid",
                                        reverse=False, filter_text="inference")
     assert [(r.host, r.cells["owner"]) for r in built] == [("node-07", "inference/vllm-mistral-7d9f")]
+
+
+def test_hostile_owner_names_are_shown_visible():
+    from gputui.serve.metrics import owner_labels
+
+    evil = "\x1b[2J\x1b]0;pwned\x07team"
+    owner = Owner(user="u", pod=PodOwner(uid="u1", namespace=evil, name="p", container=evil))
+    snap = Snapshot(taken_at=0.0, devices=(Device(index=0),), processes=(
+        GpuProcess(pid=5, device_index=0, user="u", owner=owner),))
+    text = render(snap, width=200)
+    assert "\x1b[2J" not in text and "\x07" not in text and "\\x1b[2J" in text  # shown, not obeyed
+    assert all("\x1b" not in label for label in owner_labels(owner))
