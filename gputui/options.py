@@ -11,7 +11,8 @@ from typing import Literal
 
 # The simulated machines `--demo` offers (each is built in gputui/collect/sim/scenarios.py). Here, not
 # there, so the CLI can list them without importing the simulator.
-SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun")
+SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun",
+             "shared-k8s")
 
 # `gputui serve`'s defaults, here so the CLI can say them without importing the exporter: this
 # machine only, unless told (9403, near NVIDIA's DCGM exporter's 9400). Prometheus scrapes every 15 s

@@ -39,8 +39,7 @@ def test_container_with_its_own_procfs_cannot_map(tmp_path):
     assert ns.procfs_is_outer is False
     located = ns.locate(5001)
     assert located.procfs_pid is None and located.local_pid is None
-    assert located.note == ("runs outside this container: its host PID 5001 has no PID in this "
-                            "PID namespace")
+    assert located.note == "host process"
 
 
 def test_host_procfs_inside_a_container_maps_through_nspid(tmp_path):
@@ -54,7 +53,7 @@ def test_host_procfs_inside_a_container_maps_through_nspid(tmp_path):
     assert ns.locate(6001) == Located(6001, None, "runs outside this container's PID namespace")
     assert ns.locate(7001) == Located(7001, None, "runs outside this container's PID namespace")
     gone = ns.locate(8001)
-    assert gone.procfs_pid is None and "host PID 8001" in gone.note
+    assert gone.procfs_pid is None and gone.note == "host process"
 
 
 def test_unreadable_namespace_link_falls_back_to_nspid_depth(tmp_path):
@@ -99,10 +98,35 @@ def test_collector_in_a_container_lists_host_processes_as_unmapped(tmp_path):
     assert train.name == "python"  # the driver still knows its name
     assert train.user is None and train.command == ()  # nothing borrowed from local PID 3120
     assert train.gpu_memory is not None
-    assert train.note == ("runs outside this container: its host PID 3120 has no PID in this "
-                          "PID namespace")
+    assert train.note == "host process"
     assert {p.state for p in snapshot.processes} == {"unmapped"}
     assert snapshot.parents == ()
+    # said once for the sample, plainly, with what to do; the devices' figures are whole
+    assert snapshot.problems == (
+        "NVML's processes are the host's; this container cannot see them (run with --pid=host)",)
+    assert [d.memory_used is not None and d.gpu_util is not None for d in snapshot.devices] == [True, True]
+
+
+def test_in_a_container_once_says_it_once_and_shows_the_containers_probed_process(tmp_path):
+    import dataclasses
+
+    from gputui.model import HostProcess, ProbeReport
+    from gputui.plain.render import render
+
+    make_process(tmp_path, "self", [17], CONTAINER_NS)
+    collector = open_in_container(tmp_path)
+    try:
+        snapshot = collector.sample()
+    finally:
+        collector.close()
+    # this container's own training process, probed: its probe reports the container's PID 42
+    mine = ProbeReport(pid=42, taken_at=snapshot.taken_at, command=("python", "train.py"))
+    snapshot = dataclasses.replace(snapshot, probes=(mine,),
+                                   probed=(HostProcess(pid=42, command=("python", "train.py"), user="me"),))
+    text = render(snapshot, width=160)
+    assert text.count("this container cannot see them (run with --pid=host)") == 1
+    assert "3120 n/a    0 C    17.1GiB 98%  n/a      n/a     n/a python [host process]" in text
+    assert "Probed processes not listed by NVML\n42 me  python train.py" in text
 
 
 def test_collector_with_the_host_procfs_maps_local_pids(tmp_path):
@@ -121,3 +145,4 @@ def test_collector_with_the_host_procfs_maps_local_pids(tmp_path):
     assert (xorg.state, xorg.local_pid, xorg.name) == ("ok", None, "Xorg")
     assert xorg.note == "runs outside this container's PID namespace"
     assert processes[2210].state == "unmapped"  # no /proc entry at all
+    assert not any("--pid=host" in p for p in collector.sample().problems)  # the host's /proc: it can see

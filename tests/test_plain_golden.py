@@ -22,7 +22,7 @@ from plain_data import check_golden
 # Seconds into each scenario worth looking at: jobs running, the training job ramped up, the leaky
 # job well into its growth, before its OOM.
 MOMENTS = {"workstation": 60, "training-node": 90, "leaky": 150, "mig": 60, "faults": 60, "dataparallel": 90,
-           "torchrun": 90}
+           "torchrun": 90, "shared-k8s": 60}
 
 
 class FakeClock:

@@ -106,7 +106,8 @@ KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum"
 
 def test_every_model_type_in_a_document_has_a_schema():
     assert set(DEFS) == {cls.__name__ for cls in SCHEMA_TYPES} == {
-        "Driver", "MigInstance", "Device", "GpuProcess", "HostProcess", "Host", "MemoryCategories",
+        "Driver", "MigInstance", "Device", "GpuProcess", "Owner", "ContainerOwner", "PodOwner", "SlurmOwner",
+        "HostProcess", "Host", "MemoryCategories",
         "AllocatorStats", "ProbeDevice", "StepRecord", "OomRecord", "AllocationSite", "LeakKeeper",
         "ProbeReport", "Snapshot", "EndedProcess", "MonitorCost", "Breakdown", "BreakdownItem", "Placement",
         "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom",

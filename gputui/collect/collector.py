@@ -24,14 +24,15 @@ from gputui.collect.interfaces import Psutil
 from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable, RawProcess
 from gputui.collect.own_cpu import OwnCpu
-from gputui.collect.pidns import Located, PidNamespace
+from gputui.collect.owners import Files, HostFiles, OwnerReader, Scontrol
+from gputui.collect.pidns import HOST_PROCESSES, Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
 from gputui.collect.torch_use import torch_mapped
 from gputui.pids import pid_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
-from gputui.model import PROCESS_UNMAPPED, GpuProcess, MonitorCost, ProbeReport, Snapshot
+from gputui.model import PROCESS_GONE, PROCESS_UNMAPPED, GpuProcess, Owner, MonitorCost, ProbeReport, Snapshot
 
 if TYPE_CHECKING:  # only --demo and the tests bring the simulated machine
     from gputui.collect.sim.machine import SimulatedMachine
@@ -101,6 +102,12 @@ class Collector:
         self.host = HostReader(psutil, hostname)
         self.probed = ProbedProcesses(psutil, clock)
         self.jobs = JobFinder(psutil)  # again after the probes are added: see plain's Source
+        # The owners are read through the simulated machine's files in --demo: one reading for both.
+        files: Files | None = machine.files if machine is not None else (
+            HostFiles("/") if proc_root is not None else None)
+        self.owners = None if files is None else OwnerReader(
+            files, self.jobs.environ, proc=os.fspath(proc_root) if proc_root is not None else "/proc",
+            scontrol=Scontrol.installed() if machine is None else None)
         self._closed = False
 
     def sample(self) -> Snapshot:
@@ -142,6 +149,8 @@ class Collector:
         details = self.processes.inspect(
             loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None)
 
+        owners = {} if self.owners is None else self.owners.owners(
+            {pid: (d.started_at, d.user) for pid, d in details.items() if d.state != PROCESS_GONE})
         processes = []
         for raw in raw_processes:
             loc = where[raw.pid]
@@ -152,13 +161,23 @@ class Collector:
                 info = details[loc.procfs_pid]
                 if loc.note and not info.note:
                     info = _with_note(info, loc.note)
-            processes.append(_gpu_process(raw, loc.local_pid, info))
+            owner = owners.get(loc.procfs_pid) if loc.procfs_pid is not None else None
+            processes.append(_gpu_process(raw, loc.local_pid, info, owner))
         gpu_pids = {loc.procfs_pid for loc in where.values() if loc.procfs_pid is not None}
         parents = self.processes.parents({p.ppid for p in processes}, exclude=gpu_pids)
-        snapshot = dataclasses.replace(outline.snapshot, processes=tuple(processes), parents=parents)
+        problems = outline.snapshot.problems
+        if any(loc.procfs_pid is None for loc in where.values()) and not self._sees_host_pids():
+            problems += (HOST_PROCESSES,)
+        snapshot = dataclasses.replace(outline.snapshot, processes=tuple(processes), parents=parents,
+                                       problems=problems)
         snapshot = self.jobs.add_to(snapshot)
         return dataclasses.replace(snapshot, monitor=self._cost(
             outline.started, sum(r.nvml_seconds for r in self.readers) - outline.nvml_before))
+
+    def _sees_host_pids(self) -> bool:
+        """Whether this monitor can see the host's processes: no PID namespace of its own, or the host's
+        /proc mounted in it."""
+        return self.namespace is None or not self.namespace.in_namespace or self.namespace.procfs_is_outer
 
     def _cost(self, started: float, nvml_seconds: float) -> MonitorCost | None:
         """What this sample cost, and the monitor's CPU since the previous one."""
@@ -200,7 +219,8 @@ class Collector:
         self.close()
 
 
-def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails) -> GpuProcess:
+def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails,
+                 owner: Owner | None = None) -> GpuProcess:
     """NVML's entry with what /proc says of its process."""
     return GpuProcess(
         pid=raw.pid,
@@ -222,6 +242,7 @@ def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails) -
         started_at=info.started_at,
         note=info.note,
         uses_torch=info.uses_torch,
+        owner=owner,
     )
 
 

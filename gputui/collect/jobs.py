@@ -235,6 +235,14 @@ class JobFinder:
         except ps.NoSuchProcess:  # gone since the sample (ZombieProcess is one too)
             return None
 
+    def environ(self, pid: int) -> Mapping[str, str] | None:
+        """A process's environment; None where it cannot be read (another user's, or gone)."""
+        ps = self.psutil
+        try:
+            return ps.Process(pid).environ()
+        except (ps.AccessDenied, ps.NoSuchProcess):
+            return None
+
     def _parents_of(self, probed: Iterable[HostProcess], known: Sequence[HostProcess]) -> list[HostProcess]:
         """The parents of probed CPU processes (the collector looks up GPU processes' only)."""
         have = {h.pid for h in known}

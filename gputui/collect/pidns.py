@@ -14,7 +14,11 @@ from pathlib import Path
 # The initial (host) PID namespace always has this inode number (PROC_PID_INIT_INO in the kernel).
 HOST_PID_NAMESPACE = "pid:[4026531836]"
 
-NOTE_INVISIBLE = "runs outside this container: its host PID {pid} has no PID in this PID namespace"
+NOTE_INVISIBLE = "host process"  # short: each row says it; HOST_PROCESSES says why, once
+# Said once for the whole sample (Snapshot.problems) rather than on every row: the rows keep what NVML
+# knows (GPU, memory, the driver's name), the device figures are whole, and probed processes of this
+# container still show through their probes.
+HOST_PROCESSES = "NVML's processes are the host's; this container cannot see them (run with --pid=host)"
 NOTE_OUTSIDE = "runs outside this container's PID namespace"
 
 
@@ -44,10 +48,10 @@ class PidNamespace:
         if not self.in_namespace:
             return Located(host_pid, host_pid)
         if not self.procfs_is_outer:
-            return Located(None, None, NOTE_INVISIBLE.format(pid=host_pid))
+            return Located(None, None, NOTE_INVISIBLE)
         nspid = _nspid(self.root / str(host_pid) / "status")
         if not nspid:
-            return Located(None, None, NOTE_INVISIBLE.format(pid=host_pid))
+            return Located(None, None, NOTE_INVISIBLE)
         depth = len(self.own_nspid) - 1  # our level in its NSpid list
         theirs = _readlink(self.root / str(host_pid) / "ns" / "pid")
         same_namespace = theirs == self.own_namespace if theirs is not None else (

@@ -61,6 +61,7 @@ from gputui.model.job import (
     JobRank,
     Placement,
 )
+from gputui.model.owner import RUNTIMES, ContainerOwner, Owner, PodOwner, SlurmOwner
 from gputui.model.probe import (
     AllocatorStats,
     AllocationSite,
@@ -109,6 +110,11 @@ __all__ = [
     "LAUNCHERS",
     "GroupedBy",
     "Job",
+    "Owner",
+    "ContainerOwner",
+    "PodOwner",
+    "SlurmOwner",
+    "RUNTIMES",
     "JobDevice",
     "JobRank",
     "Placement",

@@ -11,6 +11,7 @@ from typing import Final, Literal
 
 from gputui.model.fielddoc import doc
 from gputui.model.job import Job
+from gputui.model.owner import Owner
 from gputui.model.probe import ProbeReport
 from gputui.model.record import Record
 
@@ -182,6 +183,9 @@ class GpuProcess(Record):
     uses_torch: bool | None = field(default=None, metadata=doc(
         "the process has loaded PyTorch (torch's libraries are in its memory map, read once per process): one "
         "the probe can be attached to; null when its map cannot be read (another user's process) or in `--demo`"))
+    owner: Owner | None = field(default=None, metadata=doc(
+        "whose it is: user, container, Kubernetes pod, Slurm job, systemd unit (read once per process); null when "
+        "its process could not be read"))
 
     @property
     def gpu_name(self) -> str:

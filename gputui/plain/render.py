@@ -282,15 +282,20 @@ class _Column:
 
 _COLUMNS = (
     _Column("PID", ">", 0),
-    _Column("USER", "<", 5),
+    _Column("USER", "<", 6),
+    # Shown only where it says more than USER (a pod, a container, a Slurm job): then it is what people
+    # ask first, so it outlasts USER (often a bare uid in containers) and the host's figures.
+    _Column("OWNER", "<", 5),
     _Column("GPU", ">", 0),
     _Column("TYPE", "<", 3),
     _Column("GPU-MEM", ">", 0),
     _Column("SM%", ">", 4),
-    _Column("CPU%", ">", 6),
-    _Column("HOST-MEM", ">", 8),
-    _Column("ELAPSED", ">", 7),
+    _Column("CPU%", ">", 7),
+    _Column("HOST-MEM", ">", 9),
+    _Column("ELAPSED", ">", 8),
 )
+_OWNER = 2  # the OWNER column's place in _COLUMNS
+_OWNER_CHARS = 24
 _MIN_COMMAND = 24  # the command is what tells processes apart: keep room for it
 _KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
 
@@ -302,10 +307,12 @@ def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyph
     if not processes:
         return [text("No GPU processes.", "dim")]
     probes = {report.pid: report for report in snapshot.probes}
-    rows = [_process_cells(p, snapshot.taken_at) for p in processes]
+    rows = [_process_cells(p, snapshot.taken_at, glyphs.ellipsis) for p in processes]
     widths = [max(len(col.title), *(len(row[i][0]) for row in rows))
               for i, col in enumerate(_COLUMNS)]
     shown = list(range(len(_COLUMNS)))
+    if not any(p.owner is not None and p.owner.key[0] != "user" for p in processes):
+        shown.remove(_OWNER)  # it would only repeat USER
     for rank in sorted({c.drop_rank for c in _COLUMNS if c.drop_rank}, reverse=True):
         if _table_width(widths, shown) + _MIN_COMMAND <= width:
             break
@@ -327,6 +334,8 @@ def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyph
         if report is not None and report.pid not in probed_seen:
             probed_seen.add(report.pid)
             lines += probe_summary(report, snapshot, width, glyphs, tz, judgement=judgements.of(report.pid))
+    notes = dict.fromkeys(p.owner.note for p in processes if p.owner is not None and p.owner.note)
+    lines += [text(f"Owners: {note}", "dim") for note in notes]  # each cause once, not once per row
     return lines
 
 
@@ -338,12 +347,13 @@ def _pad(value: str, size: int, align: str) -> str:
     return value.rjust(size) if align == ">" else value.ljust(size)
 
 
-def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
+def _process_cells(p: GpuProcess, now: float, ellipsis: str) -> list[tuple[str, str | None]]:
     na = ("n/a", "dim")
     elapsed = None if p.started_at is None else units.elapsed(now - p.started_at)
     return [
         (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
         ((p.user or units.NA)[:10], None if p.user else "dim"),  # "n/a", as the monitor says
+        _owner_cell(p, ellipsis),
         (p.gpu_name, None),
         (_KIND_LETTERS.get(p.kind, p.kind), None),
         (units.size_compact(p.gpu_memory), None) if p.gpu_memory is not None else na,
@@ -352,6 +362,13 @@ def _process_cells(p: GpuProcess, now: float) -> list[tuple[str, str | None]]:
         (units.size_compact(p.host_memory), None) if p.host_memory is not None else na,
         (elapsed, None) if elapsed is not None else na,
     ]
+
+
+def _owner_cell(p: GpuProcess, ellipsis: str) -> tuple[str, str | None]:
+    owner = p.owner.most_specific() if p.owner is not None else ""
+    if len(owner) > _OWNER_CHARS:
+        owner = owner[:_OWNER_CHARS - len(ellipsis)] + ellipsis
+    return (owner, None) if owner else ("n/a", "dim")
 
 
 def _command(p: GpuProcess, glyphs: Glyphs) -> Line:

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.phases import peaks
-from gputui.model import THROTTLE_REASONS, Device, GpuProcess, ProbeReport, mig_name
+from gputui.model import THROTTLE_REASONS, Device, GpuProcess, Owner, ProbeReport, mig_name
 from gputui.model.verdicts import LEAK_GROWING, LEAK_STATES, TREND_VERDICTS
 from gputui.serve.sampling import Sample
 from gputui.untrusted import visible
@@ -26,7 +26,12 @@ from gputui.untrusted import visible
 PREFIX = "gputui_"
 DEVICE = ("index", "uuid", "name")
 MIG = ("index", "uuid", "name", "parent_uuid")
-PROCESS = ("pid", "user", "command", "index", "uuid")
+PROCESS = ("pid", "user", "command", "index", "uuid", "namespace", "pod", "container", "slurm_job")
+# Distinct owners (namespace, pod, container, Slurm job) one sample labels at most: each is a new set of
+# series to Prometheus. Processes of owners past it get empty owner labels, counted in
+# owner_labels_left_out, rather than an exporter that grows a scraper's memory without end.
+OWNER_LABEL_SETS = 200
+NO_OWNER = ("", "", "", "")
 PROBE = ("pid", "device", "uuid")
 # A training job's rank; not "job", which Prometheus gives each scrape target.
 JOB_RANK = ("job_key", "job_name", "pid", "rank")
@@ -82,6 +87,8 @@ FAMILIES = (
     Family("mig_memory_total_bytes", "Memory of a MIG instance", MIG),
     Family("mig_memory_used_bytes", "Memory in use in a MIG instance", MIG),
     # GPU processes
+    Family("owner_labels_left_out", f"GPU processes whose owner labels were left empty: their owners came after the "
+           f"first {OWNER_LABEL_SETS} distinct owners of the sample"),
     Family("process_memory_bytes", "GPU memory NVML charges to the process on the GPU", PROCESS),
     Family("process_sm_utilization_ratio", "The process's SM utilisation on the GPU (0 to 1)", PROCESS),
     Family("process_memory_trend", "1 for the trend of the process's GPU memory over the last minutes, else 0",
@@ -197,11 +204,29 @@ def _device(device: Device) -> Iterator[Reading]:
         yield "mig_memory_used_bytes", mig_labels, mig.memory_used
 
 
+def owner_labels(owner: Owner | None) -> tuple[str, str, str, str]:
+    """(namespace, pod, container, slurm_job) of a process; "" where it has none."""
+    if owner is None:
+        return NO_OWNER
+    pod, container = owner.pod, owner.container
+    return (visible((pod.namespace if pod else None) or ""), visible((pod.name or pod.uid) if pod else ""),
+            visible((pod.container if pod and pod.container else None) or (container.label if container else "")),
+            visible(owner.slurm.job if owner.slurm else ""))
+
+
 def _processes(sample: Sample) -> Iterator[Reading]:
     uuids = {d.index: d.uuid or "" for d in sample.snapshot.devices}
+    owners: set[tuple[str, str, str, str]] = set()
+    left_out = 0
     for process in sample.snapshot.processes:
+        owner = owner_labels(process.owner)
+        if owner != NO_OWNER and owner not in owners:
+            if len(owners) >= OWNER_LABEL_SETS:
+                owner, left_out = NO_OWNER, left_out + 1
+            else:
+                owners.add(owner)
         labels = (str(process.own_pid), visible(process.user or ""), short_command(process),
-                  str(process.device_index), uuids.get(process.device_index, ""))
+                  str(process.device_index), uuids.get(process.device_index, ""), *owner)
         yield "process_memory_bytes", labels, process.gpu_memory
         yield "process_sm_utilization_ratio", labels, _ratio(process.sm_util)
         trend = sample.trends.get((process.pid, process.device_index))
@@ -210,6 +235,7 @@ def _processes(sample: Sample) -> Iterator[Reading]:
                 yield "process_memory_trend", (*labels, state), 1 if trend.verdict == state else 0
             yield "process_memory_growth_bytes_per_second", labels, trend.rate
             yield "process_seconds_to_oom", labels, trend.time_to_oom
+    yield "owner_labels_left_out", (), left_out
 
 
 def _jobs(sample: Sample) -> Iterator[Reading]:

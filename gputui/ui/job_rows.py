@@ -74,7 +74,7 @@ def group_by_job(rows: Sequence[Row], sources: Sequence[JobSource], folded: Coll
         out.append(job_row(item, job, source, shut=shut, ascii=ascii))
         if not shut:
             rows_of_job = members[item]
-            out += [_under(row, item, last if i == len(rows_of_job) - 1 else tee)
+            out += [under(row, item, last if i == len(rows_of_job) - 1 else tee)
                     for i, row in enumerate(rows_of_job)]
     return out
 
@@ -110,8 +110,8 @@ def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = 
     return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}
 
 
-def _under(row: Row, group: str, branch: str) -> Row:
-    """A job's row as it stands under the job's line: its command on a branch."""
+def under(row: Row, group: str, branch: str) -> Row:
+    """A row as it stands under its group's line (a job's, an owner's): its command on a branch."""
     looked = row.look
 
     def look() -> tuple[dict, dict]:

@@ -21,6 +21,7 @@ from gputui.model import GpuProcess, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource, group_by_job
+from gputui.ui.owner_rows import group_by_owner
 from gputui.ui.rows import COLUMNS
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.signals import Target, kill_command
@@ -65,6 +66,9 @@ class MainScreen(Screen):
         Binding("j", "toggle_jobs", "Jobs", show=False,
                 tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
                 id="jobs"),
+        Binding("o", "toggle_owners", "Owners", show=False,
+                tooltip="Group processes under their owner: pod, container, Slurm job, unit or user (one line each)",
+                id="owners"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
         Binding("g", "next_gpu", "Next GPU", show=False,
                 tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
@@ -78,13 +82,15 @@ class MainScreen(Screen):
         super().__init__(id="main")
         self.ascii = ascii
         self.chosen_columns = columns
+        self.owners_shown = False  # whether any process has an owner more specific than its user
         self.me = me
         self.sort_column = "gpu_memory"
         self.sort_reverse = True
         self.filter_text = ""
         self.tree_view = False
         self.job_view = False
-        self.folded: set[str] = set()  # job lines whose rows are hidden (their row keys)
+        self.owner_view = False
+        self.folded: set[str] = set()  # job and owner lines whose rows are hidden (their row keys)
         self.only_mine = False
         self.charts_on = True
         self.chart_device: int | None = None
@@ -141,7 +147,8 @@ class MainScreen(Screen):
 
     def _set_columns(self) -> None:
         ids = table_rows.columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
-                                     sort_column=self.sort_column, trend_width=self.trend_width)
+                                     sort_column=self.sort_column, trend_width=self.trend_width,
+                                     owners=self.owners_shown)
         widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
                                                  self.pane_width, widths)
@@ -193,9 +200,13 @@ class MainScreen(Screen):
         shown = sum(1 for r in found if (r.process is not None or r.report is not None) and r.ended is None)
         if self.job_view:
             found = group_by_job(found, self.job_sources(), self.folded, ascii=self.ascii)
+        elif self.owner_view:
+            found = group_by_owner(found, self.folded, ascii=self.ascii)
         trend_width = max((len(r.trend) for r in found), default=0)
-        if trend_width != self.trend_width:  # a trend came or went: give the command the room
-            self.trend_width = trend_width
+        owners_shown = table_rows.owners_beyond_users(found)
+        if trend_width != self.trend_width or owners_shown != self.owners_shown:
+            # a trend came or went: give the command the room; an owner came: show the column
+            self.trend_width, self.owners_shown = trend_width, owners_shown
             self._set_columns()
         self.query_one(ProcessTable).show(found)
         self._render_status(shown, total)
@@ -225,6 +236,9 @@ class MainScreen(Screen):
             parts.append(Content.styled("tree", "$accent"))
         if self.job_view:
             parts.append(Content.styled("jobs (←/→ fold)" if not self.ascii else "jobs (left/right fold)",
+                                        "$accent"))
+        if self.owner_view:
+            parts.append(Content.styled("owners (←/→ fold)" if not self.ascii else "owners (left/right fold)",
                                         "$accent"))
         if self.only_mine:
             parts.append(Content.styled(f"only {self.me}", "$accent"))
@@ -344,6 +358,9 @@ class MainScreen(Screen):
         if row is not None and row.job is not None:
             self.monitor.open_job_detail(row.job.key, host=row.host)
             return
+        if row is not None and row.group == row.key:  # an owner's line: Enter folds or unfolds it
+            self.on_process_table_fold_requested(ProcessTable.FoldRequested(row.key, row.key not in self.folded))
+            return
         if row is None or row.process is None:
             self.notify("This parent process holds no GPU memory: no GPU details to show.",
                         severity="information")
@@ -352,12 +369,17 @@ class MainScreen(Screen):
 
     def action_toggle_tree(self) -> None:
         self.tree_view = not self.tree_view
-        self.job_view = False  # one grouping at a time
+        self.job_view = self.owner_view = False  # one grouping at a time
         self.render_table()
 
     def action_toggle_jobs(self) -> None:
         self.job_view = not self.job_view
-        self.tree_view = False
+        self.tree_view = self.owner_view = False
+        self.render_table()
+
+    def action_toggle_owners(self) -> None:
+        self.owner_view = not self.owner_view
+        self.tree_view = self.job_view = False
         self.render_table()
 
     def on_process_table_fold_requested(self, message: ProcessTable.FoldRequested) -> None:

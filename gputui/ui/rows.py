@@ -51,6 +51,18 @@ class Context:
 
 
 
+def owner_of(p: GpuProcess) -> str:
+    """The OWNER cell: the most specific of pod, container, Slurm job, unit and user ("" unknown)."""
+    return p.owner.most_specific() if p.owner is not None else (p.user or "")
+
+
+def owners_beyond_users(rows: Iterable[Row]) -> bool:
+    """Whether any row's process has an owner besides its user (a pod, container, Slurm job, unit):
+    without one the OWNER column would only repeat USER, and is left out."""
+    return any(r.process is not None and r.process.owner is not None and r.process.owner.key[0] != "user"
+               for r in rows)
+
+
 def _elapsed(p: GpuProcess, ctx: Context) -> float | None:
     return None if p.started_at is None else ctx.taken_at - p.started_at
 
@@ -64,6 +76,7 @@ COLUMNS: dict[str, Column] = {c.id: c for c in (
     Column("pid", "PID", lambda p, c: p.pid, numeric=True),
     Column("probe", "P", lambda p, c: p.own_pid in c.probes),
     Column("user", "USER", lambda p, c: p.user or ""),
+    Column("owner", "OWNER", lambda p, c: owner_of(p)),
     Column("gpu", "GPU", lambda p, c: (p.device_index, p.gpu_instance_id or -1), numeric=True),
     Column("type", "TYPE", lambda p, c: p.kind),
     Column("gpu_memory", "GPU MEM", lambda p, c: p.gpu_memory, numeric=True),
@@ -80,7 +93,7 @@ COLUMNS: dict[str, Column] = {c.id: c for c in (
 
 # Column sets per layout. The config's `columns` replaces DEFAULT; the small layouts keep only
 # the columns of theirs that the user asked for.
-DEFAULT = ("pid", "probe", "user", "gpu", "type", "gpu_memory", "trend", "sm", "cpu", "host_memory",
+DEFAULT = ("pid", "probe", "user", "owner", "gpu", "type", "gpu_memory", "trend", "sm", "cpu", "host_memory",
            "elapsed", "command")
 WIDE_EXTRA = ("memory_util", "started")
 # From this many columns the normal layout adds MBW% (each process's share of memory bandwidth, as
@@ -96,10 +109,11 @@ KEPT = ("host",)  # in every layout where it is asked for: in the many-host view
 
 # Cells wide each column is (the command takes what is left), and which columns give way first
 # when the pane is too narrow to leave the command a readable width.
-WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
+WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "owner": 16, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
           "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 8,
           "started": 19}
-GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
+# OWNER gives way early: wide, and where it is only the user it says what USER says.
+GIVE_WAY = ("started", "memory_util", "owner", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
 COMMAND_MIN = 22
 PADDING = 2  # blank cells around each column, both sides together
 
@@ -124,8 +138,12 @@ def fixed_width(column_ids: Iterable[str], widths: Mapping[str, int] | None = No
 
 
 def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | None = None, *,
-                sort_column: str | None = None, trend_width: int | None = None) -> tuple[str, ...]:
-    """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width."""
+                sort_column: str | None = None, trend_width: int | None = None,
+                owners: bool = False) -> tuple[str, ...]:
+    """The column ids shown in a layout ("tiny", "compact", "normal", "wide") and pane width. OWNER only
+    with ``owners`` (``owners_beyond_users``): else it would repeat USER."""
+    if not owners:
+        chosen = tuple(c for c in chosen if c != "owner")
     if layout == "tiny":
         picked = tuple(TINY_FOR.get(c, c) for c in chosen if TINY_FOR.get(c, c) in TINY + KEPT) or TINY
     elif layout == "compact":
@@ -276,6 +294,7 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
         "pid": str(p.pid),
         "probe": mark,
         "user": p.user or units.NA,
+        "owner": owner_of(p) or units.NA,
         "gpu": p.gpu_name,
         "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
         "gpu_memory": units.size_short(p.gpu_memory),
@@ -307,11 +326,11 @@ def parent_cells(h: HostProcess, prefix: str = "", host: str | None = None) -> t
 
 
 def matches(p: GpuProcess, text: str, host: str | None = None) -> bool:
-    """The `/` filter: a case-insensitive match on command, name, user, pid or host."""
+    """The `/` filter: a case-insensitive match on command, name, user, owner, pid or host."""
     if not text:
         return True
     needle = text.lower()
-    haystack = (" ".join(p.command), p.name or "", p.user or "", str(p.pid), host or "")
+    haystack = (" ".join(p.command), p.name or "", p.user or "", owner_of(p), str(p.pid), host or "")
     return any(needle in part.lower() for part in haystack)
 
 

@@ -39,9 +39,11 @@ class SimulatedMachine:
         self._jobs: tuple[tuple[Program, Job], ...] = tuple(
             (p, p.job) for p in self.plan.programs if p.job is not None)
         self._probe_cache: tuple[int, tuple] | None = None
+        from gputui.collect.sim.files import SimFiles
         from gputui.collect.sim.host import SimPsutil  # host.py needs this module's clock
 
         self.psutil = SimPsutil(self)
+        self.files = SimFiles(self)
 
     # ------------------------------------------------------------------ time
 

@@ -6,6 +6,7 @@ started before the scenario's clock began have negative start times.
 
 from __future__ import annotations
 
+import json
 import uuid as _uuid
 from dataclasses import dataclass, replace
 from typing import Any
@@ -95,6 +96,7 @@ class Program:
     job: Job | None = None
     probed: bool = False  # a gputui probe runs inside it
     environ: tuple[tuple[str, str], ...] = ()  # its environment (rank variables), beside the usual ones
+    cgroup: str = "/user.slice"  # its cgroup v2 path (/proc/PID/cgroup's "0::" line)
 
     @property
     def on_gpu(self) -> bool:
@@ -112,6 +114,7 @@ class Scenario:
     memory_total: int
     swap_total: int
     host_memory_base: int  # used by everything that is not listed
+    files: tuple[tuple[str, str], ...] = ()  # (path, text): the runtimes' state on disk (kubelet's log dirs)
 
 
 def gpu_uuid(scenario: str, *where: object) -> str:
@@ -404,6 +407,58 @@ def torchrun() -> Scenario:
                     memory_total=2015 * GiB, swap_total=0, host_memory_base=int(38 * GiB))
 
 
+# ---------------------------------------------------------------------------------------------- shared k8s
+
+def _pod_cgroup(uid: str, container_id: str, qos: str = "burstable") -> str:
+    """The cgroup v2 path the kubelet's systemd driver and containerd give a pod's container."""
+    return (f"/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid.replace('-', '_')}.slice/"
+            f"cri-containerd-{container_id}.scope")
+
+
+def _pod_files(namespace: str, pod: str, uid: str, container: str, container_id: str) -> tuple[tuple[str, str], ...]:
+    """What the kubelet writes on disk for a pod's container: its log directory and the link naming it."""
+    return ((f"/var/log/pods/{namespace}_{pod}_{uid}/{container}/0.log", ""),
+            (f"/var/log/containers/{pod}_{namespace}_{container}-{container_id}.log", ""))
+
+
+def shared_k8s() -> Scenario:
+    """A shared Kubernetes GPU node: pods from several namespaces; one of them (a forgotten notebook)
+    holds memory on two GPUs and does nothing."""
+    name = "shared-k8s"
+    gpus = tuple(_gpu(name, i, hw.A100_SXM_40, bus) for i, bus in enumerate(DGX_BUSES))
+    # (namespace, pod, pod uid, container, container id, pid, user, command, uses)
+    pods = (
+        ("ml-research", "llama-ft-0", "0c6a2f10-5b7e-4c1d-9a3e-7f2b8d4e6a10", "trainer", 81001, "1000",
+         ("python", "finetune.py", "--model", "llama-7b"),
+         tuple(Use(i, memory=int(31.5 * GiB), sm=93.0, jitter=4.0) for i in range(4))),
+        ("inference", "vllm-mistral-7d9f", "4e8b1c22-0d3f-4a5b-8c6d-1e2f3a4b5c20", "server", 82001, "1001",
+         ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "mistral-7b"),
+         (Use(4, memory=int(34 * GiB), sm=41.0, jitter=25.0),)),
+        ("team-vision", "notebook-sam", "9d3e5f30-7a1b-4c2d-8e9f-0a1b2c3d4e30", "notebook", 83001, "1002",
+         ("/opt/conda/bin/python", "-m", "ipykernel_launcher", "-f", "/root/.local/share/jupyter/kernel-1.json"),
+         (Use(5, memory=int(21 * GiB), sm=0.0), Use(6, memory=int(19 * GiB), sm=0.0))),
+        ("batch", "embed-nightly-x2k4p", "b1f2e3d4-c5b6-4a79-8d8e-9f0a1b2c3d40", "embedder", 84001, "1003",
+         ("python", "embed.py", "--shard", "3"), (Use(7, memory=int(12 * GiB), sm=68.0, jitter=10.0),)),
+    )
+    programs = []
+    files: list[tuple[str, str]] = []
+    assigned = []  # the kubelet's device-plugin checkpoint: which GPUs each pod's container was given
+    for namespace, pod, uid, container, pid, user, command, uses in pods:
+        cid = gpu_uuid(name, pod).replace("-", "")[:32] * 2  # 64 hex digits, as runtimes' ids are
+        cgroup = _pod_cgroup(uid, cid, "guaranteed" if namespace == "inference" else "burstable")
+        programs.append(Program(pid, 1, command[0].rsplit("/", 1)[-1], command, user, -7200.0, cpu=0.9,
+                                rss=int(6 * GiB), uses=uses, cgroup=cgroup))
+        files += _pod_files(namespace, pod, uid, container, cid)
+        assigned.append({"PodUID": uid, "ContainerName": container, "ResourceName": "nvidia.com/gpu",
+                         "DeviceIDs": {"0": [gpus[u.device].uuid for u in uses]}})
+    files.append(("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+                  json.dumps({"Data": {"PodDeviceEntries": assigned, "RegisteredDevices": {}}, "Checksum": 0})))
+    programs.append(Program(85001, 1, "nvidia-smi-exporter", ("/usr/bin/dcgm-exporter",), "root", -86400.0,
+                            cpu=0.02, rss=90 * MiB, cgroup="/system.slice/dcgm-exporter.service"))
+    return Scenario(name, "k8s-gpu-node-07", hw.DRIVER_560, gpus, _system(*programs), cpu_count=128,
+                    memory_total=1007 * GiB, swap_total=0, host_memory_base=int(24 * GiB), files=tuple(files))
+
+
 BUILDERS = {
     "workstation": workstation,
     "training-node": training_node,
@@ -412,6 +467,7 @@ BUILDERS = {
     "faults": faults,
     "dataparallel": dataparallel,
     "torchrun": torchrun,
+    "shared-k8s": shared_k8s,
 }
 
 

@@ -278,6 +278,8 @@ def info_text(proc: GpuProcess, same_pid: list[GpuProcess], snapshot: Snapshot) 
         ("type", proc.kind + ("" if proc.gpu_instance_id is None else f", {fmt.gpu_words(proc)}: GI "
                               f"{proc.gpu_instance_id} CI {_or_na(proc.compute_instance_id)}")),
     ]
+    if proc.owner is not None and (proc.owner.key[0] != "user" or proc.owner.note):  # else "user" says it
+        rows.insert(2, ("owner", proc.owner.describe()))
     if proc.state != "ok":
         rows.append(("state", f"{proc.state}" + (f": {proc.note}" if proc.note else "")))
     return _rows(rows)

@@ -354,7 +354,7 @@ class ProcessTable(ScrollView, can_focus=True):
         row = self.rows_by_key.get(self.selected_key or "")
         if row is None or row.group is None:  # no job here: the keys scroll, as a ScrollView's do
             (self.action_scroll_left if fold else self.action_scroll_right)()
-        elif fold or row.job is not None:
+        elif fold or row.key == row.group:  # a job's or an owner's own line
             self.post_message(self.FoldRequested(row.group, fold))
 
     def action_open_detail(self) -> None:
