@@ -99,7 +99,7 @@ WIDE_EXTRA = ("memory_util", "started")
 # From this many columns the normal layout adds MBW% (each process's share of memory bandwidth, as
 # nvitop's %MBW), where the command still keeps a readable width.
 MBW_FROM = 120
-COMPACT = ("pid", "probe", "user", "gpu", "gpu_memory", "trend", "sm", "cpu", "command")
+COMPACT = ("pid", "probe", "user", "owner", "gpu", "gpu_memory", "trend", "sm", "cpu", "command")
 # Narrow panes keep the signs of trouble: the probe's leak letter and a short trend (arrow, time to
 # OOM), not the SM %.
 TINY = ("pid", "probe", "gpu", "gpu_memory", "trend_mark", "command")
@@ -112,8 +112,9 @@ KEPT = ("host",)  # in every layout where it is asked for: in the many-host view
 WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "owner": 16, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
           "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 8,
           "started": 19}
-# OWNER gives way early: wide, and where it is only the user it says what USER says.
-GIVE_WAY = ("started", "memory_util", "owner", "type", "host_memory", "elapsed", "cpu", "user", "probe", "trend")
+# OWNER outlasts CPU%: on a shared node whose a process is matters more (where an owner is only a user,
+# the column is not shown at all: columns_for's owners); it gives way before USER, which is narrower.
+GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "owner", "user", "probe", "trend")
 COMMAND_MIN = 22
 PADDING = 2  # blank cells around each column, both sides together
 
