@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import threading
 import time
 import weakref
@@ -64,6 +65,10 @@ from gputui.probe.steps import (
 PACK_COST = 12e-6
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
+# Unmeasured steps take their light reading at most once in this many steps (and within half the readings
+# budget): often enough that a leak is seen within dozens of steps (Evidence waits 16 at least), while the
+# steps between end on the lean path.
+LIGHT_EVERY = 8
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
@@ -133,6 +138,9 @@ class Tracker:
         self._roots_learned = False  # the top-level modules are known: hooked instead of every module
         self._step_started: float | None = None
         self._measuring = True
+        self._lean = False  # the next step end may take the lean path (see _end_step)
+        self._lean_steps = 0  # steps that took it since the budget last saw one (see _add_lean_steps)
+        self._light_at = 0  # the step count from which an unmeasured step's end takes its light reading
         self.resident = ResidentMemory()
         self.malloc = MallocInUse()
         # The pack/unpack pair, pushed only inside watched forward passes. Where this torch gives
@@ -148,6 +156,7 @@ class Tracker:
         if self.active:
             return  # installed twice, its hooks would run twice: every step counted twice
         self._step_started = None  # time without the hooks is no step of ours
+        self._lean = False
         self.budget.restart(self.clock())
         self.phase = IDLE
         # Only the optimizer post-hook stays for good: it counts steps. The hooks that readings need
@@ -160,6 +169,8 @@ class Tracker:
 
     def uninstall(self) -> None:
         self.active = False
+        if self._lean_steps:
+            self._add_lean_steps(self._step_started)
         self._disarm()
         for handle in self._handles:
             handle.remove()
@@ -510,12 +521,20 @@ class Tracker:
     def _end_step(self, now: float) -> None:
         """The primary optimizer's step ended at ``now``: its entry, and whether the next is measured."""
         # At every step, right after the step's own work has pushed the probe's objects out of the
-        # CPU caches: the unmeasured path touches as few objects as it can (not the activations, nor
-        # the phases, where an unmeasured step follows an unmeasured one).
-        started = self._step_started
-        self.step_count = count = self.step_count + 1
-        duration = None if started is None else now - started
+        # CPU caches. Most steps take the lean path: one that was not measured, after one that was not
+        # either, whose end reads nothing and leaves the next unmeasured, as worked out in advance
+        # (_lean, _light_at, the budget's measure_from) so that it is only compared here.
+        count = self.step_count + 1
         budget = self.budget
+        if self._lean and count < self._light_at and now < budget.measure_from:
+            self._lean_step_end(count, now, budget)
+            return
+        self._lean = False
+        started = self._step_started
+        self.step_count = count
+        duration = None if started is None else now - started
+        if self._lean_steps:
+            self._add_lean_steps(started)
         measured, timed = self._measuring, budget.hook_seconds
         if self._kept_check is not None:
             self._revise_kept()
@@ -534,12 +553,14 @@ class Tracker:
             carried = self.activations.take_packs() * PACK_COST
         else:
             self.phase = IDLE
-            if budget.light_ok:
+            if count >= self._light_at and budget.light_ok:
                 light_started = self.clock()
                 light = self._light_reading()
                 light_seconds = self.clock() - light_started
             else:
                 light, light_seconds = NO_LIGHT, 0.0
+            if count >= self._light_at:
+                self._light_at = count + LIGHT_EVERY
             self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), duration,
                                                             self.device) + light + (None,)))
             self.last_measured = False
@@ -579,14 +600,39 @@ class Tracker:
                 self.on_step_end(count)
                 hook_cost.add(self.clock() - started - (budget.hook_seconds - timed))
             return
+        # An unmeasured step's end, timed: in the account, not in the readings budget (see HookCost).
+        # The next may take the lean path if it is not measured either and nothing is to be undone.
+        self._lean = not measuring and not self._armed and self._kept_check is None
         if self.on_step_end is not None:
             self.on_step_end(count)
-        # A step that read nothing: the hook's fixed cost, in the probe's account but not in the
-        # readings budget, where it would starve the measured steps (see HookCost).
+        hook_cost.add(self.clock() - now - (budget.hook_seconds - timed))
+
+    def _lean_step_end(self, count: int, now: float, budget: ReadingsBudget) -> None:
+        """The end of a step that read nothing, where the next reads nothing either: its entry, counted
+        for the budget later (_add_lean_steps), and the probe's own step end."""
+        timed = budget.hook_seconds
+        self.step_count = count
+        self.phase = IDLE
+        self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), now - self._step_started,
+                                                        self.device, None, None, None, None)))
+        self._step_started = now
+        self._lean_steps += 1
+        if self.on_step_end is not None:
+            self.on_step_end(count)
+        # The hook's fixed cost, in the probe's account but not in the readings budget, where it would
+        # starve the measured steps (see HookCost).
+        hook_cost = self.hook_cost
         if hook_cost.per_step is None:
             hook_cost.sample(self.clock() - now - (budget.hook_seconds - timed))
         else:
             hook_cost.steps += 1
+
+    def _add_lean_steps(self, until: float) -> None:
+        """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
+        their durations are those of the latest entries (fewer than LIGHT_EVERY: a light step is not lean)."""
+        latest = list(itertools.islice(reversed(self.board.steps), self._lean_steps))
+        self.budget.skipped([entry.duration for entry in reversed(latest)], until)
+        self._lean_steps = 0
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
         """A measured step's entry, with its full StepRecord (none where the reading failed)."""
@@ -697,7 +743,8 @@ class Tracker:
     @property
     def elapsed(self) -> float:
         """Step time seen so far."""
-        return self.budget.elapsed
+        budget, started = self.budget, self._step_started
+        return budget.seen_until(started) if self._lean_steps and started is not None else budget.elapsed
 
     @property
     def evidence_steps(self) -> int:
