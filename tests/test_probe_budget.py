@@ -201,6 +201,7 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
         clock[0] += hook
 
     tracker.on_step_end = step_end
+    tracker.board.wanted = True  # (as while a monitor keeps asking: the step-end work runs at every step)
     tracker.install()
     try:
         job = loops.make_job()

@@ -44,8 +44,8 @@ class HookCost:
         return self.per_step is None
 
     def sample(self, seconds: float) -> None:
-        """One such step took ``seconds`` of the hook's own time (what was charged inside left out)."""
-        self.steps += 1
+        """One such step took ``seconds`` of the hook's own time (what was charged inside left out); it
+        is counted in ``steps`` by whoever counts the steps (Tracker._add_lean_steps: in bulk)."""
         samples = self._samples
         samples.append(seconds)
         if len(samples) >= CALIBRATION_STEPS:

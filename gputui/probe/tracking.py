@@ -140,6 +140,8 @@ class Tracker:
         self._measuring = True
         self._lean = False  # the next step end may take the lean path (see _end_step)
         self._lean_steps = 0  # steps that took it since the budget last saw one (see _add_lean_steps)
+        self._calibrating = True  # the lean steps' cost is still being timed (HookCost)
+        self._wall_offset = 0.0  # wall clock less the step clock, at the latest full step end
         self._light_at = 0  # the step count from which an unmeasured step's end takes its light reading
         self.resident = ResidentMemory()
         self.malloc = MallocInUse()
@@ -530,6 +532,7 @@ class Tracker:
             self._lean_step_end(count, now, budget)
             return
         self._lean = False
+        self._wall_offset = self.wallclock() - now
         started = self._step_started
         self.step_count = count
         duration = None if started is None else now - started
@@ -609,29 +612,31 @@ class Tracker:
 
     def _lean_step_end(self, count: int, now: float, budget: ReadingsBudget) -> None:
         """The end of a step that read nothing, where the next reads nothing either: its entry, counted
-        for the budget later (_add_lean_steps), and the probe's own step end."""
+        for the budget and the account later (_add_lean_steps), and the probe's step end only where the
+        board wants something of it or its now-and-then work is due (every 32 steps)."""
         timed = budget.hook_seconds
         self.step_count = count
         self.phase = IDLE
-        self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), now - self._step_started,
+        # (ended_at from the wall clock's offset, read at the latest full step end: one clock read less)
+        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, now - self._step_started,
                                                         self.device, None, None, None, None)))
         self._step_started = now
         self._lean_steps += 1
-        if self.on_step_end is not None:
+        if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
             self.on_step_end(count)
-        # The hook's fixed cost, in the probe's account but not in the readings budget, where it would
-        # starve the measured steps (see HookCost).
-        hook_cost = self.hook_cost
-        if hook_cost.per_step is None:
+        if self._calibrating:
+            # The hook's fixed cost, in the probe's account but not in the readings budget, where it
+            # would starve the measured steps (see HookCost).
+            hook_cost = self.hook_cost
             hook_cost.sample(self.clock() - now - (budget.hook_seconds - timed))
-        else:
-            hook_cost.steps += 1
+            self._calibrating = hook_cost.calibrating
 
     def _add_lean_steps(self, until: float) -> None:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
         their durations are those of the latest entries (fewer than LIGHT_EVERY: a light step is not lean)."""
         latest = list(itertools.islice(reversed(self.board.steps), self._lean_steps))
         self.budget.skipped([entry.duration for entry in reversed(latest)], until)
+        self.hook_cost.steps += self._lean_steps
         self._lean_steps = 0
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
@@ -733,7 +738,8 @@ class Tracker:
     def cost(self) -> float:
         """Seconds the probe took on the training thread by its own account: what was charged to the
         readings budget and the step hook's own cost at the other steps."""
-        return self.budget.charged + self.hook_cost.seconds
+        hook_cost = self.hook_cost
+        return self.budget.charged + hook_cost.seconds + (hook_cost.per_step or 0.0) * self._lean_steps
 
     @property
     def hook_seconds(self) -> float:
