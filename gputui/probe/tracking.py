@@ -125,6 +125,8 @@ class Tracker:
         self.loss_inside = False
         self.last_measured = False  # the latest step has a full StepRecord
         self._primary: weakref.ref | None = None  # the optimizer whose step() ends a training step
+        # Its id while it lives (None once it is gone): the step hook knows it without calling the weakref.
+        self._primary_id: int | None = None
         # (the latest measured step's entry, {key: live entry} of what it saved and held at its end):
         # checked again at the next step's end (see _revise_kept)
         self._kept_check: tuple | None = None
@@ -473,7 +475,7 @@ class Tracker:
             if primary is not optimizer:
                 self.categories.optimizers.add(optimizer)  # (the primary one is in there already)
                 if primary is None:
-                    self._primary = weakref.ref(optimizer)
+                    self._make_primary(optimizer)
                     primary = optimizer
             if primary is optimizer:
                 if self._step_started is None:
@@ -509,28 +511,36 @@ class Tracker:
         if not self.active or _is_compiling():
             return None
         try:
-            primary = self._primary and self._primary()
-            if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
-                self.categories.optimizers.add(optimizer)
-                self._primary = weakref.ref(optimizer)
-                primary = optimizer
-            if primary is optimizer:
+            if id(optimizer) != self._primary_id:
+                primary = self._primary and self._primary()
+                if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
+                    self.categories.optimizers.add(optimizer)
+                    self._make_primary(optimizer)
+                elif primary is not optimizer:
+                    return None
+            budget = self.budget
+            if self._lean and self.step_count < self._light_at - 1 and now < budget.measure_from:
+                self._lean_step_end(now, budget)
+            else:
                 self._end_step(now)
         except Exception as exc:
             self.problems.record("optimizer post-hook", exc)
         return None
 
+    def _make_primary(self, optimizer) -> None:
+        self._primary = weakref.ref(optimizer, self._primary_gone)
+        self._primary_id = id(optimizer)
+
+    def _primary_gone(self, _ref) -> None:
+        # (Before its id can be another object's.)
+        self._primary_id = None
+
     def _end_step(self, now: float) -> None:
         """The primary optimizer's step ended at ``now``: its entry, and whether the next is measured."""
         # At every step, right after the step's own work has pushed the probe's objects out of the
-        # CPU caches. Most steps take the lean path: one that was not measured, after one that was not
-        # either, whose end reads nothing and leaves the next unmeasured, as worked out in advance
-        # (_lean, _light_at, the budget's measure_from) so that it is only compared here.
+        # CPU caches. Most steps take the lean path instead (_lean_step_end, chosen in _optimizer_post).
         count = self.step_count + 1
         budget = self.budget
-        if self._lean and count < self._light_at and now < budget.measure_from:
-            self._lean_step_end(count, now, budget)
-            return
         self._lean = False
         self._wall_offset = self.wallclock() - now
         started = self._step_started
@@ -610,12 +620,14 @@ class Tracker:
             self.on_step_end(count)
         hook_cost.add(self.clock() - now - (budget.hook_seconds - timed))
 
-    def _lean_step_end(self, count: int, now: float, budget: ReadingsBudget) -> None:
-        """The end of a step that read nothing, where the next reads nothing either: its entry, counted
-        for the budget and the account later (_add_lean_steps), and the probe's step end only where the
-        board wants something of it or its now-and-then work is due (every 32 steps)."""
+    def _lean_step_end(self, now: float, budget: ReadingsBudget) -> None:
+        """The end of a step that was not measured, after one that was not either, whose end reads
+        nothing and leaves the next unmeasured, as worked out in advance (_lean, _light_at, the budget's
+        measure_from) so that the step hook only compares them: its entry, counted for the budget and
+        the account later (_add_lean_steps), and the probe's step end only where the board wants
+        something of it or its now-and-then work is due (every 32 steps)."""
         timed = budget.hook_seconds
-        self.step_count = count
+        self.step_count = count = self.step_count + 1
         self.phase = IDLE
         # (ended_at from the wall clock's offset, read at the latest full step end: one clock read less)
         self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, now - self._step_started,
