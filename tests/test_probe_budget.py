@@ -183,18 +183,25 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
     assert max(lags, default=0) <= 0, lags  # read at the step after it was asked (or at its forward pass)
 
 
-def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch):
+def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch, light: float = 0.0):
     """A real CPU loop under a Tracker on a fake clock: 5 ms of the job's own work a step, ``hook``
-    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is), and
-    ``reading`` seconds for each phase reading of a measured step. The tracker, after ``steps`` steps."""
+    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is),
+    ``reading`` seconds for each phase reading of a measured step and ``light`` for each light reading
+    of an unmeasured one. The tracker, after ``steps`` steps."""
     clock = [0.0]
     real_read = tracking.Tracker._read
+    real_light = tracking.Tracker._light_reading
 
     def read(self, with_tally):
         clock[0] += reading
         return real_read(self, with_tally)
 
+    def light_reading(self):
+        clock[0] += light
+        return real_light(self)
+
     monkeypatch.setattr(tracking.Tracker, "_read", read)
+    monkeypatch.setattr(tracking.Tracker, "_light_reading", light_reading)
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
@@ -217,15 +224,16 @@ def test_the_account_holds_the_step_hooks_own_work_at_every_step(monkeypatch):
     # 1 ms of the probe's step-end work at every step (charging nothing itself): at the steps that end
     # on the lean path it is timed for the first 31 of them, then that figure counted for each; at the
     # others timed each time. The probe's account holds every step's, beside what the readings budget holds.
-    tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch)
+    tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch, light=200e-6)
     plain = tracker.hook_cost.steps
     measured = sum(1 for e in tracker.entries() if e.record is not None)
     assert tracker.hook_cost.per_step == pytest.approx(0.001)
     assert 31 <= plain <= 195 and measured >= 5
     assert tracker.cost - tracker.charged == pytest.approx(0.200)
     # The measured steps' 4 readings of 0.1 ms are charged (with their saved tensors' estimated hook
-    # calls, under 0.2 ms a step here).
-    assert 0.0004 * measured - 1e-9 <= tracker.charged <= 0.0006 * measured
+    # calls, under 0.2 ms a step here), and the light readings of 0.2 ms.
+    light = sum(1 for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7]))
+    assert 0.0004 * measured - 1e-9 <= tracker.charged - 0.0002 * light <= 0.0006 * measured
 
 
 def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypatch):
@@ -286,18 +294,19 @@ def test_the_lean_step_end_measures_the_same_steps_as_judging_every_step():
 
 
 def test_most_step_ends_take_the_lean_path_at_the_same_measured_rate(monkeypatch):
-    # The measured steps come as often as before (29 of 400 here, as when the budget judged every step);
-    # the budget's step end runs only at measured steps, the step after each and the light readings (one
-    # in LIGHT_EVERY steps) and the one before each measured step, not at every step.
+    # The measured steps and the light readings (35 us each, within half the budget) come at the very
+    # steps they came at when the budget judged every step end (15 and 115 of 400 then: read off the
+    # code before the lean path); the budget's step end runs only at those, the step after each measured
+    # one and the one before it, not at every step.
     calls = []
     real = ReadingsBudget.next_step
     monkeypatch.setattr(ReadingsBudget, "next_step", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch)
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6)
     measured = [e.step for e in tracker.entries() if e.record is not None]
     light = [e.step for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7])]
-    assert len(measured) == 29, measured
-    assert len(calls) <= 3 * len(measured) + 400 // tracking.LIGHT_EVERY, len(calls)
-    assert 400 // tracking.LIGHT_EVERY - 10 <= len(light) <= 400 // tracking.LIGHT_EVERY, light
+    assert measured[:6] == [1, 30, 58, 86, 116, 144] and len(measured) == 15, measured
+    assert len(light) == 115, light
+    assert len(calls) <= 150, len(calls)
     assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
     assert tracker.elapsed == pytest.approx(sum(e.duration or 0.0 for e in tracker.entries()))
 

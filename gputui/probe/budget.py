@@ -71,8 +71,8 @@ class ReadingsBudget:
     # The step-end path (next_step) runs at every step, after the step's own work has pushed the probe
     # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
     # it touches as few cache lines as it can.
-    __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "measure_from", "_since", "_excess",
-                 "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered")
+    __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "measure_from", "light_from", "_since",
+                 "_excess", "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -90,6 +90,7 @@ class ReadingsBudget:
         # out when what it depends on changes, so that a step end that reads nothing compares one
         # number (see skipped: the steps that did so are added up later).
         self.measure_from = float("-inf")
+        self.light_from = float("-inf")  # the same for an unmeasured step's light reading (light_ok)
         self.share = share
 
     @property
@@ -109,13 +110,15 @@ class ReadingsBudget:
         self._judge_due()
 
     def _judge_due(self) -> None:
-        # The condition of _measure_next, charged <= share * (elapsed + now - since), solved for now.
-        # (elapsed + now - since is the step time seen, whether or not skipped steps were added yet.)
-        share = self._share
-        if share <= 0:
-            self.measure_from = float("inf")
-        else:
-            self.measure_from = self._since + (self.hook_seconds + self._excess) / share - self.elapsed
+        # The conditions of _measure_next and _judge_light, solved for the time: where step time goes on
+        # without readings, elapsed + now - since is the step time seen, whether or not the steps since
+        # were given to the budget yet (skipped).
+        half = 0.5 * self._share
+        if half <= 0:
+            self.measure_from = self.light_from = float("inf")
+            return
+        self.measure_from = self._since + (self.hook_seconds + self._excess) / (2 * half) - self.elapsed
+        self.light_from = self._since + self._light_spent / half - self.elapsed
 
     @property
     def charged(self) -> float:
@@ -142,6 +145,7 @@ class ReadingsBudget:
         self._since = now
         for duration in durations:
             self._smooth(duration)
+        self._judge_light()
 
     def _smooth(self, duration: float) -> None:
         # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves it only a little.
@@ -216,11 +220,10 @@ class ReadingsBudget:
                 self._smooth(duration)
         if duration is not None:
             self.elapsed += duration
-        self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
         self.hook_seconds += carried
         self._since = now
         self._at_step_start = self.hook_seconds
-        self._judge_due()
+        self._judge_light()
         measuring = self.hook_seconds + self._excess <= self._share * self.elapsed
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # (as in _measure_next, inline)

@@ -65,10 +65,6 @@ from gputui.probe.steps import (
 PACK_COST = 12e-6
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 MEASURED_KEPT = 128  # measured steps kept beyond the window of recent steps
-# Unmeasured steps take their light reading at most once in this many steps (and within half the readings
-# budget): often enough that a leak is seen within dozens of steps (Evidence waits 16 at least), while the
-# steps between end on the lean path.
-LIGHT_EVERY = 8
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
@@ -140,11 +136,10 @@ class Tracker:
         self._roots_learned = False  # the top-level modules are known: hooked instead of every module
         self._step_started: float | None = None
         self._measuring = True
-        self._lean = False  # the next step end may take the lean path (see _end_step)
+        self._lean = False  # the next step end may take the lean path (see _optimizer_post)
         self._lean_steps = 0  # steps that took it since the budget last saw one (see _add_lean_steps)
         self._calibrating = True  # the lean steps' cost is still being timed (HookCost)
         self._wall_offset = 0.0  # wall clock less the step clock, at the latest full step end
-        self._light_at = 0  # the step count from which an unmeasured step's end takes its light reading
         self.resident = ResidentMemory()
         self.malloc = MallocInUse()
         # The pack/unpack pair, pushed only inside watched forward passes. Where this torch gives
@@ -519,7 +514,8 @@ class Tracker:
                 elif primary is not optimizer:
                     return None
             budget = self.budget
-            if self._lean and self.step_count < self._light_at - 1 and now < budget.measure_from:
+            # (A step's light reading is judged on the time seen up to its start, as light_ok.)
+            if self._lean and now < budget.measure_from and self._step_started < budget.light_from:
                 self._lean_step_end(now, budget)
             else:
                 self._end_step(now)
@@ -566,15 +562,13 @@ class Tracker:
             carried = self.activations.take_packs() * PACK_COST
         else:
             self.phase = IDLE
-            if count >= self._light_at and budget.light_ok:
+            if budget.light_ok:
                 light_started = self.clock()
                 light = self._light_reading()
                 light_seconds = self.clock() - light_started
             else:
                 light, light_seconds = NO_LIGHT, 0.0
-            if count >= self._light_at:
-                self._light_at = count + LIGHT_EVERY
-            self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), duration,
+            self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
                                                             self.device) + light + (None,)))
             self.last_measured = False
             carried = 0.0
@@ -622,10 +616,10 @@ class Tracker:
 
     def _lean_step_end(self, now: float, budget: ReadingsBudget) -> None:
         """The end of a step that was not measured, after one that was not either, whose end reads
-        nothing and leaves the next unmeasured, as worked out in advance (_lean, _light_at, the budget's
-        measure_from) so that the step hook only compares them: its entry, counted for the budget and
-        the account later (_add_lean_steps), and the probe's step end only where the board wants
-        something of it or its now-and-then work is due (every 32 steps)."""
+        nothing and leaves the next unmeasured, as worked out in advance (_lean, the budget's
+        measure_from and light_from) so that the step hook only compares them: its entry, counted for
+        the budget and the account later (_add_lean_steps), and the probe's step end only where the
+        board wants something of it or its now-and-then work is due (every 32 steps)."""
         timed = budget.hook_seconds
         self.step_count = count = self.step_count + 1
         self.phase = IDLE
@@ -645,7 +639,7 @@ class Tracker:
 
     def _add_lean_steps(self, until: float) -> None:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
-        their durations are those of the latest entries (fewer than LIGHT_EVERY: a light step is not lean)."""
+        their durations are those of the latest entries (as many as the board keeps)."""
         latest = list(itertools.islice(reversed(self.board.steps), self._lean_steps))
         self.budget.skipped([entry.duration for entry in reversed(latest)], until)
         self.hook_cost.steps += self._lean_steps
