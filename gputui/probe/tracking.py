@@ -168,7 +168,7 @@ class Tracker:
 
     def uninstall(self) -> None:
         self.active = False
-        if self._lean_steps:
+        if self._lean_steps and self._step_started is not None:
             self._add_lean_steps(self._step_started)
         self._disarm()
         for handle in self._handles:
@@ -515,8 +515,9 @@ class Tracker:
                     return None
             budget = self.budget
             # (A step's light reading is judged on the time seen up to its start, as light_ok.)
-            if self._lean and now < budget.measure_from and self._step_started < budget.light_from:
-                self._lean_step_end(now, budget)
+            started = self._step_started
+            if self._lean and now < budget.measure_from and started is not None and started < budget.light_from:
+                self._lean_step_end(now, started, budget)
             else:
                 self._end_step(now)
         except Exception as exc:
@@ -542,7 +543,7 @@ class Tracker:
         started = self._step_started
         self.step_count = count
         duration = None if started is None else now - started
-        if self._lean_steps:
+        if self._lean_steps and started is not None:
             self._add_lean_steps(started)
         measured, timed = self._measuring, budget.hook_seconds
         if self._kept_check is not None:
@@ -614,7 +615,7 @@ class Tracker:
             self.on_step_end(count)
         hook_cost.add(self.clock() - now - (budget.hook_seconds - timed))
 
-    def _lean_step_end(self, now: float, budget: ReadingsBudget) -> None:
+    def _lean_step_end(self, now: float, started: float, budget: ReadingsBudget) -> None:
         """The end of a step that was not measured, after one that was not either, whose end reads
         nothing and leaves the next unmeasured, as worked out in advance (_lean, the budget's
         measure_from and light_from) so that the step hook only compares them: its entry, counted for
@@ -624,7 +625,7 @@ class Tracker:
         self.step_count = count = self.step_count + 1
         self.phase = IDLE
         # (ended_at from the wall clock's offset, read at the latest full step end: one clock read less)
-        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, now - self._step_started,
+        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, now - started,
                                                         self.device, None, None, None, None)))
         self._step_started = now
         self._lean_steps += 1
@@ -641,7 +642,7 @@ class Tracker:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
         their durations are those of the latest entries (as many as the board keeps)."""
         latest = list(itertools.islice(reversed(self.board.steps), self._lean_steps))
-        self.budget.skipped([entry.duration for entry in reversed(latest)], until)
+        self.budget.skipped([entry.duration for entry in reversed(latest) if entry.duration is not None], until)
         self.hook_cost.steps += self._lean_steps
         self._lean_steps = 0
 
