@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Callable
 
 from gputui import __version__
 from gputui.errors import UserError
@@ -158,7 +159,7 @@ def _pid(options: Options) -> int:
     return options.pid
 
 
-def _run_in_job(target: preflight.Target, script) -> str | None:
+def _run_in_job(target: preflight.Target, script: Callable[..., str]) -> str | None:
     """Queue ``script(ack)`` in the job and return what it reported, or None (said why) while the job
     has not run Python since. The job is never left stopped: only the queueing stops it, briefly."""
     folder = tempfile.mkdtemp(prefix="gputui-attach-")

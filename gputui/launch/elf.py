@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 PT_LOAD, SHT_DYNSYM = 1, 11
 _MAX_TABLE = 64 << 20  # a dynamic symbol table larger than this is no file we know
@@ -91,6 +92,6 @@ def addresses(pid: int, maps: str, wanted: dict[str, tuple[str, ...]]) -> dict[s
     return result
 
 
-def _read(f, offset: int, size: int) -> bytes:
+def _read(f: BinaryIO, offset: int, size: int) -> bytes:
     f.seek(offset)
     return f.read(size)

@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from gputui.errors import UserError
@@ -44,7 +45,7 @@ class Target:
     debugger: str | None  # the gdb to run (method "gdb")
 
 
-def check(pid: int, *, proc: Path = Path("/proc"), which=shutil.which) -> Target:
+def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | None] = shutil.which) -> Target:
     """The target as far as attaching goes, or Refused with the first reason it cannot be done."""
     status = _status(pid, proc)
     uid = _owner(pid, status, proc)
