@@ -24,8 +24,15 @@ from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.trends import TrendCache, process_trend, trends
 from gputui.model import (
-    AllocationSite, AllocatorStats, Device, GpuProcess, MemoryCategories, ProbeDevice, ProbeReport,
-    Snapshot, StepRecord,
+    AllocationSite,
+    AllocatorStats,
+    Device,
+    GpuProcess,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
 )
 
 MIB = 1 << 20

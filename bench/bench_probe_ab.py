@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
+import loops  # noqa: E402
 import torch  # noqa: E402
 
-import loops  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import loops  # noqa: E402
+
 from gputui.probe import runtime  # noqa: E402
 
 BATCH = 96  # as bench_probe.py: about 5 ms a step

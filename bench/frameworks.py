@@ -112,8 +112,8 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))  # the jobs live with their tests
-    import torch
     import framework_jobs
+    import torch
 
     known = list(framework_jobs.JOBS) + list(SHARDED)
     unknown = [j for j in args.jobs if j not in known]

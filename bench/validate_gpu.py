@@ -358,8 +358,8 @@ def fixtures(torch, model, optimizer) -> dict:
 
 def part_job_checks(seconds: float, work: Path, out: Path) -> dict:
     from gputui.link import client
-    from gputui.model.codec import from_jsonable
     from gputui.model import ProbeReport
+    from gputui.model.codec import from_jsonable
 
     result: dict = {}
     twin_file = work / "twin.json"

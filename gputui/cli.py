@@ -22,7 +22,6 @@ from gputui.model.estimate import OPTIMIZER_CHOICES, PRECISIONS
 from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
 
 
-
 def _seconds(text: str) -> float:
     """An interval in seconds, checked by the same rule as the config file's ``interval``."""
     from gputui.ui.config import interval_problem

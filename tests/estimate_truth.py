@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from cli_helpers import ROOT
 
 from gputui.estimate.job import build, load
 from gputui.estimate.step import Settings, measure, prepare
 from gputui.model import Estimate
 from gputui.probe import runtime
-from cli_helpers import ROOT
 
 MODELS = ("mlp", "cnn_batchnorm", "lstm", "gpt", "frozen")
 STATIC = ("parameters", "gradients", "optimizer_state", "buffers")

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from probe_truth import saved_bytes, storage_bytes
 from torch import nn
 
 from gputui.probe import runtime
-from probe_truth import saved_bytes, storage_bytes
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers")
 

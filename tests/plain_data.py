@@ -5,8 +5,18 @@ import os
 from pathlib import Path
 
 from gputui.model import (
-    AllocatorStats, Device, Driver, GpuProcess, Host, MemoryCategories, MigInstance, OomRecord,
-    ProbeDevice, ProbeReport, Snapshot, StepRecord,
+    AllocatorStats,
+    Device,
+    Driver,
+    GpuProcess,
+    Host,
+    MemoryCategories,
+    MigInstance,
+    OomRecord,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
 )
 from gputui.plain.schema import SCHEMA
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import zlib
 
+from plain_data import judged_document
+from ui_data import T0, training_snapshot
+
 from gputui.cli import parse
 from gputui.plain.document import dumps
 from gputui.record import run
 from gputui.record.format import CHANGE, HEAD, KEY, KIND, compressor
-from ui_data import T0, training_snapshot
-from plain_data import judged_document
 
 
 def crafted(path, *bodies, times=None):

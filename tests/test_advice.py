@@ -6,8 +6,16 @@ from gputui.analysis.advice import advise
 from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.model import (
-    AllocationSite, AllocatorStats, Device, GpuProcess, MemoryCategories, ProbeDevice, ProbeReport, Snapshot,
-    LeakKeeper, StepRecord,
+    AllocationSite,
+    AllocatorStats,
+    Device,
+    GpuProcess,
+    LeakKeeper,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
 )
 from gputui.model.verdicts import ProcessTrend
 

@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from cli_helpers import ROOT, gputui, no_traceback
 
 

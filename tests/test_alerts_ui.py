@@ -2,13 +2,13 @@
 a receiver that fails is said in a toast; the desktop notification's escape sequence, per terminal."""
 
 import pytest
+from ui_data import settle
 
 from gputui.alerts.desktop import sequence
 from gputui.alerts.settings import AlertSettings
 from gputui.collect import open_collector
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
-from ui_data import settle
 
 
 def leaky_app(settings):

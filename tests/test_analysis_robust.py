@@ -10,7 +10,14 @@ from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.trends import process_trend
 from gputui.model import (
-    AllocationSite, AllocatorStats, Device, GpuProcess, MemoryCategories, ProbeDevice, ProbeReport, Snapshot,
+    AllocationSite,
+    AllocatorStats,
+    Device,
+    GpuProcess,
+    MemoryCategories,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
     StepRecord,
 )
 from gputui.model.verdicts import LEAK_STATES, SEVERITIES, TREND_VERDICTS

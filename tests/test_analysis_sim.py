@@ -9,8 +9,8 @@ import pytest
 
 from gputui.analysis.advice import advise
 from gputui.analysis.history import History
-from gputui.analysis.process import analyse
 from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict, snapshot_leak_verdict
+from gputui.analysis.process import analyse
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.trends import TrendCache, trends
 from gputui.collect import open_collector

@@ -1,8 +1,9 @@
 """The memory breakdown of a probed device: every item from the probe's figures and NVML's, adding up
 to NVML's per-process memory, computed without Textual."""
 
+from gputui.analysis.breakdown import breakdowns, devices_shown
+from gputui.analysis.breakdown import explain as explain_for
 from gputui.model import AllocatorStats, MemoryCategories, ProbeDevice, ProbeReport
-from gputui.analysis.breakdown import breakdowns, devices_shown, explain as explain_for
 
 MIB = 1 << 20
 GIB = 1 << 30

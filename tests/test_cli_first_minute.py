@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_helpers import ROOT, gputui, no_traceback
 
 FFMPEG = "ffmpeg -hwaccel cuda -i lecture-04.mkv -c:v h264_nvenc -preset p5 lecture-04.mp4"

@@ -3,8 +3,8 @@ driver of this machine, a real probe socket, pipes and a pseudo-terminal."""
 
 import json
 import os
-import pwd
 import pty
+import pwd
 import re
 import select
 import signal
@@ -13,12 +13,11 @@ import sys
 import time
 
 import pytest
-
-from gputui.options import SCENARIOS
-from gputui.plain.schema import SCHEMA
 from cli_helpers import ROOT, gputui, no_traceback
 from plain_data import errors
 
+from gputui.options import SCENARIOS
+from gputui.plain.schema import SCHEMA
 
 
 @pytest.fixture

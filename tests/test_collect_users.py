@@ -2,6 +2,7 @@
 
 import getpass
 import os
+
 import pytest
 
 from gputui.collect.users import current_user

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import ROOT, gputui
 
 pytest.importorskip("torch.distributed")

@@ -16,8 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import gputui, no_traceback
+from plain_data import SCHEMA, errors, judged, judged_document, workstation
+
 from gputui.errors import UserError
 from gputui.fleet.entries import HostEntry, HostsSettings, host_entries, name_problem
 from gputui.fleet.fleet import Fleet
@@ -27,8 +28,6 @@ from gputui.fleet.transport import BURST, MAX_LINE, NO_GPUTUI, Ended, NewestLine
 from gputui.model import HostView
 from gputui.plain.document import dumps, hosts_document, read_snapshot_document
 from gputui.ui.config import ConfigError, parse_config
-from plain_data import SCHEMA, errors, workstation
-from plain_data import judged, judged_document
 
 
 def line_of(document) -> bytes:
@@ -565,9 +564,10 @@ def test_once_reports_a_host_sending_deep_nesting_in_a_line_without_a_traceback(
 
 
 def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
+    from plain_data import training_report
+
     from gputui.ui.hosts_sampler import HostsSampler
     from gputui.ui.still import FrozenHosts
-    from plain_data import training_report
 
     snapshot = type(workstation())(**{**workstation().__dict__, "probes": (training_report(pid=1234),)})
     hostile = HostView("evil\x1b]0;pwned\x07", "unreachable", "Permission denied\x1b[2J")

@@ -25,13 +25,14 @@ fsdp = pytest.importorskip("torch.distributed.fsdp")
 if not hasattr(fsdp, "fully_shard"):
     pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)", allow_module_level=True)
 
+import sharded_job  # noqa: E402
 from cli_helpers import ROOT  # noqa: E402
+
 from gputui import units  # noqa: E402
 from gputui.analysis.jobs import analyse_job  # noqa: E402
 from gputui.model import Job, JobRank, ProbeReport, Snapshot  # noqa: E402
 from gputui.model.codec import from_jsonable  # noqa: E402
 from gputui.plain.jobs import model_line  # noqa: E402
-import sharded_job  # noqa: E402
 
 TIMEOUT = 180.0  # two ranks importing torch (and DeepSpeed) on a loaded 2-core machine
 ZERO12 = ("zero1", "zero2")

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_helpers import ROOT
+from plain_data import probe_text
+
 from gputui.analysis.whatif import headroom, headrooms
 from gputui.model import AllocatorStats, Device, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import ProcessTrend
-from plain_data import probe_text
 
 GIB = 1 << 30
 MIB = 1 << 20

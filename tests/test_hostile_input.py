@@ -21,6 +21,15 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from hostile import (
+    ATTACK,
+    SHOWN,
+    assert_plain_output_safe,
+    assert_terminal_output_safe,
+    poison,
+)
+from plain_data import once_text, probe_text
+from ui_data import settle
 
 from gputui.collect.collector import open_collector
 from gputui.model import GpuProcess
@@ -30,16 +39,6 @@ from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
-
-from plain_data import once_text, probe_text
-from hostile import (
-    ATTACK,
-    SHOWN,
-    assert_plain_output_safe,
-    assert_terminal_output_safe,
-    poison,
-)
-from ui_data import settle
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).with_name("hostile.py")

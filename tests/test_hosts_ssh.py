@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import ROOT, gputui, no_traceback
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK) else None)

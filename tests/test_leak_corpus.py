@@ -21,14 +21,14 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import leak_corpus  # noqa: E402
+from plain_data import probe_text  # noqa: E402
 
 import gputui.probe  # noqa: E402
-from gputui.analysis.leaks import leak_verdict  # noqa: E402
 from gputui.analysis.advice import advise  # noqa: E402
+from gputui.analysis.leaks import leak_verdict  # noqa: E402
 from gputui.analysis.sites import growing_sites  # noqa: E402
 from gputui.model import Snapshot  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
-from plain_data import probe_text  # noqa: E402
 
 STEPS = 80
 MAX_STEPS_TO_VERDICT = 50

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+from link_helpers import connect, read_reply
 
 from gputui.link import client, paths, protocol
 from gputui.link.peers import peer_allowed, peer_credentials
 from gputui.link.server import MAX_CLIENTS, ProbeServer
-from link_helpers import connect, read_reply
 
 
 @pytest.fixture

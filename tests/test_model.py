@@ -6,8 +6,18 @@ import json
 import pytest
 
 from gputui.model import (
-    AllocatorStats, Device, GpuProcess, Host, MemoryCategories, MigInstance, ProbeDevice,
-    ProbeReport, Snapshot, StepRecord, from_jsonable, to_jsonable,
+    AllocatorStats,
+    Device,
+    GpuProcess,
+    Host,
+    MemoryCategories,
+    MigInstance,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
+    from_jsonable,
+    to_jsonable,
 )
 
 

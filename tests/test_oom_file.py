@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import ROOT
+
 from gputui import cli
 from gputui.link import oom_file, paths
 from gputui.link.endings import OomEndings

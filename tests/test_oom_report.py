@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import ROOT
+
 from gputui.analysis.breakdown import breakdown_of
 from gputui.link import oom_file
 from gputui.model import ProbeReport, from_jsonable

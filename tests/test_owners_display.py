@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 
+from test_plain_golden import sample_at
+
 from gputui.model import ContainerOwner, Device, GpuProcess, Owner, PodOwner, Snapshot
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
 from gputui.ui import rows as table_rows
-from test_plain_golden import sample_at
 
 CID = "ab" * 32
 
@@ -95,8 +96,9 @@ def test_owner_describe_for_the_detail_screen():
 # ------------------------------------------------------------------------------------------------ serve
 
 def test_serve_labels_processes_with_their_owners():
-    from gputui.serve.sampling import Sample
     from test_serve_metrics import series, value
+
+    from gputui.serve.sampling import Sample
 
     found = series(Sample(k8s().snapshot))
     assert value(found, "gputui_process_memory_bytes", index="5", namespace="team-vision", pod="notebook-sam",
@@ -105,10 +107,11 @@ def test_serve_labels_processes_with_their_owners():
 
 
 def test_serve_bounds_the_owner_label_sets(monkeypatch):
+    from test_serve_metrics import series, value
+
     from gputui.model import SlurmOwner
     from gputui.serve import metrics
     from gputui.serve.sampling import Sample
-    from test_serve_metrics import series, value
 
     monkeypatch.setattr(metrics, "OWNER_LABEL_SETS", 2)
     snap = Snapshot(taken_at=0.0, devices=(Device(index=0, uuid="GPU-a"),), processes=tuple(

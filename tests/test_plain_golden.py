@@ -10,14 +10,13 @@ import re
 from datetime import timezone
 
 import pytest
+from plain_data import check_golden, errors
 
 from gputui.options import SCENARIOS, Options
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
 from gputui.plain.schema import SCHEMA
 from gputui.sample.pipeline import CPU_WINDOW, open_pipeline
-from plain_data import errors
-from plain_data import check_golden
 
 # Seconds into each scenario worth looking at: jobs running, the training job ramped up, the leaky
 # job well into its growth, before its OOM.

@@ -2,10 +2,11 @@
 
 from dataclasses import replace
 
+from plain_data import judged
+
 from gputui.model import Job, JobDevice, JobRank, Placement, ProbeReport, Snapshot
 from gputui.plain.jobs import indices, job_lines
 from gputui.plain.report import render_probe_list
-from plain_data import judged
 
 GiB = 1 << 30
 

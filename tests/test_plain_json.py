@@ -7,17 +7,16 @@ import math
 from pathlib import Path
 
 import pytest
+from plain_data import T, errors, judged_document, judged_probe_document, training_report, workstation
 
 import gputui.model as model
 import gputui.plain.schema as schema_module
-from gputui.model import Device, GpuProcess, Host, Snapshot
-from gputui.model import fielddoc
+from gputui.model import Device, GpuProcess, Host, Snapshot, fielddoc
 from gputui.plain.document import (
-    dumps, probe_list_document,
+    dumps,
+    probe_list_document,
 )
 from gputui.plain.schema import DEFS, SCHEMA
-from plain_data import T, errors, training_report, workstation
-from plain_data import judged_document, judged_probe_document
 
 DOCS = Path(__file__).parent.parent / "docs" / "json-schema.md"
 

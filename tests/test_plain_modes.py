@@ -13,6 +13,7 @@ from datetime import timezone
 from types import SimpleNamespace
 
 import pytest
+from plain_data import T, once_text, training_report, workstation
 
 import gputui.collect
 import gputui.link.client as link_client
@@ -22,8 +23,6 @@ from gputui.errors import UserError
 from gputui.model import ProbeReport, Snapshot
 from gputui.plain import modes, probes, terminal
 from gputui.sample import pipeline
-from plain_data import T, training_report, workstation
-from plain_data import once_text
 
 
 class FakeCollector:

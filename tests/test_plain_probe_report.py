@@ -9,10 +9,10 @@ import time
 from datetime import timezone
 
 import pytest
-
-from gputui.model import MemoryCategories, ProbeDevice, ProbeReport, StepRecord
 from cli_helpers import ROOT, gputui
 from plain_data import probe_text
+
+from gputui.model import MemoryCategories, ProbeDevice, ProbeReport, StepRecord
 
 KIB, MIB = 1 << 10, 1 << 20
 BASE = 300 * MIB

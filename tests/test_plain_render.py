@@ -8,14 +8,17 @@ import re
 from datetime import timezone
 
 import pytest
+from plain_data import T, check_golden, once_text, probe_text, training_report, workstation
 
 from gputui.model import (
-    Host, ProbeDevice, ProbeReport, Snapshot, StepRecord,
+    Host,
+    ProbeDevice,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
 )
 from gputui.plain.report import render_probe_list
 from gputui.plain.styled import Line, flow, text
-from plain_data import T, check_golden, training_report, workstation
-from plain_data import once_text, probe_text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

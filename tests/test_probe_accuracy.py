@@ -33,10 +33,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from probe_truth import fresh_reading, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
-from probe_truth import fresh_reading, storage_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import estimate_gpt  # noqa: E402

@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+from probe_truth import fresh_reading, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
-from probe_truth import fresh_reading, storage_bytes  # noqa: E402
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

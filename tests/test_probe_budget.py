@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
 from gputui.analysis.leaks import growth_floor  # noqa: E402
+from gputui.link.protocol import FRESH_FOR  # noqa: E402
 from gputui.probe import runtime, tracking  # noqa: E402
 from gputui.probe.budget import ReadingsBudget  # noqa: E402
-from gputui.link.protocol import FRESH_FOR  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402

@@ -17,6 +17,8 @@ import importlib.util
 import pytest
 
 torch = pytest.importorskip("torch")
+import framework_jobs  # noqa: E402
+from probe_truth import saved_bytes, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
@@ -24,8 +26,6 @@ from gputui.analysis.phases import headline, phase_account  # noqa: E402
 from gputui.analysis.process import analyse  # noqa: E402
 from gputui.model import Snapshot  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
-from probe_truth import saved_bytes, storage_bytes  # noqa: E402
-import framework_jobs  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

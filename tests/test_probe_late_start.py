@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 from gputui.analysis.phases import accounts  # noqa: E402
 from gputui.analysis.text import probe_history  # noqa: E402
 from gputui.plain.report import render_probe  # noqa: E402
-from gputui.units import size  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
+from gputui.units import size  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402

@@ -10,21 +10,21 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_data import judged_document
+from record_helpers import recorded_demo
 
 from gputui.cli import main, parse
 from gputui.errors import UserError
 from gputui.model import EndedProcess, LeakVerdict, OomRecord, ProbeReport, Snapshot, StepRecord, to_jsonable
 from gputui.plain import terminal
 from gputui.plain.document import dumps
-from gputui.sample.pipeline import open_pipeline
 from gputui.plain.modes import snapshot_text
 from gputui.record import delta
 from gputui.record.at import moment
 from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
-from record_helpers import recorded_demo
-from plain_data import judged_document
+from gputui.sample.pipeline import open_pipeline
 
 T0 = 1767603600.0  # 2026-01-05 09:00:00 UTC
 
@@ -245,8 +245,9 @@ def test_at_outside_the_recording_is_an_error_naming_its_span(tmp_path, capsys):
 
 
 def test_the_replay_field_is_in_the_schema(tmp_path, capsys):
-    from gputui.plain.schema import SCHEMA
     from plain_data import errors
+
+    from gputui.plain.schema import SCHEMA
 
     path = recorded_demo(tmp_path, seconds=2)
     assert main(["replay", str(path), "--json"]) == 0

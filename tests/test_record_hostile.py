@@ -12,6 +12,9 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_data import judged_document
+from record_helpers import DOCUMENT, KEY_BODY, change, crafted
+from ui_data import T0, training_snapshot
 
 from gputui.cli import main, parse
 from gputui.errors import UserError
@@ -19,9 +22,6 @@ from gputui.record import run, writer
 from gputui.record.format import HEAD
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
-from plain_data import judged_document
-from record_helpers import DOCUMENT, KEY_BODY, change, crafted
-from ui_data import T0, training_snapshot
 
 
 def write(path, documents, **options):

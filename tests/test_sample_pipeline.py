@@ -6,6 +6,8 @@ import json
 import types
 
 import pytest
+from record_helpers import crafted
+from ui_data import T0
 
 import gputui.collect
 from gputui.collect import open_collector
@@ -19,8 +21,6 @@ from gputui.record import run
 from gputui.sample.pipeline import open_pipeline
 from gputui.serve.sampling import Sampling, document
 from gputui.ui.sampler import Sampler
-from record_helpers import crafted
-from ui_data import T0
 
 MIB = 1 << 20
 LEAKY = 51200  # the leaky demo's probed job

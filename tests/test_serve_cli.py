@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from cli_helpers import ROOT, gputui, no_traceback
 from plain_data import errors
 from serve_helpers import fetch, serving

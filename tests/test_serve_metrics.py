@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hostile import ATTACK, SHOWN, poison
+from plain_data import GiB, MiB, T, judged_document, training_report, workstation
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from ui_data import ReplaySource, process, training_snapshot
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import GpuProcess, ProbeDevice, ProbeReport, StepRecord
@@ -21,11 +24,6 @@ from gputui.serve import metrics
 from gputui.serve.metrics import FAMILIES, SampleCollector, short_command
 from gputui.serve.sampling import Sample, Sampling
 from gputui.ui.rows import growth_of
-
-from hostile import ATTACK, SHOWN, poison
-from plain_data import GiB, MiB, T, training_report, workstation
-from ui_data import ReplaySource, process, training_snapshot
-from plain_data import judged_document
 
 
 def exposition(sample: Sample | None) -> str:

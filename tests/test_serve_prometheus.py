@@ -17,7 +17,6 @@ import time
 import urllib.parse
 
 import pytest
-
 from serve_helpers import fetch, free_port, serve_env, serving
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from serve_helpers import fetch, free_port, serve_env, serving
 from test_serve_dashboard import LABEL, METRIC, TARGET_LABELS, exported
 

@@ -17,8 +17,10 @@ import time
 from wsgiref.util import setup_testing_defaults
 
 import pytest
+from plain_data import workstation
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from serve_helpers import fetch
 
 from gputui.errors import UserError
 from gputui.serve import auth
@@ -29,9 +31,6 @@ from gputui.serve.sampling import Sample
 from gputui.serve.sampling import document as document_of
 from gputui.serve.server import Address, listen, parse_address, tls_context
 from gputui.serve.web import make_app
-
-from plain_data import workstation
-from serve_helpers import fetch
 
 
 def app_for(sample: Sample | None, users: Users | None = None):

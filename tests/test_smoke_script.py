@@ -9,8 +9,8 @@ import json
 from functools import cache
 
 import pytest
-
 from cli_helpers import ROOT, gputui
+
 from gputui.options import SCENARIOS
 
 

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.collect.sim import native
+from gputui.collect.sim import SimulatedMachine, native
 from gputui.collect.sim.library import Nvml
-from gputui.collect.sim import SimulatedMachine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = (b"\x1b[?1049l", b"\x1b[?1000l")  # left the alternate screen, mouse reporting off

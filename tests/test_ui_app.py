@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import psutil
+import pytest
+from ui_data import T0, make_app, process, settle, table_keys, training_snapshot
 
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import NOTE_GONE
@@ -27,8 +27,6 @@ from gputui.ui.signals import Target, send, started_at
 from gputui.ui.widgets.devices import DeviceLines
 from gputui.ui.widgets.processes import ProcessTable
 
-from ui_data import T0, make_app, process, settle, table_keys, training_snapshot
-
 
 async def test_first_sample_fills_the_table_in_memory_order():
     app = make_app()
@@ -42,8 +40,9 @@ async def test_first_sample_fills_the_table_in_memory_order():
 async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
     import dataclasses
 
-    from gputui.ui.launch import open_ahead
     from ui_data import ReplaySource
+
+    from gputui.ui.launch import open_ahead
 
     first = training_snapshot()
     later = dataclasses.replace(first, taken_at=first.taken_at + 1)
@@ -563,9 +562,9 @@ async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():
 
 
 async def test_replay_help_lists_the_replay_keys_first(tmp_path):
-    from gputui.ui.replay import ReplayApp
-
     from test_ui_replay import recording
+
+    from gputui.ui.replay import ReplayApp
 
     app = ReplayApp(recording(tmp_path, samples=3), me="bob")
     async with app.run_test(size=(100, 40)) as pilot:

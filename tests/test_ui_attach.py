@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from ui_data import T0, make_app, process, settle, training_snapshot
 
 from gputui.model import ProbeReport
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.screens.confirm import ConfirmProbe
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.signals import started_at
-
-from ui_data import T0, make_app, process, settle, training_snapshot
 
 
 class Runner:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from ui_data import ReplaySource, settle, training_snapshot
+
 from gputui.model import MonitorCost
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.bars import plain
 from gputui.ui.widgets.header import HostHeader
-
-from ui_data import ReplaySource, settle, training_snapshot
 
 COST = MonitorCost(cpu_percent=0.63, nvml_ms=1.234, sample_ms=4.5)
 

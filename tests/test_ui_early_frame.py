@@ -8,10 +8,10 @@ import signal
 from types import SimpleNamespace
 
 import pytest
+from ui_data import training_snapshot
 
 from gputui.ui.early_frame import DONE, ENTER, LEAVE, EarlyFrame, until_the_monitor_starts
 from gputui.ui.signals import EXIT_SIGNALS
-from ui_data import training_snapshot
 
 PLAIN = SimpleNamespace(color=False, ascii=False)
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from plain_data import once_text
+from ui_data import make_app, settle, table_keys, training_snapshot
 
 from gputui.errors import UserError
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
-
-from ui_data import make_app, settle, table_keys, training_snapshot
-from plain_data import once_text
-
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
@@ -198,8 +196,9 @@ async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
 
 async def test_more_gpus_than_a_tiny_pane_holds_are_reached_with_g():
     """Sixteen GPUs are eight lines even two a line: g picks the next GPU, marks it and brings it into view."""
-    from gputui.ui.widgets.devices import DeviceLines, DeviceList
     from ui_data import device
+
+    from gputui.ui.widgets.devices import DeviceLines, DeviceList
 
     snap = training_snapshot()
     snap = dataclasses.replace(snap, devices=tuple(device(i) for i in range(16)))

@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from ui_data import ReplaySource, settle, training_snapshot
 
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 from gputui.units import clock_time
-
-from ui_data import ReplaySource, settle, training_snapshot
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 

@@ -12,6 +12,9 @@ import subprocess
 import sys
 
 import pytest
+import ui_data
+from plain_data import judged_document, once_text, probe_text
+from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
 from gputui.errors import UserError
 from gputui.model import (
@@ -27,10 +30,6 @@ from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
-
-import ui_data
-from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
-from plain_data import judged_document, once_text, probe_text
 
 CONTEXT = 742 * MIB  # the simulated H100's CUDA context per process (as measured): NVML = reserved + context
 
@@ -495,8 +494,8 @@ def test_no_driver_source_reads_the_host_through_psutil_by_default():
 
 
 def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkeypatch):
-    from gputui.collect import NvmlUnavailable
     import gputui.collect
+    from gputui.collect import NvmlUnavailable
 
     def no_driver(*args, **kwargs):
         raise NvmlUnavailable("NVML Shared Library Not Found: is the NVIDIA driver installed?")

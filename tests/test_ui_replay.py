@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from plain_data import judged_document
+from record_helpers import KEY_BODY, change, crafted, recorded_demo
+from ui_data import GIB, T0, table_keys, training_snapshot
 
 from gputui.model import to_jsonable
 from gputui.model.verdicts import LeakVerdict
@@ -14,9 +17,6 @@ from gputui.record.writer import Recorder
 from gputui.ui.replay import ReplayApp
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
-from record_helpers import KEY_BODY, change, crafted, recorded_demo
-from ui_data import GIB, T0, table_keys, training_snapshot
-from plain_data import judged_document
 
 SAMPLES = 150  # 2.5 minutes, one a second
 

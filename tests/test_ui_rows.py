@@ -2,11 +2,11 @@
 
 import dataclasses
 
+from ui_data import GIB, MIB, T0, process, training_snapshot
+
 from gputui.model.verdicts import ProcessTrend
 from gputui.ui import format as fmt
 from gputui.ui.rows import build_rows, columns_for, trend_text
-
-from ui_data import GIB, MIB, T0, process, training_snapshot
 
 
 def keys(rows):

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import pytest
 from textual.content import Content
+from ui_data import GIB, device, make_app, settle
 
-
-from gputui.model import BreakdownItem
+from gputui.model import BREAKDOWN_ITEMS, BreakdownItem
 from gputui.ui.widgets import bars
 from gputui.ui.widgets.charts import DeviceHistory, chart_line, chart_scale
 from gputui.ui.widgets.devices import DeviceLines, render_device
 from gputui.ui.widgets.line import pieces_of
-from gputui.model import BREAKDOWN_ITEMS
 from gputui.ui.widgets.memory_bar import STYLES, cells
-
-from ui_data import make_app, settle
-from ui_data import GIB, device
 
 
 def test_words_join_skip_empty_parts_and_merge_one_style():

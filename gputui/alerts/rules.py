@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gputui import units
 from gputui.model import Device, Snapshot
-from gputui.model.alert import ENDED, STARTED, ALERT_KINDS, Alert, AlertEvent, AlertKind
+from gputui.model.alert import ALERT_KINDS, ENDED, STARTED, Alert, AlertEvent, AlertKind
 from gputui.model.judgement import Judgements, ProcessJudgement
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING
 from gputui.untrusted import visible

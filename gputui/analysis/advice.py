@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
-from gputui.units import size, span
 from gputui.model import Device, GpuProcess, LeakKeeper, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.probe import KEEPER_GRAPH
 from gputui.model.verdicts import (
@@ -27,6 +26,7 @@ from gputui.model.verdicts import (
     LeakVerdict,
     ProcessTrend,
 )
+from gputui.units import size, span
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -9,9 +9,9 @@ reserved). Where the figures disagree the breakdown says so in ``note`` instead 
 
 from __future__ import annotations
 
-from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, MemoryCategories, ProbeDevice, ProbeReport, Snapshot
 from gputui.model.breakdown import BREAKDOWN_ITEMS, Breakdown, BreakdownItem
+from gputui.units import size
 
 LABELS = {
     "parameters": "parameters",

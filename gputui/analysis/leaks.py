@@ -14,7 +14,6 @@ import math
 from typing import Sequence, TypedDict
 
 from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
-from gputui.units import size
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -26,6 +25,7 @@ from gputui.model.verdicts import (
     CategoryGrowth,
     LeakVerdict,
 )
+from gputui.units import size
 
 KIB = 1 << 10
 

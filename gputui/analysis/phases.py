@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gputui.units import size
 from gputui.model import StepRecord
+from gputui.units import size
 
 PHASES = (("forward", "peak_forward"), ("backward", "peak_backward"), ("optimizer.step()", "peak_optimizer"))
 

@@ -14,8 +14,15 @@ from collections.abc import Callable
 
 from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import Headroom, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord, WhatIf
-from gputui.model.verdicts import (LEAK_CACHE_GROWTH, LEAK_FRAGMENTATION, LEAK_GROWING, LEAK_LEAK, TREND_GROWING,
-                                   LeakVerdict, ProcessTrend)
+from gputui.model.verdicts import (
+    LEAK_CACHE_GROWTH,
+    LEAK_FRAGMENTATION,
+    LEAK_GROWING,
+    LEAK_LEAK,
+    TREND_GROWING,
+    LeakVerdict,
+    ProcessTrend,
+)
 from gputui.units import size, span
 
 EIGHT_BIT_KEEPS = 1 / 4  # an 8-bit optimizer (bitsandbytes AdamW8bit) keeps 1 byte a value of Adam's 4

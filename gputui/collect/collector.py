@@ -29,10 +29,10 @@ from gputui.collect.pidns import HOST_PROCESSES, Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import ProcessDetails, ProcessInspector
 from gputui.collect.torch_use import torch_mapped
-from gputui.pids import pid_exists
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
-from gputui.model import PROCESS_GONE, PROCESS_UNMAPPED, GpuProcess, Owner, MonitorCost, ProbeReport, Snapshot
+from gputui.model import PROCESS_GONE, PROCESS_UNMAPPED, GpuProcess, MonitorCost, Owner, ProbeReport, Snapshot
+from gputui.pids import pid_exists
 
 if TYPE_CHECKING:  # only --demo and the tests bring the simulated machine
     from gputui.collect.sim.machine import SimulatedMachine

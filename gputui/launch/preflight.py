@@ -12,8 +12,8 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 from gputui.errors import UserError
 from gputui.untrusted import visible

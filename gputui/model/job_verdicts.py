@@ -11,8 +11,8 @@ from typing import Literal
 
 from gputui.model.fielddoc import doc
 from gputui.model.job import Job
-from gputui.model.verdicts import Advice
 from gputui.model.record import Record
+from gputui.model.verdicts import Advice
 
 # Straggler.measure values
 LagMeasure = Literal["utilisation", "step time"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from gputui import units
 from gputui.analysis.jobs import who
 from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
-from gputui.model.judgement import Judgements
 from gputui.model.job_verdicts import JobAnalysis, ShardedModel
+from gputui.model.judgement import Judgements
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible
 

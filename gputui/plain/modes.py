@@ -10,12 +10,12 @@ import time
 
 from gputui.model import Snapshot
 from gputui.model.judgement import Judgements
+from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
 from gputui.sample.pipeline import open_pipeline
 from gputui.units import clock_time
-from gputui.options import Options
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 SEPARATOR_WIDTH = 100  # a log's separator line: long enough to see, never as wide as a pipe

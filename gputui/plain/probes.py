@@ -6,13 +6,12 @@ simulated machine). An unknown pid is a UserError (message and exit code 2).
 
 from __future__ import annotations
 
-
 from gputui.errors import UserError
 from gputui.model import Job, ProbeReport, Snapshot
+from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
-from gputui.options import Options
 from gputui.sample.judge import judge_report
 
 PROBE_TIMEOUT = 2.0

@@ -10,16 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import tzinfo
 
+from gputui import units
 from gputui.analysis.breakdown import breakdown_of, devices_shown
 from gputui.model import (
-    PROCESS_OK, AllocatorStats, Device, GpuProcess, MigInstance, OomRecord, ProbeReport, Snapshot, mig_name,
+    PROCESS_OK,
+    AllocatorStats,
+    Device,
+    GpuProcess,
+    MigInstance,
+    OomRecord,
+    ProbeReport,
+    Snapshot,
+    mig_name,
 )
 from gputui.model.breakdown import Breakdown
 from gputui.model.judgement import Judgements, ProcessJudgement
 from gputui.model.verdicts import (
-    LEAK_CACHE_GROWTH, LEAK_CLEAN, LEAK_COLLECTING, LEAK_FRAGMENTATION, LEAK_LEAK,
+    LEAK_CACHE_GROWTH,
+    LEAK_CLEAN,
+    LEAK_COLLECTING,
+    LEAK_FRAGMENTATION,
+    LEAK_LEAK,
 )
-from gputui import units
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible, visible_all
 

@@ -8,14 +8,23 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import Callable, Sequence
 
-from gputui.model import (AllocatorStats, Headroom, Job, MemoryCategories, OomRecord, Placement, ProbeReport,
-                          Snapshot, StepRecord)
-from gputui.model.judgement import ProcessJudgement
+from gputui import units
 from gputui.analysis.phases import accounts, headline
+from gputui.analysis.sites import keeper_text
 from gputui.analysis.text import figures_age, headroom_lines, probe_history
 from gputui.analysis.whatif import headrooms
-from gputui.analysis.sites import keeper_text
-from gputui import units
+from gputui.model import (
+    AllocatorStats,
+    Headroom,
+    Job,
+    MemoryCategories,
+    OomRecord,
+    Placement,
+    ProbeReport,
+    Snapshot,
+    StepRecord,
+)
+from gputui.model.judgement import ProcessJudgement
 from gputui.plain.jobs import job_summary
 from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
 from gputui.plain.styled import Line, flow, text

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from gputui.errors import UserError
-from gputui.plain.render import MIN_WIDTH
 from gputui.options import Options
+from gputui.plain.render import MIN_WIDTH
 
 # Into a file or a pipe nothing is cut: grep and less get whole command lines and messages.
 PIPE_WIDTH = 100_000

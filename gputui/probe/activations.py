@@ -13,7 +13,6 @@ from typing import Any
 from gputui.probe.categories import ACTS, SLOTS
 
 
-
 class SavedTensor:
     """What the graph holds instead of a saved tensor, so the probe knows when the graph lets go."""
 

@@ -27,8 +27,8 @@ from gputui.probe.board import Board, Reading, SitesView
 from gputui.probe.budget import DEFAULT_BUDGET
 from gputui.probe.categories import SLOTS, categories_of
 from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION: part of this API
-from gputui.probe.oom import OomWatch
 from gputui.probe.keepers import KeeperFinder
+from gputui.probe.oom import OomWatch
 from gputui.probe.sites import SiteRecorder
 from gputui.probe.tracking import MEASURED_KEPT, Tracker
 

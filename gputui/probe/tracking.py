@@ -52,8 +52,8 @@ from gputui.probe.steps import (
     NO_LIGHT,
     OPTIMIZER,
     Evidence,
-    PhaseReading,
     PhasePeaks,
+    PhaseReading,
     StepEntry,
     light_entry,
 )

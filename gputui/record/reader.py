@@ -24,10 +24,19 @@ from gputui.model.codec import parse_json
 from gputui.model.judgement import Judgements
 from gputui.plain.document import read_judgements, read_snapshot_document
 from gputui.record import delta
-from gputui.record.format import (CHANGE, FILE_LIMIT, FRAME_LIMIT, HEAD, HEADER_LIMIT, KEY, KIND, LATEST_TIME,
-                                  VERSION, Inflater)
+from gputui.record.format import (
+    CHANGE,
+    FILE_LIMIT,
+    FRAME_LIMIT,
+    HEAD,
+    HEADER_LIMIT,
+    KEY,
+    KIND,
+    LATEST_TIME,
+    VERSION,
+    Inflater,
+)
 from gputui.untrusted import visible
-
 
 FIGURES = ("taken_at", "devices", "processes")
 

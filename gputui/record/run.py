@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from gputui.alerts.alerting import alerting_for, to_stderr
 from gputui import units
+from gputui.alerts.alerting import alerting_for, to_stderr
 from gputui.errors import UserError
 from gputui.model import to_jsonable
 from gputui.model.judgement import Judgements

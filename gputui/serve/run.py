@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import getpass
 import signal
-import threading
 import sys
+import threading
 
 from prometheus_client import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
@@ -17,13 +17,12 @@ from prometheus_client.registry import CollectorRegistry
 from gputui.alerts.alerting import alerting_for, to_stderr
 from gputui.errors import UserError
 from gputui.options import SERVE_INTERVAL, SERVE_LISTEN, Options
+from gputui.sample.pipeline import open_pipeline
 from gputui.serve.auth import Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sampling
 from gputui.serve.server import listen, parse_address, tls_context
 from gputui.serve.web import make_app
-from gputui.sample.pipeline import open_pipeline
-
 
 NO_DRIVER_WARNING = ("gputui serve: warning: no NVIDIA driver (NVML could not be loaded): no GPU metrics; "
                      "serving the host's and the probed processes' metrics")

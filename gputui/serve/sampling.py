@@ -11,10 +11,10 @@ import sys
 import threading
 import time
 
+from gputui.alerts.alerting import Alerting
 from gputui.options import SERVE_INTERVAL
 from gputui.plain.document import dumps, snapshot_document
 from gputui.sample.judge import Sample
-from gputui.alerts.alerting import Alerting
 from gputui.sample.pipeline import Pipeline
 from gputui.untrusted import visible
 

@@ -29,11 +29,11 @@ from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
+from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui import attaching
 from gputui.ui import rows as table_rows
-from gputui.ui.main_screen import MainScreen
-from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.ui.attaching import Runner, run_command
+from gputui.ui.main_screen import MainScreen
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
@@ -41,9 +41,9 @@ from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
+    from gputui.ui.launch import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
-    from gputui.ui.launch import Ahead
 
 # Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
 Requester = Callable[[int, str, dict[str, Any]], Any]
@@ -611,11 +611,11 @@ REPLAY_KEYS = "Replay (gputui replay)"
 
 def binding_sections() -> list[tuple[str, list[Binding]]]:
     """Every key binding, by the screen it works on, as the help screen lists them."""
+    from gputui.ui.replay import ReplayApp
     from gputui.ui.screens.confirm import Confirm
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
-    from gputui.ui.replay import ReplayApp
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),

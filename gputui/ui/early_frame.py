@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gputui.model import Snapshot
+from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.render import render
 from gputui.ui.signals import EXIT_SIGNALS
-from gputui.options import Options
 
 # alternate screen, no cursor, cleared; lines are not wrapped while the frame is written (a line a
 # column too long must not scroll the screen) and wrapping is back on when it is done

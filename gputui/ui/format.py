@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from gputui.model import GpuProcess, MonitorCost
 from gputui.units import NA
 
-
 # Reasons that mean the GPU is being held back; idle/app/display clocks are normal life.
 SLOWDOWN_WORDS = {
     "hw_slowdown": "HW slowdown",

@@ -11,10 +11,10 @@ import dataclasses
 import time
 from typing import Callable, Protocol
 
-from gputui.model import HostView, MonitorCost, Snapshot
-from gputui.model.verdicts import LeakVerdict
 from gputui.analysis.leaks import LeakJudge
 from gputui.collect.own_cpu import OwnCpu
+from gputui.model import HostView, MonitorCost, Snapshot
+from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible, visible_all
 
 

@@ -13,18 +13,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Callable, Generic, TypeVar
-
 from collections.abc import Sequence
+from typing import Callable, Generic, TypeVar
 
 from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
+from gputui.options import Options
 from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
-from gputui.options import Options
 
 T = TypeVar("T")
 M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most arenas malloc may make

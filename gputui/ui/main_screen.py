@@ -20,10 +20,10 @@ from textual.widgets import Footer, Input
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
+from gputui.ui.attaching import ProbeTarget
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.owner_rows import group_by_owner
 from gputui.ui.rows import COLUMNS
-from gputui.ui.attaching import ProbeTarget
 from gputui.ui.signals import Target, kill_command
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList

@@ -23,7 +23,6 @@ from gputui.model.verdicts import (
 )
 from gputui.ui import format as fmt
 
-
 # What a column sorts by (booleans and ints count as numbers); None: unknown, always last.
 SortValue = float | str | tuple[int, int]
 

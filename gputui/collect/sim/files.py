@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TYPE_CHECKING
 
 from gputui.collect.sim.scenarios import VANISHED
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gputui.collect.sim.machine import SimulatedMachine

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gputui.collect.sim import devices as hw
-from gputui.collect.sim.devices import GiB, MiB, GpuModel, MigProfile
+from gputui.collect.sim.devices import GiB, GpuModel, MiB, MigProfile
 from gputui.collect.sim.jobs import Job, Layout
 from gputui.collect.sim.signals import mix, stream
 from gputui.options import SCENARIOS

@@ -15,6 +15,7 @@ from gputui.collect.sim.jobs import Job, Memory, Run, round_up
 from gputui.collect.sim.scenarios import BOTH, COMPUTE, GRAPHICS, VANISHED, Gpu, Program, Scenario, Use
 from gputui.collect.sim.signals import clamp, noise, ramp, stream
 
+
 @dataclass(frozen=True, slots=True)
 class UseNow:
     """One process on one GPU as NVML lists it now."""

@@ -19,15 +19,15 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
+from gputui.analysis.process import ProcessAnalysis, analyse
 from gputui.model import EndedProcess, GpuProcess, HostProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.plain.report import oom_when
 from gputui.ui import format as fmt
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
-from gputui.analysis.process import ProcessAnalysis, analyse
+from gputui.ui.signals import Target
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
-from gputui.ui.signals import Target
 from gputui.ui.widgets.probe_panel import ProbePanel
 
 if TYPE_CHECKING:  # the app imports this module

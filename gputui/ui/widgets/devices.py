@@ -20,7 +20,6 @@ from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, merged, meter, plain, styled, value
 from gputui.ui.widgets.line import StyledLines
 
-
 # One device's lines as drawn: (background style, words) each; and what they were drawn from.
 _Lines = tuple[tuple[str, Words], ...]
 _RowKey = tuple[Device, str, int, bool, int]

@@ -9,7 +9,6 @@ from textual.widget import Widget
 from gputui import units
 from gputui.model.breakdown import Breakdown, BreakdownItem
 
-
 # How each part of the breakdown is drawn: its theme colour, and its letter in --ascii (the bar's
 # fill there, and the legend's key).
 STYLES = {
