@@ -106,7 +106,7 @@ def test_gputui_oom_prints_the_latest_report(runs):
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].startswith(f"OOM report {next((where / 'oom').iterdir())}, written ")
-    assert any("can't allocate memory" in line for line in lines)
+    assert any("can't allocate memory" in line for line in lines), shown.stdout  # (what it said, if not)
     report = from_jsonable(ProbeReport, oom_file.read(next((where / "oom").iterdir())))
     assert f"  in the forward pass of step {report.last_oom.step + 1}; at {JOB}:{FORWARD_LINE} in forward" in lines
     as_json = subprocess.run([sys.executable, "-m", "gputui", "oom", "--json"], env=env, capture_output=True,
