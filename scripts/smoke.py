@@ -89,6 +89,12 @@ SHOWS: dict[str, tuple[tuple[str, Shows], ...]] = {
         ("this node's 8 ranks of the 16-rank job", printed(r"^pretrain\.py \(torchrun\)\s+8 ranks of 16")),
         ("the straggler, rank 13", printed(r"! rank 13 lags the others")),
     ),
+    "shared-k8s": (
+        ("the notebook pod that owns GPUs 5 and 6", printed(r"^\s*83001\s+\S+\s+team-vision/notebook-sam\s+5\s")),
+        ("the training pod's four assigned GPUs", lambda text, s: [
+            len(p["owner"]["pod"]["gpus"]) for p in s["processes"]
+            if p["pid"] == 81001 and (p.get("owner") or {}).get("pod")][:1] == [4]),
+    ),
 }
 SCENARIOS = tuple(SHOWS)
 

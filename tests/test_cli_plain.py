@@ -199,7 +199,9 @@ def test_watch_json_is_ndjson_and_a_closed_pipe_ends_it(env, tmp_path):
     assert len(docs) == 3
     times = [d["snapshot"]["taken_at"] for d in docs]
     assert times == sorted(times) and times[0] < times[2]
-    assert err.read_text() == ""
+    # no traceback when head closes the pipe; what stderr carries is the leaky demo's alerts (README's Alerts)
+    said = err.read_text().splitlines()
+    assert said and all(line.startswith("gputui: alert: ") for line in said), said
     # Each document says what gputui cost (the first too: --watch samples once ahead for CPU %).
     costs = [d["snapshot"]["monitor"] for d in docs]
     assert all(c["cpu_percent"] >= 0 and c["sample_ms"] >= c["nvml_ms"] > 0 for c in costs)

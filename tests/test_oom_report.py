@@ -100,7 +100,9 @@ def test_nothing_is_left_behind_but_the_report(runs):
 
 def test_gputui_oom_prints_the_latest_report(runs):
     _, (_, where) = runs
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUTUI_OOM_DIR": str(where / "oom"), "NO_COLOR": "1"}
+    # No COLUMNS: into a pipe the lines are whole (a COLUMNS=80 left in the environment cut the OOM message)
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "PYTHONPATH": str(ROOT),
+           "GPUTUI_OOM_DIR": str(where / "oom"), "NO_COLOR": "1"}
     shown = subprocess.run([sys.executable, "-m", "gputui", "oom"], env=env, capture_output=True, text=True,
                            timeout=60)
     assert shown.returncode == 0, shown.stderr

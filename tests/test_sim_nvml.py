@@ -64,7 +64,8 @@ def test_calls_before_init_are_uninitialized(clock):
 
 
 def test_scenarios_listed():
-    assert sim.SCENARIOS == ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun")
+    assert sim.SCENARIOS == ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun",
+                             "shared-k8s")
 
 
 def test_unknown_scenario_is_a_value_error(clock):

@@ -537,7 +537,7 @@ def _options():
 
     return argparse.Namespace(
         config=None, color=None, demo=None, seed=0, demo_processes=None, only=(), only_visible=False,
-        users=(), pids=(), interval=None, readonly=False, ascii=False, theme=None)
+        users=(), pids=(), interval=None, readonly=False, ascii=False, theme=None, alerts=None)
 
 
 # -- the record-sites key ---------------------------------------------------------------------
