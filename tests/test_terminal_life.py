@@ -142,7 +142,7 @@ def test_a_suspend_by_sigtstp_gives_the_terminal_back_and_takes_it_again(env):
     assert RESTORED[0] in term.read_new(10, RESTORED[0])
     os.kill(term.pid, signal.SIGCONT)
     assert MONITOR_STARTED in term.read_new(10, MONITOR_STARTED)
-    term.read(0.5)
+    term.read(1.5)  # as the SIGSTOP test: the input thread back before the key (0.5 s missed it once, under -n 2)
     assert threads(term.pid) == before
     os.write(term.fd, b"q")
     assert term.wait() == 0
