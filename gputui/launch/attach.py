@@ -29,11 +29,8 @@ WAIT_FOR_CODE = 30.0  # seconds gputui waits for a job busy outside Python (the 
 WAIT_FOR_SOCKET = 10.0
 RESULT = "result"
 
-# Run inside the job (exec'd in a namespace of its own, every error caught): import gputui's probe
-# hook from this installation unless the job has a gputui already (then only the same version will
-# do), arm it, and say what became of it.
-_ATTACH = """\
-import sys
+# Both scripts report what became of them through the ACK file, the same way.
+_SAY = """\
 def _say(word):
     if ACK is not None:
         try:
@@ -41,6 +38,13 @@ def _say(word):
                 f.write(word)
         except Exception:
             pass
+"""
+
+# Run inside the job (exec'd in a namespace of its own, every error caught): import gputui's probe
+# hook from this installation unless the job has a gputui already (then only the same version will
+# do), arm it, and say what became of it.
+_ATTACH = _SAY + """\
+import sys
 def _attach():
     known = sys.modules.get('gputui')
     if known is not None and getattr(known, '__version__', None) != VERSION:
@@ -65,7 +69,7 @@ except Exception as exc:
 """
 
 # Run inside the job: stop the probe and any armed start; import nothing.
-_DETACH = """\
+_DETACH = _SAY + """\
 import sys
 def _detach():
     hook = sys.modules.get('gputui.probe.hook')
@@ -79,15 +83,9 @@ def _detach():
         return 'stopped'
     return 'disarmed' if armed else 'none'
 try:
-    word = _detach()
+    _say(_detach())
 except Exception as exc:
-    word = 'failed: %s: %s' % (type(exc).__name__, exc)
-if ACK is not None:
-    try:
-        with open(ACK, 'w') as f:
-            f.write(word)
-    except Exception:
-        pass
+    _say('failed: %s: %s' % (type(exc).__name__, exc))
 """
 
 
