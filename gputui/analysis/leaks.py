@@ -36,6 +36,7 @@ CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times o
 CLEAR_READINGS = 6
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
+READ_GAP = 16  # steps without a reading that break the thread of growth since a measured step
 # A leak, once confirmed, stays one until the figure has grown less than noise over this many steps, and
 # growth that has been flat that long is no leak: longer than a slow leak's gap between two increments.
 FLAT_STEPS = 64
@@ -151,7 +152,16 @@ def leak_verdict(
                                          else (None, False, 0.0))
     retries = _column(allocator, "alloc_retries")
     retries_added = int(retries[-1] - retries[0]) if retries else None
-    growth = _category_growth(measured[-2 * WINDOW_STEPS:], window[0].step, slope, figure)
+    categorised = [s for s in measured if s.categories is not None]
+    since = window[0].step  # the measured steps that say what grows: from here on
+    known = not categorised or categorised[-1].step > since  # ... and one of them was taken while it grows
+    if grows and not known and _grew_since(steps, figure, categorised[-1].step):
+        # The latest measured step is older than the window, but the figure has grown steadily since:
+        # it was taken while this growth lasts, and still says what grows (a probe whose budget
+        # measures few steps measures one more only as the growth doubles: without this, the verdict
+        # would fall back to "waiting" between them).
+        since, known = categorised[-1].step, True
+    growth = _category_growth(measured[-2 * WINDOW_STEPS:], since, slope, figure)
     growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
     other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
     base.update({
@@ -169,8 +179,7 @@ def leak_verdict(
                 LEAK_WARMING_UP, steps_needed=needed,
                 reason=f"{name} grows {size(slope)} per step over {span} steps; "
                 f"{needed} more {'step' if needed == 1 else 'steps'} to confirm a leak", **base)
-        categorised = [s for s in measured if s.categories is not None]
-        if categorised and categorised[-1].step <= window[0].step:
+        if not known:
             # What grows is known only from a measured step taken while it grows: until then no
             # category, rather than one that changes when the evidence comes.
             return LeakVerdict(
@@ -342,6 +351,22 @@ def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool
     if len(drops) >= 2:
         slope, grows = _trough_growth(xs, ys, drops, floor)
     return slope, grows, margin, drops
+
+
+def _grew_since(steps: list[StepRecord], figure: str, since: int) -> bool:
+    """Whether the judged figure grew steadily, clear of noise and with no release, from step ``since``
+    to the latest, read all along (no READ_GAP steps unread; judged on at most WINDOW_STEPS readings
+    spread evenly over that span)."""
+    span = [s for s in steps if s.step >= since]
+    if any(b.step - a.step > READ_GAP for a, b in zip(span, span[1:])):
+        return False  # unread for a while: what grew then, and when, is not known
+    stride = max(1, -(-len(span) // WINDOW_STEPS))
+    picked = span[::stride] if (len(span) - 1) % stride == 0 else span[::stride] + span[-1:]
+    if len(picked) < CLEAR_READINGS:
+        return False
+    ys = [float(getattr(s, figure)) for s in picked]
+    _, grows, margin, drops = _growth([float(s.step) for s in picked], ys, FIGURES[figure][0])
+    return grows and margin >= CLEAR_MARGIN and not drops
 
 
 def _confirmed(span: int, readings: int, margin: float, confirm: int) -> bool:
