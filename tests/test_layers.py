@@ -103,3 +103,12 @@ def test_no_import_circle_but_the_monitor_apps_one():
     ui = ["gputui.ui.app", "gputui.ui.hosts_app", "gputui.ui.hosts_screen", "gputui.ui.keys", "gputui.ui.launch",
           "gputui.ui.main_screen", "gputui.ui.replay", "gputui.ui.screens.detail"]
     assert import_circles() == [ui]
+
+
+def test_key_listings_need_no_app_or_screen():
+    # Every app (and the help, and the config's key check) reads the key listings: they import
+    # nothing of gputui, so reading them can close no circle.
+    import grimp
+
+    graph = grimp.build_graph("gputui", exclude_type_checking_imports=False)
+    assert graph.find_modules_directly_imported_by("gputui.ui.bindings") == set()

@@ -281,7 +281,7 @@ def help_text(screen) -> str:
 
 @pytest.mark.parametrize("size", [(80, 24), (50, 15)])
 async def test_help_shows_every_binding_id_whole(size):
-    from gputui.ui.app import binding_ids
+    from gputui.ui.bindings import binding_ids
     from gputui.ui.screens.help import HelpScreen
 
     app = make_app()

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -30,9 +29,10 @@ from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
-from gputui.ui import attaching
+from gputui.ui import attaching, bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
+from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
@@ -114,30 +114,7 @@ class GpuTuiApp(App[int]):
     TITLE = "gputui"
     HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
 
-    BINDINGS = [
-        Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
-        # Ctrl-C quits as it does nvitop, top and htop (Textual's own only says "press ctrl+q"), from
-        # any screen and out of the filter box too: a binding of its own, so remapping q keeps it.
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Leave gputui (as q)",
-                id="quit.ctrl_c"),
-        Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
-        Binding("p,space", "toggle_pause", "Pause",
-                tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
-        Binding("plus,equals_sign", "interval(1)", "Slower", show=False,
-                tooltip="Sample less often (+)", id="interval.longer"),
-        Binding("minus", "interval(-1)", "Faster", show=False, tooltip="Sample more often (-)", id="interval.shorter"),
-        Binding("I", "signal('SIGINT')", "Interrupt", show=False,
-                tooltip="Send SIGINT to the selected process, after confirmation", id="signal.interrupt"),
-        Binding("T", "signal('SIGTERM')", "Terminate", show=False,
-                tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
-        Binding("K", "signal('SIGKILL')", "Kill", show=False,
-                tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
-        Binding("A", "probe(True)", "Attach",
-                tooltip="Attach the PyTorch probe to the selected process (one that uses torch), after "
-                        "confirmation", id="probe.attach"),
-        Binding("D", "probe(False)", "Detach", show=False,
-                tooltip="Detach the probe from the selected process, after confirmation", id="probe.detach"),
-    ]
+    BINDINGS = bindings.APP
 
     def __init__(self, sampler: Sampler | None, *, interval: float = 1.0, readonly: bool = False,
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
@@ -423,8 +400,7 @@ class GpuTuiApp(App[int]):
 
         if isinstance(self.screen, HelpScreen):
             return
-        sections = [(title, describe_bindings(bindings, self.keymap, self))
-                    for title, bindings in binding_sections()]
+        sections = [(title, describe_bindings(listed, self.keymap, self)) for title, listed in binding_sections()]
         # This app's own keys come right after those that work everywhere: the first screenful is
         # the keys the user can press here (the live monitor's help opened on the replay's keys).
         own = [s for s in sections if s[0] == self.HELP_SECTION]
@@ -605,34 +581,3 @@ class GpuTuiApp(App[int]):
             ScrollBar.renderer = self._scrollbar_renderer
             self._scrollbar_renderer = None
 
-
-REPLAY_KEYS = "Replay (gputui replay)"
-
-
-def binding_sections() -> list[tuple[str, list[Binding]]]:
-    """Every key binding, by the screen it works on, as the help screen lists them."""
-    from gputui.ui.replay import ReplayApp
-    from gputui.ui.screens.confirm import Confirm
-    from gputui.ui.screens.detail import ProcessDetail
-    from gputui.ui.screens.help import HelpScreen
-    from gputui.ui.screens.job_detail import JobDetail
-
-    return [
-        ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
-        ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
-        ("Process detail", _bindings(ProcessDetail.BINDINGS)),
-        ("Job detail", _bindings(JobDetail.BINDINGS)),
-        ("Confirmation (signals, probes)", _bindings(Confirm.BINDINGS)),
-        ("Help", _bindings(HelpScreen.BINDINGS)),
-        (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),
-    ]
-
-
-def _bindings(*lists: Iterable[BindingType]) -> list[Binding]:
-    """The bindings of these lists, in order. (Textual also takes tuples; gputui writes Binding()s.)"""
-    return [b for bindings in lists for b in bindings if isinstance(b, Binding)]
-
-
-def binding_ids() -> set[str]:
-    """Every binding id the config's [keys] table may remap."""
-    return {b.id for _, bindings in binding_sections() for b in bindings if b.id}

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, cast
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Container
 from textual.content import Content
 from textual.events import Resize
@@ -18,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from gputui.model import GpuProcess, Snapshot
+from gputui.ui import bindings
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
@@ -53,29 +53,7 @@ class MainScreen(Screen):
     # has the early frame to look at by then) must reach the bindings, not the hidden filter box.
     AUTO_FOCUS = "#processes"
 
-    BINDINGS = [
-        Binding("slash", "filter", "Filter",
-                tooltip="Filter processes as you type: command, user or pid", id="filter"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the filter", id="filter.clear"),
-        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False,
-                tooltip="Sort by the column to the left", id="sort.previous"),
-        Binding("greater_than_sign,s", "sort_step(1)", "Sort",
-                tooltip="Sort by the column to the right", id="sort.next"),
-        Binding("r", "sort_reverse", "Reverse sort", show=False, tooltip="Reverse the sort order", id="sort.reverse"),
-        Binding("t", "toggle_tree", "Tree", tooltip="Show GPU processes under their parent processes", id="tree"),
-        Binding("j", "toggle_jobs", "Jobs", show=False,
-                tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
-                id="jobs"),
-        Binding("o", "toggle_owners", "Owners", show=False,
-                tooltip="Group processes under their owner: pod, container, Slurm job, unit or user (one line each)",
-                id="owners"),
-        Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
-        Binding("g", "next_gpu", "Next GPU", show=False,
-                tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
-                id="charts.gpu"),
-        Binding("c", "toggle_charts", "Charts", show=False,
-                tooltip="Show or hide the history charts", id="charts.toggle"),
-    ]
+    BINDINGS = bindings.MAIN_SCREEN
 
     def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
                  me: str | None = None) -> None:

@@ -11,7 +11,6 @@ import threading
 from typing import Any
 
 from textual import work
-from textual.binding import Binding
 from textual.message import Message
 
 from gputui import units
@@ -21,7 +20,8 @@ from gputui.model.verdicts import LeakVerdict
 from gputui.options import Options
 from gputui.record.reader import Recording
 from gputui.record.run import open_recording
-from gputui.ui.app import REPLAY_KEYS, GpuTuiApp
+from gputui.ui import bindings
+from gputui.ui.app import GpuTuiApp
 from gputui.untrusted import visible, visible_all
 
 SPEEDS = (1, 2, 4, 8)
@@ -41,20 +41,8 @@ class Replayed(Message):
 class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
-    HELP_SECTION = REPLAY_KEYS
-    BINDINGS = [
-        Binding("comma", "step(-1)", "Back", show=False, tooltip="Replay: one sample back (,)",
-                id="replay.back"),
-        Binding("full_stop", "step(1)", "Forward", show=False, tooltip="Replay: one sample forward (.)",
-                id="replay.forward"),
-        Binding("left_square_bracket", "jump(-60)", "-1 min", tooltip="Replay: a minute back ([)",
-                id="replay.back_minute"),
-        Binding("right_square_bracket", "jump(60)", "+1 min", tooltip="Replay: a minute forward (])",
-                id="replay.forward_minute"),
-        Binding("b", "seek(0)", "Start", show=False, tooltip="Replay: back to the start", id="replay.start"),
-        Binding("e", "seek(-1)", "End", show=False, tooltip="Replay: on to the end", id="replay.end"),
-        Binding("x", "speed", "Speed", tooltip="Replay: x1, x2, x4, x8", id="replay.speed"),
-    ]
+    HELP_SECTION = bindings.REPLAY_KEYS
+    BINDINGS = bindings.REPLAY
 
     def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
         """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
