@@ -41,7 +41,7 @@ from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
-    from gputui.ui.launch import Ahead
+    from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
 

@@ -17,9 +17,7 @@ from gputui import units
 from gputui.analysis.history import History
 from gputui.model import Snapshot
 from gputui.model.verdicts import LeakVerdict
-from gputui.options import Options
 from gputui.record.reader import Recording
-from gputui.record.run import open_recording
 from gputui.ui import bindings
 from gputui.ui.app import GpuTuiApp
 from gputui.untrusted import visible, visible_all
@@ -170,15 +168,3 @@ class ReplayApp(GpuTuiApp):
     def probe_refusal(self) -> str:
         return "A recording: there is no process to attach a probe to or detach one from."
 
-
-def replay(options: Options) -> int:
-    """Open the monitor on the recording ``options.extra["file"]``."""
-    from gputui.ui.launch import checked_config, leave_out_tls
-
-    leave_out_tls()
-    config = checked_config(options)
-    recording = open_recording(str(options.extra["file"]))
-    app = ReplayApp(recording, ascii=options.ascii, theme=options.theme or config.theme or "dark",
-                    columns=config.columns, keymap=config.keys, handle_signals=True)
-    app.run()
-    return app.return_code or 0
