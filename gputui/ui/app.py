@@ -13,7 +13,7 @@ import functools
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -34,6 +34,7 @@ from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
 from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
@@ -49,6 +50,8 @@ if TYPE_CHECKING:  # imported when first needed: the first frame does without it
 Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+# What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
+SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
 
@@ -113,6 +116,9 @@ class GpuTuiApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
     HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
+    # What this monitor's source cannot do (SIGNAL, PROBE, RECORD_SITES, INTERVAL), and why in the user's
+    # words ("{signal}" is the signal's name): the live monitor's can do everything.
+    CANNOT: ClassVar[Mapping[str, str]] = {}
 
     BINDINGS = bindings.APP
 
@@ -197,7 +203,7 @@ class GpuTuiApp(App[int]):
             self.sample_now()
 
     def make_main_screen(self) -> MainScreen:
-        return MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        return MainScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
@@ -313,6 +319,11 @@ class GpuTuiApp(App[int]):
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
+    @property
+    def position(self) -> str | None:
+        """Where a replay is in its recording: the live monitor is at no position (ReplayApp's is)."""
+        return None
+
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
 
@@ -356,10 +367,21 @@ class GpuTuiApp(App[int]):
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
         self.open_detail(None, pid=message.pid, host=message.host)
 
+    def on_open_process_detail(self, message: OpenProcessDetail) -> None:
+        self.open_detail(message.process, host=message.host)
+
+    def on_open_job_detail(self, message: OpenJobDetail) -> None:
+        self.open_job_detail(message.key, host=message.host)
+
     # -- requests to probes ------------------------------------------------------------------
+
+    def on_record_sites(self, message: RecordSites) -> None:
+        self.record_sites(message.pid, on=message.on, steps=message.steps)
 
     def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
         """Ask ``pid``'s probe to start (or stop) recording allocation sites, off the UI thread."""
+        if self.refused(RECORD_SITES, title="Allocation sites"):
+            return
         if self.simulated:
             self.notify("Demo mode: this probe is simulated, so no request was sent. Its allocation "
                         "sites are simulated too (the leaking job records them already).",
@@ -433,6 +455,8 @@ class GpuTuiApp(App[int]):
         self.main.render_snapshot()
 
     def action_interval(self, step: int) -> None:
+        if self.refused(INTERVAL):
+            return
         longer = [i for i in INTERVALS if i > self.interval]
         shorter = [i for i in INTERVALS if i < self.interval]
         if step > 0 and longer:
@@ -443,6 +467,8 @@ class GpuTuiApp(App[int]):
         self.main.render_snapshot()
 
     def action_signal(self, name: str) -> None:
+        if self.refused(SIGNAL, signal=name):
+            return
         choose = getattr(self.screen, "signal_target", None)
         target = choose() if choose else None
         if target is None:
@@ -475,6 +501,24 @@ class GpuTuiApp(App[int]):
 
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
+    # -- what this monitor cannot do -------------------------------------------------------------
+
+    def cannot(self, what: str) -> str | None:
+        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None."""
+        if what == PROBE and self.readonly and what not in self.CANNOT:
+            return "Read-only mode (--readonly): gputui attaches and detaches no probe."
+        return self.CANNOT.get(what)
+
+    def refused(self, what: str, *, title: str = "", signal: str = "") -> bool:
+        """Whether this monitor cannot do ``what``, having said why: every refusal of a source's is
+        made here, before anything is asked or opened."""
+        why = self.cannot(what)
+        if why is None:
+            return False
+        # Not str.format: a refusal may quote outside words (a host's name), braces and all.
+        self.notify(why.replace("{signal}", signal), title=title, severity="warning", timeout=8, markup=False)
+        return True
+
     # -- attaching and detaching the probe -----------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -483,19 +527,10 @@ class GpuTuiApp(App[int]):
             return hasattr(self.screen, "probe_target")
         return True
 
-    def probe_refusal(self) -> str | None:
-        """Why this monitor attaches and detaches no probe at all, or None (the many-host view and
-        the replay say why in their own words)."""
-        if self.readonly:
-            return "Read-only mode (--readonly): gputui attaches and detaches no probe."
-        return None
-
     def action_probe(self, attach: bool) -> None:
         """Attach the probe to the selected process (or detach it), after confirmation."""
         title = "Probe not attached" if attach else "Probe not detached"
-        refused = self.probe_refusal()
-        if refused is not None:
-            self.notify(refused, title=title, severity="warning", markup=False)
+        if self.refused(PROBE, title=title):
             return
         choose = getattr(self.screen, "probe_target", None)
         found = choose() if choose else None

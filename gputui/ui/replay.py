@@ -19,12 +19,11 @@ from gputui.model import Snapshot
 from gputui.model.verdicts import LeakVerdict
 from gputui.record.reader import Recording
 from gputui.ui import bindings
-from gputui.ui.app import GpuTuiApp
+from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
 from gputui.untrusted import visible, visible_all
 
 SPEEDS = (1, 2, 4, 8)
 LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
-NOTHING_TO_SEND = "A recording: there is no process to send {what} to."
 
 
 class Replayed(Message):
@@ -40,6 +39,12 @@ class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
     HELP_SECTION = bindings.REPLAY_KEYS
+    CANNOT = {
+        SIGNAL: "A recording: there is no process to send {signal} to.",
+        PROBE: "A recording: there is no process to attach a probe to or detach one from.",
+        RECORD_SITES: "A recording: there is no process to send a request to.",
+        INTERVAL: "A recording keeps its own interval: x changes the replay's speed.",
+    }
     BINDINGS = bindings.REPLAY
 
     def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
@@ -152,19 +157,3 @@ class ReplayApp(GpuTuiApp):
             self._next.stop()
             self._next = None
             self._play_on()
-
-    # -- what a recording cannot do ---------------------------------------------------------------
-
-    def action_interval(self, step: int) -> None:
-        self.notify("A recording keeps its own interval: x changes the replay's speed.", timeout=4)
-
-    def action_signal(self, name: str) -> None:
-        self.notify(NOTHING_TO_SEND.format(what=name), severity="warning")
-
-    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
-        self.notify(NOTHING_TO_SEND.format(what="a request"), severity="warning",
-                    title="Allocation sites")
-
-    def probe_refusal(self) -> str:
-        return "A recording: there is no process to attach a probe to or detach one from."
-

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
@@ -24,14 +23,12 @@ from gputui.plain.report import oom_when
 from gputui.ui import bindings
 from gputui.ui import format as fmt
 from gputui.ui.attaching import ProbeTarget
+from gputui.ui.requests import RecordSites
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.ui.signals import Target
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
-
-if TYPE_CHECKING:  # the app imports this module
-    from gputui.ui.app import GpuTuiApp
 
 # (metric, title, how to word a value, top of its scale: 100 for percentages, None: its largest value)
 PROCESS_CHARTS = (
@@ -206,8 +203,7 @@ class ProcessDetail(Screen):
                         severity="warning")
             return
         on = not self.report.recording
-        monitor = cast("GpuTuiApp", self.app)  # (Textual: any App)
-        monitor.record_sites(self.report.pid, on=on, steps=bindings.RECORD_STEPS)
+        self.post_message(RecordSites(self.report.pid, on=on, steps=bindings.RECORD_STEPS))
 
 
 def ended_title(ended: EndedProcess) -> Content:
