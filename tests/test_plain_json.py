@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from plain_data import T, errors, judged_document, judged_probe_document, training_report, workstation
 
+import gputui.link.protocol as protocol
 import gputui.model as model
 import gputui.plain.schema as schema_module
 from gputui.model import Device, GpuProcess, Host, Snapshot, fielddoc
@@ -68,6 +69,14 @@ def test_nan_readings_become_null_not_invalid_json():
     parsed = json.loads(dumps(doc))
     assert parsed["snapshot"]["host"]["cpu_percent"] is None
     assert parsed["snapshot"]["devices"][0]["power_draw"] is None
+
+
+def test_documents_and_the_probe_wire_write_json_alike():
+    # One writer (model.codec.dump_json): a reading that is NaN inside a tuple is null in a document
+    # too, as it always was on the probe's wire.
+    value = {"step": (1.5, math.nan), "peak": [math.inf, {"x": -math.inf}]}
+    assert dumps(value) == '{"step":[1.5,null],"peak":[null,{"x":null}]}'
+    assert protocol.dumps(value) == dumps(value).encode()
 
 
 # ------------------------------------------------------------------------------------ the validator bites
