@@ -204,3 +204,25 @@ def test_gpu_process_kinds_in_schema_match_the_model_words():
     assert DEFS["Device"]["properties"]["throttle_reasons"]["items"]["enum"] == list(model.THROTTLE_REASONS)
     assert DEFS["Device"]["properties"]["compute_mode"]["enum"][:-1] == list(model.COMPUTE_MODES)
     assert GpuProcess(pid=1, device_index=0).kind in DEFS["GpuProcess"]["properties"]["kind"]["enum"]
+
+
+# ------------------------------------------------------------------------------------ one source
+
+def test_the_hosts_schema_is_hostview_as_the_model_documents_it():
+    from gputui.plain.document import HOST_FIELDS
+
+    hosts = next(d for d in SCHEMA["oneOf"] if d.get("properties", {}).get("schema", {}).get("const") == "gputui.hosts")
+    host = hosts["properties"]["hosts"]["items"]
+    fields = {f.name: f for f in dataclasses.fields(model.HostView)}
+    for name in HOST_FIELDS:  # each field's words written once, beside the field
+        assert host["properties"][name]["description"] == fields[name].metadata[fielddoc.DOC][0]
+    assert host["properties"]["state"]["enum"] == list(model.HOST_STATES)
+    assert host["required"] == [*HOST_FIELDS, "document"]
+
+
+def test_the_envelopes_are_the_documents_own():
+    from gputui.plain import document
+
+    envelopes = [SCHEMA["$defs"]["SnapshotDocument"], *SCHEMA["oneOf"][1:]]
+    assert [e["properties"]["schema"]["const"] for e in envelopes] == list(document.KINDS)
+    assert {e["properties"]["version"]["const"] for e in envelopes} == {document.VERSION}

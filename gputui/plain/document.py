@@ -24,6 +24,9 @@ PROBE_REPORT = "gputui.probe-report"
 PROBE_LIST = "gputui.probes"
 HOSTS = "gputui.hosts"
 ESTIMATE = "gputui.estimate"
+KINDS = (SNAPSHOT, PROBE_REPORT, PROBE_LIST, HOSTS, ESTIMATE)
+# A host of a hosts document: these fields of its HostView, then its snapshot as its own document.
+HOST_FIELDS = ("name", "state", "reason", "age")
 
 # A document as one line of ASCII JSON (so ``--json --watch`` is NDJSON), NaN and infinity as null: the
 # one JSON writer, the probe wire's too.
@@ -67,7 +70,7 @@ def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
 def hosts_document(hosts: list[HostView]) -> dict[str, Any]:
     """Each host of the many-host view: its state, and its latest snapshot as its own document."""
     return {**_envelope(HOSTS), "hosts": [
-        {"name": h.name, "state": h.state, "reason": h.reason, "age": h.age,
+        {**{name: getattr(h, name) for name in HOST_FIELDS},
          "document": None if h.snapshot is None else snapshot_document(h.snapshot, h.judgements or Judgements())}
         for h in hosts]}
 
