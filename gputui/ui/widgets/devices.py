@@ -99,11 +99,12 @@ def render_cell(d: Device, width: int, index_width: int, *, ascii: bool = False,
     if d.lost:
         return join([head, styled("LOST", "bold $error")])
     temp_level = vocab.temperature_level(d.temperature, d.temperature_slowdown)
-    bar_w = max(2, width - 20 - index_width)  # the rest: 19 cells of words and spaces, 1 to the next cell
+    temp = vocab.temperature(d.temperature, vocab.glyphs(ascii))  # "65°C", right-aligned in 4 cells
+    bar_w = max(2, width - 21 - index_width)  # the rest: 20 cells of words and spaces, 1 to the next cell
     memory = fmt.fraction(d.memory_used, d.memory_total)
     return join([head, meter(memory, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY),
                  f"{units.size_short(d.memory_used):>5}", f"{units.percent(d.gpu_util):>4}",
-                 value(vocab.temperature(d.temperature, vocab.glyphs(ascii)), temp_level)])
+                 assemble(" " * max(0, 4 - len(temp)), value(temp, temp_level))])
 
 
 def compute_mode_part(d: Device) -> Words | str:
