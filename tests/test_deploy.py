@@ -5,9 +5,12 @@ the flags it passes, the port it is scraped on, the paths it is probed on, the f
 
 from __future__ import annotations
 
+import configparser
 import json
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -297,3 +300,45 @@ def test_the_build_command_tags_the_image_the_manifest_runs():
     words = shlex.split(line.lstrip("# "))
     tag = words[words.index("-t") + 1]
     assert tag.endswith("/" + container()["image"])
+
+
+# ------------------------------------------------------------------------------------------ systemd (Slurm nodes)
+
+UNIT = ROOT / "deploy" / "systemd" / "gputui-serve.service"
+
+
+def unit() -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None, strict=True, comment_prefixes=("#",))
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # systemd's keys are case-sensitive
+    parser.read_string(UNIT.read_text(encoding="utf-8"))
+    return {section: dict(parser[section]) for section in parser.sections()}
+
+
+def test_the_unit_runs_gputui_serve_on_the_manifests_port():
+    program, *args = shlex.split(unit()["Service"]["ExecStart"])
+    assert program == "/usr/local/bin/gputui"  # where `sudo pip install .` puts it
+    assert listen_port(args) == listen_port(container()["args"])
+    assert parse_address(parse(args).extra["listen"]).host == "0.0.0.0"
+
+
+def test_the_unit_is_root_with_two_powers_and_writes_nothing():
+    service = unit()["Service"]
+    assert "User" not in service and "DynamicUser" not in service  # root: every user's probes
+    assert set(service["CapabilityBoundingSet"].split()) == {"CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"}
+    assert service["NoNewPrivileges"] == "yes"
+    assert service["ProtectSystem"] == "strict"
+    assert service["ProtectHome"] == "read-only"
+    # NVML needs /dev/nvidia*; the probes' sockets are in /tmp and /run/user; every process must be seen
+    assert not {"PrivateDevices", "PrivateTmp", "ProtectProc", "PrivatePIDs"} & set(service)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here to verify the unit")
+def test_systemd_finds_nothing_wrong_in_the_unit(tmp_path):
+    """systemd-analyze verify, with ExecStart pointed at an executable that exists here (it checks)."""
+    program = tmp_path / "gputui"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    checked = tmp_path / UNIT.name
+    checked.write_text(UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/gputui", str(program)))
+    result = subprocess.run(["systemd-analyze", "verify", str(checked)], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
