@@ -9,7 +9,9 @@ import configparser
 import json
 import re
 import shlex
+import queue
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -21,11 +23,18 @@ from serve_helpers import fetch, free_port, serve_env, serving
 
 from gputui import __version__
 from gputui.cli import parse
+from gputui.alerts.delivery import Channel
+from gputui.collect.host import HOSTNAME_ENV, host_name
 from gputui.collect.owners import CHECKPOINT, HostFiles, OwnerReader
+from gputui.collect.sim import SimulatedMachine, native
+from gputui.collect.sim.library import Nvml
+from gputui.model.alert import Alert, AlertEvent
+from gputui.sample.gather import NoDriver
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sample
 from gputui.serve.server import parse_address
 from gputui.serve.web import make_app
+from gputui.untrusted import visible
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "deploy" / "kubernetes" / "gputui-daemonset.yaml"
@@ -158,6 +167,56 @@ def test_the_containers_command_serves_the_probed_paths(tmp_path):
         assert b"gputui_process_memory_bytes" in fetch(url + "/metrics")[2]
 
 
+def env_of(entry: dict) -> str:
+    """An env entry's value: as given, or the downward API's field as a node would fill it in here."""
+    if "value" in entry:
+        return entry["value"]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, entry
+    return "gpu-node-7"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the simulated libnvidia-ml")
+def test_serve_in_the_pod_names_the_node_not_the_pod(tmp_path):
+    """A pod's host name is its own (gputui-x7k2p): with the manifest's environment, serve on a driver
+    (the simulated libnvidia-ml, as a real one is loaded) names the node, in /metrics and /snapshot."""
+    state = tmp_path / "state"
+    machine = SimulatedMachine("training-node")
+    machine.freeze(60.0)
+    native.write_state(state, native.state_text(Nvml(machine)))
+    env = {**serve_env(tmp_path), **{e["name"]: env_of(e) for e in container()["env"]},
+           "LD_LIBRARY_PATH": str(native.build(tmp_path / "lib").parent), native.STATE_VARIABLE: str(state)}
+    with serving(env, "serve", "--listen", f"127.0.0.1:{free_port()}") as (_, url):
+        metrics = fetch(url + "/metrics")[2].decode()
+        snapshot = json.loads(fetch(url + "/snapshot")[2])
+    assert re.search(r'^gputui_info\{[^}]*hostname="gpu-node-7"', metrics, re.M), metrics[:2000]
+    assert snapshot["snapshot"]["host"]["hostname"] == "gpu-node-7"
+    assert snapshot["snapshot"]["source"] == "nvml"
+
+
+def test_the_pod_is_told_its_nodes_name():
+    (entry,) = [e for e in container()["env"] if e["name"] == HOSTNAME_ENV]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_the_name_given_is_made_visible_and_an_empty_one_is_the_kernels():
+    assert host_name({HOSTNAME_ENV: "gpu-node-7"}) == "gpu-node-7"
+    assert host_name({HOSTNAME_ENV: "node\x1b[2J"}) == visible("node\x1b[2J") != "node\x1b[2J"
+    assert host_name({HOSTNAME_ENV: "  "}) == host_name({}) == socket.gethostname()
+
+
+def test_alerts_and_a_machine_without_a_driver_name_the_node_too(monkeypatch):
+    monkeypatch.setenv(HOSTNAME_ENV, "gpu-node-7")
+    assert NoDriver("no driver").sample().host.hostname == "gpu-node-7"
+    deliveries: queue.Queue = queue.Queue()
+    channel = Channel("test", deliveries.put, lambda text: None)
+    channel.put([AlertEvent("started", Alert("gpu_lost", "gpu GPU-1", "critical", "GPU 1 is lost", gpu="GPU-1"), 1.0)])
+    try:
+        assert deliveries.get(timeout=10).document()["host"] == "gpu-node-7"
+    finally:
+        channel.close(wait=5)
+
+
 # ------------------------------------------------------------------------------------------ what it may do
 
 def test_it_runs_as_no_one_in_particular_and_cannot_gain_rights():
@@ -188,8 +247,8 @@ def test_it_sees_the_nodes_processes_and_gpus_on_gpu_nodes_only():
     spec = pod()
     assert spec["hostPID"] is True  # NVML's PIDs are the node's: gputui must be in its PID namespace
     assert spec["runtimeClassName"] == "nvidia"
-    env = {e["name"]: e["value"] for e in container()["env"]}
-    assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+    env = {e["name"]: e.get("value") for e in container()["env"]}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility", HOSTNAME_ENV: None}
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
 
