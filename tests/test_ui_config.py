@@ -46,7 +46,7 @@ def test_reads_every_setting(tmp_path):
     ('columns = ["pid", "colour"]', "`columns` has unknown column 'colour'"),
     ("columns = []", "`columns` must be a non-empty list of column names"),
     ("[keys]\nquit = 3", "`keys` must be a table of binding id"),
-    ("refresh = 1", "`refresh` is not a setting (known: interval, theme, columns, keys, hosts, alerts)"),
+    ("refresh = 1", "`refresh` is not a setting (known: interval, theme, columns, keys, hosts, alerts, waste)"),
     ("interval = = 1", "is not valid TOML"),
 ])
 def test_bad_values_are_user_errors_naming_the_key(tmp_path, text, words):

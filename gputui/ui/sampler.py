@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 
 from gputui.analysis.history import History
 from gputui.model import Snapshot
+from gputui.model.waste import WasteRules
 from gputui.sample.gather import Filters, FindsProcesses, Gatherer, Machine, NoDriver
 from gputui.sample.judge import Judge, Sample
 from gputui.sample.probes import FromSimulator, ReportSource, SimulatedProbes, Watched, Watcher
@@ -25,9 +26,11 @@ class Sampler:
 
     def __init__(self, collector: Source, *, only: Iterable[str] = (), only_visible: bool = False,
                  users: Iterable[str] = (), pids: Iterable[int] = (), watch_probes: bool = True,
-                 watcher: Watcher | None = None, history: History | None = None) -> None:
+                 watcher: Watcher | None = None, history: History | None = None,
+                 judge: Judge | None = None, waste: WasteRules | None = None) -> None:
         """``watcher`` replaces the link client's ProbeWatcher that ``watch_probes`` opens; ``history``
-        (a still picture's, recorded before) is the one the memory trends are judged from."""
+        (a still picture's, recorded before) is the one the memory trends are judged from, or ``judge`` (a
+        still picture's, that judged the samples before); ``waste``: when a held GPU counts as idle."""
         self.collector = collector
         reports: list[ReportSource] = []
         if isinstance(collector, SimulatedProbes):  # the simulator's probed jobs (the real collector has none)
@@ -43,7 +46,7 @@ class Sampler:
             probed, jobs = collector.probed, collector.jobs
         self.gatherer = Gatherer(collector, reports=tuple(reports), probed=probed, jobs=jobs,
                                  filters=Filters(tuple(only), only_visible, tuple(users), tuple(pids)))
-        self._judge = Judge(history)
+        self._judge = judge if judge is not None else Judge(history, waste)
 
     def sample(self, outline: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
