@@ -103,3 +103,45 @@ def test_config_and_flags_in_the_document(env, tmp_path):
     no_traceback(result)
     rules = json.loads(result.stdout)["judgements"]["waste"]["rules"]
     assert rules == {"window": 600.0, "min_memory": 2 * GiB, "max_util": 2.5, "idle_after": 1800.0}
+
+
+# ------------------------------------------------------------------------------------------------ serve
+
+def test_serve_says_who_holds_gpus_idle_with_the_rules():
+    from test_serve_metrics import series, value
+
+    from gputui.serve.sampling import Sample
+
+    sample = watched_k8s()
+    found = series(Sample(sample.snapshot, sample.judgements))
+    notebook = dict(kind="pod", owner="team-vision/notebook-sam")
+    assert value(found, "gputui_owner_idle_gpus", **notebook) == 2
+    assert value(found, "gputui_owner_idle_seconds", **notebook) == 660.0
+    assert value(found, "gputui_owner_memory_bytes", **notebook) == 40 * GiB
+    assert value(found, "gputui_owner_gpus", **notebook) == 2
+    assert value(found, "gputui_owner_sm_utilization_ratio", **notebook) == 0.0
+    assert value(found, "gputui_owner_idle_gpus", kind="pod", owner="ml-research/llama-ft-0") == 0
+    assert value(found, "gputui_owner_memory_bytes", kind="pod", owner="ml-research/llama-ft-0") == 126 * GiB
+    assert [value(found, f"gputui_idle_{name}") for name in
+            ("window_seconds", "min_memory_bytes", "max_utilization_ratio", "after_seconds", "watched_seconds")] == \
+        [600.0, GiB, 0.05, 600.0, 660.0]
+    assert value(found, "gputui_owners_left_out") == 0
+
+
+def test_serve_bounds_the_owners_it_labels(monkeypatch):
+    from test_serve_metrics import series, value
+
+    from gputui.model import Device, GpuProcess, Snapshot
+    from gputui.sample.judge import Judge
+    from gputui.serve import metrics
+    from gputui.serve.sampling import Sample
+
+    monkeypatch.setattr(metrics, "OWNER_LABEL_SETS", 2)
+    snap = Snapshot(taken_at=0.0, devices=(Device(index=0, gpu_util=50),), processes=tuple(
+        GpuProcess(pid=100 + i, device_index=0, gpu_memory=i * GiB, sm_util=10, user=f"u{i}") for i in range(1, 5)))
+    sample = Judge()(snap)
+    found = series(Sample(sample.snapshot, sample.judgements))
+    # the two holding the most memory keep their series; the other two are counted
+    assert {ls for (name, ls), _ in found.items() if name == "gputui_owner_memory_bytes"} == {
+        frozenset({("kind", "user"), ("owner", "u4")}), frozenset({("kind", "user"), ("owner", "u3")})}
+    assert value(found, "gputui_owners_left_out") == 2
