@@ -38,11 +38,12 @@ class Sample:
 class Judge:
     """Judges the samples of one machine, in order."""
 
-    def __init__(self, history: History | None = None, waste: WasteRules | None = None) -> None:
+    def __init__(self, history: History | None = None, waste: WasteRules | WasteJudge | None = None) -> None:
         """``history``: one already recorded (a still picture); the judge adds each new sample to it.
-        ``waste``: when a held GPU counts as idle (the config's [waste] and the --idle-* flags)."""
+        ``waste``: when a held GPU counts as idle (the config's [waste] and the --idle-* flags), or an idle
+        judge that watched the recorded samples (a still picture's)."""
         self.history = history if history is not None else History()
-        self._waste = WasteJudge(waste)
+        self._waste = waste if isinstance(waste, WasteJudge) else WasteJudge(waste)
         self._leaks: LeakJudge | None = None  # made at the first call: the live monitor's first frame does without
         self._trend_cache: TrendCache | None = None
         self._trends: dict[ProcessKey, ProcessTrend] = {}

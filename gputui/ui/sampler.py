@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from gputui.analysis.history import History
+from gputui.analysis.waste import WasteJudge
 from gputui.model import Snapshot
 from gputui.model.waste import WasteRules
 from gputui.sample.gather import Filters, FindsProcesses, Gatherer, Machine, NoDriver
@@ -27,10 +28,10 @@ class Sampler:
     def __init__(self, collector: Source, *, only: Iterable[str] = (), only_visible: bool = False,
                  users: Iterable[str] = (), pids: Iterable[int] = (), watch_probes: bool = True,
                  watcher: Watcher | None = None, history: History | None = None,
-                 judge: Judge | None = None, waste: WasteRules | None = None) -> None:
+                 waste: WasteRules | WasteJudge | None = None) -> None:
         """``watcher`` replaces the link client's ProbeWatcher that ``watch_probes`` opens; ``history``
-        (a still picture's, recorded before) is the one the memory trends are judged from, or ``judge`` (a
-        still picture's, that judged the samples before); ``waste``: when a held GPU counts as idle."""
+        (a still picture's, recorded before) is the one the memory trends are judged from; ``waste``: when a
+        held GPU counts as idle, or the idle judge (a still picture's, that watched the recorded seconds)."""
         self.collector = collector
         reports: list[ReportSource] = []
         if isinstance(collector, SimulatedProbes):  # the simulator's probed jobs (the real collector has none)
@@ -46,7 +47,7 @@ class Sampler:
             probed, jobs = collector.probed, collector.jobs
         self.gatherer = Gatherer(collector, reports=tuple(reports), probed=probed, jobs=jobs,
                                  filters=Filters(tuple(only), only_visible, tuple(users), tuple(pids)))
-        self._judge = judge if judge is not None else Judge(history, waste)
+        self._judge = Judge(history, waste)
 
     def sample(self, outline: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)
