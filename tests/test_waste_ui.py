@@ -63,3 +63,16 @@ def test_snapshot_of_the_idle_view(snap_compare):
         await pilot.pause(0.2)
 
     assert snap_compare(still_app("shared-k8s", seconds=660), terminal_size=(100, 20), run_before=idle_view)
+
+
+async def test_replay_shows_the_recorded_judgement(tmp_path):
+    from gputui.ui.still import still_replay_app
+
+    app = still_replay_app("shared-k8s", tmp_path / "k8s.rec", seconds=720, at=700)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        assert shown(app, "#waste-title") == "Who holds the GPUs  2 GPUs held idle"
+        notebook = shown(app, "#waste-table").splitlines()[1]
+        assert notebook.startswith("pod team-vision/notebook-sam    5-6  40.0GiB  0% 5-6 ")
