@@ -68,11 +68,29 @@ def test_snapshot_of_the_idle_view(snap_compare):
 async def test_replay_shows_the_recorded_judgement(tmp_path):
     from gputui.ui.still import still_replay_app
 
-    app = still_replay_app("shared-k8s", tmp_path / "k8s.rec", seconds=720, at=700)
+    app = still_replay_app("shared-k8s", tmp_path / "k8s.rec", seconds=80, at=60)
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
         await pilot.press("w")
         await pilot.pause()
-        assert shown(app, "#waste-title") == "Who holds the GPUs  2 GPUs held idle"
-        notebook = shown(app, "#waste-table").splitlines()[1]
-        assert notebook.startswith("pod team-vision/notebook-sam    5-6  40.0GiB  0% 5-6 ")
+        # the recorder had watched the minute before this sample: its judgement, not a fresh one of one sample
+        assert "watched 60 s of the 10 min" in shown(app, "#waste-rules")
+        notebook = shown(app, "#waste-table").splitlines()[2]
+        assert notebook == "pod team-vision/notebook-sam    5-6  40.0GiB  0% -       60 s"
+
+
+async def test_many_hosts_each_host_as_its_gputui_judged_it():
+    from gputui.ui.still import still_hosts_app
+
+    app = still_hosts_app({"k8s-node": "shared-k8s", "ws": "workstation", "down": None}, seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        assert shown(app, "#waste-title") == "Who holds the GPUs  0 GPUs held idle on 2 hosts"
+        lines = shown(app, "#waste-table").splitlines()
+        assert lines[lines.index("k8s-node") + 1].endswith("watched 60 s of the 10 min a GPU must stay idle: "
+                                                           "none is called idle yet")
+        assert lines[lines.index("k8s-node") + 4] == "pod team-vision/notebook-sam    5-6  40.0GiB  0% -       60 s"
+        assert lines[lines.index("ws") + 3].startswith("user alice ")
+        assert lines[lines.index("down") + 1] == "no judgement from this host (not answering, or an older gputui)"

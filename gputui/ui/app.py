@@ -340,7 +340,7 @@ class GpuTuiApp(App[int]):
             if isinstance(screen, (ProcessDetail, JobDetail)):
                 self.show_detail(screen)
             elif isinstance(screen, WasteScreen):
-                screen.show(self.waste)
+                screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -387,7 +387,11 @@ class GpuTuiApp(App[int]):
             return
         screen = WasteScreen()
         self.push_screen(screen)
-        self.call_after_refresh(screen.show, self.waste)
+        self.call_after_refresh(lambda: screen.show(self.waste_views()))
+
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """What the w view shows: this machine's judgement (the many-host view: each host's)."""
+        return [(None, self.waste)]
 
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gputui.analysis.history import History
 from gputui.analysis.waste import WasteJudge
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
+from gputui.model.judgement import Judgements
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -94,9 +95,11 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     from gputui.ui.hosts_app import HostsApp
     from gputui.ui.hosts_sampler import HostsSampler
 
-    recorded = {name: record(scenario, seconds=seconds, seed=i)
+    idle = {name: WasteJudge() for name, scenario in hosts.items() if scenario is not None}  # each host's own
+    recorded = {name: record(scenario, seconds=seconds, seed=i, watch=idle[name])
                 for i, (name, scenario) in enumerate(hosts.items()) if scenario is not None}
-    views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1]) if name in recorded
+    views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1],
+                           Judgements(waste=idle[name](recorded[name][1]))) if name in recorded
                   else HostView(name, HOST_UNREACHABLE, DOWN.format(name)) for name in hosts)
     halves, cpu = count(), count()
     # A sample reads the clock twice and the CPU clock once: one second and 10 ms each, "self 1.0% CPU".
