@@ -121,7 +121,8 @@ def test_every_model_type_in_a_document_has_a_schema():
         "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom",
         # the judgements (gputui/sample/judge.py)
         "Judgements", "ProcessJudgement", "DeviceTrend", "ProcessTrend", "LeakVerdict", "CategoryGrowth",
-        "GrowingSite", "Advice", "JobAnalysis", "Slot", "Imbalance", "Straggler", "FirstOom", "ShardedModel"}
+        "GrowingSite", "Advice", "JobAnalysis", "Slot", "Imbalance", "Straggler", "FirstOom", "ShardedModel",
+        "Waste", "WasteRules", "OwnerUse", "IdleGpu"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)

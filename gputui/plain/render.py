@@ -34,6 +34,7 @@ from gputui.model.verdicts import (
     LEAK_LEAK,
 )
 from gputui.plain.styled import Line, flow, text
+from gputui.plain.waste import waste_lines, worth_a_section
 from gputui.untrusted import visible, visible_all
 
 MIN_WIDTH = 40
@@ -65,6 +66,9 @@ def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: b
         from gputui.plain.jobs import job_lines
 
         lines += job_lines(snapshot, judgements, width, glyphs.ellipsis)
+    if worth_a_section(judgements.waste):
+        assert judgements.waste is not None  # worth_a_section says so
+        lines += waste_lines(judgements.waste, width, glyphs.ellipsis)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)

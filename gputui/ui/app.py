@@ -30,6 +30,7 @@ from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
+from gputui.model.waste import Waste
 from gputui.ui import attaching
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
@@ -57,13 +58,15 @@ class SnapshotReady(Message):
 
     def __init__(self, snapshot: Snapshot, took: float,
                  leaks: Mapping[int, LeakVerdict] | None = None,
-                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = ()) -> None:
+                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = (),
+                 waste: Waste | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
         self.alerts = alerts  # the AlertEvents this sample started or ended
         self.leaks = leaks or {}
         self.trends = trends  # the sampler's judgement; None: judged from the app's history
+        self.waste = waste  # who holds the GPUs idle: the sampler's judgement
 
 
 class SampleFailed(Message):
@@ -173,6 +176,7 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
         self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
+        self.waste: Waste | None = None  # who holds the GPUs idle (the w view)
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
@@ -268,9 +272,10 @@ class GpuTuiApp(App[int]):
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
         self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
-                                        alerts))
+                                        alerts, judged.judgements.waste))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.waste = message.waste
         self.accept(message.snapshot, message.leaks, message.trends)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
@@ -330,9 +335,12 @@ class GpuTuiApp(App[int]):
             self.main.stale = True
             from gputui.ui.screens.detail import ProcessDetail
             from gputui.ui.screens.job_detail import JobDetail
+            from gputui.ui.screens.waste import WasteScreen
 
             if isinstance(screen, (ProcessDetail, JobDetail)):
                 self.show_detail(screen)
+            elif isinstance(screen, WasteScreen):
+                screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -370,6 +378,20 @@ class GpuTuiApp(App[int]):
         screen = JobDetail(key, ascii=self.ascii, host=host)
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
+
+    def open_waste(self) -> None:
+        """The w view: who holds the GPUs and who holds them idle."""
+        from gputui.ui.screens.waste import WasteScreen
+
+        if isinstance(self.screen, WasteScreen):
+            return
+        screen = WasteScreen()
+        self.push_screen(screen)
+        self.call_after_refresh(lambda: screen.show(self.waste_views()))
+
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """What the w view shows: this machine's judgement (the many-host view: each host's)."""
+        return [(None, self.waste)]
 
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample."""
@@ -574,6 +596,8 @@ class GpuTuiApp(App[int]):
                             main.action_toggle_tree)
         yield SystemCommand("Job view", "Group processes under their training job",
                             main.action_toggle_jobs)
+        yield SystemCommand("Who holds the GPUs idle", "Memory, mean SM utilisation and idle GPUs per pod, container, "
+                            "Slurm job or user", self.open_waste)
         yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
                             main.action_toggle_mine)
         yield SystemCommand("Filter processes", "Type to match command, user or pid",
@@ -616,12 +640,14 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.screens.waste import WasteScreen
 
     return [
         ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
         ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
         ("Process detail", _bindings(ProcessDetail.BINDINGS)),
         ("Job detail", _bindings(JobDetail.BINDINGS)),
+        ("Who holds the GPUs (w)", _bindings(WasteScreen.BINDINGS)),
         ("Confirmation (signals, probes)", _bindings(Confirm.BINDINGS)),
         ("Help", _bindings(HelpScreen.BINDINGS)),
         (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),

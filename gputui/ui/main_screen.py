@@ -69,6 +69,9 @@ class MainScreen(Screen):
         Binding("o", "toggle_owners", "Owners", show=False,
                 tooltip="Group processes under their owner: pod, container, Slurm job, unit or user (one line each)",
                 id="owners"),
+        Binding("w", "show_waste", "Idle", show=False,
+                tooltip="Who holds the GPUs and who holds them idle: a line per pod, container, Slurm job or user",
+                id="waste"),
         Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
         Binding("g", "next_gpu", "Next GPU", show=False,
                 tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
@@ -381,6 +384,9 @@ class MainScreen(Screen):
         self.owner_view = not self.owner_view
         self.tree_view = self.job_view = False
         self.render_table()
+
+    def action_show_waste(self) -> None:
+        self.monitor.open_waste()
 
     def on_process_table_fold_requested(self, message: ProcessTable.FoldRequested) -> None:
         """Fold a job (its line stays, selected) or unfold it."""
