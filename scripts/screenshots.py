@@ -55,6 +55,8 @@ PICTURES = (
                "node5": "mig"}, 120, (120, 40), (), None),
     ("replay", "replay:leaky", 120, (120, 40), (), None),
     ("oom-ended", "leaky", 200, (120, 24), ("end",), None),
+    # Who holds the GPUs idle (w): the shared Kubernetes node 11 minutes in, its notebook pod idle on two GPUs.
+    ("idle", "shared-k8s", 660, (100, 14), ("w",), None),
     # The leaky job's alerts as the live monitor's toasts.
     ("alerts", "leaky", 120, (120, 30), (), None, "alerts"),
 )

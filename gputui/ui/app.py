@@ -29,12 +29,13 @@ from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
+from gputui.model.waste import Waste
 from gputui.ui import attaching, bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
 from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
-from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, RecordSites
+from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
@@ -60,13 +61,15 @@ class SnapshotReady(Message):
 
     def __init__(self, snapshot: Snapshot, took: float,
                  leaks: Mapping[int, LeakVerdict] | None = None,
-                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = ()) -> None:
+                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = (),
+                 waste: Waste | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
         self.alerts = alerts  # the AlertEvents this sample started or ended
         self.leaks = leaks or {}
         self.trends = trends  # the sampler's judgement; None: judged from the app's history
+        self.waste = waste  # who holds the GPUs idle: the sampler's judgement
 
 
 class SampleFailed(Message):
@@ -156,6 +159,7 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
         self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
+        self.waste: Waste | None = None  # who holds the GPUs idle (the w view)
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
@@ -251,9 +255,10 @@ class GpuTuiApp(App[int]):
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
         self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
-                                        alerts))
+                                        alerts, judged.judgements.waste))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.waste = message.waste
         self.accept(message.snapshot, message.leaks, message.trends)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
@@ -313,9 +318,12 @@ class GpuTuiApp(App[int]):
             self.main.stale = True
             from gputui.ui.screens.detail import ProcessDetail
             from gputui.ui.screens.job_detail import JobDetail
+            from gputui.ui.screens.waste import WasteScreen
 
             if isinstance(screen, (ProcessDetail, JobDetail)):
                 self.show_detail(screen)
+            elif isinstance(screen, WasteScreen):
+                screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -359,6 +367,20 @@ class GpuTuiApp(App[int]):
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
 
+    def open_waste(self) -> None:
+        """The w view: who holds the GPUs and who holds them idle."""
+        from gputui.ui.screens.waste import WasteScreen
+
+        if isinstance(self.screen, WasteScreen):
+            return
+        screen = WasteScreen()
+        self.push_screen(screen)
+        self.call_after_refresh(lambda: screen.show(self.waste_views()))
+
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """What the w view shows: this machine's judgement (the many-host view: each host's)."""
+        return [(None, self.waste)]
+
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample."""
         if self.snapshot is not None:
@@ -372,6 +394,9 @@ class GpuTuiApp(App[int]):
 
     def on_open_job_detail(self, message: OpenJobDetail) -> None:
         self.open_job_detail(message.key, host=message.host)
+
+    def on_open_waste(self, message: OpenWaste) -> None:
+        self.open_waste()
 
     # -- requests to probes ------------------------------------------------------------------
 
@@ -585,6 +610,8 @@ class GpuTuiApp(App[int]):
                             main.action_toggle_tree)
         yield SystemCommand("Job view", "Group processes under their training job",
                             main.action_toggle_jobs)
+        yield SystemCommand("Who holds the GPUs idle", "Memory, mean SM utilisation and idle GPUs per pod, container, "
+                            "Slurm job or user", self.open_waste)
         yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
                             main.action_toggle_mine)
         yield SystemCommand("Filter processes", "Type to match command, user or pid",

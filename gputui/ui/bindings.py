@@ -54,6 +54,9 @@ MAIN_SCREEN: list[BindingType] = [
     Binding("o", "toggle_owners", "Owners", show=False,
             tooltip="Group processes under their owner: pod, container, Slurm job, unit or user (one line each)",
             id="owners"),
+    Binding("w", "show_waste", "Idle", show=False,
+            tooltip="Who holds the GPUs and who holds them idle: a line per pod, container, Slurm job or user",
+            id="waste"),
     Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
     Binding("g", "next_gpu", "Next GPU", show=False,
             tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
@@ -93,6 +96,11 @@ JOB_DETAIL: list[BindingType] = [
     Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="job.back"),
 ]
 
+# The idle view (w): who holds the GPUs.
+WASTE: list[BindingType] = [
+    Binding("escape,backspace,w", "close", "Back", tooltip="Back to the process list", id="waste.back"),
+]
+
 # A confirmation (signals, probes).
 CONFIRM: list[BindingType] = [
     Binding("y", "answer(True)", "Yes", tooltip="Go ahead (send the signal, attach or detach the probe)",
@@ -128,6 +136,7 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
         ("Main screen", _bindings(MAIN_SCREEN, PROCESS_TABLE)),
         ("Process detail", _bindings(PROCESS_DETAIL)),
         ("Job detail", _bindings(JOB_DETAIL)),
+        ("Who holds the GPUs (w)", _bindings(WASTE)),
         ("Confirmation (signals, probes)", _bindings(CONFIRM)),
         ("Help", _bindings(HELP)),
         (REPLAY_KEYS, _bindings(REPLAY)),

@@ -14,6 +14,7 @@ from textual.message import Message
 from gputui.analysis.history import History, ProcessKey
 from gputui.model import HostView, MonitorCost
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
+from gputui.model.waste import Waste
 from gputui.ui.app import PROBE, RECORD_SITES, GpuTuiApp, SampleFailed
 from gputui.ui.hosts_sampler import HostsSample, HostsSampler
 from gputui.ui.hosts_screen import HostsScreen
@@ -92,6 +93,10 @@ class HostsApp(GpuTuiApp):
         if view is not None and view.snapshot is not None:
             screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),
                         self.host_leaks.get(view.name, {}))
+
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
+        return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in self.hosts]
 
     def cannot(self, what: str) -> str | None:
         """The probe's refusal names the selected process's host, and how to attach one there."""

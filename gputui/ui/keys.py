@@ -48,11 +48,12 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.screens.waste import WasteScreen
     from gputui.ui.widgets.processes import ProcessTable
 
     everywhere = _class_bindings(ReplayApp)  # ReplayApp is the monitor's app plus replay's keys
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
-               ("the job detail", (JobDetail,)), ("a confirmation", (Confirm,)),
+               ("the job detail", (JobDetail,)), ("the idle view", (WasteScreen,)), ("a confirmation", (Confirm,)),
                ("the help screen", (HelpScreen,))]
     return [(where, [b for cls in classes for b in _class_bindings(cls)] + everywhere)
             for where, classes in screens]

@@ -155,6 +155,7 @@ def one_malloc_arena() -> None:
 def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
     from gputui.collect import NvmlUnavailable, open_collector
+    from gputui.sample.pipeline import waste_rules
 
     banner = None
     collector: Source
@@ -168,7 +169,8 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
         banner = NO_DRIVER_BANNER
         collector = NoDriverSource(str(exc))
     sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
-                      users=options.users, pids=options.pids, watch_probes=options.demo is None)
+                      users=options.users, pids=options.pids, watch_probes=options.demo is None,
+                      waste=waste_rules(options))
     return sampler, banner
 
 

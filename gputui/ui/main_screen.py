@@ -14,15 +14,15 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
+from gputui.analysis.vocabulary import command_line
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import bindings
-from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.owner_rows import group_by_owner
 from gputui.ui.rows import COLUMNS
-from gputui.ui.requests import OpenJobDetail, OpenProcessDetail
+from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
 from gputui.ui.signals import Target, kill_command
 from gputui.ui.state import MonitorState
 from gputui.ui.widgets.charts import DeviceHistory
@@ -268,7 +268,7 @@ class MainScreen(Screen):
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.
-            command = fmt.command_line(row.parent.command, row.parent.name)
+            command = command_line(row.parent.command, row.parent.name)
             return (f"Process {row.pid} ({command}) is a parent in the tree, not a GPU process: gputui "
                     f"signals GPU processes only. Select one under it, or signal it yourself: "
                     f"{kill_command(name, row.pid)}")
@@ -353,6 +353,9 @@ class MainScreen(Screen):
         self.owner_view = not self.owner_view
         self.tree_view = self.job_view = False
         self.render_table()
+
+    def action_show_waste(self) -> None:
+        self.post_message(OpenWaste())
 
     def on_process_table_fold_requested(self, message: ProcessTable.FoldRequested) -> None:
         """Fold a job (its line stays, selected) or unfold it."""

@@ -17,7 +17,9 @@ from gputui import units
 from gputui.analysis.history import History
 from gputui.model import Snapshot
 from gputui.model.verdicts import LeakVerdict
+from gputui.model.waste import Waste
 from gputui.record.reader import Recording
+from gputui.record.reader import Sample as RecordedSample
 from gputui.ui import bindings
 from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
 from gputui.untrusted import visible, visible_all
@@ -30,9 +32,10 @@ class Replayed(Message):
     """The sample at ``index`` decoded, with the history before it where it was rebuilt."""
 
     def __init__(self, index: int, snapshot: Snapshot, leaks: dict[int, LeakVerdict],
-                 history: History | None) -> None:
+                 history: History | None, waste: Waste | None = None) -> None:
         super().__init__()
         self.index, self.snapshot, self.leaks, self.history = index, snapshot, leaks, history
+        self.waste = waste  # who held the GPUs idle, as the recording gputui judged it
 
 
 class ReplayApp(GpuTuiApp):
@@ -101,7 +104,7 @@ class ReplayApp(GpuTuiApp):
                 history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
         sample = recording.sample(index)
         # made visible as the live sampler does: the screens never write a control character
-        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
+        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history, _waste(sample)))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:
@@ -109,6 +112,7 @@ class ReplayApp(GpuTuiApp):
         if message.history is not None:
             self.history, self.snapshot, self._trend_cache = message.history, None, None
         self.index = message.index
+        self.waste = message.waste
         self.accept(message.snapshot, message.leaks)
         if self.index == len(self.recording) - 1 and not self.paused:
             self.paused = True
@@ -157,3 +161,12 @@ class ReplayApp(GpuTuiApp):
             self._next.stop()
             self._next = None
             self._play_on()
+
+
+def _waste(sample: RecordedSample) -> Waste | None:
+    """Who held the GPUs idle, where the recording carries it (its gputui judged it; a crafted one: not)."""
+    try:
+        judgements = sample.judgements
+    except ValueError:
+        return None
+    return judgements.waste if judgements is not None else None

@@ -34,3 +34,7 @@ class RecordSites(Message):
     def __init__(self, pid: int, *, on: bool, steps: int) -> None:
         super().__init__()
         self.pid, self.on, self.steps = pid, on, steps
+
+
+class OpenWaste(Message):
+    """Open the idle view (w): who holds the GPUs, and who holds them idle."""
