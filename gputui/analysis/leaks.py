@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence, TypedDict
 
 from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
@@ -721,21 +722,26 @@ def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None
 _ReportKey = tuple[int, float, int, int | None]
 
 
-class LeakJudge:
-    """The leak verdicts of one machine's probed processes; reports that did not change since the
-    last call keep their verdict (the analysis is the costly part of a refresh)."""
+@dataclass(frozen=True)
+class JudgedLeaks:
+    """One machine's leak verdicts by pid, each with the identity of the report it judged: handed back
+    to :func:`judge_leaks` with the next snapshot, so that reports that did not change keep their verdict
+    (the analysis is the costly part of a refresh). Its holder keeps the state; this module keeps none."""
 
-    def __init__(self) -> None:
-        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+    verdicts: Mapping[int, LeakVerdict] = field(default_factory=dict)
+    judged: Mapping[int, _ReportKey] = field(default_factory=dict)
 
-    def __call__(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
-        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
-        for report in snapshot.probes:
-            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
-                   report.steps[-1].step if report.steps else None)
-            remembered = self._verdicts.get(report.pid)
-            if remembered is None or remembered[0] != key:
-                remembered = (key, snapshot_leak_verdict(report, snapshot))
-            verdicts[report.pid] = remembered
-        self._verdicts = verdicts
-        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
+
+def judge_leaks(snapshot: Snapshot, earlier: JudgedLeaks | None = None) -> JudgedLeaks:
+    """The leak verdict of each probed process in ``snapshot``; the ``earlier`` verdict of a report that
+    did not change since. Processes no longer probed are dropped."""
+    known = earlier if earlier is not None else JudgedLeaks()
+    verdicts: dict[int, LeakVerdict] = {}
+    judged: dict[int, _ReportKey] = {}
+    for report in snapshot.probes:
+        key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
+                           report.steps[-1].step if report.steps else None)
+        same = known.judged.get(report.pid) == key
+        verdicts[report.pid] = known.verdicts[report.pid] if same else snapshot_leak_verdict(report, snapshot)
+        judged[report.pid] = key
+    return JudgedLeaks(verdicts, judged)
