@@ -85,21 +85,11 @@ class ProbeServer:
         self._selector: selectors.BaseSelector | None = None
         self._clients: dict[int, _Client] = {}
 
-    @property
-    def clients_dropped_idle(self) -> int:
-        return self._admission.dropped_idle
-
-    @property
-    def clients_evicted(self) -> int:
-        return self._admission.evicted
-
-    @property
-    def accepts_deferred(self) -> int:
-        return self._admission.accepts_deferred
-
-    @property
-    def requests_deferred(self) -> int:
-        return self._admission.requests_deferred
+    # What the admission policy counted, under the names the server has always had for them.
+    clients_dropped_idle = property(lambda self: self._admission.dropped_idle)
+    clients_evicted = property(lambda self: self._admission.evicted)
+    accepts_deferred = property(lambda self: self._admission.accepts_deferred)
+    requests_deferred = property(lambda self: self._admission.requests_deferred)
 
     @property
     def serving(self) -> bool:
