@@ -39,6 +39,7 @@ CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times o
 CLEAR_READINGS = 6
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
+READ_GAP = 16  # steps without a reading that break the thread of growth since a measured step
 # A leak, once confirmed, stays one until the figure has grown less than noise over this many steps, and
 # growth that has been flat that long is no leak: longer than a slow leak's gap between two increments.
 FLAT_STEPS = 64
@@ -121,11 +122,12 @@ def leak_verdict(
     measured = [s for s in steps if s.categories is not None or s.reserved is not None]
     growth = _held(_window_growth(steps, figure), steps, figure)
     allocator = _allocator_evidence(measured)
-    categories = _growth_by_category(measured, growth, allocator, figure)
+    since, known = _what_grows_from(steps, figure, growth, measured)
+    categories = _growth_by_category(measured, since, growth, allocator, figure)
     base.update(_growth_figures(growth, allocator, categories, figure))
     room = _Room(device_total, device_free)
     if growth.grows:
-        return _growing(steps, figure, growth, allocator, measured, categories, room, base)
+        return _growing(steps, figure, growth, allocator, known, categories, room, base)
     return _allocator_verdict(steps, allocator, room, base) or _flat(steps, figure, growth, allocator, measured, base)
 
 
@@ -221,10 +223,28 @@ def _allocator_evidence(measured: list[StepRecord]) -> _AllocatorEvidence:
                               inactive_grows, retries_added)
 
 
-def _growth_by_category(measured: list[StepRecord], growth: _WindowGrowth, allocator: _AllocatorEvidence,
-                        figure: str) -> tuple[CategoryGrowth, ...]:
-    """Every category's growth per step (tensor categories, cache, fragmentation), the fastest first."""
-    found = _category_growth(measured[-2 * WINDOW_STEPS:], growth.window[0].step, growth.slope, figure)
+def _what_grows_from(steps: list[StepRecord], figure: str, growth: _WindowGrowth,
+                     measured: list[StepRecord]) -> tuple[int, bool]:
+    """The step from which the measured steps say what grows, and whether one of them was taken while
+    it grows (else no category yet, rather than one that changes when the evidence comes)."""
+    categorised = [s for s in measured if s.categories is not None]
+    since = growth.window[0].step
+    if not categorised or categorised[-1].step > since:
+        return since, True
+    if growth.grows and _grew_since(steps, figure, categorised[-1].step):
+        # The latest measured step is older than the window, but the figure has grown steadily since:
+        # it was taken while this growth lasts, and still says what grows (a probe whose budget
+        # measures few steps measures one more only as the growth doubles: without this, the verdict
+        # would fall back to "waiting" between them).
+        return categorised[-1].step, True
+    return since, False
+
+
+def _growth_by_category(measured: list[StepRecord], since: int, growth: _WindowGrowth,
+                        allocator: _AllocatorEvidence, figure: str) -> tuple[CategoryGrowth, ...]:
+    """Every category's growth per step (tensor categories from step ``since``, cache, fragmentation),
+    the fastest first."""
+    found = _category_growth(measured[-2 * WINDOW_STEPS:], since, growth.slope, figure)
     return tuple(sorted(found + _allocator_growth(allocator.steps), key=lambda g: -g.bytes_per_step))
 
 
@@ -240,9 +260,9 @@ def _growth_figures(growth: _WindowGrowth, allocator: _AllocatorEvidence, catego
 
 
 def _growing(steps: list[StepRecord], figure: str, growth: _WindowGrowth, allocator: _AllocatorEvidence,
-             measured: list[StepRecord], categories: tuple[CategoryGrowth, ...], room: _Room,
-             base: _Figures) -> LeakVerdict:
-    """The verdict on a figure that grows: a leak once confirmed and measured, warming up until then."""
+             known: bool, categories: tuple[CategoryGrowth, ...], room: _Room, base: _Figures) -> LeakVerdict:
+    """The verdict on a figure that grows: a leak once confirmed and ``known`` (a measured step told
+    what grows), warming up until then."""
     name, slope, span = FIGURE_NAMES[figure], growth.slope, growth.span
     if not growth.held and not growth.confirmed:
         readings = CONFIRM_READINGS if growth.margin < CLEAR_MARGIN else CLEAR_READINGS
@@ -252,8 +272,7 @@ def _growing(steps: list[StepRecord], figure: str, growth: _WindowGrowth, alloca
             LEAK_WARMING_UP, steps_needed=needed,
             reason=f"{name} grows {size(slope)} per step over {span} steps; "
             f"{needed} more {'step' if needed == 1 else 'steps'} to confirm a leak", **base)
-    categorised = [s for s in measured if s.categories is not None]
-    if categorised and categorised[-1].step <= growth.window[0].step:
+    if not known:
         # What grows is known only from a measured step taken while it grows: until then no
         # category, rather than one that changes when the evidence comes.
         return LeakVerdict(
@@ -440,6 +459,22 @@ def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool
     if len(drops) >= 2:
         slope, grows = _trough_growth(xs, ys, drops, floor)
     return slope, grows, margin, drops
+
+
+def _grew_since(steps: list[StepRecord], figure: str, since: int) -> bool:
+    """Whether the judged figure grew steadily, clear of noise and with no release, from step ``since``
+    to the latest, read all along (no READ_GAP steps unread; judged on at most WINDOW_STEPS readings
+    spread evenly over that span)."""
+    span = [s for s in steps if s.step >= since]
+    if any(b.step - a.step > READ_GAP for a, b in zip(span, span[1:])):
+        return False  # unread for a while: what grew then, and when, is not known
+    stride = max(1, -(-len(span) // WINDOW_STEPS))
+    picked = span[::stride] if (len(span) - 1) % stride == 0 else span[::stride] + span[-1:]
+    if len(picked) < CLEAR_READINGS:
+        return False
+    ys = [float(getattr(s, figure)) for s in picked]
+    _, grows, margin, drops = _growth([float(s.step) for s in picked], ys, FIGURES[figure][0])
+    return grows and margin >= CLEAR_MARGIN and not drops
 
 
 def _confirmed(span: int, readings: int, margin: float, confirm: int) -> bool:

@@ -17,8 +17,8 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
+from gputui.analysis.vocabulary import command_line
 from gputui.model import GpuProcess, Snapshot
-from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.job_rows import JobSource, group_by_job
@@ -296,7 +296,7 @@ class MainScreen(Screen):
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.
-            command = fmt.command_line(row.parent.command, row.parent.name)
+            command = command_line(row.parent.command, row.parent.name)
             return (f"Process {row.pid} ({command}) is a parent in the tree, not a GPU process: gputui "
                     f"signals GPU processes only. Select one under it, or signal it yourself: "
                     f"{kill_command(name, row.pid)}")

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 from gputui import units
 from gputui.analysis.history import History
 from gputui.analysis.process import ProcessAnalysis, analyse
+from gputui.analysis.vocabulary import command_line
 from gputui.model import EndedProcess, GpuProcess, HostProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.plain.report import oom_when
 from gputui.ui import format as fmt
@@ -177,14 +178,14 @@ class ProcessDetail(Screen):
             return Content.styled(f"Process {self.pid}{where} has ended: {seen}", "bold $warning")
         if self.device_index is None:
             where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
-            command = fmt.command_line(report.command) if report else ""
+            command = command_line(report.command) if report else ""
             return Content.assemble((f"Process {self.pid}", "bold"), f"  {where}  ",
                                     (command[:60], "$text-muted"))
         if proc is None:
             return Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer on the "
                                   f"GPU: {seen} (showing its last history)", "bold $warning")
         return Content.assemble((f"Process {proc.pid}", "bold"), f"  on {fmt.gpu_words(proc)}  ",
-                                (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
+                                (command_line(proc.command, proc.name)[:60], "$text-muted"))
 
     def probe_target(self) -> ProbeTarget | None:
         """Whom the probe keys would attach to or detach from: this process, as last sampled."""

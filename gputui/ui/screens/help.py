@@ -39,9 +39,9 @@ def describe_bindings(bindings: list[Binding], keymap: dict[str, str],
 
 def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
     """(mark, where it shows, what it means) for every mark the monitor draws."""
-    from gputui.ui.rows import CATEGORY_LETTERS
+    from gputui.analysis.vocabulary import GROWING_PARTS, PART_LETTERS
 
-    letters = " ".join(CATEGORY_LETTERS.values())
+    letters = " ".join(PART_LETTERS[part] for part in GROWING_PARTS)
     return [
         ("*" if ascii else "●", "P column", "a PyTorch probe is attached to the process"),
         (letters, "P column",
