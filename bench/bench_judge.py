@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, uninstalled
 
 from gputui.analysis.history import History
-from gputui.analysis.leaks import LeakJudge
+from gputui.analysis.leaks import JudgedLeaks, judge_leaks
 from gputui.analysis.trends import TrendCache, trends
 from gputui.analysis.waste import WasteJudge
 from gputui.collect import open_collector
@@ -54,10 +54,11 @@ def per_sample(judge_one, samples: list[Snapshot]) -> float:
 
 
 def before() -> object:
-    leaks, history, cache = LeakJudge(), History(), TrendCache()
+    leaks, history, cache = JudgedLeaks(), History(), TrendCache()
 
     def judge_one(snapshot: Snapshot) -> None:
-        leaks(snapshot)
+        nonlocal leaks
+        leaks = judge_leaks(snapshot, leaks)
         history.add(snapshot)
         trends(history, snapshot, cache=cache)
 
