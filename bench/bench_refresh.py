@@ -32,7 +32,7 @@ from gputui.collect import open_collector  # noqa: E402
 from gputui.ui import main_screen  # noqa: E402
 from gputui.ui.app import GpuTuiApp  # noqa: E402
 from gputui.ui.sampler import Sampler  # noqa: E402
-from gputui.ui.still import FrozenSource  # noqa: E402
+from tests.still import FrozenSource  # noqa: E402
 from gputui.ui.widgets.charts import DeviceHistory  # noqa: E402
 from gputui.ui.widgets.devices import DeviceList  # noqa: E402
 from gputui.ui.widgets.header import HostHeader  # noqa: E402

@@ -559,9 +559,9 @@ def _record_or_replay(options: Options, terminal: ModuleType) -> int:
         return run.record(options)
     if options.extra["print"] or _no_live_monitor(terminal) is not None:
         return run.print_at(options)
-    from gputui.ui.replay import replay
+    from gputui.ui.launch import run_replay
 
-    return replay(options)
+    return run_replay(options)
 
 
 def _dispatch(options: Options) -> int:

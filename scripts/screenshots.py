@@ -1,6 +1,6 @@
 """Render the README's pictures of the live monitor into screenshots/ (SVG, and PNG via rsvg-convert).
 
-Deterministic: simulated scenarios on a fixed clock (gputui.ui.still), times shown in UTC. Run after
+Deterministic: simulated scenarios on a fixed clock (tests/still.py), times shown in UTC. Run after
 a change to the monitor's look:  python scripts/screenshots.py [NAME ...]  (PICTURES' names; none: all)
 """
 
@@ -24,7 +24,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 from gputui.alerts.settings import AlertSettings  # noqa: E402
-from gputui.ui.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
+from tests.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ui_data import settle, table_keys
 
-from gputui.ui.still import still_app
+from still import still_app
 from gputui.ui.widgets.processes import ProcessTable
 
 pytestmark = pytest.mark.usefixtures("utc")

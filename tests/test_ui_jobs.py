@@ -11,7 +11,7 @@ import pytest
 from ui_data import settle, table_keys
 
 from gputui.ui.screens.job_detail import JobDetail
-from gputui.ui.still import still_app, still_hosts_app
+from still import still_app, still_hosts_app
 from gputui.ui.widgets.processes import ProcessTable
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)

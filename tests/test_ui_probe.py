@@ -27,7 +27,7 @@ from gputui.model import (
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail
-from gputui.ui.still import still_app
+from still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 

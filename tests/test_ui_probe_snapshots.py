@@ -8,7 +8,7 @@ Regenerate after an intended change: pytest tests/test_ui_probe_snapshots.py --s
 import pytest
 from ui_data import settle
 
-from gputui.ui.still import still_app
+from still import still_app
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 

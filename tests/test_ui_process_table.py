@@ -7,7 +7,7 @@ import pytest
 from textual.style import Style as TextualStyle
 from ui_data import settle
 
-from gputui.ui.still import still_app
+from still import still_app
 from gputui.ui.widgets.processes import PIECES_KEPT, ProcessTable
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from ui_data import settle
 
-from gputui.ui.app import binding_sections
+from gputui.ui.bindings import binding_sections
 from gputui.ui.screens.waste import WasteScreen
-from gputui.ui.still import still_app
+from still import still_app
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -66,7 +66,7 @@ def test_snapshot_of_the_idle_view(snap_compare):
 
 
 async def test_replay_shows_the_recorded_judgement(tmp_path):
-    from gputui.ui.still import still_replay_app
+    from still import still_replay_app
 
     app = still_replay_app("shared-k8s", tmp_path / "k8s.rec", seconds=80, at=60)
     async with app.run_test(size=(120, 30)) as pilot:
@@ -80,7 +80,7 @@ async def test_replay_shows_the_recorded_judgement(tmp_path):
 
 
 async def test_many_hosts_each_host_as_its_gputui_judged_it():
-    from gputui.ui.still import still_hosts_app
+    from still import still_hosts_app
 
     app = still_hosts_app({"k8s-node": "shared-k8s", "ws": "workstation", "down": None}, seconds=60)
     async with app.run_test(size=(120, 40)) as pilot:

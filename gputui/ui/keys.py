@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding
 
+from gputui.ui.bindings import binding_ids
 from gputui.ui.config import ConfigError, UiConfig, check_binding_ids
 from gputui.untrusted import visible
 
@@ -16,8 +17,6 @@ from gputui.untrusted import visible
 def check_keymap(config: UiConfig) -> None:
     """Refuse [keys] remaps that name no binding, or bind a key that another action uses on the same
     screen (one of gputui's, or one built into Textual that cannot be remapped)."""
-    from gputui.ui.app import binding_ids
-
     check_binding_ids(config, binding_ids())
     clash = first_clash(config.keys)
     if clash is not None:

@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.ui import bindings
 from gputui.ui.job_rows import MARKS
 
 
@@ -83,7 +84,7 @@ class HelpScreen(ModalScreen[None]):
     """A table per section: keys, the id to remap them in config.toml, and what they do; then what
     the monitor's marks mean."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help", tooltip="Close this help", id="help.close")]
+    BINDINGS = bindings.HELP
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
                  *, ascii: bool = False, cost: str = "") -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
@@ -18,6 +17,7 @@ from textual.widgets import Footer, Static
 
 from gputui.model.waste import Waste
 from gputui.plain.waste import TITLE, rules_words, table
+from gputui.ui import bindings
 from gputui.untrusted import visible
 
 
@@ -28,9 +28,7 @@ class WasteScreen(Screen):
     WasteScreen #waste-table { margin: 1 0 0 0; }
     """
 
-    BINDINGS = [
-        Binding("escape,backspace,w", "close", "Back", tooltip="Back to the process list", id="waste.back"),
-    ]
+    BINDINGS = bindings.WASTE
 
     def __init__(self) -> None:
         super().__init__()

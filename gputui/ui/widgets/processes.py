@@ -17,7 +17,6 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -25,6 +24,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 
+from gputui.ui import bindings
 from gputui.ui.rows import COLUMNS, PADDING, Row, column_widths, fixed_width
 
 # What a line is drawn as, besides its cells: bits of the state in the cache keys.
@@ -102,22 +102,7 @@ class ProcessTable(ScrollView, can_focus=True):
     }
     """
 
-    BINDINGS = [
-        Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
-        Binding("home", "scroll_top", "First row", show=False, tooltip="Select the first process", id="table.first"),
-        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Select the last process", id="table.last"),
-        Binding("left", "fold(True)", "Fold job", show=False,
-                tooltip="Job view: fold the selected job (its rows hidden under its line)", id="jobs.fold"),
-        Binding("right", "fold(False)", "Unfold job", show=False,
-                tooltip="Job view: unfold the selected job", id="jobs.unfold"),
-        # Moving the selection: no ids, so the help screen lists them as it did DataTable's (not at all).
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("ctrl+home", "scroll_top", "Top", show=False),
-        Binding("ctrl+end", "scroll_bottom", "Bottom", show=False),
-    ]
+    BINDINGS = bindings.PROCESS_TABLE
 
     class SortRequested(Message):
         def __init__(self, column: str) -> None:
