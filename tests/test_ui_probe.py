@@ -533,11 +533,9 @@ class _Closing:
 
 
 def _options():
-    import argparse
+    from gputui.options import Options
 
-    return argparse.Namespace(
-        config=None, color=None, demo=None, seed=0, demo_processes=None, only=(), only_visible=False,
-        users=(), pids=(), interval=None, readonly=False, ascii=False, theme=None, alerts=None)
+    return Options()  # the live monitor on this machine, as a bare `gputui` asks
 
 
 # -- the record-sites key ---------------------------------------------------------------------
