@@ -97,17 +97,19 @@ def leak_corpus():
     return leak_corpus
 
 
-def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_budget():
-    # A list of tensors that grows 384 KiB a step, at the default budget: the next measured step would
-    # come after dozens of steps. The first step-end reading 16 steps or more after the latest measured
-    # step that shows growth past the verdict's floor makes the next step a measured one.
-    p = runtime.start(serve=False, auto_sites=False)
-    try:
-        leak_corpus().PATTERNS["global_list"].run(70)
-        report = p.report()
-        asked = p.tracker.evidence_steps
-    finally:
-        runtime.stop()
+def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_budget(monkeypatch):
+    # A list of tensors that grows 384 KiB a step, at the default budget, on a clock where a measured
+    # step's readings cost 8 ms against 5 ms steps: the budget alone would measure no step after the
+    # first for hundreds of steps. The first step-end reading 16 steps or more after the latest
+    # measured step that shows growth past the verdict's floor makes the next step a measured one.
+    with JobClock(reading=0.002).charging(monkeypatch) as clock:
+        p = runtime.start(serve=False, auto_sites=False, clock=clock)
+        try:
+            leak_corpus().PATTERNS["global_list"].run(70)
+            report = p.report()
+            asked = p.tracker.evidence_steps
+        finally:
+            runtime.stop()
     measured = [s.step for s in report.steps if s.categories is not None]
     base, trigger = None, None
     for s in report.steps:
@@ -119,7 +121,7 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
             break
     assert trigger is not None and trigger + 1 in measured, (measured, trigger)
     assert 1 <= asked <= 3  # gaps of 16, 32, 64 steps while the growth lasts
-    # (The verdict itself, at this budget, is tested in a fresh process: tests/test_leak_corpus.py.)
+    # (The verdict itself, at the default budget, is tested in tests/test_leak_corpus.py.)
 
 
 def test_a_flat_loop_asks_for_no_extra_measured_steps():
