@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import configparser
 import json
+import queue
 import re
 import shlex
-import queue
 import shutil
 import socket
 import subprocess
@@ -22,8 +22,8 @@ from prometheus_client.registry import CollectorRegistry
 from serve_helpers import fetch, free_port, serve_env, serving
 
 from gputui import __version__
-from gputui.cli import parse
 from gputui.alerts.delivery import Channel
+from gputui.cli import parse
 from gputui.collect.host import HOSTNAME_ENV, host_name
 from gputui.collect.owners import CHECKPOINT, HostFiles, OwnerReader
 from gputui.collect.sim import SimulatedMachine, native

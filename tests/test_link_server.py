@@ -22,8 +22,8 @@ import pytest
 from link_helpers import connect, read_reply
 
 from gputui.link import client, paths, protocol
-from gputui.link.peers import peer_allowed, peer_credentials
 from gputui.link.admission import MAX_CLIENTS
+from gputui.link.peers import peer_allowed, peer_credentials
 from gputui.link.server import ProbeServer
 
 

@@ -100,6 +100,7 @@ async def test_a_failure_before_the_first_sample_is_shown_under_the_wait():
 
 async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
     from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines
     from gputui.ui.widgets.processes import ProcessTable
 
@@ -129,6 +130,7 @@ async def test_a_mig_instance_has_one_name_in_once_the_monitor_and_the_detail_sc
     from datetime import timezone
 
     from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines
 
     app = still_app("mig", seconds=60)
@@ -173,6 +175,7 @@ async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
     import re
 
     from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines, DeviceList
     from gputui.ui.widgets.processes import ProcessTable
 
@@ -383,6 +386,7 @@ async def test_selected_row_header_and_rows_differ_in_256_colours(theme):
 @pytest.mark.parametrize("no_color", [True, False])
 async def test_no_color_keeps_the_leak_marker_visible(monkeypatch, no_color):
     from still import still_app
+
     from gputui.ui.widgets.processes import ProcessTable
 
     if no_color:

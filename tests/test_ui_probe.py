@@ -14,6 +14,7 @@ import sys
 import pytest
 import ui_data
 from plain_data import judged_document, once_text, probe_text
+from still import still_app
 from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
 from gputui.errors import UserError
@@ -27,7 +28,6 @@ from gputui.model import (
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail
-from still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 

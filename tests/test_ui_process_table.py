@@ -4,10 +4,10 @@ least-recently-drawn-first (Textual's LRUCache), and a cell's style is the theme
 from __future__ import annotations
 
 import pytest
+from still import still_app
 from textual.style import Style as TextualStyle
 from ui_data import settle
 
-from still import still_app
 from gputui.ui.widgets.processes import PIECES_KEPT, ProcessTable
 
 

@@ -4,11 +4,11 @@ in: the idle notebook pod named first, with the rules it was judged by."""
 from __future__ import annotations
 
 import pytest
+from still import still_app
 from ui_data import settle
 
 from gputui.ui.bindings import binding_sections
 from gputui.ui.screens.waste import WasteScreen
-from still import still_app
 
 pytestmark = pytest.mark.usefixtures("utc")
 

@@ -21,8 +21,8 @@ from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.owner_rows import group_by_owner
-from gputui.ui.rows import COLUMNS
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
+from gputui.ui.rows import COLUMNS
 from gputui.ui.signals import Target, kill_command
 from gputui.ui.state import MonitorState
 from gputui.ui.widgets.charts import DeviceHistory
