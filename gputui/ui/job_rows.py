@@ -9,7 +9,7 @@ the line is drawn, as a process row's are.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gputui import units
@@ -49,18 +49,36 @@ def group_by_job(rows: Sequence[Row], sources: Sequence[JobSource], folded: Coll
                     owner[(source.host, rank.pid)] = (job, source)
     if not owner:
         return list(rows)
-    order: list[Row | str] = []  # rows of no job, and the keys of jobs where their first row was
-    members: dict[str, list[Row]] = {}
-    jobs: dict[str, tuple[Job, JobSource]] = {}
-    for row in rows:
+    found: dict[str, tuple[Job, JobSource]] = {}
+
+    def job_of(row: Row) -> str | None:
         pid = row.process.own_pid if row.process is not None else row.pid  # the pid a job knows it by
-        found = owner.get((row.host, pid))
-        if found is None:
+        job = owner.get((row.host, pid))
+        if job is None:
+            return None
+        key = job_row_key(job[0], row.host)
+        found.setdefault(key, job)
+        return key
+
+    return group_rows(rows, job_of, lambda key, _, shut: job_row(key, *found[key], shut=shut, ascii=ascii),
+                      folded, ascii=ascii)
+
+
+def group_rows(rows: Sequence[Row], key_of: Callable[[Row], str | None],
+               line_of: Callable[[str, list[Row], bool], Row], folded: Collection[str] = (), *,
+               ascii: bool = False) -> list[Row]:
+    """``rows`` with those of one group (``key_of``: its line's key, None for a row of no group) under
+    the group's line (``line_of(key, its rows, shut)``), where its first row was, in their order; a
+    group whose key is in ``folded`` shows its line alone. The job view's and the owner view's."""
+    order: list[Row | str] = []  # rows of no group, and the keys of groups where their first row was
+    members: dict[str, list[Row]] = {}
+    for row in rows:
+        key = key_of(row)
+        if key is None:
             order.append(row)
             continue
-        key = job_row_key(found[0], row.host)
         if key not in members:
-            members[key], jobs[key] = [], found
+            members[key] = []
             order.append(key)
         members[key].append(row)
     out: list[Row] = []
@@ -69,13 +87,10 @@ def group_by_job(rows: Sequence[Row], sources: Sequence[JobSource], folded: Coll
         if isinstance(item, Row):
             out.append(item)
             continue
-        job, source = jobs[item]
-        shut = item in folded
-        out.append(job_row(item, job, source, shut=shut, ascii=ascii))
+        group, shut = members[item], item in folded
+        out.append(line_of(item, group, shut))
         if not shut:
-            rows_of_job = members[item]
-            out += [under(row, item, last if i == len(rows_of_job) - 1 else tee)
-                    for i, row in enumerate(rows_of_job)]
+            out += [under(row, item, last if i == len(group) - 1 else tee) for i, row in enumerate(group)]
     return out
 
 

@@ -13,8 +13,8 @@ from collections.abc import Collection, Sequence
 from gputui import units
 from gputui.analysis import robust
 from gputui.model import GpuProcess
-from gputui.ui.job_rows import MARKS, under
-from gputui.ui.rows import BRANCHES, COLUMNS, Row, owner_of
+from gputui.ui.job_rows import MARKS, group_rows
+from gputui.ui.rows import COLUMNS, Row, owner_of
 
 
 def owner_row_key(process: GpuProcess, host: str | None = None) -> str:
@@ -26,29 +26,8 @@ def owner_row_key(process: GpuProcess, host: str | None = None) -> str:
 def group_by_owner(rows: Sequence[Row], folded: Collection[str] = (), *, ascii: bool = False) -> list[Row]:
     """``rows`` with each owner's rows under a line of its own; an owner whose line key is in ``folded``
     shows its line alone."""
-    order: list[Row | str] = []
-    members: dict[str, list[Row]] = {}
-    for row in rows:
-        if row.process is None:
-            order.append(row)
-            continue
-        key = owner_row_key(row.process, row.host)
-        if key not in members:
-            members[key] = []
-            order.append(key)
-        members[key].append(row)
-    out: list[Row] = []
-    tee, last, _, _ = BRANCHES[ascii]
-    for item in order:
-        if isinstance(item, Row):
-            out.append(item)
-            continue
-        group = members[item]
-        shut = item in folded
-        out.append(owner_line(item, group, shut=shut, ascii=ascii))
-        if not shut:
-            out += [under(row, item, last if i == len(group) - 1 else tee) for i, row in enumerate(group)]
-    return out
+    return group_rows(rows, lambda row: None if row.process is None else owner_row_key(row.process, row.host),
+                      lambda key, group, shut: owner_line(key, group, shut=shut, ascii=ascii), folded, ascii=ascii)
 
 
 def owner_line(key: str, rows: Sequence[Row], *, shut: bool = False, ascii: bool = False) -> Row:
