@@ -6,6 +6,7 @@ it is handed without importing the CLI above it. Pure data.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,3 +59,15 @@ class Options:
     # idle_flags for the modes that sample; None for the others (the defaults).
     waste: object = None
     extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)
+
+
+def settings_table(table: object, name: str, known: Collection[str], bad: Callable[[str, str], Exception],
+                   example: str | None = None) -> dict:
+    """The config file's ``[name]`` table, checked to be one and to hold known settings only; ``bad(key,
+    why)`` makes the error (``example``: a table as it should be, for the message)."""
+    if not isinstance(table, dict):
+        raise bad(name, f"must be a table, e.g. {example}" if example else f"must be a table: [{name}]")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise bad(f"{name}.{unknown[0]}", f"is not a setting (known: {', '.join(known)})")
+    return table

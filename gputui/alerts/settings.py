@@ -12,6 +12,7 @@ from gputui import units
 from gputui.alerts.delivery import PER_MINUTE, TIMEOUT, WEBHOOK_FORMATS
 from gputui.alerts.rules import Thresholds
 from gputui.model.alert import ALERT_KINDS
+from gputui.options import settings_table
 
 DESKTOP = ("auto", "on", "off")  # the live monitor's desktop notification (OSC 777/9)
 EXAMPLE = """\
@@ -52,11 +53,7 @@ KNOWN = ("kinds", *_DURATIONS, *_STRINGS, "webhook_format", "per_minute", *_FLAG
 
 def parse_alerts_table(table: object, bad: Callable[[str, str], Exception]) -> AlertSettings:
     """``[alerts]`` from the config file; ``bad(key, why)`` makes the error for a wrong value."""
-    if not isinstance(table, dict):
-        raise bad("alerts", "must be a table: [alerts]")
-    unknown = sorted(set(table) - set(KNOWN))
-    if unknown:
-        raise bad(f"alerts.{unknown[0]}", f"is not a setting (known: {', '.join(KNOWN)})")
+    table = settings_table(table, "alerts", KNOWN, bad)
     return with_values(AlertSettings(), table, lambda key, why: bad(f"alerts.{key}", why))
 
 

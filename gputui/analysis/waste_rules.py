@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 
 from gputui import units
 from gputui.model.waste import WasteRules
+from gputui.options import settings_table
 
 EXAMPLE = """\
 [waste]
@@ -28,11 +29,7 @@ IDLE_AFTER_MAX = 30 * 86400.0
 
 def parse_waste_table(table: object, bad: Callable[[str, str], Exception]) -> WasteRules:
     """``[waste]`` from the config file; ``bad(key, why)`` makes the error for a wrong value."""
-    if not isinstance(table, dict):
-        raise bad("waste", "must be a table: [waste]")
-    unknown = sorted(set(table) - set(KNOWN))
-    if unknown:
-        raise bad(f"waste.{unknown[0]}", f"is not a setting (known: {', '.join(KNOWN)})")
+    table = settings_table(table, "waste", KNOWN, bad)
     return with_values(WasteRules(), table, lambda key, why: bad(f"waste.{key}", why))
 
 

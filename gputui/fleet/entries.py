@@ -12,6 +12,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from gputui.errors import UserError
+from gputui.options import settings_table
 from gputui.untrusted import visible
 
 DEFAULT_COMMAND = "gputui"
@@ -51,11 +52,7 @@ class HostEntry:
 
 def parse_hosts_table(table: object, bad: Callable[[str, str], Exception]) -> HostsSettings:
     """The ``[hosts]`` table of the config file; ``bad(key, why)`` makes the error to raise."""
-    if not isinstance(table, dict):
-        raise bad("hosts", 'must be a table, e.g. [hosts] names = ["node1", "node2"]')
-    unknown = sorted(set(table) - set(KNOWN_KEYS))
-    if unknown:
-        raise bad(f"hosts.{unknown[0]}", f"is not a setting (known: {', '.join(KNOWN_KEYS)})")
+    table = settings_table(table, "hosts", KNOWN_KEYS, bad, '[hosts] names = ["node1", "node2"]')
     names = table.get("names", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise bad("hosts.names", "must be a list of host names or URLs")
