@@ -9,6 +9,8 @@ reported": every formatter gives ``NA`` for it, never "0".
 
 from __future__ import annotations
 
+import math
+
 import re
 from datetime import datetime, timezone, tzinfo
 
@@ -161,27 +163,29 @@ def step_time(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
+# A stretch of time in the largest unit it fills: (below this many seconds, the unit's seconds, how).
+_SPAN = ((90, 1, "{:.0f} s"), (90 * 60, 60, "{:.0f} min"), (48 * 3600, 3600, "{:.1f} h"),
+         (math.inf, 86400, "{:.1f} days"))
+_SPAN_SHORT = ((100, 1, "{:.0f}s"), (100 * 60, 60, "{:.0f}m"), (48 * 3600, 3600, "{:.0f}h"),
+               (math.inf, 86400, "{:.0f}d"))
+
+
 def span(seconds: float) -> str:
     """A stretch of time in a sentence, at the precision that matters: "45 s", "12 min", "3.5 h",
     "2.0 days"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+    return _in_unit(seconds, _SPAN)
 
 
 def span_short(seconds: float) -> str:
     """A stretch of time in a few cells (a forecast, a chart's width): "85s", "14m", "5h", "3d"."""
-    if seconds < 100:
-        return f"{seconds:.0f}s"
-    if seconds < 100 * 60:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
+    return _in_unit(seconds, _SPAN_SHORT)
+
+
+def _in_unit(seconds: float, units: tuple[tuple[float, int, str], ...]) -> str:
+    for below, unit, text in units:
+        if seconds < below:
+            return text.format(seconds / unit)
+    return units[-1][2].format(seconds / units[-1][1])  # (NaN)
 
 
 def indices(numbers: tuple[int, ...]) -> str:
