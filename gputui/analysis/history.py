@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gputui.model import Snapshot
+from gputui.model.record import Record
 
 DEVICE_METRICS = ("gpu_util", "memory_util", "memory_used", "power_draw", "temperature")
 PROCESS_METRICS = ("gpu_memory", "sm_util", "cpu_percent", "host_memory")
@@ -22,8 +23,8 @@ ProcessKey = tuple[int, int]
 K = TypeVar("K", int, ProcessKey)  # what a track is kept under: a device index or a ProcessKey
 
 
-@dataclass(frozen=True)
-class Series:
+@dataclass(frozen=True, eq=False, repr=False)
+class Series(Record):
     """Samples of one metric, oldest first. ``values[i]`` is None where the metric was unknown."""
 
     times: tuple[float, ...] = ()

@@ -25,6 +25,7 @@ from gputui.model import (
 )
 from gputui.model.breakdown import Breakdown
 from gputui.model.judgement import Judgements, ProcessJudgement
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -51,8 +52,8 @@ THROTTLE_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Glyphs:
+@dataclass(frozen=True, eq=False, repr=False)
+class Glyphs(Record):
     """The characters a style of output may use."""
 
     full: str
@@ -285,8 +286,8 @@ def _mig_line(gpu: int, mig: MigInstance, width: int, glyphs: Glyphs) -> list[Li
 
 # ----------------------------------------------------------------------------------------- processes
 
-@dataclass(frozen=True)
-class _Column:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Column(Record):
     title: str
     align: str  # "<" or ">"
     drop_rank: int  # columns with higher ranks go first when the terminal is narrow; 0 = always

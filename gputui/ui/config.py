@@ -17,6 +17,7 @@ from gputui.alerts.settings import AlertSettings, parse_alerts_table
 from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
+from gputui.model.record import Record
 from gputui.untrusted import visible
 
 THEMES = ("dark", "light")
@@ -49,8 +50,8 @@ class ConfigError(UserError):
     multiline = True
 
 
-@dataclass(frozen=True)
-class UiConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class UiConfig(Record):
     """What the config file asks for; None means "not set, use the default"."""
 
     path: Path | None = None

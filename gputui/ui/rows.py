@@ -14,6 +14,7 @@ from typing import Callable
 from gputui import units
 from gputui.analysis.history import ProcessKey
 from gputui.model import PROCESS_OK, EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_GROWING,
     LEAK_LEAK,
@@ -27,8 +28,8 @@ from gputui.ui import format as fmt
 SortValue = float | str | tuple[int, int]
 
 
-@dataclass(frozen=True)
-class Column:
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Record):
     """One column of the process table."""
 
     id: str
@@ -37,8 +38,8 @@ class Column:
     numeric: bool = False  # right-aligned, sorts biggest first
 
 
-@dataclass(frozen=True)
-class Context:
+@dataclass(frozen=True, eq=False, repr=False)
+class Context(Record):
     """Everything besides the process that a cell needs."""
 
     taken_at: float
@@ -378,8 +379,8 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
         snapshot, ctx, filter_text, only_user)
 
 
-@dataclass(frozen=True)
-class HostRows:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostRows(Record):
     """One host's part of the many-host view's table: its snapshot and its own verdicts."""
 
     name: str
