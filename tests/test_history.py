@@ -82,3 +82,13 @@ def test_a_sample_costs_about_eight_bytes_a_value():
         tracemalloc.stop()
     values = processes * samples * (len(PROCESS_METRICS) + 1)  # each metric and the time
     assert kept / values < 10, f"{kept / values:.1f} bytes a value"
+
+
+def test_the_series_of_one_track_share_their_times():
+    """Charts ask for several metrics of a device at each refresh: one tuple of times serves them all."""
+    h = History()
+    for t in range(3):
+        h.add(snap(float(t), used=t * 10, proc_mem=t))
+    assert h.device(0, "memory_used").times is h.device(0, "gpu_util").times == (0.0, 1.0, 2.0)
+    h.add(snap(3.0, used=30))
+    assert h.device(0, "gpu_util").times is h.device(0, "memory_used").times == (0.0, 1.0, 2.0, 3.0)

@@ -95,7 +95,9 @@ class _Track:
             values: list[float | None] = self.columns[metric].tolist()
             for number in self.unknown.get(metric, ()):
                 values[number - self.dropped] = None
-            series = self._series[metric] = Series(tuple(self.times), tuple(values))
+            # One tuple of times for all the series handed out since the last change, as with deques.
+            times = next(iter(self._series.values())).times if self._series else tuple(self.times)
+            series = self._series[metric] = Series(times, tuple(values))
         return series
 
 
