@@ -9,7 +9,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gputui.model import Snapshot
 from gputui.model.record import Record
@@ -50,7 +50,7 @@ class _Track:
 
     def __init__(self, metrics: tuple[str, ...]) -> None:
         self.times = array("d")
-        self.columns = {m: array("d" if m in FRACTIONAL else "q") for m in metrics}
+        self.columns: dict[str, array[Any]] = {m: array("d" if m in FRACTIONAL else "q") for m in metrics}
         self.unknown: dict[str, list[int]] = {}  # metric -> the sample numbers where it was None
         self.dropped = 0  # samples dropped from the front: times[i] is sample number dropped + i
         # Series handed out since the last change: charts and trends ask for the same ones many
