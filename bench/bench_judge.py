@@ -2,7 +2,9 @@
 monitor ran before it (the leak judge and the memory trends alone), on the same simulated snapshots.
 
 The Judge adds the per-process judgements every JSON document carries (advice for probed and growing
-processes) and each job's findings. Prints the median milliseconds per sample of each.
+processes) and each job's findings. Prints the median milliseconds per sample of each; and of the idle
+judge (who holds GPUs idle, analysis/waste.py) alone, against reading the same figures back from the
+History every sample (each process's SM series over the window, and its idle streak walked back).
 
     python bench/bench_judge.py [--scenario training-node] [--processes 1000 (0: the scenario's own)] [--samples 60]
 """
@@ -19,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, uninstalled
 
 from gputui.analysis.history import History
-from gputui.analysis.leaks import LeakJudge
+from gputui.analysis.leaks import JudgedLeaks, judge_leaks
 from gputui.analysis.trends import TrendCache, trends
+from gputui.analysis.waste import WasteJudge
 from gputui.collect import open_collector
 from gputui.model import Snapshot
 from gputui.sample.judge import Judge
@@ -51,12 +54,35 @@ def per_sample(judge_one, samples: list[Snapshot]) -> float:
 
 
 def before() -> object:
-    leaks, history, cache = LeakJudge(), History(), TrendCache()
+    leaks, history, cache = JudgedLeaks(), History(), TrendCache()
 
     def judge_one(snapshot: Snapshot) -> None:
-        leaks(snapshot)
+        nonlocal leaks
+        leaks = judge_leaks(snapshot, leaks)
         history.add(snapshot)
         trends(history, snapshot, cache=cache)
+
+    return judge_one
+
+
+def idle_from_history() -> object:
+    """What the idle judge would cost read back from the History: per process and GPU, the mean SM over the
+    window and the idle streak, walking back from the newest sample (the design analysis/waste.py avoids)."""
+    history = History()
+
+    def judge_one(snapshot: Snapshot) -> None:
+        history.add(snapshot)
+        now = snapshot.taken_at
+        for key in history.process_keys():
+            times, utils = history.process(key, "sm_util").known()
+            window = [u for t, u in zip(times, utils) if t >= now - 600.0]
+            _ = sum(window) / len(window) if window else None
+            memory = history.process(key, "gpu_memory").values
+            streak = 0
+            for m, u in zip(reversed(memory), reversed(history.process(key, "sm_util").values)):
+                if m is None or m < 1 << 30 or u is None or u >= 5:
+                    break
+                streak += 1
 
     return judge_one
 
@@ -73,6 +99,11 @@ def main() -> int:
     print(f"{args.scenario}, {len(samples[-1].processes)} processes, {args.samples} samples")
     print(f"  Judge (every judgement, once):        median {judged:7.2f} ms/sample")
     print(f"  leak judge + memory trends alone:     median {alone:7.2f} ms/sample  (ratio {judged / alone:.2f})")
+    idle = per_sample(WasteJudge(), samples)
+    read_back = per_sample(idle_from_history(), samples)
+    share = 100 * idle / judged
+    print(f"  idle judge alone (running figures):   median {idle:7.2f} ms/sample  ({share:.0f}% of the Judge)")
+    print(f"  the same read back from the History:  median {read_back:7.2f} ms/sample  (ratio {read_back / idle:.2f})")
     return 0
 
 

@@ -198,14 +198,14 @@ def flat_out(seconds: float, bounded: bool) -> None:
     socket thread's CPU. ``bounded``: the server's request bound as shipped, else lifted."""
     import subprocess
 
-    from gputui.link import server as link_server
+    from gputui.link import admission
 
-    shipped = link_server.REQUEST_RATE
-    link_server.REQUEST_RATE = shipped if bounded else 1e9
+    shipped = admission.REQUEST_RATE
+    admission.REQUEST_RATE = shipped if bounded else 1e9
     try:
         probe = runtime.start()
     finally:
-        link_server.REQUEST_RATE = shipped
+        admission.REQUEST_RATE = shipped
     job = loops.make_job(batch=BATCH)
     for i in range(50):  # warm-up
         loops.train_step(job, *job.batch_at(i))

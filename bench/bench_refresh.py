@@ -32,11 +32,11 @@ from gputui.collect import open_collector  # noqa: E402
 from gputui.ui import main_screen  # noqa: E402
 from gputui.ui.app import GpuTuiApp  # noqa: E402
 from gputui.ui.sampler import Sampler  # noqa: E402
-from gputui.ui.still import FrozenSource  # noqa: E402
 from gputui.ui.widgets.charts import DeviceHistory  # noqa: E402
 from gputui.ui.widgets.devices import DeviceList  # noqa: E402
 from gputui.ui.widgets.header import HostHeader  # noqa: E402
 from gputui.ui.widgets.processes import ProcessTable  # noqa: E402
+from tests.still import FrozenSource  # noqa: E402
 
 spent: defaultdict[str, float] = defaultdict(float)
 _depth = [0]  # nested timed calls count once, in the outermost bucket

@@ -178,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--config", metavar="PATH", help="config file (default: XDG config dir)")
 
     _add_alert_options(parser.add_argument_group("alerts (the monitor, --watch, serve, record)"))
+    _add_idle_options(parser.add_argument_group("who holds GPUs idle (the w view, --once, --json, serve)"))
 
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     run = sub.add_parser("run", help="run a command with the PyTorch probe inside it")
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--json", action="store_true", dest="sub_json", help="as JSON")
     serve = sub.add_parser("serve", help="a Prometheus exporter: /metrics, and /snapshot (the --json document)")
     _add_alert_options(serve, argparse.SUPPRESS)
+    _add_idle_options(serve, argparse.SUPPRESS)
     serve.add_argument("--listen", metavar="ADDR:PORT",
                        help=f"where to listen (default {SERVE_LISTEN}: this machine only; 0.0.0.0:PORT for "
                             "every network, with a warning unless --basic-auth-file is given)")
@@ -276,6 +278,27 @@ def _alert_flags(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
     return tuple((key, value) for key, value in given if value is not None)
 
 
+def _add_idle_options(group: Any, default: Any = None) -> None:
+    """The flags over the config's [waste]: their words are checked with the config's values, in one place
+    (gputui.analysis.waste_rules)."""
+    group.add_argument("--idle-memory", metavar="SIZE", default=default,
+                       help="a GPU an owner holds SIZE of or more (default 1GiB) ...")
+    group.add_argument("--idle-util", metavar="PERCENT", default=default,
+                       help="... at under PERCENT SM utilisation (default 5) ...")
+    group.add_argument("--idle-after", metavar="D", default=default,
+                       help="... for D without a break (default 10m) is held idle")
+    group.add_argument("--waste-window", metavar="D", default=default,
+                       help="the owners' mean SM utilisation is over the last D (default 10m)")
+
+
+IDLE_FLAGS = ("idle_memory", "idle_util", "idle_after", "waste_window")
+
+
+def _idle_flags(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
+    given = ((key, getattr(args, key, None)) for key in IDLE_FLAGS)
+    return tuple(("window" if key == "waste_window" else key, value) for key, value in given if value is not None)
+
+
 def _duration(text: str) -> float:
     value = units.parse_duration(text)
     if value is None or value <= 0:
@@ -289,6 +312,7 @@ def _add_record_commands(sub: Any) -> None:
     record = sub.add_parser("record", help="record what the monitor sees to FILE, for gputui replay")
     record.add_argument("file", metavar="FILE")
     _add_alert_options(record, argparse.SUPPRESS)
+    _add_idle_options(record, argparse.SUPPRESS)
     record.add_argument("--interval", type=_seconds, dest="record_interval", metavar="SECONDS",
                         help="seconds between samples (default 1)")
     record.add_argument("--duration", type=_duration, metavar="D", help="stop after D (90s, 30m, 2h)")
@@ -368,6 +392,7 @@ def parse(argv: list[str] | None = None) -> Options:
         interval=args.interval, only=args.only, only_visible=args.only_visible,
         users=users, pids=args.pid, ascii=args.ascii, color=color, readonly=args.readonly,
         theme=args.theme, config=args.config, json=args.json, hosts=args.hosts, alert_flags=_alert_flags(args),
+        idle_flags=_idle_flags(args),
     )
     if args.subcommand == "run":
         command = list(args.argv)
@@ -522,6 +547,17 @@ def _alert_settings(options: Options) -> object:
     return with_values(load_config(options.config).alerts, dict(options.alert_flags), bad)
 
 
+def _waste_rules(options: Options) -> object:
+    """The config's [waste] with the --idle-* and --waste-window flags over it."""
+    from gputui.analysis.waste_rules import FLAGS, with_values
+    from gputui.ui.config import load_config
+
+    def bad(key: str, why: str) -> UserError:
+        return UserError(f"{FLAGS[key]} {why}")
+
+    return with_values(load_config(options.config).waste, dict(options.idle_flags), bad)
+
+
 def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
     """The mode asked for, or "once" where the live monitor cannot run: what --once shows is the best
     such a place can take (why is said on stderr, where it needs saying, with ``instead``)."""
@@ -561,9 +597,9 @@ def _record_or_replay(options: Options, terminal: ModuleType) -> int:
         return run.record(options)
     if options.extra["print"] or _no_live_monitor(terminal) is not None:
         return run.print_at(options)
-    from gputui.ui.replay import replay
+    from gputui.ui.launch import run_replay
 
-    return replay(options)
+    return run_replay(options)
 
 
 def _dispatch(options: Options) -> int:
@@ -576,6 +612,8 @@ def _dispatch(options: Options) -> int:
                       "one snapshot instead (gputui --watch repeats it; --json for scripts)")
     if mode in ("watch", "serve", "record", "tui"):
         options = dataclasses.replace(options, alerts=_alert_settings(options))
+    if mode in ("once", "json", "watch", "serve", "record", "tui"):
+        options = dataclasses.replace(options, waste=_waste_rules(options))
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
 

@@ -53,4 +53,8 @@ class Options:
     # What alerts to raise and where to send them: a gputui.alerts.settings.AlertSettings the CLI makes of
     # the config's [alerts] and alert_flags for the modes that sample; None for the others.
     alerts: object = None
+    idle_flags: tuple[tuple[str, object], ...] = ()  # --idle-* and --waste-window as given: ("idle_after", "30m")
+    # When a held GPU counts as idle: a gputui.model.waste.WasteRules the CLI makes of the config's [waste] and
+    # idle_flags for the modes that sample; None for the others (the defaults).
+    waste: object = None
     extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)

@@ -184,6 +184,17 @@ def span_short(seconds: float) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
+def indices(numbers: tuple[int, ...]) -> str:
+    """"0-3,6": sorted numbers with their runs shortened."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def clock_time(epoch: float | None, tz: tzinfo | None = None, *, date: bool = False,
                zone: bool = False) -> str:
     """Wall-clock time of an epoch timestamp in the local (or ``tz``) time zone, optionally with the

@@ -1,6 +1,6 @@
 """Render the README's pictures of the live monitor into screenshots/ (SVG, and PNG via rsvg-convert).
 
-Deterministic: simulated scenarios on a fixed clock (gputui.ui.still), times shown in UTC. Run after
+Deterministic: simulated scenarios on a fixed clock (tests/still.py), times shown in UTC. Run after
 a change to the monitor's look:  python scripts/screenshots.py [NAME ...]  (PICTURES' names; none: all)
 """
 
@@ -24,7 +24,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 from gputui.alerts.settings import AlertSettings  # noqa: E402
-from gputui.ui.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
+from tests.still import still_app, still_hosts_app, still_replay_app  # noqa: E402
 
 OUT = ROOT / "screenshots"
 
@@ -55,6 +55,8 @@ PICTURES = (
                "node5": "mig"}, 120, (120, 40), (), None),
     ("replay", "replay:leaky", 120, (120, 40), (), None),
     ("oom-ended", "leaky", 200, (120, 24), ("end",), None),
+    # Who holds the GPUs idle (w): the shared Kubernetes node 11 minutes in, its notebook pod idle on two GPUs.
+    ("idle", "shared-k8s", 660, (100, 14), ("w",), None),
     # The leaky job's alerts as the live monitor's toasts.
     ("alerts", "leaky", 120, (120, 30), (), None, "alerts"),
 )

@@ -261,8 +261,8 @@ def _capture(tmux: list[str]) -> str:
 
 
 # A small pane with more GPUs than lines packs two GPUs a line, each cell without its name: index,
-# memory bar and use, utilisation, temperature ("0 ████ 58.7G  92% 65C  1 ████ 58.7G  94% 65C").
-_PACKED = re.compile(r"\d+%\s+\d+C\s.*\d+%\s+\d+C")
+# memory bar and use, utilisation, temperature ("0 ████ 58.7G  92% 65°C  1 ████ 58.7G  94% 65°C").
+_PACKED = re.compile(r"\d+%\s+\d+°?C\s.*\d+%\s+\d+°?C")
 
 
 def _device_shown(screen: str, model: str) -> bool:

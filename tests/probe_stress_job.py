@@ -110,7 +110,7 @@ def train(scenario: str, seconds: float, budget: float | None) -> int:
 
 def poll(pid: int, seconds: float, interval: float, incremental: bool) -> int:
     from gputui.link import client
-    from gputui.link.server import FLOOD_NOTE
+    from gputui.link.admission import FLOOD_NOTE
 
     answers, errors, parameters, wrong = 0, 0, set(), []
     params: dict = {}

@@ -125,7 +125,7 @@ def test_in_a_container_once_says_it_once_and_shows_the_containers_probed_proces
                                    probed=(HostProcess(pid=42, command=("python", "train.py"), user="me"),))
     text = render(snapshot, width=160)
     assert text.count("this container cannot see them (run with --pid=host)") == 1
-    assert "3120 n/a    0 C    17.1GiB 98%  n/a      n/a     n/a python [host process]" in text
+    assert "3120 n/a    0 C      17.1G 98%  n/a      n/a     n/a python [host process]" in text  # the monitor's cell
     assert "Probed processes not listed by NVML\n42 me  python train.py" in text
 
 

@@ -565,9 +565,9 @@ def test_once_reports_a_host_sending_deep_nesting_in_a_line_without_a_traceback(
 
 def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
     from plain_data import training_report
+    from still import FrozenHosts
 
     from gputui.ui.hosts_sampler import HostsSampler
-    from gputui.ui.still import FrozenHosts
 
     snapshot = type(workstation())(**{**workstation().__dict__, "probes": (training_report(pid=1234),)})
     hostile = HostView("evil\x1b]0;pwned\x07", "unreachable", "Permission denied\x1b[2J")

@@ -35,6 +35,9 @@ from gputui.model.codec import from_jsonable  # noqa: E402
 from gputui.plain.jobs import model_line  # noqa: E402
 
 TIMEOUT = 180.0  # two ranks importing torch (and DeepSpeed) on a loaded 2-core machine
+# The first DeepSpeed job on a machine compiles DeepSpeed's shared-memory op (g++, once, cached in
+# ~/.cache/torch_extensions): up to a few minutes more on a loaded 2-core machine.
+FIRST_DEEPSPEED_TIMEOUT = 480.0
 ZERO12 = ("zero1", "zero2")
 # ZeRO-1/2 flatten the model into one buffer padded to a multiple of 4 elements (2 ranks x DeepSpeed's
 # alignment of 2): 9610 parameters become 9612, 4806 a rank.
@@ -52,7 +55,8 @@ def run_job(kind: str, out: Path) -> list[dict]:
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", GPUTUI_PROBE_DIR=str(out))
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(Path(sharded_job.__file__)), kind, free_port(), str(out)],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+                          env=env, capture_output=True, text=True,
+                          timeout=FIRST_DEEPSPEED_TIMEOUT if kind.startswith("zero") else TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"{kind} job: {time.monotonic() - started:.1f} s")
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]

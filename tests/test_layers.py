@@ -63,3 +63,53 @@ def test_a_wrong_arrow_breaks_its_contract(tmp_path, module, line, contract):
     assert out.returncode != 0, out.stdout
     verdicts = [v for v in out.stdout.splitlines() if re.search(r" (KEPT|BROKEN)\b", v)]
     assert any(v.startswith(contract) and " BROKEN" in v for v in verdicts), out.stdout
+
+
+def import_circles(package: str = "gputui") -> list[list[str]]:
+    """The circles of imports among the package's modules (strongly connected groups of more than one
+    module), counting every import: inside functions and under TYPE_CHECKING too."""
+    import grimp
+
+    graph = grimp.build_graph(package, exclude_type_checking_imports=False)
+    order, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(module: str) -> None:  # Tarjan's: the graph is a few hundred modules deep at most
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in order:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], order[imported])
+        if low[module] == order[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in order:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_import_circle():
+    # collect/sim's machine and its views (psutil, files, probes) were one: the views now read the
+    # machine through state.MachineView. The ui's apps and screens were the last (issue 34 item 1):
+    # the key listings are data in ui/bindings.py, Ahead has a module of its own, the replay's
+    # launcher is in launch.py, and screens ask their app with Messages (ui/requests.py) and read
+    # it through the typed views of ui/state.py.
+    assert import_circles() == []
+
+
+def test_key_listings_need_no_app_or_screen():
+    # Every app (and the help, and the config's key check) reads the key listings: they import
+    # nothing of gputui, so reading them can close no circle.
+    import grimp
+
+    graph = grimp.build_graph("gputui", exclude_type_checking_imports=False)
+    assert graph.find_modules_directly_imported_by("gputui.ui.bindings") == set()

@@ -5,6 +5,7 @@ allocation sites by itself and names the line; the loops that only look like lea
 that fills then stays, the garbage collector's sawtooth) must stay clean and record nothing.
 """
 
+import dataclasses
 import gc
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ if not (EXAMPLES / "loops.py").exists():
 sys.path.insert(0, str(EXAMPLES))
 
 import loops  # noqa: E402
+from clocks import JobClock  # noqa: E402
 
 import gputui.probe  # noqa: E402
 from gputui.analysis.leaks import leak_verdict  # noqa: E402
@@ -130,17 +132,19 @@ def test_gc_sawtooth_is_seen_as_released():
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_rate():
+def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_rate(monkeypatch):
     # Saved tensors are seen on measured steps only, a few in a hundred at the default budget: the
     # rate comes from what each of those steps kept (activations_kept), not from the live total,
-    # which would count only the measured steps' graphs and come out many times too low.
-    probe = gputui.probe.start(serve=False)
-    try:
-        kept = loops.run("outputs", 400)
-        report = probe.report()
-        measured = probe.tracker.steps
-    finally:
-        gputui.probe.stop()
+    # which would count only the measured steps' graphs and come out many times too low. On a clock
+    # the test sets (5 ms steps, 50 us readings), so the steps measured do not follow the machine's load.
+    with JobClock().charging(monkeypatch) as clock:
+        probe = gputui.probe.start(serve=False, clock=clock)
+        try:
+            kept = loops.run("outputs", 400)
+            report = probe.report()
+            measured = probe.tracker.steps
+        finally:
+            gputui.probe.stop()
     del kept
     measured = [s for s in measured if s.categories is not None]
     assert 3 <= len(measured) < 400 / 2  # sampled, not every step
@@ -148,3 +152,28 @@ def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_ra
     assert v.state == "leak" and v.category == "activations"
     activations = next(g for g in v.growth if g.name == "activations")
     assert activations.bytes_per_step == 256 * KIB  # exact: within 10 % is the promise
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_leak_stays_called_between_the_few_steps_a_tight_budget_measures(monkeypatch):
+    # Readings of 2 ms against 5 ms steps: the budget measures almost no step, and growth asks for one
+    # as it doubles (steps 18, 51, 116, 245, 502). Between them the latest measured step is older than
+    # the judged window; the figure grew steadily since, so it still says what grows: once called a
+    # leak in activations, the verdict stays that at every later step.
+    with JobClock(reading=0.002).charging(monkeypatch) as clock:
+        probe = gputui.probe.start(serve=False, clock=clock)
+        try:
+            kept = loops.run("outputs", 600)
+            report = probe.report()
+        finally:
+            gputui.probe.stop()
+    del kept
+    measured = [s.step for s in report.steps if s.categories is not None]
+    assert len(measured) <= 8 and max(b - a for a, b in zip(measured, measured[1:])) > 2 * 64, measured
+    verdicts = [(report.steps[last - 1].step, v.state, v.category) for last in range(1, len(report.steps) + 1)
+                for v in [leak_verdict(dataclasses.replace(report, steps=report.steps[:last]))]]
+    called = next(i for i, (_, state, _) in enumerate(verdicts) if state == "leak")
+    assert verdicts[called][0] <= 120, verdicts[called]
+    assert [v for v in verdicts[called:] if v[1:] != ("leak", "activations")] == []
+    v = leak_verdict(report)
+    assert next(g for g in v.growth if g.name == "activations").bytes_per_step == 256 * KIB

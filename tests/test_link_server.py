@@ -22,8 +22,9 @@ import pytest
 from link_helpers import connect, read_reply
 
 from gputui.link import client, paths, protocol
+from gputui.link.admission import MAX_CLIENTS
 from gputui.link.peers import peer_allowed, peer_credentials
-from gputui.link.server import MAX_CLIENTS, ProbeServer
+from gputui.link.server import ProbeServer
 
 
 @pytest.fixture
@@ -140,7 +141,7 @@ def test_peer_credentials_name_the_connecting_process():
 
 def test_foreign_uid_is_refused_by_the_server(server, monkeypatch):
     # Pretend our own uid is another one: every peer (us) is then a foreign, non-root user.
-    monkeypatch.setattr("gputui.link.server.peer_allowed", lambda uid: False)
+    monkeypatch.setattr("gputui.link.admission.peer_allowed", lambda uid: False)
     sock = connect(server.path)
     reply = read_reply(sock)
     assert reply["ok"] is False and reply["code"] == "refused"

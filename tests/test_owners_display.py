@@ -42,9 +42,9 @@ def test_once_shows_the_owner_column_where_it_says_more_than_the_user():
     sample = k8s()
     text = render(sample.snapshot, sample.judgements, width=100)
     assert "  PID USER OWNER " in text
-    assert "81001 1000 ml-research/llama-ft-0     0 C" in text
+    assert "81001 1000 ml-research/llama-ft-0     0   31.5G" in text  # TYPE gives way first, as in the monitor
     workstation = sample_at("workstation", 60)
-    assert "OWNER" not in render(workstation.snapshot, workstation.judgements, width=100)
+    assert "PID USER OWNER" not in render(workstation.snapshot, workstation.judgements, width=100)
 
 
 def test_once_says_each_owner_note_once():

@@ -4,9 +4,9 @@ grouped under one line per pod, folded with left and Enter."""
 from __future__ import annotations
 
 import pytest
+from still import still_app
 from ui_data import settle, table_keys
 
-from gputui.ui.still import still_app
 from gputui.ui.widgets.processes import ProcessTable
 
 pytestmark = pytest.mark.usefixtures("utc")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from plain_data import T, errors, judged_document, judged_probe_document, training_report, workstation
 
+import gputui.link.protocol as protocol
 import gputui.model as model
 import gputui.plain.schema as schema_module
 from gputui.model import Device, GpuProcess, Host, Snapshot, fielddoc
@@ -70,6 +71,14 @@ def test_nan_readings_become_null_not_invalid_json():
     assert parsed["snapshot"]["devices"][0]["power_draw"] is None
 
 
+def test_documents_and_the_probe_wire_write_json_alike():
+    # One writer (model.codec.dump_json): a reading that is NaN inside a tuple is null in a document
+    # too, as it always was on the probe's wire.
+    value = {"step": (1.5, math.nan), "peak": [math.inf, {"x": -math.inf}]}
+    assert dumps(value) == '{"step":[1.5,null],"peak":[null,{"x":null}]}'
+    assert protocol.dumps(value) == dumps(value).encode()
+
+
 # ------------------------------------------------------------------------------------ the validator bites
 
 @pytest.mark.parametrize("change, complaint", [
@@ -112,7 +121,8 @@ def test_every_model_type_in_a_document_has_a_schema():
         "Job", "JobRank", "JobDevice", "Estimate", "PhaseMemory", "PhasePeak", "WhatIf", "Headroom",
         # the judgements (gputui/sample/judge.py)
         "Judgements", "ProcessJudgement", "DeviceTrend", "ProcessTrend", "LeakVerdict", "CategoryGrowth",
-        "GrowingSite", "Advice", "JobAnalysis", "Slot", "Imbalance", "Straggler", "FirstOom", "ShardedModel"}
+        "GrowingSite", "Advice", "JobAnalysis", "Slot", "Imbalance", "Straggler", "FirstOom", "ShardedModel",
+        "Waste", "WasteRules", "OwnerUse", "IdleGpu"}
 
 
 @pytest.mark.parametrize("cls", SCHEMA_TYPES, ids=lambda cls: cls.__name__)
@@ -195,3 +205,25 @@ def test_gpu_process_kinds_in_schema_match_the_model_words():
     assert DEFS["Device"]["properties"]["throttle_reasons"]["items"]["enum"] == list(model.THROTTLE_REASONS)
     assert DEFS["Device"]["properties"]["compute_mode"]["enum"][:-1] == list(model.COMPUTE_MODES)
     assert GpuProcess(pid=1, device_index=0).kind in DEFS["GpuProcess"]["properties"]["kind"]["enum"]
+
+
+# ------------------------------------------------------------------------------------ one source
+
+def test_the_hosts_schema_is_hostview_as_the_model_documents_it():
+    from gputui.plain.document import HOST_FIELDS
+
+    hosts = next(d for d in SCHEMA["oneOf"] if d.get("properties", {}).get("schema", {}).get("const") == "gputui.hosts")
+    host = hosts["properties"]["hosts"]["items"]
+    fields = {f.name: f for f in dataclasses.fields(model.HostView)}
+    for name in HOST_FIELDS:  # each field's words written once, beside the field
+        assert host["properties"][name]["description"] == fields[name].metadata[fielddoc.DOC][0]
+    assert host["properties"]["state"]["enum"] == list(model.HOST_STATES)
+    assert host["required"] == [*HOST_FIELDS, "document"]
+
+
+def test_the_envelopes_are_the_documents_own():
+    from gputui.plain import document
+
+    envelopes = [SCHEMA["$defs"]["SnapshotDocument"], *SCHEMA["oneOf"][1:]]
+    assert [e["properties"]["schema"]["const"] for e in envelopes] == list(document.KINDS)
+    assert {e["properties"]["version"]["const"] for e in envelopes} == {document.VERSION}

@@ -75,10 +75,10 @@ def test_mig_instances_listed_under_their_gpu():
 def test_process_rows_carry_every_column_and_notes():
     lines = show(workstation(), width=120).splitlines()
     header = next(line for line in lines if line.lstrip().startswith("PID"))
-    assert header.split() == ["PID", "USER", "GPU", "TYPE", "GPU-MEM", "SM%", "CPU%", "HOST-MEM",
-                              "ELAPSED", "COMMAND"]
+    # The monitor's labels and cells (gputui.analysis.vocabulary): "GPU MEM", "HOST MEM", "ELAPSED".
+    assert header == " PID USER  GPU TYPE GPU MEM SM% CPU% HOST MEM ELAPSED COMMAND"
     row = next(line for line in lines if line.startswith("4242"))
-    assert row.split() == ["4242", "alice", "0", "C", "10.0GiB", "85%", "101.5", "3.00GiB", "1:02:03",
+    assert row.split() == ["4242", "alice", "0", "C", "10.0G", "85%", "102%", "3.0G", "1:02:03",
                            "python", "train.py", "--lr", "3e-4"]
     assert any(line.startswith("5555 bob") and line.endswith("python3 [access denied]") for line in lines)
     # An unknown user is "n/a", as the monitor's USER column says it (it was "?" here only).
@@ -147,7 +147,7 @@ def test_width_below_the_minimum_is_raised_to_it():
 def test_narrow_terminal_drops_columns_but_keeps_pid_gpu_memory_and_command():
     lines = show(workstation(), width=40).splitlines()
     header = next(line for line in lines if line.lstrip().startswith("PID"))
-    assert header.split() == ["PID", "GPU", "GPU-MEM", "COMMAND"]
+    assert header.split() == ["PID", "GPU", "GPU", "MEM", "COMMAND"]
 
 
 def test_ascii_output_is_pure_ascii_with_hash_bars():
@@ -156,7 +156,7 @@ def test_ascii_output_is_pure_ascii_with_hash_bars():
     out = show(Snapshot(**{**snap.__dict__, "processes": snap.processes + (weird,)}), ascii=True, width=60)
     out.encode("ascii")  # raises if anything is not ASCII
     assert "71C" in out and "#" in out and "..." in out and "…" not in out
-    assert re.search(r"MEM #+-+ 12\.0/24\.0GiB", out)
+    assert re.search(r"MEM #+\.+ 12\.0/24\.0GiB", out)  # the monitor's empty cells: "." as "░", lighter
 
 
 def test_unicode_output_uses_block_bars():
@@ -175,7 +175,7 @@ def test_colour_only_when_asked_and_levels_colour_the_load():
     coloured = show(workstation(), color=True)
     assert "\x1b[" not in plain
     assert ANSI.sub("", coloured) == plain
-    assert "\x1b[31m402/450W\x1b[0m" in coloured  # 89 % of the power limit: red
+    assert "\x1b[33m402/450W\x1b[0m" in coloured  # 89 % of the power limit: yellow (red from 90 %)
     assert "\x1b[32m71°C\x1b[0m" in coloured  # 13 degrees below slowdown: green
     assert "\x1b[1;31mLOST\x1b[0m" in coloured
     assert "\x1b[33mslowed: power cap\x1b[0m" in coloured

@@ -19,6 +19,7 @@ from gputui.probe.budget import ReadingsBudget  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import loops  # noqa: E402
+from clocks import JobClock  # noqa: E402
 
 COST = 0.01  # seconds a measured step's untimed hooks cost in the test below
 
@@ -96,17 +97,19 @@ def leak_corpus():
     return leak_corpus
 
 
-def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_budget():
-    # A list of tensors that grows 384 KiB a step, at the default budget: the next measured step would
-    # come after dozens of steps. The first step-end reading 16 steps or more after the latest measured
-    # step that shows growth past the verdict's floor makes the next step a measured one.
-    p = runtime.start(serve=False, auto_sites=False)
-    try:
-        leak_corpus().PATTERNS["global_list"].run(70)
-        report = p.report()
-        asked = p.tracker.evidence_steps
-    finally:
-        runtime.stop()
+def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_budget(monkeypatch):
+    # A list of tensors that grows 384 KiB a step, at the default budget, on a clock where a measured
+    # step's readings cost 8 ms against 5 ms steps: the budget alone would measure no step after the
+    # first for hundreds of steps. The first step-end reading 16 steps or more after the latest
+    # measured step that shows growth past the verdict's floor makes the next step a measured one.
+    with JobClock(reading=0.002).charging(monkeypatch) as clock:
+        p = runtime.start(serve=False, auto_sites=False, clock=clock)
+        try:
+            leak_corpus().PATTERNS["global_list"].run(70)
+            report = p.report()
+            asked = p.tracker.evidence_steps
+        finally:
+            runtime.stop()
     measured = [s.step for s in report.steps if s.categories is not None]
     base, trigger = None, None
     for s in report.steps:
@@ -118,7 +121,7 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
             break
     assert trigger is not None and trigger + 1 in measured, (measured, trigger)
     assert 1 <= asked <= 3  # gaps of 16, 32, 64 steps while the growth lasts
-    # (The verdict itself, at this budget, is tested in a fresh process: tests/test_leak_corpus.py.)
+    # (The verdict itself, at the default budget, is tested in tests/test_leak_corpus.py.)
 
 
 def test_a_flat_loop_asks_for_no_extra_measured_steps():
@@ -238,3 +241,22 @@ def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypat
     assert max(b - a for a, b in zip(measured, measured[1:])) <= 18, measured  # none starved
     assert tracker.charged <= 0.004 * tracker.elapsed + 0.0004  # (at most one measured step ahead)
     assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+
+
+def test_a_light_reading_the_machine_interrupted_does_not_stop_the_light_readings(monkeypatch):
+    # Light readings of 5 us against 5 ms steps (half the budget: 10 us a step), one of them taking
+    # 20 ms because the machine took the CPU away mid-reading. Charged whole, it would stop the light
+    # readings for 2000 steps (until 0.2 % of the step time covered it); charged as four typical
+    # readings, they go on at once.
+    with JobClock(slow=frozenset({40}), slow_light=0.020).charging(monkeypatch) as clock:
+        tracker = tracking.Tracker(clock=clock)
+        tracker.install()
+        try:
+            job = loops.make_job()
+            for step in range(300):
+                loops.train_step(job, *job.batch_at(step))
+        finally:
+            tracker.uninstall()
+    after = [e for e in tracker.entries() if e.step > 45 and e.record is None]
+    read = [e.step for e in after if e.host_allocated is not None or e.host_memory is not None]
+    assert len(after) >= 200 and len(read) == len(after), (len(after), len(read))

@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 from clocks import MovableClock  # noqa: E402
 
 from gputui.link import client  # noqa: E402
-from gputui.link.server import FLOOD_NOTE, ProbeServer  # noqa: E402
+from gputui.link.admission import FLOOD_NOTE  # noqa: E402
+from gputui.link.server import ProbeServer  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

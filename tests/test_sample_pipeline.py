@@ -2,6 +2,7 @@
 every JSON document carries the judgement the live monitor shows: the leaky demo's job keeps each
 step's activations (48 MiB a step) and its advice says its autograd graph is kept alive."""
 
+import dataclasses
 import json
 import types
 
@@ -14,6 +15,7 @@ from gputui.collect import open_collector
 from gputui.link import oom_file
 from gputui.model import HOST_LIVE, HostView, to_jsonable
 from gputui.model.judgement import Judgements
+from gputui.model.waste import Waste, WasteRules
 from gputui.options import Options
 from gputui.plain import modes, oom, probes
 from gputui.plain.document import dumps, hosts_document
@@ -86,7 +88,15 @@ def assert_the_leak_is_judged(judgement):
 
 def test_every_mode_judges_the_same_machine_alike():
     plain, serve, ui = plain_judgements(), serve_judgements(), ui_judgements()
-    assert plain == serve == ui
+    assert plain == serve
+    # The live monitor takes no CPU warm-up sample, so its first sample has the driver's per-process SM figures
+    # that the plain modes' warm-up read already took (the fake clock stands still through it): the same
+    # judgements but for the owners' mean SM utilisation, which that one sample moves.
+    assert dataclasses.replace(plain, waste=None) == dataclasses.replace(ui, waste=None)
+    assert plain.waste is not None and ui.waste is not None
+    assert [dataclasses.replace(o, sm_util=None) for o in plain.waste.owners] == \
+        [dataclasses.replace(o, sm_util=None) for o in ui.waste.owners]
+    assert [o.sm_util for o in plain.waste.owners] == pytest.approx([o.sm_util for o in ui.waste.owners], abs=1)
     judged = plain.of(LEAKY)
     assert_the_leak_is_judged(judged)
     (on_gpu,) = judged.trends
@@ -217,7 +227,9 @@ def test_a_judgement_that_fails_is_a_problem_not_a_failed_sample(monkeypatch):
     monkeypatch.setattr(gputui.analysis.jobs, "analyse_job", broken)
     sample = open_pipeline(Options(mode="json", demo="torchrun"), clock=Clock(90.0), pause=lambda s: None,
                            environ={}).sample()
-    assert sample.judgements == Judgements()
+    # who holds the GPUs is judged apart, and still said
+    assert sample.judgements == Judgements(waste=sample.judgements.waste)
+    assert sample.judgements.waste == Waste(WasteRules())
     assert sample.snapshot.problems[-1] == "analysis failed: ZeroDivisionError: division by zero"
 
 

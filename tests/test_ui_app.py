@@ -16,7 +16,8 @@ from ui_data import T0, make_app, process, settle, table_keys, training_snapshot
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import NOTE_GONE
 from gputui.model import PROCESS_GONE, ProbeReport
-from gputui.ui.app import GpuTuiApp, binding_ids
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.bindings import binding_ids
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.rows import TINY
 from gputui.ui.sampler import Sampler

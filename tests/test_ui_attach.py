@@ -218,8 +218,9 @@ async def test_the_demo_attaches_nothing():
 
 
 async def test_the_many_host_view_refuses_with_a_message():
+    from still import still_hosts_app
+
     from gputui.ui.hosts_screen import HostsScreen
-    from gputui.ui.still import still_hosts_app
 
     app = still_hosts_app({"node1": "training-node"}, seconds=60, interval=30.0)
     async with app.run_test(size=(120, 40)) as pilot:

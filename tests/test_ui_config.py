@@ -46,7 +46,7 @@ def test_reads_every_setting(tmp_path):
     ('columns = ["pid", "colour"]', "`columns` has unknown column 'colour'"),
     ("columns = []", "`columns` must be a non-empty list of column names"),
     ("[keys]\nquit = 3", "`keys` must be a table of binding id"),
-    ("refresh = 1", "`refresh` is not a setting (known: interval, theme, columns, keys, hosts, alerts)"),
+    ("refresh = 1", "`refresh` is not a setting (known: interval, theme, columns, keys, hosts, alerts, waste)"),
     ("interval = = 1", "is not valid TOML"),
 ])
 def test_bad_values_are_user_errors_naming_the_key(tmp_path, text, words):
@@ -126,8 +126,8 @@ def test_unknown_binding_id_is_an_error(tmp_path):
 @pytest.mark.parametrize("keys, said", [
     ('quit = "j"', 'quit = "j": j is already "Jobs" (binding jobs) on the main screen; give one of them another key'),
     ('jobs = "q"', 'jobs = "q": q is already "Quit" (binding quit) on the main screen; give one of them another key'),
-    ('tree = "u"\nmine = "w"', None),  # u is free again once mine moves away
-    ('tree = "w"\nmine = "w"', 'tree = "w": w is already "Mine" (binding mine) on the main screen; '
+    ('tree = "u"\nmine = "v"', None),  # u is free again once mine moves away
+    ('tree = "v"\nmine = "v"', 'tree = "v": v is already "Mine" (binding mine) on the main screen; '
                                'give one of them another key'),
     ('quit = "tab"', 'quit = "tab": tab is already "Focus Next" (built into Textual, not remappable) on the '
                      'main screen; choose another key'),

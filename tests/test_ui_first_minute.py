@@ -99,7 +99,8 @@ async def test_a_failure_before_the_first_sample_is_shown_under_the_wait():
 
 
 async def test_mig_instances_are_shown_under_their_gpu_and_named_in_the_table():
-    from gputui.ui.still import still_app
+    from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines
     from gputui.ui.widgets.processes import ProcessTable
 
@@ -128,7 +129,8 @@ async def test_a_mig_instance_has_one_name_in_once_the_monitor_and_the_detail_sc
     instance 1): the instance a process runs in must read the same everywhere."""
     from datetime import timezone
 
-    from gputui.ui.still import still_app
+    from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines
 
     app = still_app("mig", seconds=60)
@@ -172,7 +174,8 @@ async def test_eight_gpus_in_a_50x15_pane_are_all_on_screen():
     a tiny pane puts two GPUs on a line when one a line does not fit."""
     import re
 
-    from gputui.ui.still import still_app
+    from still import still_app
+
     from gputui.ui.widgets.devices import DeviceLines, DeviceList
     from gputui.ui.widgets.processes import ProcessTable
 
@@ -226,7 +229,7 @@ def table_lines(app) -> list[str]:
 
 
 async def test_a_narrow_pane_keeps_the_leak_letter_and_the_time_to_oom():
-    from gputui.ui.still import still_app
+    from still import still_app
 
     app = still_app("leaky", seconds=120)
     async with app.run_test(size=(50, 15)) as pilot:
@@ -239,7 +242,7 @@ async def test_a_narrow_pane_keeps_the_leak_letter_and_the_time_to_oom():
 
 
 async def test_sort_mark_is_whole_and_the_trend_column_is_as_wide_as_its_trends():
-    from gputui.ui.still import still_app
+    from still import still_app
 
     app = still_app("workstation", seconds=90)  # nothing grows here
     async with app.run_test(size=(80, 24)) as pilot:
@@ -262,7 +265,7 @@ async def test_sort_mark_is_whole_and_the_trend_column_is_as_wide_as_its_trends(
 
 
 async def test_ascii_sort_mark():
-    from gputui.ui.still import still_app
+    from still import still_app
 
     app = still_app("workstation", seconds=90, ascii=True)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -281,7 +284,7 @@ def help_text(screen) -> str:
 
 @pytest.mark.parametrize("size", [(80, 24), (50, 15)])
 async def test_help_shows_every_binding_id_whole(size):
-    from gputui.ui.app import binding_ids
+    from gputui.ui.bindings import binding_ids
     from gputui.ui.screens.help import HelpScreen
 
     app = make_app()
@@ -382,7 +385,8 @@ async def test_selected_row_header_and_rows_differ_in_256_colours(theme):
 
 @pytest.mark.parametrize("no_color", [True, False])
 async def test_no_color_keeps_the_leak_marker_visible(monkeypatch, no_color):
-    from gputui.ui.still import still_app
+    from still import still_app
+
     from gputui.ui.widgets.processes import ProcessTable
 
     if no_color:

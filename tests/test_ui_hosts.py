@@ -5,11 +5,11 @@ no signal sent to another machine."""
 from __future__ import annotations
 
 import pytest
+from still import still_hosts_app
 from ui_data import settle, table_keys
 
 from gputui.ui.hosts_screen import HostsScreen
 from gputui.ui.screens.detail import ProcessDetail
-from gputui.ui.still import still_hosts_app
 from gputui.ui.widgets.hosts import HostLines
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from still import still_app, still_hosts_app
 from ui_data import settle, table_keys
 
 from gputui.ui.screens.job_detail import JobDetail
-from gputui.ui.still import still_app, still_hosts_app
 from gputui.ui.widgets.processes import ProcessTable
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)

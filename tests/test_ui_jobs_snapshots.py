@@ -7,9 +7,8 @@ Regenerate after an intended change: pytest tests/test_ui_jobs_snapshots.py --sn
 
 
 import pytest
+from still import still_app
 from ui_data import settle
-
-from gputui.ui.still import still_app
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 import ui_data
 from plain_data import judged_document, once_text, probe_text
+from still import still_app
 from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
 
 from gputui.errors import UserError
@@ -27,7 +28,6 @@ from gputui.model import (
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail
-from gputui.ui.still import still_app
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -533,11 +533,9 @@ class _Closing:
 
 
 def _options():
-    import argparse
+    from gputui.options import Options
 
-    return argparse.Namespace(
-        config=None, color=None, demo=None, seed=0, demo_processes=None, only=(), only_visible=False,
-        users=(), pids=(), interval=None, readonly=False, ascii=False, theme=None, alerts=None)
+    return Options()  # the live monitor on this machine, as a bare `gputui` asks
 
 
 # -- the record-sites key ---------------------------------------------------------------------

@@ -132,6 +132,30 @@ async def test_signals_and_probe_requests_are_refused(tmp_path):
         assert len(app.screen_stack) == 2  # no confirmation asked: nothing to confirm
 
 
+async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
+    # The replay declares what it cannot do; the app refuses each the same way, in one place: a
+    # warning saying why, and nothing opened (the detail screen asks for sites with a Message).
+    from gputui.ui.requests import RecordSites
+
+    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        for key in ("plus", "K", "A"):
+            await pilot.press(key)
+            await pilot.pause()
+        app.screen.post_message(RecordSites(2000, on=True, steps=16))
+        await pilot.pause()
+        notes = [(n.title, n.message, n.severity) for n in app._notifications][-4:]
+        assert notes == [
+            ("", "A recording keeps its own interval: x changes the replay's speed.", "warning"),
+            ("", "A recording: there is no process to send SIGKILL to.", "warning"),
+            ("Probe not attached", "A recording: there is no process to attach a probe to or detach one from.",
+             "warning"),
+            ("Allocation sites", "A recording: there is no process to send a request to.", "warning"),
+        ]
+        assert len(app.screen_stack) == 2  # nothing to confirm
+
+
 async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_path):
     # a crafted file: its CRCs right, a patch not
     path = crafted(tmp_path / "c.rec", KEY_BODY, change({"devices": {"n": 10 ** 9, "i": {}}}), KEY_BODY)

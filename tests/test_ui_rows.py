@@ -4,6 +4,7 @@ import dataclasses
 
 from ui_data import GIB, MIB, T0, process, training_snapshot
 
+from gputui.analysis import vocabulary as vocab
 from gputui.model.verdicts import ProcessTrend
 from gputui.ui import format as fmt
 from gputui.ui.rows import build_rows, columns_for, trend_text
@@ -127,14 +128,14 @@ def test_column_widths_fit_the_sort_mark_and_the_trends_shown():
 
 
 def test_formatting_words():
-    assert fmt.bar(0.5, 10) == ("█████", "░░░░░")
-    assert fmt.bar(0.01, 10, ascii=True) == ("#", ".........")
-    assert fmt.bar(None, 3) == ("", "···")
-    assert fmt.slowdown(("idle", "sw_power_cap", "hw_thermal")) == "power cap, HW thermal"
-    assert fmt.slowdown(("idle",)) == ""
+    assert vocab.bar(0.5, 10) == ("█████", "░░░░░")
+    assert vocab.bar(0.01, 10, vocab.ASCII) == ("#", ".........")
+    assert vocab.bar(None, 3) == ("", "···")
+    assert vocab.slowdown(("idle", "sw_power_cap", "hw_thermal")) == "power cap, HW thermal"
+    assert vocab.slowdown(("idle",)) == ""
     assert fmt.resample([1, None, 5, 2, 8, 3], 2) == [5.0, 8.0]
     assert fmt.ascii_spark([0.0, 9.0], 4) == "  .@"
-    assert fmt.level(0.95) == "high" and fmt.level(0.75) == "mid" and fmt.level(0.1) == "low"
+    assert vocab.level(0.95) == "high" and vocab.level(0.75) == "mid" and vocab.level(0.1) == "low"
 
 
 # -- probed processes: markers, forecasts, rows for processes NVML does not list --------------

@@ -5,9 +5,8 @@ Regenerate after an intended change of the picture: pytest tests/test_ui_snapsho
 
 
 import pytest
+from still import still_app, still_hosts_app, still_replay_app
 from ui_data import settle
-
-from gputui.ui.still import still_app, still_hosts_app, still_replay_app
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 

@@ -59,7 +59,8 @@ def test_chart_scales_come_from_the_device():
     assert chart_scale("gpu_util", d) == (0.0, 100.0, 0.7, 0.9)
     assert chart_scale("memory_used", d) == (0.0, float(d.memory_total), 0.7, 0.95)
     assert chart_scale("power_draw", d) == (0.0, 700.0, 0.7, 0.9)
-    assert chart_scale("temperature", d) == (20.0, 90.0, 0.85, 0.95)
+    # yellow from 10 degrees below the slowdown, red at it: as the device line and --once colour it
+    assert chart_scale("temperature", d) == (20.0, 90.0, 1 - 10 / 70, 1.0)
 
 
 def test_a_lost_device_is_one_line_saying_so():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from gputui.collect.host import host_name
 from gputui.model import to_jsonable
 from gputui.model.alert import STARTED, AlertEvent
 from gputui.model.record import Record
@@ -142,7 +142,7 @@ class Channel:
                     return
             self._wait_for_the_rate_limit()
             with self._wake:
-                delivery = Delivery(tuple(self._waiting), self._dropped, socket.gethostname())
+                delivery = Delivery(tuple(self._waiting), self._dropped, host_name())
                 self._waiting.clear()
                 self._dropped = 0
             try:

@@ -10,11 +10,15 @@ at which the job runs out of device memory.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Sequence, TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence, TypedDict
 
 from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -36,6 +40,7 @@ CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times o
 CLEAR_READINGS = 6
 WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
+READ_GAP = 16  # steps without a reading that break the thread of growth since a measured step
 # A leak, once confirmed, stays one until the figure has grown less than noise over this many steps, and
 # growth that has been flat that long is no leak: longer than a slow leak's gap between two increments.
 FLAT_STEPS = 64
@@ -111,8 +116,70 @@ def leak_verdict(
     if not steps:
         return LeakVerdict(LEAK_COLLECTING, reason="no training step seen yet (no optimizer.step() call)",
                            steps_needed=min_steps)
-    last = steps[-1]
+    base = _step_figures(steps, figure)
+    if len(steps) < min_steps:
+        return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen",
+                           steps_needed=min_steps - len(steps), **base)
     measured = [s for s in steps if s.categories is not None or s.reserved is not None]
+    growth = _held(_window_growth(steps, figure), steps, figure)
+    allocator = _allocator_evidence(measured)
+    since, known = _what_grows_from(steps, figure, growth, measured)
+    categories = _growth_by_category(measured, since, growth, allocator, figure)
+    base.update(_growth_figures(growth, allocator, categories, figure))
+    room = _Room(device_total, device_free)
+    if growth.grows:
+        return _growing(steps, figure, growth, allocator, known, categories, room, base)
+    return _allocator_verdict(steps, allocator, room, base) or _flat(steps, figure, growth, allocator, measured, base)
+
+
+class _Room(NamedTuple):
+    """The device's memory from NVML, where known: what the OOM forecast measures headroom against."""
+
+    total: int | None
+    free: int | None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class _WindowGrowth(Record):
+    """How the judged figure grows over the latest WINDOW_STEPS steps."""
+
+    window: list[StepRecord]
+    totals: list[float]  # the figure at each step of the window
+    confirm: int  # the steps growth must be seen over (the figure's, from FIGURES)
+    slope: float  # bytes per step
+    grows: bool  # a real, continuing growth, or a leak held
+    margin: float  # how many times over the growth clears noise
+    drops: list[tuple[int, int]]  # a sawtooth's releases
+    held: bool = False  # a leak confirmed lately whose figure has not been flat long enough to end it
+
+    @property
+    def span(self) -> int:
+        """Steps the window covers (readings may skip some)."""
+        return self.window[-1].step - self.window[0].step + 1
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the growth has been seen over enough steps and readings to call it a leak."""
+        return _confirmed(self.span, len(self.window), self.margin, self.confirm)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class _AllocatorEvidence(Record):
+    """The caching allocator's figures over the latest WINDOW_STEPS steps that read it (CUDA jobs)."""
+
+    steps: list[StepRecord]
+    reserved: list[float]
+    reserved_slope: float | None
+    reserved_grows: bool
+    inactive: list[float]  # free bytes held in split blocks
+    inactive_slope: float | None
+    inactive_grows: bool
+    retries_added: int | None
+
+
+def _step_figures(steps: list[StepRecord], figure: str) -> _Figures:
+    """The figures every verdict on these steps shares: the latest step's, and the untracked growth."""
+    last = steps[-1]
     base = _Figures(
         device=last.device, steps_seen=len(steps), first_step=steps[0].step, last_step=last.step,
         allocated=int(getattr(last, figure)), reserved=last.reserved, step_time=_step_time(steps),
@@ -120,115 +187,166 @@ def leak_verdict(
     )
     if figure != "allocated":
         base["untracked_growth"], base["untracked_since"] = _untracked(steps, figure) or (None, None)
-    if len(steps) < min_steps:
-        return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen",
-                           steps_needed=min_steps - len(steps), **base)
+    return base
 
+
+def _window_growth(steps: list[StepRecord], figure: str) -> _WindowGrowth:
+    """Whether the judged figure grows over the latest WINDOW_STEPS steps, and how fast."""
     window = steps[-WINDOW_STEPS:]
-    span = window[-1].step - window[0].step + 1  # steps the window covers (readings may skip some)
-    xs = [float(s.step) for s in window]
     totals = [float(getattr(s, figure)) for s in window]
     floor, confirm = FIGURES[figure]
-    slope, grows, margin, drops = _growth(xs, totals, floor)
-    sawtooth = len(drops) >= 2
-    name = FIGURE_NAMES[figure]
-    # Hysteresis, from the evidence alone: a leak confirmed at any step of the last FLAT_STEPS stays a
-    # leak until memory has been flat over FLAT_STEPS steps, and no growth is a leak once it has.
-    held = False
+    slope, grows, margin, drops = _growth([float(s.step) for s in window], totals, floor)
+    return _WindowGrowth(window, totals, confirm, slope, grows, margin, drops)
+
+
+def _held(growth: _WindowGrowth, steps: list[StepRecord], figure: str) -> _WindowGrowth:
+    """Hysteresis, from the evidence alone: a leak confirmed at any step of the last FLAT_STEPS stays a
+    leak until memory has been flat over FLAT_STEPS steps, and no growth is a leak once it has."""
     recent_growth = _recent_growth(steps, figure)
     if recent_growth is None:
-        grows = False
-    elif not (grows and _confirmed(span, len(window), margin, confirm)) and _confirmed_lately(steps, figure):
-        grows = held = True
-        slope = max(slope, recent_growth)
+        return dataclasses.replace(growth, grows=False)
+    if not (growth.grows and growth.confirmed) and _confirmed_lately(steps, figure):
+        return dataclasses.replace(growth, grows=True, held=True, slope=max(growth.slope, recent_growth))
+    return growth
 
+
+def _allocator_evidence(measured: list[StepRecord]) -> _AllocatorEvidence:
+    """How the allocator's reservation, split blocks and retries moved over the steps that read them."""
     allocator = [s for s in measured if s.reserved is not None][-WINDOW_STEPS:]
-    mx = [float(s.step) for s in allocator]
+    xs = [float(s.step) for s in allocator]
     reserved = _column(allocator, "reserved")
-    reserved_slope, reserved_grows, _ = _fit(mx, reserved) if reserved else (None, False, 0.0)
+    reserved_slope, reserved_grows, _ = _fit(xs, reserved) if reserved else (None, False, 0.0)
     inactive = _column(allocator, "inactive_split")
-    inactive_slope, inactive_grows, _ = (_fit(mx, inactive, floor_of=reserved) if inactive
-                                         else (None, False, 0.0))
+    inactive_slope, inactive_grows, _ = _fit(xs, inactive, floor_of=reserved) if inactive else (None, False, 0.0)
     retries = _column(allocator, "alloc_retries")
     retries_added = int(retries[-1] - retries[0]) if retries else None
-    growth = _category_growth(measured[-2 * WINDOW_STEPS:], window[0].step, slope, figure)
-    growth = tuple(sorted(growth + _allocator_growth(allocator), key=lambda g: -g.bytes_per_step))
-    other = next((g.bytes_per_step for g in growth if g.name == "other"), None)
-    base.update({
-        "window_steps": span, "allocated_per_step": slope, "reserved_per_step": reserved_slope,
-        "inactive_split_per_step": inactive_slope, "retries_added": retries_added, "growth": growth,
-        "host_other_per_step": other if figure != "allocated" else None,
-    })
+    return _AllocatorEvidence(allocator, reserved, reserved_slope, reserved_grows, inactive, inactive_slope,
+                              inactive_grows, retries_added)
 
-    if grows:
-        readings = CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS
-        if not held and not _confirmed(span, len(window), margin, confirm):
-            spacing = span / len(window)
-            needed = max(confirm - span, math.ceil((readings - len(window)) * spacing), 1)
-            return LeakVerdict(
-                LEAK_WARMING_UP, steps_needed=needed,
-                reason=f"{name} grows {size(slope)} per step over {span} steps; "
-                f"{needed} more {'step' if needed == 1 else 'steps'} to confirm a leak", **base)
-        categorised = [s for s in measured if s.categories is not None]
-        if categorised and categorised[-1].step <= window[0].step:
-            # What grows is known only from a measured step taken while it grows: until then no
-            # category, rather than one that changes when the evidence comes.
-            return LeakVerdict(
-                LEAK_WARMING_UP, steps_needed=None,
-                reason=f"{name} grows {size(slope)} per step over {span} steps; waiting for the probe "
-                f"to measure a step to tell what grows", **base)
-        category = _leading(growth, TENSOR_CATEGORIES, slope)
-        what = f" ({category} +{size(_slope_of(growth, category))}/step)" if category else ""
-        if figure == "allocated":
-            left = _earliest(
-                _steps_left(steps, slope, _headroom(last, device_total, device_free, True), peaks=True),
-                # The cache is room only while it does not grow along: where the reservation grows
-                # with the leak (blocks rounded up and split), the device's free memory goes at the
-                # reservation's pace, and runs out before the cache is ever used up.
-                _steps_left(steps, reserved_slope if reserved_grows else None,
-                            _headroom(last, device_total, device_free, False)))
-        else:  # host memory: what the process holds now is what has to fit
-            headroom = device_free if device_free is not None else (
-                device_total - totals[-1] if device_total is not None else None)
-            left = _steps_left(steps, slope, headroom, peaks=True)
-        oom = _forecast(steps, left)
-        return LeakVerdict(
-            LEAK_LEAK, category=category, reason=f"{name} grows {size(slope)} per step over the "
-            f"last {span} steps{what}; now {size(totals[-1])}", **oom, **base)
 
-    # Split blocks growing with the cache are only fragmentation once the allocator has to retry.
-    fragmented = (inactive_grows and (retries_added is None or retries_added > 0)) or (
-        retries_added is not None and retries_added >= MIN_RETRIES and inactive
-        and reserved and inactive[-1] >= 0.1 * reserved[-1]
+def _what_grows_from(steps: list[StepRecord], figure: str, growth: _WindowGrowth,
+                     measured: list[StepRecord]) -> tuple[int, bool]:
+    """The step from which the measured steps say what grows, and whether one of them was taken while
+    it grows (else no category yet, rather than one that changes when the evidence comes)."""
+    categorised = [s for s in measured if s.categories is not None]
+    since = growth.window[0].step
+    if not categorised or categorised[-1].step > since:
+        return since, True
+    if growth.grows and _grew_since(steps, figure, categorised[-1].step):
+        # The latest measured step is older than the window, but the figure has grown steadily since:
+        # it was taken while this growth lasts, and still says what grows (a probe whose budget
+        # measures few steps measures one more only as the growth doubles: without this, the verdict
+        # would fall back to "waiting" between them).
+        return categorised[-1].step, True
+    return since, False
+
+
+def _growth_by_category(measured: list[StepRecord], since: int, growth: _WindowGrowth,
+                        allocator: _AllocatorEvidence, figure: str) -> tuple[CategoryGrowth, ...]:
+    """Every category's growth per step (tensor categories from step ``since``, cache, fragmentation),
+    the fastest first."""
+    found = _category_growth(measured[-2 * WINDOW_STEPS:], since, growth.slope, figure)
+    return tuple(sorted(found + _allocator_growth(allocator.steps), key=lambda g: -g.bytes_per_step))
+
+
+def _growth_figures(growth: _WindowGrowth, allocator: _AllocatorEvidence, categories: tuple[CategoryGrowth, ...],
+                    figure: str) -> _Figures:
+    """The verdict's figures of growth, shared by every verdict past the first steps."""
+    other = next((g.bytes_per_step for g in categories if g.name == "other"), None)
+    return _Figures(
+        window_steps=growth.span, allocated_per_step=growth.slope, reserved_per_step=allocator.reserved_slope,
+        inactive_split_per_step=allocator.inactive_slope, retries_added=allocator.retries_added,
+        growth=categories, host_other_per_step=other if figure != "allocated" else None,
     )
-    if (fragmented or reserved_grows) and (len(allocator) < CONFIRM_STEPS or last.step <= CACHE_WARMUP_STEPS):
+
+
+def _growing(steps: list[StepRecord], figure: str, growth: _WindowGrowth, allocator: _AllocatorEvidence,
+             known: bool, categories: tuple[CategoryGrowth, ...], room: _Room, base: _Figures) -> LeakVerdict:
+    """The verdict on a figure that grows: a leak once confirmed and ``known`` (a measured step told
+    what grows), warming up until then."""
+    name, slope, span = FIGURE_NAMES[figure], growth.slope, growth.span
+    if not growth.held and not growth.confirmed:
+        readings = CONFIRM_READINGS if growth.margin < CLEAR_MARGIN else CLEAR_READINGS
+        spacing = span / len(growth.window)
+        needed = max(growth.confirm - span, math.ceil((readings - len(growth.window)) * spacing), 1)
+        return LeakVerdict(
+            LEAK_WARMING_UP, steps_needed=needed,
+            reason=f"{name} grows {size(slope)} per step over {span} steps; "
+            f"{needed} more {'step' if needed == 1 else 'steps'} to confirm a leak", **base)
+    if not known:
+        # What grows is known only from a measured step taken while it grows: until then no
+        # category, rather than one that changes when the evidence comes.
+        return LeakVerdict(
+            LEAK_WARMING_UP, steps_needed=None,
+            reason=f"{name} grows {size(slope)} per step over {span} steps; waiting for the probe "
+            f"to measure a step to tell what grows", **base)
+    category = _leading(categories, TENSOR_CATEGORIES, slope)
+    what = f" ({category} +{size(_slope_of(categories, category))}/step)" if category else ""
+    oom = _forecast(steps, _leak_steps_left(steps, figure, growth, allocator, room))
+    return LeakVerdict(
+        LEAK_LEAK, category=category, reason=f"{name} grows {size(slope)} per step over the "
+        f"last {span} steps{what}; now {size(growth.totals[-1])}", **oom, **base)
+
+
+def _leak_steps_left(steps: list[StepRecord], figure: str, growth: _WindowGrowth, allocator: _AllocatorEvidence,
+                     room: _Room) -> float | None:
+    """Steps until a leak fills the device, where NVML's figures allow the forecast."""
+    last = steps[-1]
+    if figure != "allocated":  # host memory: what the process holds now is what has to fit
+        headroom = room.free if room.free is not None else (
+            room.total - growth.totals[-1] if room.total is not None else None)
+        return _steps_left(steps, growth.slope, headroom, peaks=True)
+    return _earliest(
+        _steps_left(steps, growth.slope, _headroom(last, room.total, room.free, True), peaks=True),
+        # The cache is room only while it does not grow along: where the reservation grows
+        # with the leak (blocks rounded up and split), the device's free memory goes at the
+        # reservation's pace, and runs out before the cache is ever used up.
+        _steps_left(steps, allocator.reserved_slope if allocator.reserved_grows else None,
+                    _headroom(last, room.total, room.free, False)))
+
+
+def _allocator_verdict(steps: list[StepRecord], allocator: _AllocatorEvidence, room: _Room,
+                       base: _Figures) -> LeakVerdict | None:
+    """The verdict on flat allocated memory whose allocator's cache grows or fragments; None if neither."""
+    a = allocator
+    # Split blocks growing with the cache are only fragmentation once the allocator has to retry.
+    fragmented = (a.inactive_grows and (a.retries_added is None or a.retries_added > 0)) or bool(
+        a.retries_added is not None and a.retries_added >= MIN_RETRIES and a.inactive
+        and a.reserved and a.inactive[-1] >= 0.1 * a.reserved[-1]
+    )
+    last = steps[-1]
+    if (fragmented or a.reserved_grows) and (len(a.steps) < CONFIRM_STEPS or last.step <= CACHE_WARMUP_STEPS):
         # The caching allocator keeps growing over the first steps of a run (shapes it has not seen).
         return LeakVerdict(
-            LEAK_WARMING_UP, reason=f"reserved grows {size(reserved_slope or 0)} per step over flat "
+            LEAK_WARMING_UP, reason=f"reserved grows {size(a.reserved_slope or 0)} per step over flat "
             f"allocated memory; the cache may warm up until step {CACHE_WARMUP_STEPS}", **base)
     if fragmented:
-        rate = reserved_slope if reserved_grows else None
-        oom = _forecast(steps, _steps_left(steps, rate, _headroom(last, device_total, device_free, False)))
+        rate = a.reserved_slope if a.reserved_grows else None
+        oom = _forecast(steps, _steps_left(steps, rate, _headroom(last, room.total, room.free, False)))
         return LeakVerdict(
             LEAK_FRAGMENTATION, category="fragmentation",
-            reason=f"{size(inactive[-1])} free but split in reserved blocks "
-            f"({size(inactive_slope or 0)}/step), {retries_added or 0} alloc retries in the last "
-            f"{len(allocator)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
-
-    if reserved_grows:
-        oom = _forecast(steps, _steps_left(steps, reserved_slope, _headroom(last, device_total, device_free, False)))
+            reason=f"{size(a.inactive[-1])} free but split in reserved blocks "
+            f"({size(a.inactive_slope or 0)}/step), {a.retries_added or 0} alloc retries in the last "
+            f"{len(a.steps)} steps; allocated flat at {size(last.allocated)}", **oom, **base)
+    if a.reserved_grows:
+        oom = _forecast(steps, _steps_left(steps, a.reserved_slope, _headroom(last, room.total, room.free, False)))
         return LeakVerdict(
             LEAK_CACHE_GROWTH, category="cache",
-            reason=f"reserved grows {size(reserved_slope)} per step while allocated stays at "
-            f"{size(allocator[-1].allocated)}: the allocator caches blocks it cannot reuse", **oom, **base)
+            reason=f"reserved grows {size(a.reserved_slope)} per step while allocated stays at "
+            f"{size(a.steps[-1].allocated)}: the allocator caches blocks it cannot reuse", **oom, **base)
+    return None
 
-    # Flat now: warming up if it grew earlier and has not been flat for long. (A sawtooth has
-    # already shown what it does: it rises and is released.)
-    settled, rose = _settling([float(getattr(s, figure)) for s in steps], floor)
-    if reserved:
+
+def _flat(steps: list[StepRecord], figure: str, growth: _WindowGrowth, allocator: _AllocatorEvidence,
+          measured: list[StepRecord], base: _Figures) -> LeakVerdict:
+    """The verdict on flat memory: warming up if it grew earlier and has not been flat for long, else
+    clean. (A sawtooth has already shown what it does: it rises and is released.)"""
+    settled, rose = _settling([float(getattr(s, figure)) for s in steps], FIGURES[figure][0])
+    if allocator.reserved:
         r_settled, r_rose = _settling([float(s.reserved) for s in measured if s.reserved is not None])
         if r_rose:  # the cache warming up counts too: settled once both are flat
             settled, rose = min(settled, r_settled), True
+    sawtooth = len(growth.drops) >= 2
     rose = rose and not sawtooth
     warmup = len(steps) - settled if rose else None
     if rose and settled < SETTLE_STEPS:
@@ -236,9 +354,9 @@ def leak_verdict(
             LEAK_WARMING_UP, warmup_steps=warmup, steps_needed=SETTLE_STEPS - settled,
             reason=f"memory grew over the first steps and has been flat for {settled}; "
             f"{SETTLE_STEPS - settled} more steps to call it settled", **base)
-    reason = f"{name} flat at {size(totals[-1])} over the last {span} steps"
+    reason = f"{FIGURE_NAMES[figure]} flat at {size(growth.totals[-1])} over the last {growth.span} steps"
     if sawtooth:
-        reason += f", released {len(drops)} times (garbage collection)"
+        reason += f", released {len(growth.drops)} times (garbage collection)"
     if rose:
         reason += f" after {warmup} steps of warm-up"
     return LeakVerdict(LEAK_CLEAN, warmup_steps=warmup, reason=reason, **base)
@@ -342,6 +460,22 @@ def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool
     if len(drops) >= 2:
         slope, grows = _trough_growth(xs, ys, drops, floor)
     return slope, grows, margin, drops
+
+
+def _grew_since(steps: list[StepRecord], figure: str, since: int) -> bool:
+    """Whether the judged figure grew steadily, clear of noise and with no release, from step ``since``
+    to the latest, read all along (no READ_GAP steps unread; judged on at most WINDOW_STEPS readings
+    spread evenly over that span)."""
+    span = [s for s in steps if s.step >= since]
+    if any(b.step - a.step > READ_GAP for a, b in zip(span, span[1:])):
+        return False  # unread for a while: what grew then, and when, is not known
+    stride = max(1, -(-len(span) // WINDOW_STEPS))
+    picked = span[::stride] if (len(span) - 1) % stride == 0 else span[::stride] + span[-1:]
+    if len(picked) < CLEAR_READINGS:
+        return False
+    ys = [float(getattr(s, figure)) for s in picked]
+    _, grows, margin, drops = _growth([float(s.step) for s in picked], ys, FIGURES[figure][0])
+    return grows and margin >= CLEAR_MARGIN and not drops
 
 
 def _confirmed(span: int, readings: int, margin: float, confirm: int) -> bool:
@@ -624,21 +758,26 @@ def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None
 _ReportKey = tuple[int, float, int, int | None]
 
 
-class LeakJudge:
-    """The leak verdicts of one machine's probed processes; reports that did not change since the
-    last call keep their verdict (the analysis is the costly part of a refresh)."""
+@dataclass(frozen=True, eq=False, repr=False)
+class JudgedLeaks(Record):
+    """One machine's leak verdicts by pid, each with the identity of the report it judged: handed back
+    to :func:`judge_leaks` with the next snapshot, so that reports that did not change keep their verdict
+    (the analysis is the costly part of a refresh). Its holder keeps the state; this module keeps none."""
 
-    def __init__(self) -> None:
-        self._verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
+    verdicts: Mapping[int, LeakVerdict] = field(default_factory=dict)
+    judged: Mapping[int, _ReportKey] = field(default_factory=dict)
 
-    def __call__(self, snapshot: Snapshot) -> dict[int, LeakVerdict]:
-        verdicts: dict[int, tuple[_ReportKey, LeakVerdict]] = {}
-        for report in snapshot.probes:
-            key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
-                   report.steps[-1].step if report.steps else None)
-            remembered = self._verdicts.get(report.pid)
-            if remembered is None or remembered[0] != key:
-                remembered = (key, snapshot_leak_verdict(report, snapshot))
-            verdicts[report.pid] = remembered
-        self._verdicts = verdicts
-        return {pid: verdict for pid, (_, verdict) in verdicts.items()}
+
+def judge_leaks(snapshot: Snapshot, earlier: JudgedLeaks | None = None) -> JudgedLeaks:
+    """The leak verdict of each probed process in ``snapshot``; the ``earlier`` verdict of a report that
+    did not change since. Processes no longer probed are dropped."""
+    known = earlier if earlier is not None else JudgedLeaks()
+    verdicts: dict[int, LeakVerdict] = {}
+    judged: dict[int, _ReportKey] = {}
+    for report in snapshot.probes:
+        key: _ReportKey = (report.pid, report.taken_at, len(report.steps),
+                           report.steps[-1].step if report.steps else None)
+        same = known.judged.get(report.pid) == key
+        verdicts[report.pid] = known.verdicts[report.pid] if same else snapshot_leak_verdict(report, snapshot)
+        judged[report.pid] = key
+    return JudgedLeaks(verdicts, judged)

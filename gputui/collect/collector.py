@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import socket
 import time
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from gputui.collect import nvml as nvml_reading
-from gputui.collect.host import HostReader
+from gputui.collect.host import HostReader, host_name
 from gputui.collect.interfaces import Psutil
 from gputui.collect.jobs import JobFinder
 from gputui.collect.nvml import DeviceReader, NvmlUnavailable, RawProcess
@@ -271,7 +270,7 @@ def open_collector(
             pynvml, psutil,
             clock=clock or time.monotonic,
             wallclock=time.time,
-            hostname=socket.gethostname(),
+            hostname=host_name(environ),
             environ=environ,
             proc_root="/proc",
         )

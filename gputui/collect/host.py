@@ -1,16 +1,31 @@
-"""The machine around the GPUs: CPU %, memory, swap, load average and boot time, read through psutil.
+"""The machine around the GPUs: its name, and CPU %, memory, swap, load average and boot time, read
+through psutil.
 
 CPU % is psutil's non-blocking form (since the previous call), so the first sample has none.
 """
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+import os
+import socket
+from typing import Callable, Mapping, TypeVar
 
 from gputui.collect.interfaces import Psutil
 from gputui.model import Host
+from gputui.untrusted import visible
 
 T = TypeVar("T")
+
+# The machine's name where the kernel's is not it: in a Kubernetes pod the host name is the pod's
+# (gputui-x7k2p), so the DaemonSet (deploy/kubernetes) sets this to the node's name.
+HOSTNAME_ENV = "GPUTUI_HOSTNAME"
+
+
+def host_name(environ: Mapping[str, str] | None = None) -> str:
+    """$GPUTUI_HOSTNAME where it is set, else the kernel's host name."""
+    env = os.environ if environ is None else environ
+    given = env.get(HOSTNAME_ENV, "").strip()
+    return visible(given) if given else socket.gethostname()
 
 
 class HostReader:

@@ -26,3 +26,13 @@ def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
     """Only our own user, or root, may talk to a probe."""
     own = os.getuid() if own_uid is None else own_uid
     return peer_uid == own or peer_uid == 0
+
+
+def peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process at the other end in this PID namespace (0: not visible from here),
+    or None where the system cannot say."""
+    try:
+        creds = peer_credentials(sock)
+    except OSError:
+        return None
+    return None if creds is None else creds[0]

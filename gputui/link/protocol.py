@@ -7,11 +7,10 @@ A request is ``{"v": 1, "id": n, "op": "report", "params": {...}}``; a reply is
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputui.model.codec import parse_json
+from gputui.model.codec import dump_json, parse_json
 from gputui.model.record import Record
 
 VERSION = 1
@@ -62,14 +61,8 @@ class RawJSON(bytes):
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON; NaN and infinities become null so any JSON reader accepts it."""
-    import json  # here: the live monitor imports this module to look for probes, and writes JSON only to one
-
-    try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite(value), separators=(",", ":"), allow_nan=False)
-    return text.encode()
+    """Compact JSON as bytes for the socket; NaN and infinities become null (model.codec.dump_json)."""
+    return dump_json(value).encode()
 
 
 def encode(message: dict) -> bytes:
@@ -142,12 +135,3 @@ def is_version(value: Any) -> bool:
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

@@ -2,7 +2,8 @@
 
 Stdlib only. It blocks in select() until a client speaks, answers read-only ops from a fixed table of
 handlers, and contains every failure (bad clients, handler exceptions, its own bugs) so that nothing
-ever reaches the training loop.
+ever reaches the training loop. Who may connect, how many, how fast and for how long is
+link/admission.py's to decide.
 """
 
 from __future__ import annotations
@@ -23,42 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from gputui.link import paths, protocol
-from gputui.link.peers import peer_allowed, peer_credentials
+from gputui.link.admission import (
+    ACCEPT_BURST,
+    ACCEPT_RATE,
+    MAX_CLIENTS,
+    REQUEST_BURST,
+    SILENT_TIMEOUT,
+    Admission,
+    Entry,
+)
+from gputui.link.peers import peer_credentials
 
 Handler = Callable[[dict], Any]
 
-# A bound on the file descriptors a probe may take from the training job: a monitor holds one
-# connection per probe, and a few monitors at once (panes, hosts' root) is the most seen in use.
-MAX_CLIENTS = 16
-# A connection must send a whole request this soon after it opens, or it is dropped: a client that
-# connects and says nothing holds a descriptor for nothing. (One that has asked is dropped after
-# protocol.IDLE_TIMEOUT without asking again or taking its replies.)
-SILENT_TIMEOUT = 5.0
-# When the table is full, a newcomer takes the place of a connection that has never asked and is at
-# least this old (the oldest first), else of one that has asked but not for a quarter of the idle
-# timeout (the longest quiet first): a monitor asking at any usual refresh interval keeps its
-# connection, and idle connections held open (by mistake or on purpose) never keep a monitor from
-# its answer. The grace spares one that has just connected and is about to ask.
-EVICT_GRACE = 0.5
-# Accepts per second, sustained and in a burst: far above any monitor's need (one connection per
-# probe per watcher), far below what lets a connect flood take a share of the job's CPU (an accept,
-# with its peer check and hang-up, costs 100-250 us beside a training loop: 200 a second is 2-5 % of
-# a core, and no measurable change in the job's step time; bench_flood.py).
-# Beyond it the listener is not watched until the budget refills; the kernel's backlog holds or
-# refuses the rest, and drains in a fraction of a second once the flood stops.
-ACCEPT_RATE = 200.0
-ACCEPT_BURST = 50.0
-# Requests answered per second, all connections together, sustained and in a burst. A monitor asks
-# each probe about once a second; a few monitors, an exporter and a many-host view at once ask ten or
-# so. Each answer costs the job 0.3-1 ms of CPU under its GIL (a report is put together and encoded):
-# three pollers asking flat out (~180 a second) cost a 3.7 ms/step CUDA job 10-19 % of its step time
-# (docs/validation.md), 20 a second bounds that near 2 %. Beyond it a request waits in its
-# connection, in order, until the budget refills; nothing more is read from that connection meanwhile.
-REQUEST_RATE = 20.0
-REQUEST_BURST = 20.0
-# How the probe's report says, once each, that it is asked faster than it answers (a connect flood;
-# pollers asking flat out).
-FLOOD_NOTE = "asked faster than"
 # Connections the kernel queues for accept(). Under a flood the queue is full of the flooder's, and a
 # monitor's connection waits behind them: BACKLOG / ACCEPT_RATE (80 ms), not longer.
 BACKLOG = 16
@@ -85,19 +63,12 @@ class ProbeServer:
         it to measure what the bound saves)."""
         self._handlers = dict(handlers)
         self._requested_path = Path(path) if path is not None else None
-        self._max_clients = max_clients
-        self._silent_timeout = silent_timeout
-        self._idle_timeout = idle_timeout
         self._clock = clock
-        self._accepts = _Budget(accept_rate, accept_burst, clock)
-        self._requests = _Budget(REQUEST_RATE if request_rate is None else request_rate, request_burst, clock)
-        self._listening_paused_until: float | None = None
-        self._waiting: dict[int, _Client] = {}  # connections whose next request waits for the budget
-        self._told: set[str] = set()  # the flood notes said
-        self.clients_dropped_idle = 0
-        self.clients_evicted = 0
-        self.accepts_deferred = 0
-        self.requests_deferred = 0
+        self._admission = Admission(
+            max_clients=max_clients, silent_timeout=silent_timeout, idle_timeout=idle_timeout,
+            accept_rate=accept_rate, accept_burst=accept_burst, request_rate=request_rate,
+            request_burst=request_burst, clock=clock, note=self._note)
+        self._listening = False  # whether the selector watches the listener (not while accepts rest)
         self.path: Path | None = None
         self.error: str | None = None
         self.problems: collections.deque[str] = collections.deque(maxlen=20)
@@ -113,6 +84,12 @@ class ProbeServer:
         self._wake_w: socket.socket | None = None
         self._selector: selectors.BaseSelector | None = None
         self._clients: dict[int, _Client] = {}
+
+    # What the admission policy counted, under the names the server has always had for them.
+    clients_dropped_idle = property(lambda self: self._admission.dropped_idle)
+    clients_evicted = property(lambda self: self._admission.evicted)
+    accepts_deferred = property(lambda self: self._admission.accepts_deferred)
+    requests_deferred = property(lambda self: self._admission.requests_deferred)
 
     @property
     def serving(self) -> bool:
@@ -135,6 +112,7 @@ class ProbeServer:
             self._selector = selectors.DefaultSelector()
             assert self._listener is not None  # _bind() made it
             self._selector.register(self._listener, selectors.EVENT_READ, None)
+            self._listening = True
             self._selector.register(self._wake_r, selectors.EVENT_READ, None)
             self._thread = threading.Thread(target=self._serve, name="gputui-probe-server",
                                             daemon=True)
@@ -246,117 +224,62 @@ class ProbeServer:
     def _accept(self) -> None:
         assert self._listener is not None and self._selector is not None
         while True:
-            if not self._take_token():
+            if not self._admission.may_accept():
+                self._listen(False)  # until the budget refills (_housekeeping)
                 return
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                self._accepts.give_back()  # nobody was waiting: the accept is not spent
+                self._admission.nobody_came()
                 return
             except OSError as exc:  # EMFILE and friends: the job is short of fds, not our business
                 self._note(f"accepting a client: {_describe(exc)}")
                 return
             sock.setblocking(False)
-            refusal = self._refusal(sock)
-            if refusal is not None:
-                code, message = refusal
+            entry = self._entry(sock)
+            if entry.evict is not None:
+                self._drop_key(entry.evict)
+            if entry.refused is not None:
+                code, message = entry.refused
                 _send_and_close(sock, protocol.error_reply(None, code, message))
                 continue
-            client = _Client(sock, self._clock())
+            client = _Client(sock)
             self.clients_accepted += 1
             self._clients[sock.fileno()] = client
+            self._admission.admit(sock.fileno())
             self._selector.register(sock, selectors.EVENT_READ, client)
 
-    def _refusal(self, sock: socket.socket) -> tuple[str, str] | None:
+    def _entry(self, sock: socket.socket) -> Entry:
         try:
             creds = peer_credentials(sock)
         except OSError as exc:
-            return protocol.REFUSED, f"cannot check who is connecting: {exc.strerror}"
-        # Without SO_PEERCRED (not Linux) the 0700 directory alone keeps other users out.
-        if creds is not None and not peer_allowed(creds[1]):
-            self._note(f"refused a connection from uid {creds[1]} (pid {creds[0]})")
-            return protocol.REFUSED, "this probe only answers its own user (or root)"
-        if len(self._clients) >= self._max_clients and not self._evict_one():
-            return protocol.BUSY, f"too many clients (limit {self._max_clients})"
-        return None
+            return Entry(refused=(protocol.REFUSED, f"cannot check who is connecting: {exc.strerror}"))
+        return self._admission.entry(creds)
 
-    def _evict_one(self) -> bool:
-        """Make room for a newcomer (see EVICT_GRACE); False when every connection is in use."""
-        now = self._clock()
-        quiet_enough = self._idle_timeout / 4
-        idle = [c for c in self._clients.values()
-                if now - c.last_seen >= (quiet_enough if c.spoke else EVICT_GRACE)]
-        if not idle:
-            return False
-        # (counted before the drop: whoever sees the connection close sees it counted)
-        self.clients_evicted += 1
-        self._drop(min(idle, key=lambda c: (c.spoke, c.last_seen)))
-        return True
-
-    # --- bounds on what clients may take -------------------------------------------------------
-
-    def _take_token(self) -> bool:
-        """One accept from the rate budget; when it is spent, stop watching the listener until it
-        refills (False)."""
-        if self._accepts.take():
-            return True
-        if self._listening_paused_until is None:
-            assert self._selector is not None and self._listener is not None
+    def _listen(self, on: bool) -> None:
+        """Watch the listener, or stop watching it while the accept budget refills."""
+        assert self._selector is not None and self._listener is not None
+        if on and not self._listening:
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
+        elif not on and self._listening:
             self._selector.unregister(self._listener)
-            self._listening_paused_until = self._clock() + self._accepts.refill_in()
-            self.accepts_deferred += 1
-            self._tell(f"{FLOOD_NOTE} {self._accepts.rate:g} connections/s: accepting at that rate "
-                       "(something keeps connecting to the probe's socket)")
-        return False
-
-    def _take_request_token(self, client: _Client) -> bool:
-        """One answer from the rate budget; when it is spent, the client waits (False)."""
-        if self._requests.take():
-            return True
-        self._waiting[client.sock.fileno()] = client
-        self.requests_deferred += 1
-        self._tell(f"{FLOOD_NOTE} {self._requests.rate:g} requests/s: answering at that rate "
-                   "(monitors polling it very often, or many at once)")
-        return False
-
-    def _tell(self, note: str) -> None:
-        if note not in self._told:  # once each: a flood is worth knowing of, not counting
-            self._told.add(note)
-            self._note(note)
+        self._listening = on
 
     def _housekeeping(self) -> float | None:
-        """Drop clients past their time, listen again when the budget allows; the seconds until
-        the next such deadline (None: nothing to wait for but clients)."""
-        now = self._clock()
-        deadlines = []
-        if self._listening_paused_until is not None:
-            if now >= self._listening_paused_until:
-                assert self._selector is not None and self._listener is not None
-                self._selector.register(self._listener, selectors.EVENT_READ, None)
-                self._listening_paused_until = None
-            else:
-                deadlines.append(self._listening_paused_until)
-        if self._waiting:
-            refill = now + self._requests.refill_in()
-            if refill <= now:
-                waiting, self._waiting = self._waiting, {}
-                for client in waiting.values():  # in the order they came to wait
-                    if client.sock.fileno() in self._clients:
-                        self._serving(client, self._pump)
-            if self._waiting:
-                deadlines.append(now + self._requests.refill_in())
-        for client in list(self._clients.values()):
-            # (a client taking a long reply is not idle: each part it takes counts as activity; one
-            # that stops reading holds its reply, and its descriptor, only this long)
-            limit = self._idle_timeout if client.spoke else self._silent_timeout
-            due = client.last_seen + limit
-            if now >= due:
-                self.clients_dropped_idle += 1
-                self._drop(client)
-            else:
-                deadlines.append(due)
-        # (capped: select() refuses a timeout too large for the OS, as a lifted limit would give)
-        return min(3600.0, max(0.0, min(deadlines) - now)) if deadlines else None
+        """Listen again when the accept budget allows, answer requests that waited for theirs, drop
+        clients past their time; the seconds until the next such deadline (None: nothing to wait
+        for but clients)."""
+        if self._admission.listen_again():
+            self._listen(True)
+        for key in self._admission.answer_now():  # in the order they came to wait
+            client = self._clients.get(key)
+            if client is not None:
+                self._serving(client, self._pump)
+        # (a client taking a long reply is not idle: each part it takes counts as activity; one
+        # that stops reading holds its reply, and its descriptor, only this long)
+        for key in self._admission.overdue():
+            self._drop_key(key)
+        return self._admission.timeout()
 
     def _service(self, client: _Client, mask: int) -> None:
         if mask & selectors.EVENT_READ:
@@ -371,9 +294,8 @@ class ProbeServer:
                 self._drop(client)
                 return
             client.inbox += data
-            if b"\n" in data:  # a whole request: this client speaks, and is not idle
-                client.spoke = True
-                client.last_seen = self._clock()
+            if b"\n" in data:  # a whole request
+                self._admission.asked(client.sock.fileno())
         self._pump(client)
 
     def _pump(self, client: _Client) -> None:
@@ -393,9 +315,9 @@ class ProbeServer:
                     return
                 if sent:
                     del client.outbox[:sent]
-                    client.last_seen = now
+                    self._admission.took_reply(client.sock.fileno(), now)
             if (client.outbox or client.closing or b"\n" not in client.inbox
-                    or client.sock.fileno() in self._waiting):
+                    or self._admission.waits(client.sock.fileno())):
                 break
         if client.outbox:
             # Read nothing more until the client takes its replies: a client that only writes
@@ -403,7 +325,7 @@ class ProbeServer:
             self._watch(client, selectors.EVENT_WRITE)
         elif client.closing:
             self._drop(client)
-        elif client.sock.fileno() in self._waiting:
+        elif self._admission.waits(client.sock.fileno()):
             self._watch(client, 0)  # nor while its request waits for the budget
         else:
             self._watch(client, selectors.EVENT_READ)
@@ -431,7 +353,7 @@ class ProbeServer:
                         None, protocol.TOO_LARGE,
                         f"request exceeds the {protocol.MAX_REQUEST}-byte limit"), close=True)
                 return
-            if not self._take_request_token(client):
+            if not self._admission.may_answer(client.sock.fileno()):
                 return
             line = bytes(client.inbox[:newline])
             del client.inbox[: newline + 1]
@@ -465,11 +387,17 @@ class ProbeServer:
         return {"protocol": protocol.VERSION, "pid": os.getpid(),
                 "ops": sorted(set(self._handlers) | {"hello"})}
 
+    def _drop_key(self, key: int) -> None:
+        client = self._clients.get(key)
+        if client is not None:
+            self._drop(client)
+        self._admission.leave(key)
+
     def _drop(self, client: _Client) -> None:
         fd = client.sock.fileno()
         if fd >= 0:
             self._clients.pop(fd, None)
-            self._waiting.pop(fd, None)
+            self._admission.leave(fd)
             try:
                 assert self._selector is not None
                 self._selector.unregister(client.sock)
@@ -495,8 +423,9 @@ class ProbeServer:
             pass
 
     def _close_sockets(self) -> None:
-        for client in list(self._clients.values()):
+        for fd, client in list(self._clients.items()):
             client.sock.close()
+            self._admission.leave(fd)
         self._clients.clear()
         for sock in (self._listener, self._wake_r, self._wake_w):
             if sock is not None:
@@ -517,47 +446,16 @@ class ProbeServer:
             self.problems.append(problem)
 
 
-class _Budget:
-    """A token bucket: ``rate`` a second, ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float]):
-        self.rate = rate
-        self._burst = burst
-        self._clock = clock
-        self._tokens = burst
-        self._at = clock()
-
-    def take(self) -> bool:
-        """One token, if there is one."""
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def give_back(self) -> None:
-        self._tokens += 1.0
-
-    def refill_in(self) -> float:
-        """Seconds until the next token (0 when there is one)."""
-        tokens = min(self._burst, self._tokens + (self._clock() - self._at) * self.rate)
-        return max(0.0, (1.0 - tokens) / self.rate)
-
-
 class _Client:
-    """One connected monitor: bytes half-received, replies not yet sent, and when it last asked."""
+    """One connected monitor: bytes half-received, replies not yet sent."""
 
-    __slots__ = ("closing", "inbox", "last_seen", "outbox", "sock", "spoke")
+    __slots__ = ("closing", "inbox", "outbox", "sock")
 
-    def __init__(self, sock: socket.socket, now: float):
+    def __init__(self, sock: socket.socket):
         self.sock = sock
         self.inbox = bytearray()
         self.outbox = bytearray()
         self.closing = False
-        self.spoke = False  # has sent a whole request
-        self.last_seen = now  # when it connected, sent its latest request or took part of a reply
 
     def reply(self, data: bytes, close: bool) -> None:
         self.outbox += data

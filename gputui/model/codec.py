@@ -8,6 +8,7 @@ and an older monitor (or the reverse) still understand each other.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from functools import cache
@@ -29,6 +30,30 @@ def parse_json(data: str | bytes | bytearray) -> Any:
         return json.loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def dump_json(value: Any) -> str:
+    """Compact ASCII JSON on one line, for every JSON gputui writes (documents, the probe wire, recordings).
+
+    NaN and infinity are not JSON (jq and other readers reject them): a reading that came out that way
+    is null.
+    """
+    import json  # here, as in parse_json: the live monitor without a probe writes no JSON
+
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def to_jsonable(value: Any) -> Any:

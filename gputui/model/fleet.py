@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from gputui.model.fielddoc import doc
 from gputui.model.gpu import Snapshot
 from gputui.model.judgement import Judgements
 from gputui.model.record import Record
@@ -26,9 +27,18 @@ HOST_STATES: tuple[HostState, ...] = (HOST_CONNECTING, HOST_LIVE, HOST_STALE, HO
 class HostView(Record):
     """One host of the many-host view: how its connection stands and its latest snapshot."""
 
-    name: str  # as the user wrote it: an ssh destination (alias, user@host) or a URL
-    state: HostState = HOST_CONNECTING
-    reason: str | None = None  # why it is unreachable, stale or refused, in words for people
-    age: float | None = None  # seconds since its latest snapshot arrived; None before the first
-    snapshot: Snapshot | None = field(default=None)  # the latest one, kept while the host is down
-    judgements: Judgements | None = None  # what was judged of that snapshot (the host's own pipeline's)
+    # name, state, reason and age are the `gputui.hosts` document's fields (plain/document.py HOST_FIELDS);
+    # the snapshot and its judgements are written there as the host's own snapshot document.
+    name: str = field(metadata=doc(
+        "the host as named: an ssh destination (alias, user@host) or a URL (no password)"))
+    state: HostState = field(default=HOST_CONNECTING, metadata=doc(
+        "connecting (no answer yet), live, stale (no snapshot for more than three intervals) or unreachable "
+        "(retried with backoff)", enum=HOST_STATES))
+    reason: str | None = field(default=None, metadata=doc(
+        "why it is not live (unreachable, stale or refused), in words for people"))
+    age: float | None = field(default=None, metadata=doc(
+        "seconds since its latest snapshot arrived; null before the first", minimum=0))
+    snapshot: Snapshot | None = field(default=None, metadata=doc(
+        "its latest snapshot, kept while the host is down"))
+    judgements: Judgements | None = field(default=None, metadata=doc(
+        "what was judged of that snapshot (the host's own sampling pipeline's)"))

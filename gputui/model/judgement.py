@@ -14,6 +14,7 @@ from gputui.model.job_verdicts import JobAnalysis
 from gputui.model.probe import LeakKeeper
 from gputui.model.record import Record
 from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
+from gputui.model.waste import Waste
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -51,6 +52,8 @@ class Judgements(Record):
         "each probed or trended process, by PID"))
     jobs: tuple[JobAnalysis, ...] = field(default=(), metadata=doc(
         "each training job's findings: imbalance, stragglers, the first OOM, advice"))
+    waste: Waste | None = field(default=None, metadata=doc(
+        "who holds the GPUs and who holds them idle; null where not judged (a document of an older gputui)"))
 
     def of(self, pid: int) -> ProcessJudgement | None:
         """The judgement of process ``pid``, or None."""

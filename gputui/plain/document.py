@@ -8,14 +8,13 @@ is ``gputui.plain.schema.SCHEMA``.
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.whatif import headrooms
 from gputui.model import Estimate, HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
+from gputui.model.codec import dump_json
 from gputui.model.judgement import Judgements, ProcessJudgement
 
 # Bump VERSION when a field changes meaning or is removed; adding a field keeps the version.
@@ -25,6 +24,13 @@ PROBE_REPORT = "gputui.probe-report"
 PROBE_LIST = "gputui.probes"
 HOSTS = "gputui.hosts"
 ESTIMATE = "gputui.estimate"
+KINDS = (SNAPSHOT, PROBE_REPORT, PROBE_LIST, HOSTS, ESTIMATE)
+# A host of a hosts document: these fields of its HostView, then its snapshot as its own document.
+HOST_FIELDS = ("name", "state", "reason", "age")
+
+# A document as one line of ASCII JSON (so ``--json --watch`` is NDJSON), NaN and infinity as null: the
+# one JSON writer, the probe wire's too.
+dumps = dump_json
 
 
 def _envelope(kind: str) -> dict[str, Any]:
@@ -64,7 +70,7 @@ def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
 def hosts_document(hosts: list[HostView]) -> dict[str, Any]:
     """Each host of the many-host view: its state, and its latest snapshot as its own document."""
     return {**_envelope(HOSTS), "hosts": [
-        {"name": h.name, "state": h.state, "reason": h.reason, "age": h.age,
+        {**{name: getattr(h, name) for name in HOST_FIELDS},
          "document": None if h.snapshot is None else snapshot_document(h.snapshot, h.judgements or Judgements())}
         for h in hosts]}
 
@@ -99,24 +105,3 @@ def read_snapshot_document(document: Any) -> Snapshot:
         raise ValueError(f"its gputui ({document.get('gputui', '?')}) writes snapshot version {version}; "
                          f"this one reads up to {VERSION}: upgrade gputui here")
     return from_jsonable(Snapshot, document.get("snapshot"))
-
-
-def dumps(document: dict[str, Any]) -> str:
-    """One line of ASCII JSON, so ``--json --watch`` is NDJSON.
-
-    NaN and infinity are not JSON (jq rejects them): a reading that came out that way is null.
-    """
-    try:
-        return json.dumps(document, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(document), separators=(",", ":"), allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value

@@ -11,6 +11,7 @@ from gputui.model import BY_DEVICES, Job, JobRank, Snapshot
 from gputui.model.job_verdicts import JobAnalysis, ShardedModel
 from gputui.model.judgement import Judgements
 from gputui.plain.styled import Line, flow, text
+from gputui.units import indices
 from gputui.untrusted import visible
 
 
@@ -112,17 +113,6 @@ def rank_count(job: Job) -> str:
     if job.world_size is not None and job.world_size != len(job.ranks):
         ranks += f" of {job.world_size}"
     return ranks
-
-
-def indices(numbers: tuple[int, ...]) -> str:
-    """"0-3,6": sorted numbers with their runs shortened."""
-    runs: list[list[int]] = []
-    for n in sorted(numbers):
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def rank_label(rank: JobRank) -> str:

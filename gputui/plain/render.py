@@ -7,11 +7,12 @@ what the monitor judged of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import tzinfo
 
 from gputui import units
+from gputui.analysis import vocabulary as vocab
 from gputui.analysis.breakdown import breakdown_of, devices_shown
+from gputui.analysis.vocabulary import ASCII, UNICODE, Glyphs
 from gputui.model import (
     PROCESS_OK,
     AllocatorStats,
@@ -25,7 +26,6 @@ from gputui.model import (
 )
 from gputui.model.breakdown import Breakdown
 from gputui.model.judgement import Judgements, ProcessJudgement
-from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -34,37 +34,11 @@ from gputui.model.verdicts import (
     LEAK_LEAK,
 )
 from gputui.plain.styled import Line, flow, text
+from gputui.plain.waste import waste_lines, worth_a_section
 from gputui.untrusted import visible, visible_all
 
 MIN_WIDTH = 40
 MAX_BAR = 40  # longer bars add no information, only width
-
-# How a throttle reason reads in a sentence, and whether it means trouble (hardware) or a setting.
-THROTTLE_WORDS = {
-    "hw_slowdown": ("hw slowdown", "bad"),
-    "hw_thermal": ("hw thermal", "bad"),
-    "hw_power_brake": ("power brake", "bad"),
-    "sw_thermal": ("sw thermal", "warn"),
-    "sw_power_cap": ("power cap", "warn"),
-    "sync_boost": ("sync boost", "warn"),
-    "app_clocks": ("app clocks", "warn"),
-    "display_clocks": ("display clocks", "warn"),
-}
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Glyphs(Record):
-    """The characters a style of output may use."""
-
-    full: str
-    empty: str
-    ellipsis: str
-    degree: str
-
-
-UNICODE = Glyphs(full="█", empty="░", ellipsis="…", degree="°C")
-ASCII = Glyphs(full="#", empty="-", ellipsis="...", degree="C")
-
 
 def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: bool = False, ascii: bool = False,
            width: int = 100, tz: tzinfo | None = None) -> str:
@@ -92,6 +66,9 @@ def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: b
         from gputui.plain.jobs import job_lines
 
         lines += job_lines(snapshot, judgements, width, glyphs.ellipsis)
+    if worth_a_section(judgements.waste):
+        assert judgements.waste is not None  # worth_a_section says so
+        lines += waste_lines(judgements.waste, width, glyphs.ellipsis)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)
@@ -179,15 +156,10 @@ def _device_block(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
 
 
 def _temperature(device: Device, glyphs: Glyphs) -> Line:
-    temp = device.temperature
-    if temp is None:
+    if device.temperature is None:
         return text("temp n/a", "dim")
-    slowdown = device.temperature_slowdown
-    if slowdown is not None:
-        style = "bad" if temp >= slowdown else "warn" if temp >= slowdown - 10 else "ok"
-    else:
-        style = "bad" if temp >= 85 else "warn" if temp >= 75 else "ok"
-    return text(f"{temp}{glyphs.degree}", style)
+    level = vocab.temperature_level(device.temperature, device.temperature_slowdown)
+    return text(vocab.temperature(device.temperature, glyphs), _STYLES[level] if level != "none" else None)
 
 
 def _fan(device: Device) -> Line:
@@ -199,9 +171,8 @@ def _fan(device: Device) -> Line:
 def _power(device: Device) -> Line:
     draw, limit = device.power_draw, device.power_limit
     if draw is None:
-        return text("power n/a", "dim") if limit is None else text(f"n/a/{limit:.0f}W", "dim")
-    shown = f"{draw:.0f}/{limit:.0f}W" if limit is not None else f"{draw:.0f}W"
-    return text(shown, _ratio_level(_ratio(draw, limit)))
+        return text("power n/a" if limit is None else vocab.watts(draw, limit), "dim")
+    return text(vocab.watts(draw, limit), _ratio_level(_ratio(draw, limit)))
 
 
 def _pstate(device: Device) -> Line:
@@ -213,20 +184,17 @@ def _pstate(device: Device) -> Line:
 def _clocks(device: Device) -> Line:
     line = Line()
     if device.clock_sm is not None:
-        sm = f"SM {device.clock_sm}"
-        sm += f"/{device.clock_sm_max}MHz" if device.clock_sm_max is not None else "MHz"
-        line.add(sm)
+        line.add(f"SM {vocab.megahertz(device.clock_sm, device.clock_sm_max)}")
     if device.clock_memory is not None:
-        line.add("  " if len(line) else "").add(f"mem {device.clock_memory}MHz")
+        line.add("  " if len(line) else "").add(f"mem {vocab.megahertz(device.clock_memory)}")
     return line
 
 
 def _throttle(device: Device) -> Line:
-    reasons = [r for r in device.throttle_reasons or () if r in THROTTLE_WORDS]
-    if not reasons:
+    slowdown = vocab.slowdown(device.throttle_reasons)
+    if not slowdown:
         return Line()
-    style = "bad" if any(THROTTLE_WORDS[r][1] == "bad" for r in reasons) else "warn"
-    return text("slowed: " + ", ".join(THROTTLE_WORDS[r][0] for r in reasons), style)
+    return text("slowed: " + slowdown, "bad" if vocab.slowed_by_hardware(device.throttle_reasons) else "warn")
 
 
 def _bars(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
@@ -235,8 +203,8 @@ def _bars(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
     Figures get a fixed width so that every device's bars are the same length and line up.
     """
     memory = (_ratio(device.memory_used, device.memory_total),
-              units.size_pair(device.memory_used, device.memory_total))
-    util = (None if device.gpu_util is None else device.gpu_util / 100, units.percent(device.gpu_util))
+              units.size_pair(device.memory_used, device.memory_total), vocab.GPU_MEMORY)
+    util = (None if device.gpu_util is None else device.gpu_util / 100, units.percent(device.gpu_util), vocab.LOAD)
     room = width - 4
     half = min((room - 2) // 2, len("MEM ") + MAX_BAR + _MEMORY_FIGURE)
     if half - 4 - _MEMORY_FIGURE >= 10:
@@ -250,19 +218,17 @@ def _bars(device: Device, width: int, glyphs: Glyphs) -> list[Line]:
 _MEMORY_FIGURE = len(" 88.8/888.8GiB")
 
 
-def _bar(label: str, ratio: float | None, figure: str | None, figure_width: int, span: int,
-         glyphs: Glyphs) -> Line:
+def _bar(label: str, ratio: float | None, figure: str | None, thresholds: vocab.Thresholds, figure_width: int,
+         span: int, glyphs: Glyphs) -> Line:
     """``MEM ████░░░░ 12.3/80.0GiB`` filling ``span`` columns; ``n/a`` when the ratio is unknown."""
     line = Line().add(f"{label} ")
     if ratio is None:
         return line.add("n/a" if figure is None else figure, "dim")
     tail = f" {figure}"
     cells = min(MAX_BAR, max(4, span - len(label) - 1 - max(figure_width, len(tail))))
-    filled = round(min(1.0, max(0.0, ratio)) * cells)
-    if ratio > 0 and filled == 0:
-        filled = 1  # a busy GPU never looks idle
-    style = _ratio_level(ratio)
-    line.add(glyphs.full * filled, style).add(glyphs.empty * (cells - filled), "dim")
+    filled, empty = vocab.bar(ratio, cells, glyphs)
+    style = _ratio_level(ratio, thresholds)
+    line.add(filled, style).add(empty, "dim")
     return line.add(tail, style).add(" " * (figure_width - len(tail)))
 
 
@@ -277,8 +243,8 @@ def _mig_line(gpu: int, mig: MigInstance, width: int, glyphs: Glyphs) -> list[Li
     if placement:
         chunks.append(text(" ".join(placement)))
     figure = units.size_pair(mig.memory_used, mig.memory_total)
-    chunks.append(text(figure or "memory n/a", _ratio_level(_ratio(mig.memory_used, mig.memory_total))
-                       if figure else "dim"))
+    chunks.append(text(figure or "memory n/a", _ratio_level(_ratio(mig.memory_used, mig.memory_total),
+                                                            vocab.GPU_MEMORY) if figure else "dim"))
     if mig.cuda_index is not None:
         chunks.append(text(f"cuda:{mig.cuda_index}", "accent"))
     return flow(chunks, width, first=first, indent=8, ellipsis=glyphs.ellipsis)
@@ -286,31 +252,11 @@ def _mig_line(gpu: int, mig: MigInstance, width: int, glyphs: Glyphs) -> list[Li
 
 # ----------------------------------------------------------------------------------------- processes
 
-@dataclass(frozen=True, eq=False, repr=False)
-class _Column(Record):
-    title: str
-    align: str  # "<" or ">"
-    drop_rank: int  # columns with higher ranks go first when the terminal is narrow; 0 = always
-
-
-_COLUMNS = (
-    _Column("PID", ">", 0),
-    _Column("USER", "<", 6),
-    # Shown only where it says more than USER (a pod, a container, a Slurm job): then it is what people
-    # ask first, so it outlasts USER (often a bare uid in containers) and the host's figures.
-    _Column("OWNER", "<", 5),
-    _Column("GPU", ">", 0),
-    _Column("TYPE", "<", 3),
-    _Column("GPU-MEM", ">", 0),
-    _Column("SM%", ">", 4),
-    _Column("CPU%", ">", 7),
-    _Column("HOST-MEM", ">", 9),
-    _Column("ELAPSED", ">", 8),
-)
-_OWNER = 2  # the OWNER column's place in _COLUMNS
-_OWNER_CHARS = 24
+# --once's columns of the process table, in order; labels, alignment, cell text and the order they give
+# way in when the terminal is narrow are the vocabulary's, the monitor's too.
+_SHOWN = ("pid", "user", "owner", "gpu", "type", "gpu_memory", "sm", "cpu", "host_memory", "elapsed")
+_ALWAYS = ("pid", "gpu", "gpu_memory")  # what the table is for: never given way
 _MIN_COMMAND = 24  # the command is what tells processes apart: keep room for it
-_KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
 
 
 def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyphs: Glyphs,
@@ -321,27 +267,27 @@ def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyph
         return [text("No GPU processes.", "dim")]
     probes = {report.pid: report for report in snapshot.probes}
     rows = [_process_cells(p, snapshot.taken_at, glyphs.ellipsis) for p in processes]
-    widths = [max(len(col.title), *(len(row[i][0]) for row in rows))
-              for i, col in enumerate(_COLUMNS)]
-    shown = list(range(len(_COLUMNS)))
+    widths = {cid: max(len(vocab.COLUMNS[cid].label), *(len(row[cid][0]) for row in rows)) for cid in _SHOWN}
+    shown = list(_SHOWN)
     if not any(p.owner is not None and p.owner.key[0] != "user" for p in processes):
-        shown.remove(_OWNER)  # it would only repeat USER
-    for rank in sorted({c.drop_rank for c in _COLUMNS if c.drop_rank}, reverse=True):
+        shown.remove("owner")  # it would only repeat USER
+    for victim in vocab.GIVE_WAY:
         if _table_width(widths, shown) + _MIN_COMMAND <= width:
             break
-        shown = [i for i in shown if _COLUMNS[i].drop_rank != rank]
+        if victim in shown and victim not in _ALWAYS:
+            shown.remove(victim)
     header = Line()
-    for i in shown:
-        header.add(_pad(_COLUMNS[i].title, widths[i], _COLUMNS[i].align) + " ", "head")
-    header.add("COMMAND", "head")
+    for cid in shown:
+        header.add(_pad(vocab.COLUMNS[cid].label, widths[cid], cid) + " ", "head")
+    header.add(vocab.COLUMNS["command"].label, "head")
     lines = [header.cropped(width, glyphs.ellipsis)]
     probed_seen: set[int] = set()
     for process, row in zip(processes, rows):
         line = Line()
-        for i in shown:
-            value, style = row[i]
-            line.add(_pad(value, widths[i], _COLUMNS[i].align), style).add(" ")
-        line.extend(_command(process, glyphs))
+        for cid in shown:
+            value, style = row[cid]
+            line.add(_pad(value, widths[cid], cid), style).add(" ")
+        line.extend(_command(process, row["command"][0]))
         lines.append(line.cropped(width, glyphs.ellipsis))
         report = probes.get(process.own_pid)
         if report is not None and report.pid not in probed_seen:
@@ -352,45 +298,37 @@ def _process_table(snapshot: Snapshot, judgements: Judgements, width: int, glyph
     return lines
 
 
-def _table_width(widths: list[int], shown: list[int]) -> int:
-    return sum(widths[i] + 1 for i in shown)
+def _table_width(widths: dict[str, int], shown: list[str]) -> int:
+    return sum(widths[cid] + 1 for cid in shown)
 
 
-def _pad(value: str, size: int, align: str) -> str:
-    return value.rjust(size) if align == ">" else value.ljust(size)
+def _pad(value: str, size: int, cid: str) -> str:
+    return value.rjust(size) if vocab.COLUMNS[cid].right else value.ljust(size)
 
 
-def _process_cells(p: GpuProcess, now: float, ellipsis: str) -> list[tuple[str, str | None]]:
-    na = ("n/a", "dim")
-    elapsed = None if p.started_at is None else units.elapsed(now - p.started_at)
-    return [
-        (str(p.pid), "bold" if p.state == PROCESS_OK else "dim"),
-        ((p.user or units.NA)[:10], None if p.user else "dim"),  # "n/a", as the monitor says
-        _owner_cell(p, ellipsis),
-        (p.gpu_name, None),
-        (_KIND_LETTERS.get(p.kind, p.kind), None),
-        (units.size_compact(p.gpu_memory), None) if p.gpu_memory is not None else na,
-        (f"{p.sm_util}%", _level(p.sm_util)) if p.sm_util is not None else na,
-        (f"{p.cpu_percent:.1f}", _level(p.cpu_percent)) if p.cpu_percent is not None else na,
-        (units.size_compact(p.host_memory), None) if p.host_memory is not None else na,
-        (elapsed, None) if elapsed is not None else na,
-    ]
+def _process_cells(p: GpuProcess, now: float, ellipsis: str) -> dict[str, tuple[str, str | None]]:
+    """Each column's text (the vocabulary's) and --once's style for it."""
+    cells = vocab.process_cells(p, now)
+    styles: dict[str, str | None] = {
+        "pid": "bold" if p.state == PROCESS_OK else "dim",
+        "sm": _level(p.sm_util),
+        "cpu": _level(p.cpu_percent),
+    }
+    shown = {}
+    for cid, value in cells.items():
+        most = vocab.COLUMNS[cid].most
+        if most is not None and len(value) > most:
+            value = value[:most - len(ellipsis)] + ellipsis
+        shown[cid] = (value, "dim" if value == units.NA else styles.get(cid))
+    return shown
 
 
-def _owner_cell(p: GpuProcess, ellipsis: str) -> tuple[str, str | None]:
-    owner = p.owner.most_specific() if p.owner is not None else ""
-    if len(owner) > _OWNER_CHARS:
-        owner = owner[:_OWNER_CHARS - len(ellipsis)] + ellipsis
-    return (owner, None) if owner else ("n/a", "dim")
-
-
-def _command(p: GpuProcess, glyphs: Glyphs) -> Line:
-    line = Line()
-    shown = " ".join(p.command) if p.command else (p.name or "")
-    line.add(shown)
-    if p.state != PROCESS_OK or p.note:
-        why = p.note or p.state
-        line.add(" " if shown else "").add(f"[{why}]", "warn" if p.state != PROCESS_OK else "dim")
+def _command(p: GpuProcess, shown: str) -> Line:
+    """The command cell: what is wrong with the process (its bracketed end) in colour."""
+    why = vocab.why_not_ok(p)
+    line = Line().add(shown[:len(shown) - len(why)] if why else shown)
+    if why:
+        line.add(why, "warn" if p.state != PROCESS_OK else "dim")
     return line
 
 
@@ -577,16 +515,14 @@ def _ratio(used: float | None, total: float | None) -> float | None:
     return used / total
 
 
-def _level(percent: float | None) -> str | None:
-    """Green below 50 %, yellow below 80 %, red from 80 %; dim when unknown."""
-    if percent is None:
-        return "dim"
-    if percent >= 80:
-        return "bad"
-    if percent >= 50:
-        return "warn"
-    return "ok"
+# The vocabulary's levels as --once colours them; unknown is dim.
+_STYLES = {"low": "ok", "mid": "warn", "high": "bad", "none": "dim"}
 
 
-def _ratio_level(ratio: float | None) -> str | None:
-    return _level(None if ratio is None else ratio * 100)
+def _level(percent: float | None) -> str:
+    """A percentage's style at the vocabulary's load thresholds (as the monitor colours it)."""
+    return _ratio_level(None if percent is None else percent / 100)
+
+
+def _ratio_level(ratio: float | None, thresholds: vocab.Thresholds = vocab.LOAD) -> str:
+    return _STYLES[vocab.level(ratio, thresholds)]

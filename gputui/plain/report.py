@@ -12,6 +12,7 @@ from gputui import units
 from gputui.analysis.phases import accounts, headline
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.text import figures_age, headroom_lines, probe_history
+from gputui.analysis.vocabulary import ASCII, UNICODE, Glyphs
 from gputui.analysis.whatif import headrooms
 from gputui.model import (
     AllocatorStats,
@@ -26,7 +27,7 @@ from gputui.model import (
 )
 from gputui.model.judgement import ProcessJudgement
 from gputui.plain.jobs import job_summary
-from gputui.plain.render import ASCII, MIN_WIDTH, UNICODE, Glyphs, probe_summary
+from gputui.plain.render import MIN_WIDTH, probe_summary
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
 

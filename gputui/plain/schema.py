@@ -20,11 +20,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from gputui.model import HOST_STATES, Breakdown, Estimate, Headroom, ProbeReport, Snapshot
+from gputui.model import Breakdown, Estimate, Headroom, HostView, ProbeReport, Snapshot
 from gputui.model.codec import literal_type
 from gputui.model.estimate import BACKWARD, CREATED, FORWARD, OPTIMIZER
 from gputui.model.fielddoc import DOC
 from gputui.model.judgement import Judgements, ProcessJudgement
+from gputui.plain import document
 
 SCHEMA_ID = "https://gputui.invalid/schema/v1"  # an identifier, not a URL to fetch
 
@@ -178,11 +179,15 @@ def _list(items: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _envelope(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A document of ``kind`` (one of document.KINDS): plain/document.py's envelope around ``body``."""
+    if kind not in document.KINDS:
+        raise ValueError(f"no document kind {kind!r}")
     return {
         "type": "object",
         "properties": {
             "schema": {"const": kind, "description": "what this document is"},
-            "version": {"const": 1, "description": "schema version; bumped when a field changes meaning"},
+            "version": {"const": document.VERSION,
+                        "description": "schema version; bumped when a field changes meaning"},
             "gputui": {"type": "string", "description": "gputui version that wrote it"},
             **body,
         },
@@ -207,7 +212,7 @@ UNREACHABLE = {
     "additionalProperties": False,
 }
 
-SNAPSHOT_DOCUMENT = _envelope("gputui.snapshot", {
+SNAPSHOT_DOCUMENT = _envelope(document.SNAPSHOT, {
     "snapshot": _ref("Snapshot"), "breakdowns": BREAKDOWNS,
     "judgements": {**_ref("Judgements"), "description": (
         "what the monitor judged of the snapshot: memory trends, leak verdicts, advice, job findings "
@@ -232,21 +237,17 @@ REPLAY = {
 }
 SNAPSHOT_DOCUMENT["properties"]["replay"] = REPLAY
 
+# A host of the hosts document: its HostView's fields, as the model documents them, and its snapshot
+# as its own document.
 HOST = {
     "type": "object",
-    "description": "One host of the many-host view (gputui --hosts)",
+    "description": f"{type_description(HostView)} (gputui --hosts)",
     "properties": {
-        "name": {"type": "string", "description": "the host as named: an ssh destination or a URL (no password)"},
-        "state": {"enum": list(HOST_STATES), "description": (
-            "connecting (no answer yet), live, stale (no snapshot for more than three intervals) or "
-            "unreachable (retried with backoff)")},
-        "reason": {"type": ["string", "null"], "description": "why it is not live, in words for people"},
-        "age": {"type": ["number", "null"], "minimum": 0,
-                "description": "seconds since its latest snapshot arrived; null before the first"},
+        **{f.name: property_schema(f, hint) for f, hint in fields_of(HostView) if f.name in document.HOST_FIELDS},
         "document": {"anyOf": [{"$ref": "#/$defs/SnapshotDocument"}, {"type": "null"}],
                      "description": "its latest snapshot, as its own gputui --json prints it; null before the first"},
     },
-    "required": ["name", "state", "reason", "age", "document"],
+    "required": [*document.HOST_FIELDS, "document"],
     "additionalProperties": False,
 }
 
@@ -256,20 +257,20 @@ SCHEMA: dict[str, Any] = {
     "title": "gputui JSON output",
     "oneOf": [
         _ref("SnapshotDocument"),
-        _envelope("gputui.probe-report", {
+        _envelope(document.PROBE_REPORT, {
             "report": _ref("ProbeReport"), "breakdowns": BREAKDOWNS,
             "headroom": _list(_ref("Headroom"), "room to grow on each GPU of the job, where NVML and the "
                               "allocator can be read (added in version 1)"),
             "judgement": {"anyOf": [_ref(ProcessJudgement.__name__), {"type": "null"}], "description": (
                 "what the monitor judged of the process: its leak verdict, growing sites, keepers and "
                 "advice (added in version 1)")}}),
-        _envelope("gputui.probes", {
+        _envelope(document.PROBE_LIST, {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
             "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
         }),
-        _envelope("gputui.hosts", {"hosts": _list(HOST, "the hosts, in the order they were named")}),
-        _envelope("gputui.estimate", {
+        _envelope(document.HOSTS, {"hosts": _list(HOST, "the hosts, in the order they were named")}),
+        _envelope(document.ESTIMATE, {
             "estimate": _ref("Estimate"),
             "fits": {"type": ["boolean", "null"],
                      "description": "the peak is within the device's usable memory; null: no device given"},

@@ -72,7 +72,7 @@ class ReadingsBudget:
     # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
     # it touches as few cache lines as it can.
     __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "_since", "_excess", "_light_spent",
-                 "_typical", "_at_step_start", "_in_a_row", "_answered")
+                 "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -81,6 +81,7 @@ class ReadingsBudget:
         self._since = clock()  # when the running step started (or the hooks were installed)
         self._excess = 0.0  # measured steps' untimed cost, estimated (see next_step)
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
+        self._light_typical: float | None = None  # smoothed seconds of one such reading
         self._answered = 0.0  # seconds the readings monitors asked for have cost
         self._typical: float | None = None  # smoothed duration of unmeasured steps
         self._at_step_start = 0.0  # hook_seconds when the running step started
@@ -158,6 +159,16 @@ class ReadingsBudget:
         reading took) and the next starts at ``now``: whether to measure it. ``carried``: seconds
         that count as the new step's readings."""
         if light:
+            typical = self._light_typical
+            if typical is None or light < typical:
+                self._light_typical = light  # (down at once: a slow first reading is no typical one)
+            else:
+                # A reading many times its usual cost is the machine taking the CPU away mid-reading
+                # (another process, the job's own data loaders), not the reading: charged whole, one
+                # 20 ms pause would stop the light readings for thousands of steps. Charged at most
+                # four typical readings; the typical follows a real rise, doubling at most at a time.
+                self._light_typical = typical + 0.05 * (min(light, 2 * typical) - typical)
+                light = min(light, 4 * typical)
             self._light_spent += light
             self.hook_seconds += light
         if measured:

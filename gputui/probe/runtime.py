@@ -182,9 +182,9 @@ class Probe:
         # reads as few objects as it can.
         tracker, board = self.tracker, self.board
         if tracker.last_measured:
-            started = time.perf_counter()
+            started = self.clock()
             self._publish(tracker.last_reading)
-            tracker.budget.charge(time.perf_counter() - started)
+            tracker.budget.charge(self.clock() - started)
         elif board.reading_wanted > board.reading.monotonic:
             self._reading_if_wanted()
         if board.sites_wanted[0] != board.sites_taken:
@@ -198,12 +198,12 @@ class Probe:
             if sites.on != was_on:
                 # The keeping line: what the user's frames hold is sized when recording starts and
                 # again when it ends (from here, the frames above are the job's training loop).
-                started = time.perf_counter()
+                started = self.clock()
                 if sites.on:
                     self.keepers.start(step, sys._getframe(1))
                 else:
                     self.keepers.finish(step, sys._getframe(1))
-                tracker.budget.charge(time.perf_counter() - started)
+                tracker.budget.charge(self.clock() - started)
             self._publish_sites()
         elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.last_evidence):
             # Right after a measured step, with its reading in; always after one measured because
@@ -216,11 +216,11 @@ class Probe:
         """A monitor asked for fresher figures than the board has: read them now, within budget."""
         board, budget = self.board, self.tracker.budget
         if board.reading_wanted > board.reading.monotonic and budget.may_answer():
-            started = time.perf_counter()
+            started = self.clock()
             try:
                 self._publish()
             finally:
-                budget.charge_answer(time.perf_counter() - started)
+                budget.charge_answer(self.clock() - started)
 
     def _take_sites_request(self) -> None:
         serial, steps, on = self.board.sites_wanted
@@ -266,11 +266,11 @@ class Probe:
         if cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY and self.tracker.may_spend():
             # The largest free block needs the allocator's whole segment list: costly on a big job,
             # so now and then, and charged to the probe's budget like every reading.
-            started = time.perf_counter()
+            started = self.clock()
             self._snapshot_at = time.monotonic()
             segments = allocator.memory_snapshot()
             self._free_blocks = {i: allocator.largest_free_block(segments, i) for i in cuda}
-            self.tracker.budget.charge(time.perf_counter() - started)
+            self.tracker.budget.charge(self.clock() - started)
         devices = []
         shown, main = self.tracker.activations_shown(), self.tracker.device
         seen = self.tracker.forward_seen or not self.tracker.step_count  # (before a step: not yet known)
@@ -323,7 +323,7 @@ class Probe:
                 or self._auto_at is not None and time.monotonic() - self._auto_at < AUTO_COOLDOWN):
             self._next_check = step + AUTO_CHECK_STEPS
             return
-        started = time.perf_counter()
+        started = self.clock()
         try:
             recent = tuple(e.to_record() for e in tracker.entries()[-4 * WINDOW_STEPS:])
             verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=recent))
@@ -337,7 +337,7 @@ class Probe:
         finally:
             self._next_check = step + AUTO_CHECK_STEPS
             self._checked_elapsed = tracker.elapsed
-            self._check_cost = time.perf_counter() - started
+            self._check_cost = self.clock() - started
             tracker.budget.charge(self._check_cost)
 
     # -- the report (any thread: from the board) -------------------------------------------------------

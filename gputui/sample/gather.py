@@ -8,13 +8,13 @@ No Textual here: the live monitor takes its first sample while Textual is still 
 from __future__ import annotations
 
 import dataclasses
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gputui.collect.filters import select
+from gputui.collect.host import host_name
 from gputui.collect.users import current_user
 from gputui.link.endings import OomEndings
 from gputui.model import Host, ProbeReport, Snapshot
@@ -182,7 +182,7 @@ class NoDriver:
 
         self.reason = reason
         self._clock = clock
-        self.hostname = hostname or socket.gethostname()
+        self.hostname = hostname or host_name()
         self._host: HostSource = host if host is not None else HostReader(psutil, self.hostname)
         self.probed = ProbedProcesses(psutil)
         self.jobs = JobFinder(psutil)

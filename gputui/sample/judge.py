@@ -1,7 +1,8 @@
 """Every judgement of a sample, made once: each GPU process's memory trend (from the history), each
-probed process's leak verdict, growing sites, keepers and advice, and each job's findings.
+probed process's leak verdict, growing sites, keepers and advice, each job's findings, and who holds the
+GPUs idle.
 
-Kept between samples (the history, the trends' cache, the leak judge), so it belongs to one sampling
+Kept between samples (the history, the trends' cache, the latest leak verdicts), so it belongs to one sampling
 thread. A judgement that fails is contained: the sample says why and goes on without it.
 """
 
@@ -13,13 +14,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gputui.analysis.history import History, ProcessKey
+from gputui.analysis.waste import WasteJudge
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.model.judgement import DeviceTrend, Judgements, ProcessJudgement
 from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, LeakVerdict, ProcessTrend
+from gputui.model.waste import WasteRules
 
 if TYPE_CHECKING:
-    from gputui.analysis.leaks import LeakJudge
+    from gputui.analysis.leaks import JudgedLeaks
     from gputui.analysis.trends import TrendCache
 
 
@@ -36,19 +39,21 @@ class Sample(Record):
 class Judge:
     """Judges the samples of one machine, in order."""
 
-    def __init__(self, history: History | None = None) -> None:
-        """``history``: one already recorded (a still picture); the judge adds each new sample to it."""
+    def __init__(self, history: History | None = None, waste: WasteRules | WasteJudge | None = None) -> None:
+        """``history``: one already recorded (a still picture); the judge adds each new sample to it.
+        ``waste``: when a held GPU counts as idle (the config's [waste] and the --idle-* flags), or an idle
+        judge that watched the recorded samples (a still picture's)."""
         self.history = history if history is not None else History()
-        self._leaks: LeakJudge | None = None  # made at the first call: the live monitor's first frame does without
-        self._trend_cache: TrendCache | None = None
+        self._waste = waste if isinstance(waste, WasteJudge) else WasteJudge(waste)
+        self._leaks: JudgedLeaks | None = None  # the latest verdicts, with the reports they judged
+        self._trend_cache: TrendCache | None = None  # made at the first call: the first frame does without
         self._trends: dict[ProcessKey, ProcessTrend] = {}
 
     def __call__(self, snapshot: Snapshot) -> Sample:
-        if self._leaks is None or self._trend_cache is None:
-            from gputui.analysis.leaks import LeakJudge
+        if self._trend_cache is None:
             from gputui.analysis.trends import TrendCache
 
-            self._leaks, self._trend_cache = LeakJudge(), TrendCache()
+            self._trend_cache = TrendCache()
         snapshot, leaks = self._leak_verdicts(snapshot)
         trends = self._memory_trends(snapshot)
         try:
@@ -56,12 +61,18 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
             judgements = Judgements()
             snapshot = _with_problem(snapshot, f"analysis failed: {type(exc).__name__}: {exc}")
+        try:
+            judgements = dataclasses.replace(judgements, waste=self._waste(snapshot))
+        except Exception as exc:  # noqa: BLE001 - as above
+            snapshot = _with_problem(snapshot, f"idle analysis failed: {type(exc).__name__}: {exc}")
         return Sample(snapshot, judgements, leaks, trends)
 
     def _leak_verdicts(self, snapshot: Snapshot) -> tuple[Snapshot, dict[int, LeakVerdict]]:
-        assert self._leaks is not None  # made by __call__
+        from gputui.analysis.leaks import judge_leaks
+
         try:
-            return snapshot, self._leaks(snapshot)
+            self._leaks = judge_leaks(snapshot, self._leaks)
+            return snapshot, dict(self._leaks.verdicts)
         except Exception as exc:  # noqa: BLE001 - as above
             return _with_problem(snapshot, f"leak analysis failed: {type(exc).__name__}: {exc}"), {}
 

@@ -34,6 +34,7 @@ PROCESS = ("pid", "user", "command", "index", "uuid", "namespace", "pod", "conta
 OWNER_LABEL_SETS = 200
 NO_OWNER = ("", "", "", "")
 PROBE = ("pid", "device", "uuid")
+OWNER = ("kind", "owner")  # who holds GPUs (judgements.waste): pod, container, slurm, unit or user, and its name
 # A training job's rank; not "job", which Prometheus gives each scrape target.
 JOB_RANK = ("job_key", "job_name", "pid", "rank")
 COMMAND_CHARS = 80  # a label is no place for a whole command line
@@ -98,6 +99,21 @@ FAMILIES = (
            PROCESS),
     Family("process_seconds_to_oom", "Seconds until the GPU is full at the process's growth (growing only)",
            PROCESS),
+    # who holds the GPUs, and who holds them idle (the w view's, --once's "Who holds the GPUs")
+    Family("idle_window_seconds", "The window the owners' mean SM utilisation is taken over"),
+    Family("idle_min_memory_bytes", "Memory an owner holds on a GPU at least for the GPU to count as idle"),
+    Family("idle_max_utilization_ratio", "SM utilisation under which a held GPU is idle (0 to 1)"),
+    Family("idle_after_seconds", "How long a held GPU stays idle, without a break, before it is called idle"),
+    Family("idle_watched_seconds", "How long the exporter has watched: no GPU is called idle before idle_after"),
+    Family("owners_left_out", f"Owners of GPU processes without owner_* series: those after the first "
+           f"{OWNER_LABEL_SETS}, the owners holding the most idle GPUs and memory first"),
+    Family("owner_memory_bytes", "GPU memory the owner holds, on all its GPUs", OWNER),
+    Family("owner_gpus", "GPUs the owner's processes are on", OWNER),
+    Family("owner_sm_utilization_ratio", "The owner's mean SM utilisation over idle_window_seconds, its GPUs "
+           "weighted alike (0 to 1)", OWNER),
+    Family("owner_idle_gpus", "GPUs the owner has held idle for idle_after_seconds or longer", OWNER),
+    Family("owner_idle_seconds", "The longest any of the owner's GPUs has been held idle without a break, "
+           "even short of idle_after_seconds (0: none is)", OWNER),
     # probed PyTorch processes
     Family("probe_memory_bytes", "Where a probed process's memory on a device goes, by category "
            "(the breakdown of gputui --json)", (*PROBE, "category")),
@@ -181,6 +197,7 @@ def readings(sample: Sample) -> Iterator[Reading]:
     for device in snapshot.devices:
         yield from _device(device)
     yield from _processes(sample)
+    yield from _owners(sample)
     yield from _jobs(sample)
     for report in snapshot.probes:
         try:
@@ -237,6 +254,26 @@ def _processes(sample: Sample) -> Iterator[Reading]:
             yield "process_memory_growth_bytes_per_second", labels, trend.rate
             yield "process_seconds_to_oom", labels, trend.time_to_oom
     yield "owner_labels_left_out", (), left_out
+
+
+def _owners(sample: Sample) -> Iterator[Reading]:
+    waste = sample.judgements.waste
+    if waste is None:
+        return
+    rules = waste.rules
+    yield "idle_window_seconds", (), rules.window
+    yield "idle_min_memory_bytes", (), rules.min_memory
+    yield "idle_max_utilization_ratio", (), _ratio(rules.max_util)
+    yield "idle_after_seconds", (), rules.idle_after
+    yield "idle_watched_seconds", (), waste.watched
+    yield "owners_left_out", (), max(0, len(waste.owners) - OWNER_LABEL_SETS)
+    for owner in waste.owners[:OWNER_LABEL_SETS]:  # the most idle GPUs and memory first
+        labels = (owner.kind, visible(owner.name))
+        yield "owner_memory_bytes", labels, owner.memory
+        yield "owner_gpus", labels, len(owner.gpus)
+        yield "owner_sm_utilization_ratio", labels, _ratio(owner.sm_util)
+        yield "owner_idle_gpus", labels, len(owner.idle)
+        yield "owner_idle_seconds", labels, owner.idle_for
 
 
 def _jobs(sample: Sample) -> Iterator[Reading]:

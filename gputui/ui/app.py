@@ -13,11 +13,10 @@ import functools
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -30,10 +29,13 @@ from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
-from gputui.ui import attaching
+from gputui.model.waste import Waste
+from gputui.ui import attaching, bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
+from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
@@ -41,7 +43,7 @@ from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
     from gputui.analysis.trends import TrendCache
-    from gputui.ui.launch import Ahead
+    from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
 
@@ -49,6 +51,8 @@ if TYPE_CHECKING:  # imported when first needed: the first frame does without it
 Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+# What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
+SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
 
@@ -57,13 +61,15 @@ class SnapshotReady(Message):
 
     def __init__(self, snapshot: Snapshot, took: float,
                  leaks: Mapping[int, LeakVerdict] | None = None,
-                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = ()) -> None:
+                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = (),
+                 waste: Waste | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
         self.alerts = alerts  # the AlertEvents this sample started or ended
         self.leaks = leaks or {}
         self.trends = trends  # the sampler's judgement; None: judged from the app's history
+        self.waste = waste  # who holds the GPUs idle: the sampler's judgement
 
 
 class SampleFailed(Message):
@@ -113,31 +119,11 @@ class GpuTuiApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
     HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
+    # What this monitor's source cannot do (SIGNAL, PROBE, RECORD_SITES, INTERVAL), and why in the user's
+    # words ("{signal}" is the signal's name): the live monitor's can do everything.
+    CANNOT: ClassVar[Mapping[str, str]] = {}
 
-    BINDINGS = [
-        Binding("q", "quit", "Quit", tooltip="Leave gputui", id="quit"),
-        # Ctrl-C quits as it does nvitop, top and htop (Textual's own only says "press ctrl+q"), from
-        # any screen and out of the filter box too: a binding of its own, so remapping q keeps it.
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Leave gputui (as q)",
-                id="quit.ctrl_c"),
-        Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
-        Binding("p,space", "toggle_pause", "Pause",
-                tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
-        Binding("plus,equals_sign", "interval(1)", "Slower", show=False,
-                tooltip="Sample less often (+)", id="interval.longer"),
-        Binding("minus", "interval(-1)", "Faster", show=False, tooltip="Sample more often (-)", id="interval.shorter"),
-        Binding("I", "signal('SIGINT')", "Interrupt", show=False,
-                tooltip="Send SIGINT to the selected process, after confirmation", id="signal.interrupt"),
-        Binding("T", "signal('SIGTERM')", "Terminate", show=False,
-                tooltip="Send SIGTERM to the selected process, after confirmation", id="signal.terminate"),
-        Binding("K", "signal('SIGKILL')", "Kill", show=False,
-                tooltip="Send SIGKILL to the selected process, after confirmation", id="signal.kill"),
-        Binding("A", "probe(True)", "Attach",
-                tooltip="Attach the PyTorch probe to the selected process (one that uses torch), after "
-                        "confirmation", id="probe.attach"),
-        Binding("D", "probe(False)", "Detach", show=False,
-                tooltip="Detach the probe from the selected process, after confirmation", id="probe.detach"),
-    ]
+    BINDINGS = bindings.APP
 
     def __init__(self, sampler: Sampler | None, *, interval: float = 1.0, readonly: bool = False,
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
@@ -173,6 +159,7 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
         self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
+        self.waste: Waste | None = None  # who holds the GPUs idle (the w view)
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
@@ -220,7 +207,7 @@ class GpuTuiApp(App[int]):
             self.sample_now()
 
     def make_main_screen(self) -> MainScreen:
-        return MainScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        return MainScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
@@ -268,9 +255,10 @@ class GpuTuiApp(App[int]):
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
         self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
-                                        alerts))
+                                        alerts, judged.judgements.waste))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.waste = message.waste
         self.accept(message.snapshot, message.leaks, message.trends)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
@@ -330,11 +318,19 @@ class GpuTuiApp(App[int]):
             self.main.stale = True
             from gputui.ui.screens.detail import ProcessDetail
             from gputui.ui.screens.job_detail import JobDetail
+            from gputui.ui.screens.waste import WasteScreen
 
             if isinstance(screen, (ProcessDetail, JobDetail)):
                 self.show_detail(screen)
+            elif isinstance(screen, WasteScreen):
+                screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
+
+    @property
+    def position(self) -> str | None:
+        """Where a replay is in its recording: the live monitor is at no position (ReplayApp's is)."""
+        return None
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
@@ -371,6 +367,20 @@ class GpuTuiApp(App[int]):
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
 
+    def open_waste(self) -> None:
+        """The w view: who holds the GPUs and who holds them idle."""
+        from gputui.ui.screens.waste import WasteScreen
+
+        if isinstance(self.screen, WasteScreen):
+            return
+        screen = WasteScreen()
+        self.push_screen(screen)
+        self.call_after_refresh(lambda: screen.show(self.waste_views()))
+
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """What the w view shows: this machine's judgement (the many-host view: each host's)."""
+        return [(None, self.waste)]
+
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample."""
         if self.snapshot is not None:
@@ -379,10 +389,24 @@ class GpuTuiApp(App[int]):
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
         self.open_detail(None, pid=message.pid, host=message.host)
 
+    def on_open_process_detail(self, message: OpenProcessDetail) -> None:
+        self.open_detail(message.process, host=message.host)
+
+    def on_open_job_detail(self, message: OpenJobDetail) -> None:
+        self.open_job_detail(message.key, host=message.host)
+
+    def on_open_waste(self, message: OpenWaste) -> None:
+        self.open_waste()
+
     # -- requests to probes ------------------------------------------------------------------
+
+    def on_record_sites(self, message: RecordSites) -> None:
+        self.record_sites(message.pid, on=message.on, steps=message.steps)
 
     def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
         """Ask ``pid``'s probe to start (or stop) recording allocation sites, off the UI thread."""
+        if self.refused(RECORD_SITES, title="Allocation sites"):
+            return
         if self.simulated:
             self.notify("Demo mode: this probe is simulated, so no request was sent. Its allocation "
                         "sites are simulated too (the leaking job records them already).",
@@ -423,8 +447,7 @@ class GpuTuiApp(App[int]):
 
         if isinstance(self.screen, HelpScreen):
             return
-        sections = [(title, describe_bindings(bindings, self.keymap, self))
-                    for title, bindings in binding_sections()]
+        sections = [(title, describe_bindings(listed, self.keymap, self)) for title, listed in binding_sections()]
         # This app's own keys come right after those that work everywhere: the first screenful is
         # the keys the user can press here (the live monitor's help opened on the replay's keys).
         own = [s for s in sections if s[0] == self.HELP_SECTION]
@@ -457,6 +480,8 @@ class GpuTuiApp(App[int]):
         self.main.render_snapshot()
 
     def action_interval(self, step: int) -> None:
+        if self.refused(INTERVAL):
+            return
         longer = [i for i in INTERVALS if i > self.interval]
         shorter = [i for i in INTERVALS if i < self.interval]
         if step > 0 and longer:
@@ -467,6 +492,8 @@ class GpuTuiApp(App[int]):
         self.main.render_snapshot()
 
     def action_signal(self, name: str) -> None:
+        if self.refused(SIGNAL, signal=name):
+            return
         choose = getattr(self.screen, "signal_target", None)
         target = choose() if choose else None
         if target is None:
@@ -499,6 +526,24 @@ class GpuTuiApp(App[int]):
 
         self.push_screen(ConfirmSignal(name, target.pid, target.what), answered)
 
+    # -- what this monitor cannot do -------------------------------------------------------------
+
+    def cannot(self, what: str) -> str | None:
+        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None."""
+        if what == PROBE and self.readonly and what not in self.CANNOT:
+            return "Read-only mode (--readonly): gputui attaches and detaches no probe."
+        return self.CANNOT.get(what)
+
+    def refused(self, what: str, *, title: str = "", signal: str = "") -> bool:
+        """Whether this monitor cannot do ``what``, having said why: every refusal of a source's is
+        made here, before anything is asked or opened."""
+        why = self.cannot(what)
+        if why is None:
+            return False
+        # Not str.format: a refusal may quote outside words (a host's name), braces and all.
+        self.notify(why.replace("{signal}", signal), title=title, severity="warning", timeout=8, markup=False)
+        return True
+
     # -- attaching and detaching the probe -----------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -507,19 +552,10 @@ class GpuTuiApp(App[int]):
             return hasattr(self.screen, "probe_target")
         return True
 
-    def probe_refusal(self) -> str | None:
-        """Why this monitor attaches and detaches no probe at all, or None (the many-host view and
-        the replay say why in their own words)."""
-        if self.readonly:
-            return "Read-only mode (--readonly): gputui attaches and detaches no probe."
-        return None
-
     def action_probe(self, attach: bool) -> None:
         """Attach the probe to the selected process (or detach it), after confirmation."""
         title = "Probe not attached" if attach else "Probe not detached"
-        refused = self.probe_refusal()
-        if refused is not None:
-            self.notify(refused, title=title, severity="warning", markup=False)
+        if self.refused(PROBE, title=title):
             return
         choose = getattr(self.screen, "probe_target", None)
         found = choose() if choose else None
@@ -574,6 +610,8 @@ class GpuTuiApp(App[int]):
                             main.action_toggle_tree)
         yield SystemCommand("Job view", "Group processes under their training job",
                             main.action_toggle_jobs)
+        yield SystemCommand("Who holds the GPUs idle", "Memory, mean SM utilisation and idle GPUs per pod, container, "
+                            "Slurm job or user", self.open_waste)
         yield SystemCommand("Only my processes", f"Show only {self.me}'s processes",
                             main.action_toggle_mine)
         yield SystemCommand("Filter processes", "Type to match command, user or pid",
@@ -605,34 +643,3 @@ class GpuTuiApp(App[int]):
             ScrollBar.renderer = self._scrollbar_renderer
             self._scrollbar_renderer = None
 
-
-REPLAY_KEYS = "Replay (gputui replay)"
-
-
-def binding_sections() -> list[tuple[str, list[Binding]]]:
-    """Every key binding, by the screen it works on, as the help screen lists them."""
-    from gputui.ui.replay import ReplayApp
-    from gputui.ui.screens.confirm import Confirm
-    from gputui.ui.screens.detail import ProcessDetail
-    from gputui.ui.screens.help import HelpScreen
-    from gputui.ui.screens.job_detail import JobDetail
-
-    return [
-        ("Everywhere", _bindings(GpuTuiApp.BINDINGS)),
-        ("Main screen", _bindings(MainScreen.BINDINGS, ProcessTable.BINDINGS)),
-        ("Process detail", _bindings(ProcessDetail.BINDINGS)),
-        ("Job detail", _bindings(JobDetail.BINDINGS)),
-        ("Confirmation (signals, probes)", _bindings(Confirm.BINDINGS)),
-        ("Help", _bindings(HelpScreen.BINDINGS)),
-        (REPLAY_KEYS, _bindings(ReplayApp.BINDINGS)),
-    ]
-
-
-def _bindings(*lists: Iterable[BindingType]) -> list[Binding]:
-    """The bindings of these lists, in order. (Textual also takes tuples; gputui writes Binding()s.)"""
-    return [b for bindings in lists for b in bindings if isinstance(b, Binding)]
-
-
-def binding_ids() -> set[str]:
-    """Every binding id the config's [keys] table may remap."""
-    return {b.id for _, bindings in binding_sections() for b in bindings if b.id}

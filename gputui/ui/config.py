@@ -1,5 +1,5 @@
 """The monitor's settings file: $XDG_CONFIG_HOME/gputui/config.toml (interval, theme, columns, keys,
-hosts).
+hosts, alerts, waste).
 
 Read and checked before the app starts, so a bad value is a clear UserError naming the file and the key,
 never a traceback halfway through drawing the screen.
@@ -14,17 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputui.alerts.settings import AlertSettings, parse_alerts_table
+from gputui.analysis.waste_rules import parse_waste_table
 from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
 from gputui.model.record import Record
+from gputui.model.waste import WasteRules
 from gputui.untrusted import visible
 
 THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
-KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts", "alerts")
+KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts", "alerts", "waste")
 # Bytes read at most: a real config is a few hundred; a path to /dev/zero or a log must not be read
 # until memory runs out.
 CONFIG_LIMIT = 1 << 20
@@ -41,6 +43,8 @@ command = "~/venv/bin/gputui"  # the remote gputui (default: gputui)
 [alerts]                       # see README's Alerts
 oom_within = "30m"
 command = "~/bin/page-me"
+[waste]                        # when a held GPU counts as idle (the w view)
+idle_after = "30m"
 """
 
 
@@ -61,6 +65,7 @@ class UiConfig(Record):
     keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
     hosts: HostsSettings = field(default_factory=HostsSettings)  # the many-host view's [hosts]
     alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts], before the --alert-* flags
+    waste: WasteRules = field(default_factory=WasteRules)  # [waste], before the --idle-* flags
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -167,7 +172,8 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
         raise bad("keys", 'must be a table of binding id = "key", e.g. quit = "q,ctrl+q"')
     hosts = parse_hosts_table(data["hosts"], bad) if "hosts" in data else HostsSettings()
     alerts = parse_alerts_table(data["alerts"], bad) if "alerts" in data else AlertSettings()
-    return UiConfig(file, interval, theme, columns, dict(keys), hosts, alerts)
+    waste = parse_waste_table(data["waste"], bad) if "waste" in data else WasteRules()
+    return UiConfig(file, interval, theme, columns, dict(keys), hosts, alerts, waste)
 
 
 def check_binding_ids(config: UiConfig, known: set[str]) -> None:

@@ -14,7 +14,8 @@ from textual.message import Message
 from gputui.analysis.history import History, ProcessKey
 from gputui.model import HostView, MonitorCost
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
-from gputui.ui.app import GpuTuiApp, SampleFailed
+from gputui.model.waste import Waste
+from gputui.ui.app import PROBE, RECORD_SITES, GpuTuiApp, SampleFailed
 from gputui.ui.hosts_sampler import HostsSample, HostsSampler
 from gputui.ui.hosts_screen import HostsScreen
 from gputui.ui.main_screen import MainScreen
@@ -37,6 +38,10 @@ class HostsReady(Message):
 class HostsApp(GpuTuiApp):
     """gputui's live monitor over several hosts."""
 
+    # Signals are refused by the screen, which names the selected process's host (why_no_signal_target).
+    CANNOT = {RECORD_SITES: "The many-host view is read-only: no request is sent to a probe on another machine. "
+                            "Run gputui on that host to record its allocation sites."}
+
     def __init__(self, sampler: HostsSampler, **kwargs: Any) -> None:
         super().__init__(None, **kwargs)
         self.hosts_sampler = sampler
@@ -49,7 +54,7 @@ class HostsApp(GpuTuiApp):
         self._trend_caches: dict[str, TrendCache] = {}
 
     def make_main_screen(self) -> MainScreen:
-        return HostsScreen(ascii=self.ascii, columns=self.columns, me=self.me)
+        return HostsScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
 
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
@@ -89,12 +94,14 @@ class HostsApp(GpuTuiApp):
             screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),
                         self.host_leaks.get(view.name, {}))
 
-    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
-        self.notify("The many-host view is read-only: no request is sent to a probe on another "
-                    "machine. Run gputui on that host to record its allocation sites.",
-                    title="Allocation sites", timeout=8)
+    def waste_views(self) -> list[tuple[str | None, Waste | None]]:
+        """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
+        return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in self.hosts]
 
-    def probe_refusal(self) -> str:
+    def cannot(self, what: str) -> str | None:
+        """The probe's refusal names the selected process's host, and how to attach one there."""
+        if what != PROBE:
+            return super().cannot(what)
         selected = getattr(self.screen, "selected_row", None)
         row = selected() if selected is not None else None
         if row is None or row.host is None:

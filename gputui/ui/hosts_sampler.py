@@ -11,7 +11,7 @@ import dataclasses
 import time
 from typing import Callable, Protocol
 
-from gputui.analysis.leaks import LeakJudge
+from gputui.analysis.leaks import JudgedLeaks, judge_leaks
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.record import Record
@@ -47,7 +47,7 @@ class HostsSampler:
         self._clock, self._wall = clock, wall
         self._own_cpu = OwnCpu(cpu_clock, clock)
         self._shown: dict[str, tuple[Snapshot, Snapshot]] = {}  # host -> (as received, made visible)
-        self._judges: dict[str, LeakJudge] = {}
+        self._leaks: dict[str, JudgedLeaks] = {}  # host -> its latest verdicts, with the reports they judged
 
     def sample(self) -> HostsSample:
         started = self._clock()
@@ -57,7 +57,8 @@ class HostsSampler:
                                        reason=None if view.reason is None else visible(view.reason),
                                        snapshot=self._visible(view.name, view.snapshot))
             if view.snapshot is not None:
-                leaks[view.name] = self._judges.setdefault(view.name, LeakJudge())(view.snapshot)
+                judged = self._leaks[view.name] = judge_leaks(view.snapshot, self._leaks.get(view.name))
+                leaks[view.name] = dict(judged.verdicts)
             views.append(view)
         return HostsSample(tuple(views), leaks, self._wall(), self._cost(started))
 

@@ -6,7 +6,6 @@ screen work as on one machine; signals do not (the processes are on other machin
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
 from textual.containers import Container
@@ -19,11 +18,9 @@ from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource
 from gputui.ui.main_screen import MainScreen, process_count
 from gputui.ui.signals import Target, kill_command
+from gputui.ui.state import HostsState
 from gputui.ui.widgets.hosts import HostList
 from gputui.ui.widgets.line import Line
-
-if TYPE_CHECKING:  # the app imports this module
-    from gputui.ui.hosts_app import HostsApp
 
 NO_CHARTS = "The many-host view has no GPU charts: a process's detail screen (Enter) charts its history."
 
@@ -31,9 +28,11 @@ NO_CHARTS = "The many-host view has no GPU charts: a process's detail screen (En
 class HostsScreen(MainScreen):
     """Every host's devices and processes at a glance."""
 
-    def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
-                 me: str | None = None) -> None:
-        super().__init__(ascii=ascii, columns=columns, me=me)
+    def __init__(self, hosts: HostsState, *, ascii: bool = False,
+                 columns: tuple[str, ...] = table_rows.DEFAULT, me: str | None = None) -> None:
+        """``hosts``: what the many-host view shows (every host's latest, trends, verdicts)."""
+        super().__init__(hosts, ascii=ascii, columns=columns, me=me)
+        self.hosts = hosts
         self.charts_on = False
 
     def compose_top(self) -> ComposeResult:
@@ -41,15 +40,11 @@ class HostsScreen(MainScreen):
         with Container(id="top"):
             yield HostList(ascii=self.ascii, id="devices")
 
-    @property
-    def hosts_app(self) -> HostsApp:
-        return cast("HostsApp", self.app)
-
     def shown_columns(self) -> tuple[str, ...]:
         return ("host", *(c for c in self.chosen_columns if c != "host"))
 
     def render_snapshot(self) -> None:
-        app = self.hosts_app
+        app = self.hosts
         self.query_one("#header", Line).show(self.summary())
         if not app.hosts:
             return
@@ -59,7 +54,7 @@ class HostsScreen(MainScreen):
 
     def summary(self) -> Content:
         """The line over every host: how many are up, the time, the interval, the monitor's cost."""
-        app = self.hosts_app
+        app = self.hosts
         if not app.hosts:
             return Content.styled("gputui · connecting to the hosts…", "$text-muted")
         states = Counter(h.state for h in app.hosts)
@@ -74,7 +69,7 @@ class HostsScreen(MainScreen):
         return Content("  ").join(parts)
 
     def rows_to_show(self) -> tuple[list[table_rows.Row], int] | None:
-        app = self.hosts_app
+        app = self.hosts
         hosts = [table_rows.HostRows(h.name, h.snapshot, app.host_trends.get(h.name, {}),
                                      app.host_leaks.get(h.name, {}))
                  for h in app.hosts if h.snapshot is not None]
@@ -84,7 +79,7 @@ class HostsScreen(MainScreen):
         return found, sum(process_count(h.snapshot) for h in hosts)
 
     def job_sources(self) -> list[JobSource]:
-        app = self.hosts_app
+        app = self.hosts
         return [JobSource(h.snapshot, app.host_trends.get(h.name, {}), h.name)
                 for h in app.hosts if h.snapshot is not None]
 

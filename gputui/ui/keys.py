@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding
 
+from gputui.ui.bindings import binding_ids
 from gputui.ui.config import ConfigError, UiConfig, check_binding_ids
 from gputui.untrusted import visible
 
@@ -16,8 +17,6 @@ from gputui.untrusted import visible
 def check_keymap(config: UiConfig) -> None:
     """Refuse [keys] remaps that name no binding, or bind a key that another action uses on the same
     screen (one of gputui's, or one built into Textual that cannot be remapped)."""
-    from gputui.ui.app import binding_ids
-
     check_binding_ids(config, binding_ids())
     clash = first_clash(config.keys)
     if clash is not None:
@@ -49,11 +48,12 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.screens.waste import WasteScreen
     from gputui.ui.widgets.processes import ProcessTable
 
     everywhere = _class_bindings(ReplayApp)  # ReplayApp is the monitor's app plus replay's keys
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
-               ("the job detail", (JobDetail,)), ("a confirmation", (Confirm,)),
+               ("the job detail", (JobDetail,)), ("the idle view", (WasteScreen,)), ("a confirmation", (Confirm,)),
                ("the help screen", (HelpScreen,))]
     return [(where, [b for cls in classes for b in _class_bindings(cls)] + everywhere)
             for where, classes in screens]

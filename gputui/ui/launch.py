@@ -14,18 +14,18 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Callable, Generic, TypeVar
+from typing import Callable
 
 from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
 from gputui.options import Options
+from gputui.ui.ahead import Ahead
 from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
 
-T = TypeVar("T")
 M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most arenas malloc may make
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
 NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
@@ -111,6 +111,20 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     return app.return_code or 0
 
 
+def run_replay(options: Options) -> int:
+    """Open the monitor on the recording ``options.extra["file"]`` (``gputui replay FILE``)."""
+    leave_out_tls()
+    config = checked_config(options)
+    from gputui.record.run import open_recording
+    from gputui.ui.replay import ReplayApp
+
+    recording = open_recording(str(options.extra["file"]))
+    app = ReplayApp(recording, ascii=options.ascii, theme=options.theme or config.theme or "dark",
+                    columns=config.columns, keymap=config.keys, handle_signals=True)
+    app.run()
+    return app.return_code or 0
+
+
 def leave_out_tls() -> None:
     """Keep OpenSSL out of the monitor's process: it never opens a TLS connection, but asyncio (under
     Textual) imports ``ssl`` to offer them, and that import maps libcrypto and libssl: 4.2 MB of a
@@ -141,6 +155,7 @@ def one_malloc_arena() -> None:
 def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
     from gputui.collect import NvmlUnavailable, open_collector
+    from gputui.sample.pipeline import waste_rules
 
     banner = None
     collector: Source
@@ -154,39 +169,9 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
         banner = NO_DRIVER_BANNER
         collector = NoDriverSource(str(exc))
     sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
-                      users=options.users, pids=options.pids, watch_probes=options.demo is None)
+                      users=options.users, pids=options.pids, watch_probes=options.demo is None,
+                      waste=waste_rules(options))
     return sampler, banner
-
-
-class Ahead(Generic[T]):
-    """A result the opening thread hands over: the part of concurrent.futures.Future used here.
-    concurrent.futures itself brings logging, about 8 ms of CPU before the first frame; Textual
-    loads it later."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._value: T | None = None
-        self._error: BaseException | None = None
-
-    def set_result(self, value: T) -> None:
-        self._value = value
-        self._done.set()
-
-    def set_exception(self, error: BaseException) -> None:
-        self._error = error
-        self._done.set()
-
-    def done(self, timeout: float | None = None) -> bool:
-        """Whether the result (or its exception) is in, waiting ``timeout`` seconds for it at most."""
-        return self._done.wait(timeout)
-
-    def result(self, timeout: float | None = None) -> T:
-        """The result, or the exception raised again; TimeoutError after ``timeout`` seconds."""
-        if not self._done.wait(timeout):
-            raise TimeoutError("not there yet")
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]  # set before the event
 
 
 def open_ahead(opener: Callable[[], tuple[Sampler, str | None]],

@@ -6,33 +6,30 @@ Snapshot and History; it never samples anything itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Container
 from textual.content import Content
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
+from gputui.analysis.vocabulary import command_line
 from gputui.model import GpuProcess, Snapshot
-from gputui.ui import format as fmt
+from gputui.ui import bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.owner_rows import group_by_owner
+from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
 from gputui.ui.rows import COLUMNS
 from gputui.ui.signals import Target, kill_command
+from gputui.ui.state import MonitorState
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
-
-if TYPE_CHECKING:  # the app imports this module
-    from gputui.ui.app import GpuTuiApp
 
 
 def layout_for(width: int, height: int) -> str:
@@ -53,33 +50,13 @@ class MainScreen(Screen):
     # has the early frame to look at by then) must reach the bindings, not the hidden filter box.
     AUTO_FOCUS = "#processes"
 
-    BINDINGS = [
-        Binding("slash", "filter", "Filter",
-                tooltip="Filter processes as you type: command, user or pid", id="filter"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the filter", id="filter.clear"),
-        Binding("less_than_sign", "sort_step(-1)", "Sort <", show=False,
-                tooltip="Sort by the column to the left", id="sort.previous"),
-        Binding("greater_than_sign,s", "sort_step(1)", "Sort",
-                tooltip="Sort by the column to the right", id="sort.next"),
-        Binding("r", "sort_reverse", "Reverse sort", show=False, tooltip="Reverse the sort order", id="sort.reverse"),
-        Binding("t", "toggle_tree", "Tree", tooltip="Show GPU processes under their parent processes", id="tree"),
-        Binding("j", "toggle_jobs", "Jobs", show=False,
-                tooltip="Group processes under their training job (one line per job; Enter: the job's details)",
-                id="jobs"),
-        Binding("o", "toggle_owners", "Owners", show=False,
-                tooltip="Group processes under their owner: pod, container, Slurm job, unit or user (one line each)",
-                id="owners"),
-        Binding("u", "toggle_mine", "Mine", tooltip="Show only my processes", id="mine"),
-        Binding("g", "next_gpu", "Next GPU", show=False,
-                tooltip="Pick the next GPU: chart its history, and scroll to it where not all GPUs fit",
-                id="charts.gpu"),
-        Binding("c", "toggle_charts", "Charts", show=False,
-                tooltip="Show or hide the history charts", id="charts.toggle"),
-    ]
+    BINDINGS = bindings.MAIN_SCREEN
 
-    def __init__(self, *, ascii: bool = False, columns: tuple[str, ...] = table_rows.DEFAULT,
-                 me: str | None = None) -> None:
+    def __init__(self, monitor: MonitorState, *, ascii: bool = False,
+                 columns: tuple[str, ...] = table_rows.DEFAULT, me: str | None = None) -> None:
+        """``monitor``: what the app shows (its latest sample, history, verdicts), read at each render."""
         super().__init__(id="main")
+        self.monitor = monitor
         self.ascii = ascii
         self.chosen_columns = columns
         self.owners_shown = False  # whether any process has an owner more specific than its user
@@ -112,7 +89,7 @@ class MainScreen(Screen):
 
     def compose_top(self) -> ComposeResult:
         """What stands above the process table: the header, the devices and their charts."""
-        yield HostHeader(ascii=self.ascii, as_root=getattr(self.app, "as_root", False), id="header")
+        yield HostHeader(ascii=self.ascii, as_root=self.monitor.as_root, id="header")
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceHistory(ascii=self.ascii, id="charts")
@@ -158,21 +135,16 @@ class MainScreen(Screen):
         return self.chosen_columns
 
     @property
-    def monitor(self) -> GpuTuiApp:
-        """The app, which Textual types as any App: this screen is only ever pushed by gputui's."""
-        return cast("GpuTuiApp", self.app)
-
-    @property
     def charts_visible(self) -> bool:
         return self.charts_on and self.layout_mode in ("normal", "wide")
 
     def render_snapshot(self) -> None:
         """Bring every widget up to the app's latest snapshot and history."""
         app = self.monitor
-        snap: Snapshot | None = getattr(app, "snapshot", None)
+        snap = app.snapshot
         self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.paused,
                                         compact=self.layout_mode == "tiny", problem=app.problem,
-                                        position=getattr(app, "position", None))
+                                        position=app.position)
         if snap is None:
             return
         self.stale = False
@@ -296,7 +268,7 @@ class MainScreen(Screen):
         if row is not None and row.parent is not None:
             # A tree parent (torchrun, a shell) holds no GPU memory: only GPU processes are
             # signalled from here, but its pid is worth giving for a kill by hand.
-            command = fmt.command_line(row.parent.command, row.parent.name)
+            command = command_line(row.parent.command, row.parent.name)
             return (f"Process {row.pid} ({command}) is a parent in the tree, not a GPU process: gputui "
                     f"signals GPU processes only. Select one under it, or signal it yourself: "
                     f"{kill_command(name, row.pid)}")
@@ -356,7 +328,7 @@ class MainScreen(Screen):
     def on_process_table_detail_requested(self, message: ProcessTable.DetailRequested) -> None:
         row = self.query_one(ProcessTable).rows_by_key.get(message.key)
         if row is not None and row.job is not None:
-            self.monitor.open_job_detail(row.job.key, host=row.host)
+            self.post_message(OpenJobDetail(row.job.key, row.host))
             return
         if row is not None and row.group == row.key:  # an owner's line: Enter folds or unfolds it
             self.on_process_table_fold_requested(ProcessTable.FoldRequested(row.key, row.key not in self.folded))
@@ -365,7 +337,7 @@ class MainScreen(Screen):
             self.notify("This parent process holds no GPU memory: no GPU details to show.",
                         severity="information")
             return
-        self.monitor.open_detail(row.process, host=row.host)
+        self.post_message(OpenProcessDetail(row.process, row.host))
 
     def action_toggle_tree(self) -> None:
         self.tree_view = not self.tree_view
@@ -381,6 +353,9 @@ class MainScreen(Screen):
         self.owner_view = not self.owner_view
         self.tree_view = self.job_view = False
         self.render_table()
+
+    def action_show_waste(self) -> None:
+        self.post_message(OpenWaste())
 
     def on_process_table_fold_requested(self, message: ProcessTable.FoldRequested) -> None:
         """Fold a job (its line stays, selected) or unfold it."""

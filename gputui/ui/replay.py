@@ -11,50 +11,44 @@ import threading
 from typing import Any
 
 from textual import work
-from textual.binding import Binding
 from textual.message import Message
 
 from gputui import units
 from gputui.analysis.history import History
 from gputui.model import Snapshot
 from gputui.model.verdicts import LeakVerdict
-from gputui.options import Options
+from gputui.model.waste import Waste
 from gputui.record.reader import Recording
-from gputui.record.run import open_recording
-from gputui.ui.app import REPLAY_KEYS, GpuTuiApp
+from gputui.record.reader import Sample as RecordedSample
+from gputui.ui import bindings
+from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
 from gputui.untrusted import visible, visible_all
 
 SPEEDS = (1, 2, 4, 8)
 LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
-NOTHING_TO_SEND = "A recording: there is no process to send {what} to."
 
 
 class Replayed(Message):
     """The sample at ``index`` decoded, with the history before it where it was rebuilt."""
 
     def __init__(self, index: int, snapshot: Snapshot, leaks: dict[int, LeakVerdict],
-                 history: History | None) -> None:
+                 history: History | None, waste: Waste | None = None) -> None:
         super().__init__()
         self.index, self.snapshot, self.leaks, self.history = index, snapshot, leaks, history
+        self.waste = waste  # who held the GPUs idle, as the recording gputui judged it
 
 
 class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
-    HELP_SECTION = REPLAY_KEYS
-    BINDINGS = [
-        Binding("comma", "step(-1)", "Back", show=False, tooltip="Replay: one sample back (,)",
-                id="replay.back"),
-        Binding("full_stop", "step(1)", "Forward", show=False, tooltip="Replay: one sample forward (.)",
-                id="replay.forward"),
-        Binding("left_square_bracket", "jump(-60)", "-1 min", tooltip="Replay: a minute back ([)",
-                id="replay.back_minute"),
-        Binding("right_square_bracket", "jump(60)", "+1 min", tooltip="Replay: a minute forward (])",
-                id="replay.forward_minute"),
-        Binding("b", "seek(0)", "Start", show=False, tooltip="Replay: back to the start", id="replay.start"),
-        Binding("e", "seek(-1)", "End", show=False, tooltip="Replay: on to the end", id="replay.end"),
-        Binding("x", "speed", "Speed", tooltip="Replay: x1, x2, x4, x8", id="replay.speed"),
-    ]
+    HELP_SECTION = bindings.REPLAY_KEYS
+    CANNOT = {
+        SIGNAL: "A recording: there is no process to send {signal} to.",
+        PROBE: "A recording: there is no process to attach a probe to or detach one from.",
+        RECORD_SITES: "A recording: there is no process to send a request to.",
+        INTERVAL: "A recording keeps its own interval: x changes the replay's speed.",
+    }
+    BINDINGS = bindings.REPLAY
 
     def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
         """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
@@ -110,7 +104,7 @@ class ReplayApp(GpuTuiApp):
                 history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
         sample = recording.sample(index)
         # made visible as the live sampler does: the screens never write a control character
-        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history))
+        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history, _waste(sample)))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:
@@ -118,6 +112,7 @@ class ReplayApp(GpuTuiApp):
         if message.history is not None:
             self.history, self.snapshot, self._trend_cache = message.history, None, None
         self.index = message.index
+        self.waste = message.waste
         self.accept(message.snapshot, message.leaks)
         if self.index == len(self.recording) - 1 and not self.paused:
             self.paused = True
@@ -167,30 +162,11 @@ class ReplayApp(GpuTuiApp):
             self._next = None
             self._play_on()
 
-    # -- what a recording cannot do ---------------------------------------------------------------
 
-    def action_interval(self, step: int) -> None:
-        self.notify("A recording keeps its own interval: x changes the replay's speed.", timeout=4)
-
-    def action_signal(self, name: str) -> None:
-        self.notify(NOTHING_TO_SEND.format(what=name), severity="warning")
-
-    def record_sites(self, pid: int, *, on: bool, steps: int) -> None:
-        self.notify(NOTHING_TO_SEND.format(what="a request"), severity="warning",
-                    title="Allocation sites")
-
-    def probe_refusal(self) -> str:
-        return "A recording: there is no process to attach a probe to or detach one from."
-
-
-def replay(options: Options) -> int:
-    """Open the monitor on the recording ``options.extra["file"]``."""
-    from gputui.ui.launch import checked_config, leave_out_tls
-
-    leave_out_tls()
-    config = checked_config(options)
-    recording = open_recording(str(options.extra["file"]))
-    app = ReplayApp(recording, ascii=options.ascii, theme=options.theme or config.theme or "dark",
-                    columns=config.columns, keymap=config.keys, handle_signals=True)
-    app.run()
-    return app.return_code or 0
+def _waste(sample: RecordedSample) -> Waste | None:
+    """Who held the GPUs idle, where the recording carries it (its gputui judged it; a crafted one: not)."""
+    try:
+        judgements = sample.judgements
+    except ValueError:
+        return None
+    return judgements.waste if judgements is not None else None

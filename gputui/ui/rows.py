@@ -12,7 +12,9 @@ from functools import partial
 from typing import Callable
 
 from gputui import units
+from gputui.analysis import vocabulary as vocab
 from gputui.analysis.history import ProcessKey
+from gputui.analysis.vocabulary import command_line, owner_of
 from gputui.model import PROCESS_OK, EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import (
@@ -22,7 +24,6 @@ from gputui.model.verdicts import (
     LeakVerdict,
     ProcessTrend,
 )
-from gputui.ui import format as fmt
 
 # What a column sorts by (booleans and ints count as numbers); None: unknown, always last.
 SortValue = float | str | tuple[int, int]
@@ -51,11 +52,6 @@ class Context(Record):
 
 
 
-def owner_of(p: GpuProcess) -> str:
-    """The OWNER cell: the most specific of pod, container, Slurm job, unit and user ("" unknown)."""
-    return p.owner.most_specific() if p.owner is not None else (p.user or "")
-
-
 def owners_beyond_users(rows: Iterable[Row]) -> bool:
     """Whether any row's process has an owner besides its user (a pod, container, Slurm job, unit):
     without one the OWNER column would only repeat USER, and is left out."""
@@ -71,25 +67,28 @@ def _trend_rank(p: GpuProcess, ctx: Context) -> float | None:
     return growth_of(ctx.trends.get((p.pid, p.device_index)), ctx.leaks.get(p.own_pid))[0]
 
 
-COLUMNS: dict[str, Column] = {c.id: c for c in (
-    Column("host", "HOST", lambda p, c: c.host or ""),  # the many-host view adds it
-    Column("pid", "PID", lambda p, c: p.pid, numeric=True),
-    Column("probe", "P", lambda p, c: p.own_pid in c.probes),
-    Column("user", "USER", lambda p, c: p.user or ""),
-    Column("owner", "OWNER", lambda p, c: owner_of(p)),
-    Column("gpu", "GPU", lambda p, c: (p.device_index, p.gpu_instance_id or -1), numeric=True),
-    Column("type", "TYPE", lambda p, c: p.kind),
-    Column("gpu_memory", "GPU MEM", lambda p, c: p.gpu_memory, numeric=True),
-    Column("trend", "TREND", _trend_rank, numeric=True),
-    Column("trend_mark", "TREND", _trend_rank, numeric=True),  # narrow panes: arrow and time to OOM
-    Column("sm", "SM%", lambda p, c: p.sm_util, numeric=True),
-    Column("memory_util", "MBW%", lambda p, c: p.memory_util, numeric=True),
-    Column("cpu", "CPU%", lambda p, c: p.cpu_percent, numeric=True),
-    Column("host_memory", "HOST MEM", lambda p, c: p.host_memory, numeric=True),
-    Column("elapsed", "TIME", _elapsed, numeric=True),
-    Column("started", "STARTED", lambda p, c: p.started_at, numeric=True),
-    Column("command", "COMMAND", lambda p, c: fmt.command_line(p.command, p.name)),
-)}
+# What each column sorts by; its label, width and alignment are the vocabulary's (--once's too).
+SORT_KEYS: dict[str, Callable[[GpuProcess, Context], SortValue | None]] = {
+    "host": lambda p, c: c.host or "",  # the many-host view adds it
+    "pid": lambda p, c: p.pid,
+    "probe": lambda p, c: p.own_pid in c.probes,
+    "user": lambda p, c: p.user or "",
+    "owner": lambda p, c: owner_of(p),
+    "gpu": lambda p, c: (p.device_index, p.gpu_instance_id or -1),
+    "type": lambda p, c: p.kind,
+    "gpu_memory": lambda p, c: p.gpu_memory,
+    "trend": _trend_rank,
+    "trend_mark": _trend_rank,
+    "sm": lambda p, c: p.sm_util,
+    "memory_util": lambda p, c: p.memory_util,
+    "cpu": lambda p, c: p.cpu_percent,
+    "host_memory": lambda p, c: p.host_memory,
+    "elapsed": _elapsed,
+    "started": lambda p, c: p.started_at,
+    "command": lambda p, c: command_line(p.command, p.name),
+}
+COLUMNS: dict[str, Column] = {cid: Column(cid, vocab.COLUMNS[cid].label, key, numeric=vocab.COLUMNS[cid].right)
+                              for cid, key in SORT_KEYS.items()}
 
 # Column sets per layout. The config's `columns` replaces DEFAULT; the small layouts keep only
 # the columns of theirs that the user asked for.
@@ -107,14 +106,9 @@ TINY_FOR = {"trend": "trend_mark"}  # a chosen column's narrow form
 KEPT = ("host",)  # in every layout where it is asked for: in the many-host view a pid alone says little
 
 
-# Cells wide each column is (the command takes what is left), and which columns give way first
-# when the pane is too narrow to leave the command a readable width.
-WIDTHS = {"host": 12, "pid": 7, "probe": 1, "user": 8, "owner": 16, "gpu": 4, "type": 4, "gpu_memory": 7, "trend": 11,
-          "trend_mark": 5, "sm": 4, "memory_util": 4, "cpu": 5, "host_memory": 8, "elapsed": 8,
-          "started": 19}
-# OWNER outlasts CPU%: on a shared node whose a process is matters more (where an owner is only a user,
-# the column is not shown at all: columns_for's owners); it gives way before USER, which is narrower.
-GIVE_WAY = ("started", "memory_util", "type", "host_memory", "elapsed", "cpu", "owner", "user", "probe", "trend")
+# Cells wide each column is (the command takes what is left); which columns give way first when the
+# pane is too narrow to leave the command a readable width is vocab.GIVE_WAY, --once's order too.
+WIDTHS = {cid: column.width for cid, column in vocab.COLUMNS.items() if cid != "command"}
 COMMAND_MIN = 22
 PADDING = 2  # blank cells around each column, both sides together
 
@@ -157,7 +151,7 @@ def columns_for(layout: str, chosen: tuple[str, ...] = DEFAULT, width: int | Non
         picked = tuple(chosen)
     if width is None or "command" not in picked or layout == "tiny":
         return picked  # the narrow set is the least worth showing: nothing more gives way
-    for victim in GIVE_WAY:
+    for victim in vocab.GIVE_WAY:
         if width - fixed_width(picked, column_widths(picked, sort_column, trend_width)) >= COMMAND_MIN + PADDING + 1:
             break
         if victim in picked and len(picked) > 2:
@@ -268,17 +262,12 @@ def growth_of(mark: ProcessTrend | None, leak: LeakVerdict | None,
 
 
 
-# The probe column: a dot for a probed process, the growing category's letter when its leak verdict
-# finds growth (the detail screen spells it out).
-CATEGORY_LETTERS = {"parameters": "P", "gradients": "G", "optimizer_state": "O", "buffers": "B", "activations": "A",
-                    "other": "T", "cache": "C", "fragmentation": "F"}
-
-
 def probe_mark(leak: LeakVerdict | None, *, ascii: bool = False) -> tuple[str, str]:
-    """The probe cell of a probed process and its style."""
+    """The probe cell of a probed process and its style: a dot, or the growing part's letter when its
+    leak verdict finds growth (the detail screen spells it out)."""
     if leak is None or leak.state not in GROWTH_STATES:
         return ("*" if ascii else "●", "$accent")
-    letter = CATEGORY_LETTERS.get(leak.category or "", "!")
+    letter = vocab.PART_LETTERS.get(leak.category or "", "!")
     return (letter, "bold $error" if leak.state == LEAK_LEAK else "bold $warning")
 
 
@@ -291,24 +280,12 @@ def process_cells(p: GpuProcess, ctx: Context) -> tuple[dict, dict]:
     probed = p.own_pid in ctx.probes
     mark, mark_style = probe_mark(leak, ascii=ctx.ascii) if probed else ("", "")
     cells = {
+        **vocab.process_cells(p, ctx.taken_at),
         "host": ctx.host or "",
-        "pid": str(p.pid),
         "probe": mark,
-        "user": p.user or units.NA,
-        "owner": owner_of(p) or units.NA,
-        "gpu": p.gpu_name,
-        "type": {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}.get(p.kind, p.kind),
-        "gpu_memory": units.size_short(p.gpu_memory),
         "trend": trend,
         "trend_mark": trend_mark,
-        "sm": units.percent(p.sm_util),
-        "memory_util": units.percent(p.memory_util),
-        "cpu": units.NA if p.cpu_percent is None else f"{p.cpu_percent:.0f}%",
-        "host_memory": units.size_short(p.host_memory),
-        "elapsed": units.elapsed(_elapsed(p, ctx)),
         "started": units.clock_time(p.started_at, date=True),
-        "command": fmt.command_line(p.command, p.name) if p.state == PROCESS_OK or p.command
-        else f"[{p.note or p.state}]",
     }
     styles = {"trend": trend_style, "trend_mark": trend_style} if trend_style else {}
     if probed:
@@ -322,7 +299,7 @@ def parent_cells(h: HostProcess, prefix: str = "", host: str | None = None) -> t
     """Texts and styles of a tree's parent that holds no GPU memory (``prefix``: its branch)."""
     cells = {c: "" for c in COLUMNS}
     cells.update(host=host or "", pid=str(h.pid), user=h.user or units.NA, gpu="-",
-                 command=prefix + fmt.command_line(h.command, h.name))
+                 command=prefix + command_line(h.command, h.name))
     return cells, {"pid": "$text-muted", "user": "$text-muted", "command": "$text-muted"}
 
 
@@ -457,7 +434,7 @@ def probe_only_cells(report: ProbeReport, ctx: Context, proc: HostProcess | None
         trend=trend, trend_mark=trend_mark, host_memory=units.size_short(host_memory),
         cpu=units.NA if proc is None or proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
         elapsed=units.elapsed(started) if started is not None else "",
-        command=fmt.command_line(report.command) if report.command else f"[probed process {report.pid}]",
+        command=command_line(report.command) if report.command else f"[probed process {report.pid}]",
     )
     styles = {"probe": mark_style, "gpu": "$text-muted"}
     if trend_style:
@@ -493,7 +470,7 @@ def ended_cells(ended: EndedProcess, ctx: Context) -> tuple[dict, dict]:
         gpu=",".join(str(i) for i in ended.devices) or probe_device_text(report), type="end",
         gpu_memory=units.size_short(ended.gpu_memory) if ended.gpu_memory is not None else "-",
         trend=ended_trend(ended, ctx.ascii), trend_mark="OOM",
-        command=fmt.command_line(report.command) if report.command else f"[probed process {ended.pid}]",
+        command=command_line(report.command) if report.command else f"[probed process {ended.pid}]",
     )
     bad = "$error"
     return cells, {c: bad for c in ("probe", "trend", "trend_mark")} | {

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from gputui.analysis.history import History
+from gputui.analysis.waste import WasteJudge
 from gputui.model import Snapshot
+from gputui.model.waste import WasteRules
 from gputui.sample.gather import Filters, FindsProcesses, Gatherer, Machine, NoDriver
 from gputui.sample.judge import Judge, Sample
 from gputui.sample.probes import FromSimulator, ReportSource, SimulatedProbes, Watched, Watcher
@@ -25,9 +27,11 @@ class Sampler:
 
     def __init__(self, collector: Source, *, only: Iterable[str] = (), only_visible: bool = False,
                  users: Iterable[str] = (), pids: Iterable[int] = (), watch_probes: bool = True,
-                 watcher: Watcher | None = None, history: History | None = None) -> None:
+                 watcher: Watcher | None = None, history: History | None = None,
+                 waste: WasteRules | WasteJudge | None = None) -> None:
         """``watcher`` replaces the link client's ProbeWatcher that ``watch_probes`` opens; ``history``
-        (a still picture's, recorded before) is the one the memory trends are judged from."""
+        (a still picture's, recorded before) is the one the memory trends are judged from; ``waste``: when a
+        held GPU counts as idle, or the idle judge (a still picture's, that watched the recorded seconds)."""
         self.collector = collector
         reports: list[ReportSource] = []
         if isinstance(collector, SimulatedProbes):  # the simulator's probed jobs (the real collector has none)
@@ -43,7 +47,7 @@ class Sampler:
             probed, jobs = collector.probed, collector.jobs
         self.gatherer = Gatherer(collector, reports=tuple(reports), probed=probed, jobs=jobs,
                                  filters=Filters(tuple(only), only_visible, tuple(users), tuple(pids)))
-        self._judge = Judge(history)
+        self._judge = Judge(history, waste)
 
     def sample(self, outline: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """The next snapshot, its outside strings (command lines, names, everything a probe says)

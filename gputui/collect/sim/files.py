@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
 
 from gputui.collect.sim.scenarios import VANISHED
-
-if TYPE_CHECKING:
-    from gputui.collect.sim.machine import SimulatedMachine
+from gputui.collect.sim.state import MachineView
 
 
 class SimFiles:
     """``read`` and ``listdir`` over the simulated machine (collect.owners.Files)."""
 
-    def __init__(self, machine: SimulatedMachine) -> None:
+    def __init__(self, machine: MachineView) -> None:
         self.machine = machine
         self.texts = dict(machine.plan.files)
 

@@ -10,16 +10,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import namedtuple
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Literal, overload
 
 import psutil as _psutil
 
 from gputui.collect.sim.devices import GiB, MiB
 from gputui.collect.sim.scenarios import DENIED, VANISHED, ZOMBIE, Program
 from gputui.collect.sim.signals import noise, stream
-
-if TYPE_CHECKING:  # the machine imports this module
-    from gputui.collect.sim.machine import SimulatedMachine
+from gputui.collect.sim.state import MachineView
 
 # The Linux shapes of psutil's named tuples.
 pcputimes = namedtuple("pcputimes", "user system children_user children_system iowait")
@@ -128,7 +126,7 @@ class SimPsutil:
     TimeoutExpired = _psutil.TimeoutExpired
     STATUS_ZOMBIE = _psutil.STATUS_ZOMBIE  # (the other STATUS_* too, set in __init__)
 
-    def __init__(self, machine: SimulatedMachine) -> None:
+    def __init__(self, machine: MachineView) -> None:
         self.machine = machine
         for name in dir(_psutil):
             if name.startswith("STATUS_"):

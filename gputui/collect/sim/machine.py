@@ -12,7 +12,10 @@ import time
 from typing import Callable
 
 from gputui.collect.sim import scenarios
+from gputui.collect.sim.files import SimFiles
+from gputui.collect.sim.host import SimPsutil
 from gputui.collect.sim.jobs import Job
+from gputui.collect.sim.probes import probe_reports
 from gputui.collect.sim.scenarios import Program
 from gputui.collect.sim.state import MachineState, state_at
 
@@ -39,9 +42,6 @@ class SimulatedMachine:
         self._jobs: tuple[tuple[Program, Job], ...] = tuple(
             (p, p.job) for p in self.plan.programs if p.job is not None)
         self._probe_cache: tuple[int, tuple] | None = None
-        from gputui.collect.sim.files import SimFiles
-        from gputui.collect.sim.host import SimPsutil  # host.py needs this module's clock
-
         self.psutil = SimPsutil(self)
         self.files = SimFiles(self)
 
@@ -123,8 +123,6 @@ class SimulatedMachine:
 
     def probe_reports(self) -> tuple:
         """ProbeReports of the probed processes (a rank of the training job, the leaking job)."""
-        from gputui.collect.sim.probes import probe_reports
-
         key = self.tick() if self._frozen is None else -1
         if self._probe_cache is None or self._probe_cache[0] != key:
             self._probe_cache = (key, probe_reports(self))

@@ -6,11 +6,9 @@ CUDA context), so the monitor can join the two views exactly as it would on a re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gputui.collect.sim.devices import MiB
 from gputui.collect.sim.jobs import Job, Layout, Memory, Run, round_up
-from gputui.collect.sim.state import JobNow
+from gputui.collect.sim.state import JobNow, MachineView
 from gputui.model import (
     FIRST_STEPS_KEPT,
     AllocationSite,
@@ -24,9 +22,6 @@ from gputui.model import (
     StepRecord,
 )
 from gputui.model.probe import LIMIT_LOSS_OUTSIDE
-
-if TYPE_CHECKING:  # machine.py imports this module when asked for reports
-    from gputui.collect.sim.machine import SimulatedMachine
 
 HISTORY = 200  # steps a probe keeps
 RECORDED = 16  # steps of allocation-site recording in the leaky job's report
@@ -131,7 +126,7 @@ def _keepers(lay: Layout, upto: int) -> tuple[LeakKeeper, ...]:
                        where=(KEEPING_LINE,)),)
 
 
-def report_for(now: JobNow, machine: SimulatedMachine) -> ProbeReport:
+def report_for(now: JobNow, machine: MachineView) -> ProbeReport:
     """The report the probe inside ``now``'s process would send."""
     program, run, mem = now.program, now.run, now.memory
     job, lay = now.job, now.job.layout
@@ -196,7 +191,7 @@ def report_for(now: JobNow, machine: SimulatedMachine) -> ProbeReport:
     )
 
 
-def probe_reports(machine: SimulatedMachine) -> tuple[ProbeReport, ...]:
+def probe_reports(machine: MachineView) -> tuple[ProbeReport, ...]:
     state = machine.state()
     return tuple(report_for(now, machine) for pid, now in sorted(state.jobs.items()) if now.program.probed)
 

@@ -8,6 +8,7 @@ every view of the machine tells the same story.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import pynvml
 
@@ -191,3 +192,18 @@ def state_at(scenario: Scenario, seed: int, t: float) -> MachineState:
     gone = frozenset(p.pid for p in scenario.programs if p.access == VANISHED)
     return MachineState(t, gpus, jobs, gone)
 
+
+class MachineView(Protocol):
+    """What the machine's views (its psutil, its files, its probes) read of the running scenario: the
+    machine (machine.py) makes them and hands itself in, so they depend on this, not on it."""
+
+    plan: Scenario
+    seed: int
+
+    def elapsed(self) -> float: ...
+    def now(self) -> float: ...
+    def wallclock(self) -> float: ...
+    def state(self) -> MachineState: ...
+    def program(self, pid: int) -> Program | None: ...
+    def started(self, pid: int, program: Program) -> float: ...
+    def pids(self) -> list[int]: ...

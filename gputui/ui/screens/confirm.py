@@ -4,11 +4,11 @@ Each names the process and says what will happen to it."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from gputui.ui import bindings
 from gputui.ui.attaching import what_happens
 from gputui.ui.signals import WHAT_IT_DOES
 
@@ -16,11 +16,7 @@ from gputui.ui.signals import WHAT_IT_DOES
 class Confirm(ModalScreen[bool]):
     """Dismissed with True to go ahead, False to leave the process alone (the default)."""
 
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes", tooltip="Go ahead (send the signal, attach or detach the probe)",
-                id="confirm.yes"),
-        Binding("n,escape", "answer(False)", "Cancel", tooltip="Leave the process alone", id="confirm.no"),
-    ]
+    BINDINGS = bindings.CONFIRM
 
     def __init__(self, title: str, what: str, effect: str, yes: str) -> None:
         super().__init__()

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
@@ -20,18 +18,18 @@ from textual.widgets import Footer, Static
 from gputui import units
 from gputui.analysis.history import History
 from gputui.analysis.process import ProcessAnalysis, analyse
+from gputui.analysis.vocabulary import command_line
 from gputui.model import EndedProcess, GpuProcess, HostProcess, LeakVerdict, ProbeReport, Snapshot
 from gputui.plain.report import oom_when
+from gputui.ui import bindings
 from gputui.ui import format as fmt
 from gputui.ui.attaching import ProbeTarget
+from gputui.ui.requests import RecordSites
 from gputui.ui.rows import GROWTH_STATES, probe_device_text, trend_text
 from gputui.ui.signals import Target
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.probe_panel import ProbePanel
-
-if TYPE_CHECKING:  # the app imports this module
-    from gputui.ui.app import GpuTuiApp
 
 # (metric, title, how to word a value, top of its scale: 100 for percentages, None: its largest value)
 PROCESS_CHARTS = (
@@ -40,9 +38,6 @@ PROCESS_CHARTS = (
     ("cpu_percent", "CPU", units.percent, 100.0),
     ("host_memory", "HOST MEM", lambda v: units.size_short(v), None),
 )
-
-RECORD_STEPS = 16  # steps of allocation-site recording one press of the key asks for
-
 
 class ProcessDetail(Screen):
     """Everything known about one process: one pid on one device, or (device None) a probed
@@ -54,12 +49,7 @@ class ProcessDetail(Screen):
     ProcessDetail.-ascii .detail-section { border-top: ascii $primary 40%; }
     """
 
-    BINDINGS = [
-        Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="detail.back"),
-        Binding("s", "record_sites", "Record sites",
-                tooltip="Start or stop recording where a probed process allocates (growing sites, "
-                        f"{RECORD_STEPS} steps)", id="detail.sites"),
-    ]
+    BINDINGS = bindings.PROCESS_DETAIL
 
     def __init__(self, pid: int, device_index: int | None, *, ascii: bool = False,
                  host: str | None = None) -> None:
@@ -177,14 +167,14 @@ class ProcessDetail(Screen):
             return Content.styled(f"Process {self.pid}{where} has ended: {seen}", "bold $warning")
         if self.device_index is None:
             where = "not listed by NVML" if report is None else f"on {probe_device_text(report)}, not listed by NVML"
-            command = fmt.command_line(report.command) if report else ""
+            command = command_line(report.command) if report else ""
             return Content.assemble((f"Process {self.pid}", "bold"), f"  {where}  ",
                                     (command[:60], "$text-muted"))
         if proc is None:
             return Content.styled(f"Process {self.pid} on GPU {self.device_index} is no longer on the "
                                   f"GPU: {seen} (showing its last history)", "bold $warning")
         return Content.assemble((f"Process {proc.pid}", "bold"), f"  on {fmt.gpu_words(proc)}  ",
-                                (fmt.command_line(proc.command, proc.name)[:60], "$text-muted"))
+                                (command_line(proc.command, proc.name)[:60], "$text-muted"))
 
     def probe_target(self) -> ProbeTarget | None:
         """Whom the probe keys would attach to or detach from: this process, as last sampled."""
@@ -214,7 +204,7 @@ class ProcessDetail(Screen):
                         severity="warning")
             return
         on = not self.report.recording
-        cast("GpuTuiApp", self.app).record_sites(self.report.pid, on=on, steps=RECORD_STEPS)  # (Textual: any App)
+        self.post_message(RecordSites(self.report.pid, on=on, steps=bindings.RECORD_STEPS))
 
 
 def ended_title(ended: EndedProcess) -> Content:

@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.ui import bindings
 from gputui.ui.job_rows import MARKS
 
 
@@ -39,9 +40,9 @@ def describe_bindings(bindings: list[Binding], keymap: dict[str, str],
 
 def legend(ascii: bool = False) -> list[tuple[str, str, str]]:
     """(mark, where it shows, what it means) for every mark the monitor draws."""
-    from gputui.ui.rows import CATEGORY_LETTERS
+    from gputui.analysis.vocabulary import GROWING_PARTS, PART_LETTERS
 
-    letters = " ".join(CATEGORY_LETTERS.values())
+    letters = " ".join(PART_LETTERS[part] for part in GROWING_PARTS)
     return [
         ("*" if ascii else "●", "P column", "a PyTorch probe is attached to the process"),
         (letters, "P column",
@@ -83,7 +84,7 @@ class HelpScreen(ModalScreen[None]):
     """A table per section: keys, the id to remap them in config.toml, and what they do; then what
     the monitor's marks mean."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help", tooltip="Close this help", id="help.close")]
+    BINDINGS = bindings.HELP
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str, str]]]], config_hint: str,
                  *, ascii: bool = False, cost: str = "") -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
@@ -23,6 +22,7 @@ from gputui.analysis.jobs import analyse_job, who
 from gputui.model import Breakdown, Job, Snapshot
 from gputui.model.job_verdicts import JobAnalysis, Slot
 from gputui.plain.jobs import findings, job_summary, model_line
+from gputui.ui import bindings
 from gputui.ui.rows import trend_text
 from gputui.ui.widgets.analysis_panel import AdviceList
 from gputui.ui.widgets.bars import meter
@@ -44,9 +44,7 @@ class JobDetail(Screen):
     JobDetail.-ascii #job-advice { border-top: ascii $primary 40%; }
     """
 
-    BINDINGS = [
-        Binding("escape,backspace", "close", "Back", tooltip="Back to the process list", id="job.back"),
-    ]
+    BINDINGS = bindings.JOB_DETAIL
 
     def __init__(self, key: str, *, ascii: bool = False, host: str | None = None) -> None:
         super().__init__()

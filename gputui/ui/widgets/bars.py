@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TypeGuard, cast
 
 from gputui import units
-from gputui.ui import format as fmt
+from gputui.analysis import vocabulary as vocab
 
 LEVEL_STYLES = {"low": "$success", "mid": "$warning", "high": "$error", "none": "$text-muted"}
 
@@ -58,12 +58,12 @@ def plain(words: Words) -> str:
     return "".join(text for text, _ in words)
 
 
-def meter(value: float | None, width: int, *, ascii: bool = False, warn: float = 0.7,
-          high: float = 0.9) -> Words:
+def meter(value: float | None, width: int, *, ascii: bool = False,
+          thresholds: vocab.Thresholds = vocab.LOAD) -> Words:
     """A bar for a 0..1 fraction between two edge marks, its fill coloured by level."""
-    filled, empty = fmt.bar(value, width, ascii=ascii)
+    filled, empty = vocab.bar(value, width, vocab.glyphs(ascii))
     left, right = ("[", "]") if ascii else ("▕", "▏")
-    style = LEVEL_STYLES[fmt.level(value, warn=warn, high=high)]
+    style = LEVEL_STYLES[vocab.level(value, thresholds)]
     return merged(((left, "$text-muted"), (filled, style), (empty, "$text-muted 50%"),
                    (right, "$text-muted")))
 
@@ -73,10 +73,10 @@ def label(text: str) -> Words:
 
 
 def value(text: str, level: str | None = None) -> Words:
-    """A reading; unknown ("n/a") is dimmed, a level colours it."""
+    """A reading; unknown ("n/a") is dimmed, a level colours it (a level of "none": not coloured)."""
     if text == units.NA:
         return styled(text, "$text-muted")
-    return styled(text, LEVEL_STYLES[level] if level else "")
+    return styled(text, LEVEL_STYLES[level] if level and level != "none" else "")
 
 
 def join(parts: Iterable[Words | str], separator: str = " ") -> Words:

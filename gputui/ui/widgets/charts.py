@@ -11,18 +11,19 @@ from textual.containers import Vertical
 from textual.content import Content
 
 from gputui import units
+from gputui.analysis import vocabulary as vocab
 from gputui.analysis.history import History, Series
 from gputui.model import Device
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import LEVEL_STYLES, Words, assemble, join
 from gputui.ui.widgets.line import Line, StyledLines
 
-# (metric, title, how to word a value)
-DEVICE_CHARTS = (
-    ("gpu_util", "UTIL", units.percent),
-    ("memory_used", "MEM", lambda v: units.size_short(v)),
-    ("power_draw", "POWER", lambda v: fmt.watts(v)),
-    ("temperature", "TEMP", lambda v: fmt.temperature(None if v is None else int(v))),
+# (metric, title, how to word a value with the glyphs shown)
+DEVICE_CHARTS: tuple[tuple[str, str, Callable[[float | None, vocab.Glyphs], str]], ...] = (
+    ("gpu_util", "UTIL", lambda v, _: units.percent(v)),
+    ("memory_used", "MEM", lambda v, _: units.size_short(v)),
+    ("power_draw", "POWER", lambda v, _: vocab.watts(v)),
+    ("temperature", "TEMP", lambda v, shown: vocab.temperature(None if v is None else int(v), shown)),
 )
 
 
@@ -135,7 +136,7 @@ class DeviceHistory(StyledLines):
             series = history.device(device.index, metric)
             points = tuple(fmt.resample(series.values, cells))
             latest = next((v for v in reversed(series.values) if v is not None), None)
-            charts.append((title, words(latest), latest, points, chart_scale(metric, device)))
+            charts.append((title, words(latest, vocab.glyphs(self.ascii)), latest, points, chart_scale(metric, device)))
         times = history.device(device.index, "gpu_util").times
         covered = round(times[-1] - times[0]) if len(times) > 1 else 0
         state = (device.index, tuple(charts), columns, chart_width, covered)
@@ -164,14 +165,17 @@ CHART_STYLE = "$primary"
 
 def chart_scale(metric: str, device: Device) -> tuple[float, float, float, float]:
     """(bottom, top, warn, high) for a metric: the values a chart spans and where its colours change."""
+    load, memory = vocab.LOAD, vocab.GPU_MEMORY
     if metric == "gpu_util":
-        return 0.0, 100.0, 0.7, 0.9
+        return 0.0, 100.0, load.warn, load.high
     if metric == "memory_used":
-        return 0.0, float(device.memory_total or 0), 0.7, 0.95
+        return 0.0, float(device.memory_total or 0), memory.warn, memory.high
     if metric == "power_draw":
-        return 0.0, float(device.power_limit or 0), 0.7, 0.9
-    top = float(device.temperature_slowdown or 90)  # temperature: 20 C is a cool board's floor
-    return 20.0, top, 0.85, 0.95
+        return 0.0, float(device.power_limit or 0), load.warn, load.high
+    # Temperature: 20 C is a cool board's floor; the colours change where the device line's do
+    # (vocabulary.temperature_level): TEMPERATURE_WARN degrees below the slowdown, and at it.
+    top = float(device.temperature_slowdown or 90)
+    return 20.0, top, max(0.0, 1.0 - vocab.TEMPERATURE_WARN / max(1.0, top - 20.0)), 1.0
 
 
 def chart_line(title: str, value: str, latest: float | None, points: tuple[float, ...],
@@ -189,8 +193,8 @@ def chart_line(title: str, value: str, latest: float | None, points: tuple[float
     elif latest is None or span <= 0:
         value_style = "bold"
     else:
-        value_style = "bold " + LEVEL_STYLES[fmt.level(min(1.0, max(0.0, (latest - bottom) / span)),
-                                                       warn=warn, high=high)]
+        fraction = min(1.0, max(0.0, (latest - bottom) / span))
+        value_style = "bold " + LEVEL_STYLES[vocab.level(fraction, vocab.Thresholds(warn, high))]
     marks = ASCII_MARKS if ascii else BLOCKS
     if span > 0:
         drawn = "".join(mark((p - bottom) / span, marks) for p in points)

@@ -15,6 +15,7 @@ from textual.geometry import Region
 from textual.message import Message
 
 from gputui import units
+from gputui.analysis import vocabulary as vocab
 from gputui.model import Device, MigInstance, Snapshot, mig_name
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, merged, meter, plain, styled, value
@@ -44,33 +45,32 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
     mem_f = fmt.fraction(d.memory_used, d.memory_total)
     util_f = None if d.gpu_util is None else d.gpu_util / 100
     mem_text = units.size_pair_short(d.memory_used, d.memory_total)
-    temp_level = None
-    if d.temperature is not None and d.temperature_slowdown:
-        temp_level = fmt.level(d.temperature / d.temperature_slowdown, warn=0.85, high=0.95)
-    temp = value(fmt.temperature(d.temperature), temp_level)
-    slow = fmt.slowdown(d.throttle_reasons)
-    slow_part = styled(("! " if ascii else "⚠ ") + slow, "bold $warning") if slow else ""
+    temp_level = vocab.temperature_level(d.temperature, d.temperature_slowdown)
+    temp = value(vocab.temperature(d.temperature, vocab.glyphs(ascii)), temp_level)
+    slow = vocab.slowdown(d.throttle_reasons)
+    slow_style = "bold $error" if vocab.slowed_by_hardware(d.throttle_reasons) else "bold $warning"
+    slow_part = styled(("! " if ascii else "⚠ ") + slow, slow_style) if slow else ""
 
     if mode == "tiny":
         bar_w = max(3, (width - 32) // 2)
         used = units.size_short(d.memory_used)
-        return (join([head, meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{used:>5}",
+        return (join([head, meter(mem_f, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY), f"{used:>5}",
                       meter(util_f, bar_w, ascii=ascii), f"{units.percent(d.gpu_util):>4}", temp]),)
 
     migs = tuple(render_mig(d.index, mig, mode, width, ascii=ascii) for mig in d.mig_instances)
 
-    power = fmt.watts(d.power_draw, d.power_limit)
+    power = vocab.watts(d.power_draw, d.power_limit)
     if mode == "compact":
-        slow_short = styled("!" if ascii else "⚠", "bold $warning") if slow else ""
+        slow_short = styled("!" if ascii else "⚠", slow_style) if slow else ""
         bar_w = max(4, min(30, (width - 64) // 2))
-        return (join([head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95),
+        return (join([head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY),
                       f"{mem_text:>11}", label("UTIL"), meter(util_f, bar_w, ascii=ascii),
-                      f"{units.percent(d.gpu_util):>4}", temp, value(fmt.watts(d.power_draw)),
+                      f"{units.percent(d.gpu_util):>4}", temp, value(vocab.watts(d.power_draw)),
                       slow_short]), *migs)
 
     bar_w = max(6, min(40, (width - 79) // 2))
     first = join([
-        head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{mem_text:>11}",
+        head, label("MEM"), meter(mem_f, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY), f"{mem_text:>11}",
         label("UTIL"), meter(util_f, bar_w, ascii=ascii), f"{units.percent(d.gpu_util):>4}",
         temp, join([label("fan"), value(units.percent(d.fan_speed))]), value(power),
     ])
@@ -79,8 +79,8 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
         codecs = join([label("ENC"), units.percent(d.encoder_util), label("DEC"), units.percent(d.decoder_util)])
     second = join([
         " " * (len(str(d.index)) + 2),
-        join([label("SM"), value(fmt.megahertz(d.clock_sm, d.clock_sm_max))]),
-        join([label("MEM"), value(fmt.megahertz(d.clock_memory))]),
+        join([label("SM"), value(vocab.megahertz(d.clock_sm, d.clock_sm_max))]),
+        join([label("MEM"), value(vocab.megahertz(d.clock_memory))]),
         value("n/a" if d.performance_state is None else f"P{d.performance_state}"),
         join([label("PCIe"), value(fmt.pcie_link(d.pcie_generation, d.pcie_width)),
               label("rx"), value(units.rate(d.pcie_rx)), label("tx"), value(units.rate(d.pcie_tx)),
@@ -98,13 +98,13 @@ def render_cell(d: Device, width: int, index_width: int, *, ascii: bool = False,
     head = assemble((marker, "$accent"), (f"{d.index:>{index_width}}", "bold"))
     if d.lost:
         return join([head, styled("LOST", "bold $error")])
-    temp_level = None
-    if d.temperature is not None and d.temperature_slowdown:
-        temp_level = fmt.level(d.temperature / d.temperature_slowdown, warn=0.85, high=0.95)
-    bar_w = max(2, width - 20 - index_width)  # the rest: 19 cells of words and spaces, 1 to the next cell
-    return join([head, meter(fmt.fraction(d.memory_used, d.memory_total), bar_w, ascii=ascii, high=0.95),
+    temp_level = vocab.temperature_level(d.temperature, d.temperature_slowdown)
+    temp = vocab.temperature(d.temperature, vocab.glyphs(ascii))  # "65°C", right-aligned in 4 cells
+    bar_w = max(2, width - 21 - index_width)  # the rest: 20 cells of words and spaces, 1 to the next cell
+    memory = fmt.fraction(d.memory_used, d.memory_total)
+    return join([head, meter(memory, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY),
                  f"{units.size_short(d.memory_used):>5}", f"{units.percent(d.gpu_util):>4}",
-                 value(fmt.temperature(d.temperature), temp_level)])
+                 assemble(" " * max(0, 4 - len(temp)), value(temp, temp_level))])
 
 
 def compute_mode_part(d: Device) -> Words | str:
@@ -128,7 +128,7 @@ def render_mig(parent: int, mig: MigInstance, mode: str, width: int, *, ascii: b
     return join([
         assemble("   ", (f"MIG {name:<5}", "$accent")),
         value((mig.profile or units.NA).ljust(8)),
-        join([label("MEM"), meter(mem_f, bar_w, ascii=ascii, high=0.95), f"{mem_text:>11}"]),
+        join([label("MEM"), meter(mem_f, bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY), f"{mem_text:>11}"]),
         styled(placement, "$text-muted"),
         styled(f"cuda:{mig.cuda_index}", "$accent") if mig.cuda_index is not None else "",
     ], "  ")

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.events import Resize
 
 from gputui import units
+from gputui.analysis import vocabulary as vocab
 from gputui.fleet.status import state_words
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView
 from gputui.ui import format as fmt
@@ -35,10 +36,10 @@ def host_words(view: HostView, *, compact: bool = False) -> Words:
         parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
         if not compact:
             mem_f = fmt.fraction(host.memory_used, host.memory_total)
-            parts += [join([label("CPU"), value(units.percent(host.cpu_percent), fmt.level(
+            parts += [join([label("CPU"), value(units.percent(host.cpu_percent), vocab.level(
                           None if host.cpu_percent is None else host.cpu_percent / 100))]),
                       join([label("MEM"), value(units.size_pair_short(host.memory_used, host.memory_total),
-                                                fmt.level(mem_f))])]
+                                                vocab.level(mem_f))])]
             if snap.source.startswith("sim:"):
                 parts.append(styled(f"demo:{snap.source[4:]}", "$accent"))
     if view.age is not None:

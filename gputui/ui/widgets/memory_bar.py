@@ -7,24 +7,26 @@ from textual.content import Content
 from textual.widget import Widget
 
 from gputui import units
+from gputui.analysis.vocabulary import PART_LETTERS
 from gputui.model.breakdown import Breakdown, BreakdownItem
 
 # How each part of the breakdown is drawn: its theme colour, and its letter in --ascii (the bar's
-# fill there, and the legend's key).
-STYLES = {
-    "parameters": ("$primary", "P"),
-    "gradients": ("$secondary", "G"),
-    "optimizer_state": ("$success", "O"),
-    "buffers": ("$success-darken-2", "B"),
-    "activations": ("$error", "A"),
-    "gathered": ("$error-lighten-2", "W"),  # (all-gathered Weights)
-    "other": ("$primary-lighten-3", "T"),
-    "untracked": ("$foreground-darken-3", "U"),
-    "untracked_growth": ("$warning-darken-2", "H"),
-    "cache": ("$warning", "C"),
-    "fragmentation": ("$error-darken-2", "F"),
-    "context": ("$foreground-darken-1", "X"),
+# fill there, and the legend's key: the vocabulary's letters, the probe column's too).
+COLOURS = {
+    "parameters": "$primary",
+    "gradients": "$secondary",
+    "optimizer_state": "$success",
+    "buffers": "$success-darken-2",
+    "activations": "$error",
+    "gathered": "$error-lighten-2",
+    "other": "$primary-lighten-3",
+    "untracked": "$foreground-darken-3",
+    "untracked_growth": "$warning-darken-2",
+    "cache": "$warning",
+    "fragmentation": "$error-darken-2",
+    "context": "$foreground-darken-1",
 }
+STYLES = {key: (colour, PART_LETTERS[key]) for key, colour in COLOURS.items()}
 
 
 def cells(items: tuple[BreakdownItem, ...], total: int, width: int) -> list[int]:

@@ -8,6 +8,7 @@ styles of the theme), so a refresh in which a few cells changed redraws those li
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from rich.cells import cell_len, set_cell_size
@@ -16,13 +17,14 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
-from textual.color import Color, ColorParseError
+from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 
+from gputui.ui import bindings
 from gputui.ui.rows import COLUMNS, PADDING, Row, column_widths, fixed_width
 
 # What a line is drawn as, besides its cells: bits of the state in the cache keys.
@@ -32,6 +34,7 @@ FILLER = -1  # the "column" right of the last one, which fills the line to the w
 
 # A cell as the rows give it: its text and a style in Textual's words ("bold $error", "" for none).
 Cell = tuple[str, str]
+PIECES_KEPT = 8192  # cells' drawn segments kept: a screenful of lines in every state many times over
 
 
 def fit(text: str, width: int, right: bool) -> str:
@@ -99,22 +102,7 @@ class ProcessTable(ScrollView, can_focus=True):
     }
     """
 
-    BINDINGS = [
-        Binding("enter", "open_detail", "Details", tooltip="Open the selected process's details", id="details"),
-        Binding("home", "scroll_top", "First row", show=False, tooltip="Select the first process", id="table.first"),
-        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Select the last process", id="table.last"),
-        Binding("left", "fold(True)", "Fold job", show=False,
-                tooltip="Job view: fold the selected job (its rows hidden under its line)", id="jobs.fold"),
-        Binding("right", "fold(False)", "Unfold job", show=False,
-                tooltip="Job view: unfold the selected job", id="jobs.unfold"),
-        # Moving the selection: no ids, so the help screen lists them as it did DataTable's (not at all).
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("ctrl+home", "scroll_top", "Top", show=False),
-        Binding("ctrl+end", "scroll_bottom", "Bottom", show=False),
-    ]
+    BINDINGS = bindings.PROCESS_TABLE
 
     class SortRequested(Message):
         def __init__(self, column: str) -> None:
@@ -166,8 +154,9 @@ class ProcessTable(ScrollView, can_focus=True):
         self._pre: dict[tuple[int, int], Style] = {}  # (column, state) -> style of its blank cells
         self._own: dict[str, Style] = {}  # a cell's style in Rich's words, theme variables resolved
         # (column, state, cell) -> the cell's segments: most cells (user, command, GPU) stay the same
-        # from one sample to the next while others in their line change.
-        self._pieces: dict[tuple[int, int, Cell], tuple[Segment, ...]] = {}
+        # from one sample to the next while others in their line change; readings that change make
+        # new ones, and the least recently drawn go.
+        self._pieces: LRUCache[tuple[int, int, Cell], tuple[Segment, ...]] = LRUCache(PIECES_KEPT)
 
     # -- what other code reads ---------------------------------------------------------------
 
@@ -188,7 +177,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def get_cell(self, key: str, column: str) -> Text:
         """One cell as Rich Text, styled as it is drawn (theme variables resolved)."""
         text, style = self._cells_of(key)[self.column_ids.index(column)]
-        resolved = Style.parse(self._theme_style(style)) if style else ""
+        resolved = self._own_style(style) if style else ""
         return Text(text, style=resolved, justify="right" if COLUMNS[column].numeric else "left",
                     no_wrap=True, overflow="ellipsis")
 
@@ -411,26 +400,26 @@ class ProcessTable(ScrollView, can_focus=True):
 
     # -- styles ------------------------------------------------------------------------------
 
-    def _theme_style(self, style: str) -> str:
-        # Cells are drawn with Rich styles, which do not know Textual's theme variables: resolve
-        # them here.
-        variables = self.app.theme_variables
+    def _own_style(self, style: str) -> Style:
+        """A cell's style in Textual's words as the Rich style it is drawn with (kept per theme)."""
+        own = self._own.get(style)
+        if own is None:
+            own = self._own[style] = self._theme_style(style)
+        return own
+
+    def _theme_style(self, style: str) -> Style:
+        # Cells are drawn with Rich styles, which do not know Textual's theme variables: Textual
+        # resolves them.
         if self.app.no_color and any(word in ("$error", "$warning") for word in style.split()):
             # NO_COLOR turns every colour grey: a leak marker or a rising trend would be grey on
             # grey. Bold reverse video of the row's own text keeps the sign of trouble visible.
-            return "bold reverse"
-        words = []
-        for word in style.split():
-            if word == "$text-muted":
-                words.append("dim")  # the theme's value is relative ("auto 60%"): Rich needs dim
-            elif word.startswith("$"):
-                try:
-                    words.append(Color.parse(variables[word[1:]]).hex)
-                except (KeyError, ColorParseError):
-                    pass
-            else:
-                words.append(word)
-        return " ".join(words)
+            return Style(bold=True, reverse=True)
+        resolved = TextualStyle.parse(style, self.app.theme_variables)
+        if resolved.foreground is not None and resolved.foreground.auto:
+            # A colour the theme gives relative to the background ($text-muted: "auto 60%"), which a
+            # Rich style cannot know: dim.
+            resolved = dataclasses.replace(resolved, foreground=None, dim=True)
+        return resolved.rich_style
 
     def refresh_styles(self) -> None:
         """Theme changed: re-colour every cell (drawing notices a new theme by itself too)."""
@@ -481,10 +470,7 @@ class ProcessTable(ScrollView, can_focus=True):
         _, inner, right = self._layout[column]
         body = fit(text, inner, right)
         if style:
-            own = self._own.get(style)
-            if own is None:
-                own = self._own[style] = Style.parse(self._theme_style(style))
-            styled = pre + own  # the line's look under the cell's colour, as DataTable drew it
+            styled = pre + self._own_style(style)  # the line's look under the cell's colour, as DataTable drew it
             if styled != pre:  # the justifying blanks take the cell's style, the padding the line's
                 return (Segment(PADS, pre), Segment(body, styled), Segment(PADS, pre))
         return (Segment(f"{PADS}{body}{PADS}", pre),)
@@ -522,14 +508,13 @@ class ProcessTable(ScrollView, can_focus=True):
     def _draw(self, cells: Iterable[Cell], state: int, width: int) -> Strip:
         """One line of cells as a Strip ``width`` wide."""
         pieces = self._pieces
-        if len(pieces) > 8192:  # readings change: forget old ones now and then
-            pieces.clear()
         segments: list[Segment] = []
         for column, cell in enumerate(cells):
             key = (column, state, cell)
             found = pieces.get(key)
             if found is None:
-                found = pieces[key] = self._piece(column, state, *cell)
+                found = self._piece(column, state, *cell)
+                pieces.set(key, found)
             segments += found
         table = self._table_width
         if table < width:  # the line's look runs on to the widget's edge

@@ -6,13 +6,15 @@ the history is recorded from the simulator at exact times and the app keeps seei
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputui.analysis.history import History
+from gputui.analysis.waste import WasteJudge
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
+from gputui.model.judgement import Judgements
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -38,9 +40,9 @@ class FrozenSource:
 
 
 def record(scenario: str, *, seconds: float = 120.0, step: float = 2.0, seed: int = 0,
-           processes: int | None = None) -> tuple[History, Snapshot]:
+           processes: int | None = None, watch: Callable[[Snapshot], object] | None = None) -> tuple[History, Snapshot]:
     """Play a scenario from 0 to ``seconds`` on a fake clock; the history before the last instant,
-    and the last snapshot."""
+    and the last snapshot. ``watch`` is handed each snapshot before the last, too (the idle judge)."""
     from gputui.collect import open_collector
 
     now = [0.0]
@@ -51,7 +53,10 @@ def record(scenario: str, *, seconds: float = 120.0, step: float = 2.0, seed: in
         steps = int(seconds / step)
         for i in range(steps):
             now[0] = i * step
-            history.add(sampler.sample())
+            snapshot = sampler.sample()
+            history.add(snapshot)
+            if watch is not None:
+                watch(snapshot)
         now[0] = steps * step
         last = sampler.sample()
     finally:
@@ -61,9 +66,10 @@ def record(scenario: str, *, seconds: float = 120.0, step: float = 2.0, seed: in
 
 def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options: Any) -> GpuTuiApp:
     """The monitor showing ``scenario`` as it is ``seconds`` in, with that much history behind it."""
-    history, last = record(scenario, seconds=seconds, seed=seed)
+    waste = WasteJudge()  # who holds GPUs idle, judged over the same seconds
+    history, last = record(scenario, seconds=seconds, seed=seed, watch=waste)
     options.setdefault("me", "lena")
-    return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False, history=history), history=history,
+    return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False, history=history, waste=waste), history=history,
                      simulated=True, **options)
 
 
@@ -89,9 +95,11 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     from gputui.ui.hosts_app import HostsApp
     from gputui.ui.hosts_sampler import HostsSampler
 
-    recorded = {name: record(scenario, seconds=seconds, seed=i)
+    idle = {name: WasteJudge() for name, scenario in hosts.items() if scenario is not None}  # each host's own
+    recorded = {name: record(scenario, seconds=seconds, seed=i, watch=idle[name])
                 for i, (name, scenario) in enumerate(hosts.items()) if scenario is not None}
-    views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1]) if name in recorded
+    views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1],
+                           Judgements(waste=idle[name](recorded[name][1]))) if name in recorded
                   else HostView(name, HOST_UNREACHABLE, DOWN.format(name)) for name in hosts)
     halves, cpu = count(), count()
     # A sample reads the clock twice and the CPU clock once: one second and 10 ms each, "self 1.0% CPU".

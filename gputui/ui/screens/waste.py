@@ -1,0 +1,89 @@
+"""The w view: who holds the GPUs and who holds them idle, a line per owner (pod, container, Slurm job, unit
+or user), the window and thresholds above them; in the many-host view, each host's as its gputui judged it.
+
+It shows the sampling pipeline's judgement (gputui/analysis/waste.py) in --once's words (gputui.plain.waste);
+it judges nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from gputui.model.waste import Waste
+from gputui.plain.waste import TITLE, rules_words, table
+from gputui.ui import bindings
+from gputui.untrusted import visible
+
+
+class WasteScreen(Screen):
+    """Every owner of a GPU process: memory held, mean SM utilisation, GPUs held idle, the longest idle."""
+
+    DEFAULT_CSS = """
+    WasteScreen #waste-table { margin: 1 0 0 0; }
+    """
+
+    BINDINGS = bindings.WASTE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.views: Sequence[tuple[str | None, Waste | None]] = ()
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="waste-body"):
+            yield Static(id="waste-title")
+            yield Static(id="waste-rules")
+            yield Static(id="waste-table")
+        yield Footer()
+
+    def show(self, views: Sequence[tuple[str | None, Waste | None]]) -> None:
+        """Render the latest judgements: (None, this machine's), or in the many-host view (host, its own)
+        for each host; a judgement of None: none yet (the first sample is on its way, a host has not answered)."""
+        self.views = views
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        judged = [w for _, w in self.views if w is not None]
+        idle = sum(w.idle_gpus for w in judged)
+        hosts = len(self.views) > 1 or any(name is not None for name, _ in self.views)
+        said = f"  {idle} GPU{'s' if idle != 1 else ''} held idle" + (f" on {len(judged)} hosts" if hosts else "")
+        self.query_one("#waste-title", Static).update(
+            Content.assemble((TITLE, "bold"), (said if judged else "", "bold $warning" if idle else "$text-muted")))
+        if not judged:
+            self.query_one("#waste-rules", Static).update(Content.styled("No sample yet.", "$text-muted"))
+            self.query_one("#waste-table", Static).update("")
+            return
+        if hosts:  # each host's gputui judged its own GPUs, over what it watched, by its own rules
+            self.query_one("#waste-rules", Static).update(Content.styled(
+                "Each host as its own gputui judged it, by its rules, over what it watched.", "$text-muted"))
+            lines = [line for name, waste in self.views for line in self._host_lines(name or "", waste)]
+        else:
+            self.query_one("#waste-rules", Static).update(Content.styled(" ".join(rules_words(judged[0])),
+                                                                         "$text-muted"))
+            lines = self._table(judged[0])
+        self.query_one("#waste-table", Static).update(Content("\n").join(lines))
+
+    def _host_lines(self, name: str, waste: Waste | None) -> list[Content]:
+        lines = [Content(""), Content.styled(visible(name), "bold $accent")]
+        if waste is None:
+            return lines + [Content.styled("no judgement from this host (not answering, or an older gputui)",
+                                           "$text-muted")]
+        return lines + [Content.styled(" ".join(rules_words(waste)), "$text-muted")] + self._table(waste)
+
+    def _table(self, waste: Waste) -> list[Content]:
+        if not waste.owners:
+            return [Content.styled("No GPU process.", "$text-muted")]
+        head, rows = table(waste, self.size.width or 80)
+        return [Content.styled(head, "bold")] + [Content.styled(row, "$warning") if owner.idle else Content(row)
+                                                 for row, owner in rows]
+
+    def action_close(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,66 @@
+"""What the monitor's screens read of their app, as typed views: the app hands itself to its main
+screen as one of these, so a screen reads the latest sample without knowing which app it is in (the
+live monitor, the many-host view or a replay) and without importing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gputui.analysis.history import History, ProcessKey
+    from gputui.model import HostView, MonitorCost, Snapshot
+    from gputui.model.verdicts import LeakVerdict, ProcessTrend
+
+
+class MonitorState(Protocol):
+    """The latest sample, its history and verdicts, and how sampling goes."""
+
+    @property
+    def snapshot(self) -> Snapshot | None: ...
+
+    @property
+    def history(self) -> History: ...
+
+    @property
+    def trends(self) -> Mapping[ProcessKey, ProcessTrend]: ...
+
+    @property
+    def leaks(self) -> Mapping[int, LeakVerdict]: ...
+
+    @property
+    def interval(self) -> float: ...
+
+    @property
+    def paused(self) -> bool: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    @property
+    def as_root(self) -> bool: ...
+
+    @property
+    def position(self) -> str | None:
+        """Where a replay is in its recording (None: live)."""
+        ...
+
+
+class HostsState(MonitorState, Protocol):
+    """The many-host view's: every host's latest, and each host's trends and leak verdicts."""
+
+    @property
+    def hosts(self) -> tuple[HostView, ...]: ...
+
+    @property
+    def sampled_at(self) -> float | None: ...
+
+    @property
+    def cost(self) -> MonitorCost | None: ...
+
+    @property
+    def host_trends(self) -> Mapping[str, Mapping[ProcessKey, ProcessTrend]]: ...
+
+    @property
+    def host_leaks(self) -> Mapping[str, Mapping[int, LeakVerdict]]: ...

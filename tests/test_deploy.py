@@ -1,0 +1,403 @@
+"""deploy/: the Kubernetes DaemonSet and the image's Dockerfile. No cluster and no docker here: the
+manifest is validated against Kubernetes' own schemas (kubernetes-validate, strict: an unknown or
+misspelt field fails), and what it promises is read back from it and checked against gputui itself:
+the flags it passes, the port it is scraped on, the paths it is probed on, the files it mounts."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import queue
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from plain_data import workstation
+from prometheus_client.registry import CollectorRegistry
+from serve_helpers import fetch, free_port, serve_env, serving
+
+from gputui import __version__
+from gputui.alerts.delivery import Channel
+from gputui.cli import parse
+from gputui.collect.host import HOSTNAME_ENV, host_name
+from gputui.collect.owners import CHECKPOINT, HostFiles, OwnerReader
+from gputui.collect.sim import SimulatedMachine, native
+from gputui.collect.sim.library import Nvml
+from gputui.model.alert import Alert, AlertEvent
+from gputui.sample.gather import NoDriver
+from gputui.serve.metrics import SampleCollector
+from gputui.serve.sampling import Sample
+from gputui.serve.server import parse_address
+from gputui.serve.web import make_app
+from gputui.untrusted import visible
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "deploy" / "kubernetes" / "gputui-daemonset.yaml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+DOCKERIGNORE = ROOT / "deploy" / "Dockerfile.dockerignore"
+
+
+def documents() -> list[dict]:
+    return [d for d in yaml.safe_load_all(MANIFEST.read_text(encoding="utf-8")) if d is not None]
+
+
+def daemonset() -> dict:
+    (found,) = [d for d in documents() if d["kind"] == "DaemonSet"]
+    return found
+
+
+def pod() -> dict:
+    return daemonset()["spec"]["template"]["spec"]
+
+
+def container() -> dict:
+    (found,) = pod()["containers"]
+    return found
+
+
+def listen_port(args: list[str]) -> int:
+    """The port of serve's --listen, as gputui's own parser reads the args."""
+    options = parse(args)
+    assert options.mode == "serve"
+    return parse_address(options.extra["listen"]).port
+
+
+# ------------------------------------------------------------------------------------------ schema
+
+def test_the_manifest_is_valid_for_every_kubernetes_with_a_schema():
+    """Every version kubernetes-validate has schemas for (1.25 to 1.37 in its 1.37.0), strict."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate "
+                                              "(the test extra) validates the manifest")
+    from kubernetes_validate.utils import all_versions
+
+    versions = sorted(set(all_versions()), key=lambda v: tuple(map(int, v.split("."))))
+    assert len(versions) > 1
+    kinds = []
+    for document in documents():
+        for version in versions:
+            assert kubernetes_validate.validate(document, version, strict=True) == version.rsplit(".", 1)[0]
+        kinds.append(document["kind"])
+    assert kinds == ["Namespace", "DaemonSet"]
+
+
+def test_the_strict_schema_catches_a_misspelt_field():
+    """The validation the manifest passes is one that can fail: readonly for readOnly is refused."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate "
+                                              "(the test extra) validates the manifest")
+    broken = daemonset()
+    mount = broken["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]
+    mount["readonly"] = mount.pop("readOnly")
+    with pytest.raises(kubernetes_validate.ValidationError, match="readonly"):
+        kubernetes_validate.validate(broken, kubernetes_validate.latest_version(), strict=True)
+
+
+# ------------------------------------------------------------------------------------------ what it runs
+
+def test_the_container_runs_gputui_serve_with_flags_gputui_has():
+    assert container()["command"] == ["gputui"]  # [project.scripts], the image's ENTRYPOINT too
+    options = parse(container()["args"])
+    assert options.mode == "serve"
+    assert parse_address(options.extra["listen"]).host == "0.0.0.0"  # the pod's IP, not only its loopback
+    assert options.interval == 5.0
+
+
+def test_the_image_is_this_version():
+    assert container()["image"].rsplit(":", 1)[1] == __version__
+
+
+def test_prometheus_scrapes_the_port_serve_listens_on():
+    annotations = daemonset()["spec"]["template"]["metadata"]["annotations"]
+    port = listen_port(container()["args"])
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == port
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert [(p["name"], p["containerPort"]) for p in container()["ports"]] == [("metrics", port)]
+
+
+def probes() -> dict[str, dict]:
+    return {kind: container()[kind] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+
+
+def test_the_probes_ask_the_metrics_port():
+    for kind, probe in probes().items():
+        assert probe["httpGet"]["port"] == "metrics", kind
+        # serve gives a request 5 s (gputui/serve/server.py REQUEST_TIMEOUT); a probe must wait as long
+        assert probe["timeoutSeconds"] >= 5, kind
+
+
+def test_the_probe_and_scrape_paths_are_answered_by_serve():
+    sample = Sample(workstation())
+    registry = CollectorRegistry()
+    registry.register(SampleCollector(lambda: sample))
+    app = make_app(lambda: sample, registry)
+    paths = {p["httpGet"]["path"] for p in probes().values()}
+    paths.add(daemonset()["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"])
+    assert paths == {"/", "/metrics"}
+    for path in paths:
+        status, body = get(app, path)
+        assert status == "200 OK", path
+        assert body, path
+
+
+def get(app, path: str) -> tuple[str, bytes]:
+    """(status, body) of a GET of ``path`` from a WSGI app."""
+    answer: dict = {}
+    body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": path},
+                        lambda status, headers, exc_info=None: answer.update(status=status)))
+    return answer["status"], body
+
+
+@pytest.mark.slow
+def test_the_containers_command_serves_the_probed_paths(tmp_path):
+    """The manifest's args, as they are but for the address (a free loopback port here), on a demo node."""
+    args = container()["args"]
+    at = args.index("--listen") + 1
+    port = free_port()
+    args = [*args[:at], f"127.0.0.1:{port}", *args[at + 1:]]
+    with serving(serve_env(tmp_path), "--demo", "training-node", *args) as (_, url):
+        assert url == f"http://127.0.0.1:{port}"
+        for path in {p["httpGet"]["path"] for p in probes().values()}:
+            status, _, body = fetch(url + path)
+            assert status == 200, path
+        assert b"gputui_process_memory_bytes" in fetch(url + "/metrics")[2]
+
+
+def env_of(entry: dict) -> str:
+    """An env entry's value: as given, or the downward API's field as a node would fill it in here."""
+    if "value" in entry:
+        return entry["value"]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, entry
+    return "gpu-node-7"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the simulated libnvidia-ml")
+def test_serve_in_the_pod_names_the_node_not_the_pod(tmp_path):
+    """A pod's host name is its own (gputui-x7k2p): with the manifest's environment, serve on a driver
+    (the simulated libnvidia-ml, as a real one is loaded) names the node, in /metrics and /snapshot."""
+    state = tmp_path / "state"
+    machine = SimulatedMachine("training-node")
+    machine.freeze(60.0)
+    native.write_state(state, native.state_text(Nvml(machine)))
+    env = {**serve_env(tmp_path), **{e["name"]: env_of(e) for e in container()["env"]},
+           "LD_LIBRARY_PATH": str(native.build(tmp_path / "lib").parent), native.STATE_VARIABLE: str(state)}
+    with serving(env, "serve", "--listen", f"127.0.0.1:{free_port()}") as (_, url):
+        metrics = fetch(url + "/metrics")[2].decode()
+        snapshot = json.loads(fetch(url + "/snapshot")[2])
+    assert re.search(r'^gputui_info\{[^}]*hostname="gpu-node-7"', metrics, re.M), metrics[:2000]
+    assert snapshot["snapshot"]["host"]["hostname"] == "gpu-node-7"
+    assert snapshot["snapshot"]["source"] == "nvml"
+
+
+def test_the_pod_is_told_its_nodes_name():
+    (entry,) = [e for e in container()["env"] if e["name"] == HOSTNAME_ENV]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_the_name_given_is_made_visible_and_an_empty_one_is_the_kernels():
+    assert host_name({HOSTNAME_ENV: "gpu-node-7"}) == "gpu-node-7"
+    assert host_name({HOSTNAME_ENV: "node\x1b[2J"}) == visible("node\x1b[2J") != "node\x1b[2J"
+    assert host_name({HOSTNAME_ENV: "  "}) == host_name({}) == socket.gethostname()
+
+
+def test_alerts_and_a_machine_without_a_driver_name_the_node_too(monkeypatch):
+    monkeypatch.setenv(HOSTNAME_ENV, "gpu-node-7")
+    assert NoDriver("no driver").sample().host.hostname == "gpu-node-7"
+    deliveries: queue.Queue = queue.Queue()
+    channel = Channel("test", deliveries.put, lambda text: None)
+    channel.put([AlertEvent("started", Alert("gpu_lost", "gpu GPU-1", "critical", "GPU 1 is lost", gpu="GPU-1"), 1.0)])
+    try:
+        assert deliveries.get(timeout=10).document()["host"] == "gpu-node-7"
+    finally:
+        channel.close(wait=5)
+
+
+# ------------------------------------------------------------------------------------------ what it may do
+
+def test_it_runs_as_no_one_in_particular_and_cannot_gain_rights():
+    context = pod()["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] > 0 and context["runAsGroup"] > 0
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    own = container()["securityContext"]
+    assert own["allowPrivilegeEscalation"] is False
+    assert own["readOnlyRootFilesystem"] is True
+    assert own["privileged"] is False
+    assert own["capabilities"] == {"drop": ["ALL"]}
+    assert pod()["automountServiceAccountToken"] is False
+    assert "hostNetwork" not in pod() and "hostIPC" not in pod()
+
+
+def test_every_host_path_is_mounted_read_only():
+    volumes = {v["name"]: v for v in pod()["volumes"]}
+    mounts = container()["volumeMounts"]
+    assert {m["name"] for m in mounts} == set(volumes)
+    for mount in mounts:
+        assert mount["readOnly"] is True, mount["name"]
+        # mounted where the host has it: gputui reads these paths as they are named on the host
+        assert volumes[mount["name"]]["hostPath"]["path"] == mount["mountPath"]
+
+
+def test_it_sees_the_nodes_processes_and_gpus_on_gpu_nodes_only():
+    spec = pod()
+    assert spec["hostPID"] is True  # NVML's PIDs are the node's: gputui must be in its PID namespace
+    assert spec["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in container()["env"]}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility", HOSTNAME_ENV: None}
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_its_namespace_admits_a_pod_with_the_hosts_pids():
+    (namespace,) = [d for d in documents() if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == daemonset()["metadata"]["namespace"]
+    # baseline and restricted refuse hostPID and hostPath
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_the_resources_are_bounded():
+    resources = container()["resources"]
+    assert set(resources) == {"requests", "limits"}
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+
+
+class Recorded(HostFiles):
+    """The host's files under ``root``, remembering every path asked for."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.asked: list[str] = []
+
+    def read(self, path: str, limit: int) -> bytes:
+        self.asked.append(path)
+        return super().read(path, limit)
+
+    def listdir(self, path: str) -> list[str]:
+        self.asked.append(path)
+        return super().listdir(path)
+
+
+def test_the_mounts_are_what_gputui_reads_to_name_a_pod(tmp_path):
+    """A pod's process on a fake node: every path the owner reader asks for besides /proc (hostPID) is
+    under a mount, except the device plugins' checkpoint, which is root's alone (mode 0600) and left out
+    on purpose (the manifest's comment says so)."""
+    uid, cid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789", "c" * 64
+    (tmp_path / "proc/4242").mkdir(parents=True)
+    (tmp_path / "proc/4242/cgroup").write_text(
+        f"0::/../../kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+    (tmp_path / f"var/log/pods/research_trainer-0_{uid}/train").mkdir(parents=True)
+    (tmp_path / "var/log/containers").mkdir(parents=True)
+    (tmp_path / f"var/log/containers/trainer-0_research_train-{cid}.log").touch()
+    files = Recorded(tmp_path)
+    owner = OwnerReader(files, lambda pid: None, home=str(tmp_path / "home")).read(4242, "1000")
+    assert owner.pod is not None
+    assert (owner.pod.namespace, owner.pod.name, owner.pod.container) == ("research", "trainer-0", "train")
+    mounted = [m["mountPath"] for m in container()["volumeMounts"]]
+    outside = {p for p in files.asked
+               if not p.startswith("/proc/") and not any(p == m or p.startswith(m + "/") for m in mounted)}
+    assert outside == {CHECKPOINT}
+    assert CHECKPOINT in MANIFEST.read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------ the image
+
+def instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's (INSTRUCTION, arguments), continuation lines joined, comments left out."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+    return found
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions()
+    last = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
+    return steps[last:]
+
+
+def test_the_image_installs_the_wheel_built_from_this_source():
+    steps = instructions()
+    froms = [rest for keyword, rest in steps if keyword == "FROM"]
+    assert len(froms) == 2 and froms[0].endswith(" AS wheel")
+    assert all(re.match(r"python:\$\{PYTHON\}-slim\b", f) for f in froms)
+    assert ("RUN", "python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .") in steps
+    final = final_stage()
+    assert ("COPY", "--from=wheel /dist /dist") in final
+    runs = [rest for keyword, rest in final if keyword == "RUN"]
+    assert any(re.search(r"pip install .*/dist/gputui-\*\.whl", run) for run in runs), runs
+
+
+def test_the_image_runs_gputui_serve_as_the_manifests_non_root_user():
+    final = dict(final_stage())  # one of each in the final stage
+    user, group = final["USER"].split(":")
+    assert int(user) > 0 and int(group) > 0
+    assert (int(user), int(group)) == (pod()["securityContext"]["runAsUser"], pod()["securityContext"]["runAsGroup"])
+    entrypoint, command = json.loads(final["ENTRYPOINT"]), json.loads(final["CMD"])
+    assert entrypoint == container()["command"]
+    assert int(final["EXPOSE"]) == listen_port(command) == listen_port(container()["args"])
+
+
+def test_the_build_context_keeps_what_the_wheel_is_built_from():
+    ignored = {line.strip() for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert not ignored & {"gputui", "pyproject.toml", "README.md", "."}
+    assert ".git" in ignored
+
+
+def test_the_build_command_tags_the_image_the_manifest_runs():
+    """The build command the Dockerfile's header gives tags the image the manifest names."""
+    (line,) = [line for line in DOCKERFILE.read_text(encoding="utf-8").splitlines() if "docker build" in line]
+    words = shlex.split(line.lstrip("# "))
+    tag = words[words.index("-t") + 1]
+    assert tag.endswith("/" + container()["image"])
+
+
+# ------------------------------------------------------------------------------------------ systemd (Slurm nodes)
+
+UNIT = ROOT / "deploy" / "systemd" / "gputui-serve.service"
+
+
+def unit() -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None, strict=True, comment_prefixes=("#",))
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # systemd's keys are case-sensitive
+    parser.read_string(UNIT.read_text(encoding="utf-8"))
+    return {section: dict(parser[section]) for section in parser.sections()}
+
+
+def test_the_unit_runs_gputui_serve_on_the_manifests_port():
+    program, *args = shlex.split(unit()["Service"]["ExecStart"])
+    assert program == "/usr/local/bin/gputui"  # where `sudo pip install .` puts it
+    assert listen_port(args) == listen_port(container()["args"])
+    assert parse_address(parse(args).extra["listen"]).host == "0.0.0.0"
+
+
+def test_the_unit_is_root_with_two_powers_and_writes_nothing():
+    service = unit()["Service"]
+    assert "User" not in service and "DynamicUser" not in service  # root: every user's probes
+    assert set(service["CapabilityBoundingSet"].split()) == {"CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"}
+    assert service["NoNewPrivileges"] == "yes"
+    assert service["ProtectSystem"] == "strict"
+    assert service["ProtectHome"] == "read-only"
+    # NVML needs /dev/nvidia*; the probes' sockets are in /tmp and /run/user; every process must be seen
+    assert not {"PrivateDevices", "PrivateTmp", "ProtectProc", "PrivatePIDs"} & set(service)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here to verify the unit")
+def test_systemd_finds_nothing_wrong_in_the_unit(tmp_path):
+    """systemd-analyze verify, with ExecStart pointed at an executable that exists here (it checks)."""
+    program = tmp_path / "gputui"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    checked = tmp_path / UNIT.name
+    checked.write_text(UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/gputui", str(program)))
+    result = subprocess.run(["systemd-analyze", "verify", str(checked)], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")

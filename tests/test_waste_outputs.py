@@ -1,0 +1,147 @@
+"""Who is wasting GPUs where people look: --once's section and --json's `judgements.waste` on the shared
+Kubernetes node of --demo after eleven simulated minutes, and the flags' errors as one line each."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timezone
+
+import pytest
+from cli_helpers import ROOT, gputui, no_traceback
+from test_plain_golden import FakeClock
+
+from gputui.model.waste import IdleGpu
+from gputui.options import Options
+from gputui.plain.document import dumps, snapshot_document
+from gputui.plain.render import render
+from gputui.sample.pipeline import open_pipeline
+
+GiB = 1 << 30
+
+
+def watched_k8s(minutes=11, **options):
+    """--watch's pipeline on the demo node: a sample every 10 s for ``minutes``; the last sample."""
+    clock = FakeClock()
+    with open_pipeline(Options(mode="watch", demo="shared-k8s", **options), clock=clock, pause=clock.advance,
+                       environ={}) as pipeline:
+        clock.advance(60)
+        for _ in range(minutes * 6 + 1):
+            sample = pipeline.sample()
+            clock.advance(10)
+    return sample
+
+
+def test_once_names_the_idle_pod_with_the_rules_in_view():
+    sample = watched_k8s()
+    text = render(sample.snapshot, sample.judgements, width=100, tz=timezone.utc)
+    section = text[text.index("Who holds the GPUs"):].splitlines()
+    assert section[1:3] == [
+        "  idle = 1.00 GiB or more held at under 5% SM for 10 min or longer; SM% = mean over the last 10 min;",
+        "  watched 11 min"]
+    assert section[3] == "OWNER                           GPUS  MEMORY SM% IDLE ON IDLE FOR"
+    assert section[4] == "pod team-vision/notebook-sam    5-6  40.0GiB  0% 5-6     11 min"
+    assert [line.split()[1] for line in section[5:8]] == ["ml-research/llama-ft-0", "inference/vllm-mistral-7d9f",
+                                                         "batch/embed-nightly-x2k4p"]
+    assert all(line.split()[-2:] == ["-", "-"] for line in section[5:8])
+
+
+def test_json_carries_the_idle_pod_and_the_rules():
+    sample = watched_k8s(idle_flags=(), waste=None)
+    document = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
+    waste = document["judgements"]["waste"]
+    assert waste["rules"] == {"window": 600.0, "min_memory": GiB, "max_util": 5.0, "idle_after": 600.0}
+    assert waste["watched"] == 660.0
+    assert waste["owners"][0] == {
+        "kind": "pod", "name": "team-vision/notebook-sam", "pids": [83001], "gpus": [5, 6], "memory": 40 * GiB,
+        "sm_util": 0.0, "idle_for": 660.0,
+        "idle": [{"device": 5, "memory": 21 * GiB, "idle_for": 660.0},
+                 {"device": 6, "memory": 19 * GiB, "idle_for": 660.0}]}
+    assert [o["idle"] for o in waste["owners"][1:]] == [[], [], []]
+
+
+def test_rules_from_the_options_reach_the_judgement():
+    from gputui.model.waste import WasteRules
+
+    asked = WasteRules(idle_after=300.0, min_memory=20 * GiB)
+    waste = watched_k8s(minutes=6, waste=asked).judgements.waste
+    assert waste.rules == asked
+    # six minutes watched are past 5 min; of the notebook's GPUs only GPU 5 (21 GiB) holds 20 GiB or more
+    assert {o.name: o.idle for o in waste.owners if o.idle} == {
+        "team-vision/notebook-sam": (IdleGpu(5, 21 * GiB, 360.0),)}
+    assert watched_k8s(minutes=6).judgements.waste.idle_gpus == 0  # the default 10 min: none yet
+
+
+@pytest.fixture
+def env(tmp_path):
+    clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "GPUTUI_PROBE")}
+    clean.update(GPUTUI_PROBE_DIR=str(tmp_path), COLUMNS="120", PYTHONPATH=str(ROOT),
+                 XDG_CONFIG_HOME=str(tmp_path / "config"))
+    return clean
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--idle-util", "0"), "gputui: --idle-util must be a percentage above 0 and at most 100, not '0'"),
+    (("--idle-after", "soon"), 'gputui: --idle-after must be a duration such as "10m", "1h", "90s", up to 30.0 '
+                               "days, not 'soon'"),
+    (("--idle-memory", "lots"), "gputui: --idle-memory must be a size such as \"1GiB\", \"512MiB\" or a number of "
+                                "bytes, not 'lots'"),
+    (("--waste-window", "2d"), 'gputui: --waste-window must be a duration such as "10m", "1h", "90s", up to 24.0 h, '
+                               "not '2d'"),
+])
+def test_bad_flags_are_one_line(env, args, said):
+    result = gputui(env, "--demo", "shared-k8s", "--json", *args)
+    no_traceback(result)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", said + "\n")
+
+
+def test_config_and_flags_in_the_document(env, tmp_path):
+    config = tmp_path / "config" / "gputui"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text('[waste]\nidle_after = "30m"\nidle_memory = "2GiB"\n')
+    result = gputui(env, "--demo", "shared-k8s", "--json", "--idle-util", "2.5")
+    no_traceback(result)
+    rules = json.loads(result.stdout)["judgements"]["waste"]["rules"]
+    assert rules == {"window": 600.0, "min_memory": 2 * GiB, "max_util": 2.5, "idle_after": 1800.0}
+
+
+# ------------------------------------------------------------------------------------------------ serve
+
+def test_serve_says_who_holds_gpus_idle_with_the_rules():
+    from test_serve_metrics import series, value
+
+    from gputui.serve.sampling import Sample
+
+    sample = watched_k8s()
+    found = series(Sample(sample.snapshot, sample.judgements))
+    notebook = dict(kind="pod", owner="team-vision/notebook-sam")
+    assert value(found, "gputui_owner_idle_gpus", **notebook) == 2
+    assert value(found, "gputui_owner_idle_seconds", **notebook) == 660.0
+    assert value(found, "gputui_owner_memory_bytes", **notebook) == 40 * GiB
+    assert value(found, "gputui_owner_gpus", **notebook) == 2
+    assert value(found, "gputui_owner_sm_utilization_ratio", **notebook) == 0.0
+    assert value(found, "gputui_owner_idle_gpus", kind="pod", owner="ml-research/llama-ft-0") == 0
+    assert value(found, "gputui_owner_memory_bytes", kind="pod", owner="ml-research/llama-ft-0") == 126 * GiB
+    assert [value(found, f"gputui_idle_{name}") for name in
+            ("window_seconds", "min_memory_bytes", "max_utilization_ratio", "after_seconds", "watched_seconds")] == \
+        [600.0, GiB, 0.05, 600.0, 660.0]
+    assert value(found, "gputui_owners_left_out") == 0
+
+
+def test_serve_bounds_the_owners_it_labels(monkeypatch):
+    from test_serve_metrics import series, value
+
+    from gputui.model import Device, GpuProcess, Snapshot
+    from gputui.sample.judge import Judge
+    from gputui.serve import metrics
+    from gputui.serve.sampling import Sample
+
+    monkeypatch.setattr(metrics, "OWNER_LABEL_SETS", 2)
+    snap = Snapshot(taken_at=0.0, devices=(Device(index=0, gpu_util=50),), processes=tuple(
+        GpuProcess(pid=100 + i, device_index=0, gpu_memory=i * GiB, sm_util=10, user=f"u{i}") for i in range(1, 5)))
+    sample = Judge()(snap)
+    found = series(Sample(sample.snapshot, sample.judgements))
+    # the two holding the most memory keep their series; the other two are counted
+    assert {ls for (name, ls), _ in found.items() if name == "gputui_owner_memory_bytes"} == {
+        frozenset({("kind", "user"), ("owner", "u4")}), frozenset({("kind", "user"), ("owner", "u3")})}
+    assert value(found, "gputui_owners_left_out") == 2
