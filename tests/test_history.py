@@ -1,6 +1,8 @@
 """History keeps bounded series per device and per GPU process."""
 
-from gputui.analysis.history import History
+import tracemalloc
+
+from gputui.analysis.history import PROCESS_METRICS, History
 from gputui.model import Device, GpuProcess, Snapshot
 
 
@@ -35,3 +37,58 @@ def test_point_count_is_bounded():
     for t in range(10):
         h.add(snap(float(t), t))
     assert h.device(0, "memory_used").values == (6, 7, 8, 9)
+
+
+def test_unknowns_keep_their_places_as_old_points_fall_off():
+    h = History(span=1e9, max_points=3)
+    for t, used in enumerate((None, 5, None, 7, None)):
+        h.add(Snapshot(taken_at=float(t), devices=(Device(index=0, memory_used=used),)))
+    assert h.device(0, "memory_used").values == (None, 7, None)
+    assert h.device(0, "memory_used").times == (2.0, 3.0, 4.0)
+    h.add(Snapshot(taken_at=5.0, devices=(Device(index=0, memory_used=8),)))
+    assert h.device(0, "memory_used").values == (7, None, 8)
+
+
+def test_values_come_back_as_the_model_gave_them():
+    """Whole numbers stay ints (bytes, percentages), fractions floats; a fraction where the model
+    promised whole numbers is kept as given, and so are the numbers before it."""
+    h = History()
+    for t, util in enumerate((40, 41.5, 42)):
+        procs = (GpuProcess(pid=7, device_index=0, gpu_memory=2**40 + t, cpu_percent=12.5 + t),)
+        h.add(Snapshot(taken_at=float(t), devices=(Device(index=0, gpu_util=util, power_draw=300.25),),
+                       processes=procs))
+    assert [type(v) for v in h.process((7, 0), "gpu_memory").values] == [int, int, int]
+    assert h.process((7, 0), "gpu_memory").values == (2**40, 2**40 + 1, 2**40 + 2)
+    assert h.process((7, 0), "cpu_percent").values == (12.5, 13.5, 14.5)
+    assert h.device(0, "power_draw").values == (300.25, 300.25, 300.25)
+    assert h.device(0, "gpu_util").values == (40, 41.5, 42)
+
+
+def test_a_sample_costs_about_eight_bytes_a_value():
+    """Ten minutes of 64 processes at 1 s: the numbers are kept as C doubles and 64-bit ints, not as
+    Python objects that the snapshot they came from would have let go of (issue 31 item 21: 32-40 bytes
+    a value in deques, 6 MB of the monitor's memory ten minutes in)."""
+    processes, samples = 64, 600
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        h = History()
+        for t in range(samples):
+            procs = tuple(GpuProcess(pid=100 + i, device_index=i % 8, gpu_memory=2**30 + t, sm_util=50 + t % 40,
+                                     cpu_percent=t / 7, host_memory=2**31 + t) for i in range(processes))
+            h.add(Snapshot(taken_at=float(t), processes=procs))
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    values = processes * samples * (len(PROCESS_METRICS) + 1)  # each metric and the time
+    assert kept / values < 10, f"{kept / values:.1f} bytes a value"
+
+
+def test_the_series_of_one_track_share_their_times():
+    """Charts ask for several metrics of a device at each refresh: one tuple of times serves them all."""
+    h = History()
+    for t in range(3):
+        h.add(snap(float(t), used=t * 10, proc_mem=t))
+    assert h.device(0, "memory_used").times is h.device(0, "gpu_util").times == (0.0, 1.0, 2.0)
+    h.add(snap(3.0, used=30))
+    assert h.device(0, "gpu_util").times is h.device(0, "memory_used").times == (0.0, 1.0, 2.0, 3.0)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gputui.collect.host import host_name
 from gputui.model import to_jsonable
 from gputui.model.alert import STARTED, AlertEvent
+from gputui.model.record import Record
 
 QUEUE = 100  # events waiting per channel at most: a receiver down for hours must not grow the monitor
 TIMEOUT = 10.0  # seconds a command or a webhook may take
@@ -25,8 +26,8 @@ PER_MINUTE = 6  # deliveries a minute per channel
 WEBHOOK_FORMATS = ("json", "slack", "ntfy")
 
 
-@dataclass(frozen=True)
-class Delivery:
+@dataclass(frozen=True, eq=False, repr=False)
+class Delivery(Record):
     """What one delivery carries: the events, and how many older ones were dropped or held back."""
 
     events: tuple[AlertEvent, ...]

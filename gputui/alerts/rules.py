@@ -13,12 +13,13 @@ from gputui import units
 from gputui.model import Device, Snapshot
 from gputui.model.alert import ALERT_KINDS, ENDED, STARTED, Alert, AlertEvent, AlertKind
 from gputui.model.judgement import Judgements, ProcessJudgement
+from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING
 from gputui.untrusted import visible
 
 
-@dataclass(frozen=True)
-class Thresholds:
+@dataclass(frozen=True, eq=False, repr=False)
+class Thresholds(Record):
     """When a finding is worth an alert; the defaults are README's."""
 
     oom_within: float = 30 * 60.0  # seconds to OOM below which `oom_soon` fires
@@ -28,8 +29,8 @@ class Thresholds:
     kinds: frozenset[AlertKind] = frozenset(ALERT_KINDS)  # the kinds asked for
 
 
-@dataclass(frozen=True)
-class AlertState:
+@dataclass(frozen=True, eq=False, repr=False)
+class AlertState(Record):
     """What the rules carry from one sample to the next."""
 
     active: Mapping[tuple[str, str], Alert] = field(default_factory=dict)  # by (kind, key)

@@ -12,6 +12,7 @@ from gputui import units
 from gputui.alerts.delivery import PER_MINUTE, TIMEOUT, WEBHOOK_FORMATS
 from gputui.alerts.rules import Thresholds
 from gputui.model.alert import ALERT_KINDS
+from gputui.model.record import Record
 from gputui.options import settings_table
 
 DESKTOP = ("auto", "on", "off")  # the live monitor's desktop notification (OSC 777/9)
@@ -31,8 +32,8 @@ tmux_passthrough = false       # wrap it for tmux (needs `set -g allow-passthrou
 """
 
 
-@dataclass(frozen=True)
-class AlertSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class AlertSettings(Record):
     enabled: bool = True
     thresholds: Thresholds = Thresholds()
     command: str | None = None

@@ -14,6 +14,7 @@ from gputui.analysis.sites import keeper_text
 from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
 from gputui.model import Device, GpuProcess, LeakKeeper, ProbeDevice, ProbeReport, Snapshot, StepRecord
 from gputui.model.probe import KEEPER_GRAPH
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -43,8 +44,8 @@ OTHERS_SHARE = 0.10  # of the device: other processes' share worth mentioning
 CROWDED = 0.9  # device use above this share makes other processes a warning
 
 
-@dataclass(frozen=True)
-class _Seen:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Seen(Record):
     """Everything the rules look at, gathered once."""
 
     snapshot: Snapshot

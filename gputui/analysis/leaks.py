@@ -18,6 +18,7 @@ from typing import NamedTuple, Sequence, TypedDict
 
 from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
     LEAK_CLEAN,
@@ -138,8 +139,8 @@ class _Room(NamedTuple):
     free: int | None
 
 
-@dataclass(frozen=True)
-class _WindowGrowth:
+@dataclass(frozen=True, eq=False, repr=False)
+class _WindowGrowth(Record):
     """How the judged figure grows over the latest WINDOW_STEPS steps."""
 
     window: list[StepRecord]
@@ -162,8 +163,8 @@ class _WindowGrowth:
         return _confirmed(self.span, len(self.window), self.margin, self.confirm)
 
 
-@dataclass(frozen=True)
-class _AllocatorEvidence:
+@dataclass(frozen=True, eq=False, repr=False)
+class _AllocatorEvidence(Record):
     """The caching allocator's figures over the latest WINDOW_STEPS steps that read it (CUDA jobs)."""
 
     steps: list[StepRecord]
@@ -757,8 +758,8 @@ def probed_nvml_device(report: ProbeReport, snapshot: Snapshot) -> Device | None
 _ReportKey = tuple[int, float, int, int | None]
 
 
-@dataclass(frozen=True)
-class JudgedLeaks:
+@dataclass(frozen=True, eq=False, repr=False)
+class JudgedLeaks(Record):
     """One machine's leak verdicts by pid, each with the identity of the report it judged: handed back
     to :func:`judge_leaks` with the next snapshot, so that reports that did not change keep their verdict
     (the analysis is the costly part of a refresh). Its holder keeps the state; this module keeps none."""

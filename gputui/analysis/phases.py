@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gputui.model import StepRecord
+from gputui.model.record import Record
 from gputui.units import size
 
 PHASES = (("forward", "peak_forward"), ("backward", "peak_backward"), ("optimizer.step()", "peak_optimizer"))
 
 
-@dataclass(frozen=True)
-class PhaseAccount:
+@dataclass(frozen=True, eq=False, repr=False)
+class PhaseAccount(Record):
     """One measured step's phases, in words."""
 
     step: int

@@ -13,11 +13,12 @@ from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.whatif import headrooms
 from gputui.model import GpuProcess, Headroom, ProbeReport, Snapshot
+from gputui.model.record import Record
 from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
 
 
-@dataclass(frozen=True)
-class ProcessAnalysis:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessAnalysis(Record):
     """What the analysis said about one process."""
 
     trend: ProcessTrend | None = None  # NVML's memory trend (the live monitor keeps the history)

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 from gputui import units
 from gputui.model import PROCESS_OK, GpuProcess
+from gputui.model.record import Record
 
 # ------------------------------------------------------------------------------ the process table
 
 
-@dataclass(frozen=True)
-class Column:
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Record):
     """One column of the process table: its label, the monitor's cells for it (--once fits its
     content), and where its text sits."""
 
@@ -136,8 +137,8 @@ def slowed_by_hardware(reasons: tuple[str, ...] | None) -> bool:
 # ------------------------------------------------------------------------------ levels
 
 
-@dataclass(frozen=True)
-class Thresholds:
+@dataclass(frozen=True, eq=False, repr=False)
+class Thresholds(Record):
     """Where a 0..1 fraction turns "mid" (yellow) and "high" (red)."""
 
     warn: float
@@ -175,8 +176,8 @@ def temperature_level(temperature: int | None, slowdown_at: int | None) -> str:
 # ------------------------------------------------------------------------------ glyphs and units
 
 
-@dataclass(frozen=True)
-class Glyphs:
+@dataclass(frozen=True, eq=False, repr=False)
+class Glyphs(Record):
     """The characters a style of output may use."""
 
     full: str  # a bar's filled cells

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gputui.model import GpuProcess, Snapshot
+from gputui.model.record import Record
 from gputui.model.waste import IdleGpu, OwnerKind, OwnerUse, Waste, WasteRules
 
 # A GPU not watched for longer than this (a stopped monitor, a gap in a recording) starts its idle time and
@@ -22,8 +23,8 @@ Who = tuple[OwnerKind, str]  # an owner: its kind and what it groups by (model.O
 Key = tuple[OwnerKind, str, int]  # an owner on one GPU
 
 
-@dataclass(frozen=True)
-class Reading:
+@dataclass(frozen=True, eq=False, repr=False)
+class Reading(Record):
     """What one owner holds and does on one GPU in one sample."""
 
     memory: int

@@ -31,14 +31,15 @@ from gputui.collect.torch_use import torch_mapped
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
 from gputui.model import PROCESS_GONE, PROCESS_UNMAPPED, GpuProcess, MonitorCost, Owner, ProbeReport, Snapshot
+from gputui.model.record import Record
 from gputui.pids import pid_exists
 
 if TYPE_CHECKING:  # only --demo and the tests bring the simulated machine
     from gputui.collect.sim.machine import SimulatedMachine
 
 
-@dataclasses.dataclass(frozen=True)
-class Outline:
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Outline(Record):
     """The first step of a sample: ``snapshot`` holds the driver, GPUs and host (no processes), ``raw``
     NVML's process lists."""
 

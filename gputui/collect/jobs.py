@@ -33,6 +33,7 @@ from gputui.model import (
     Snapshot,
 )
 from gputui.model.job import launcher_of
+from gputui.model.record import Record
 
 DENIED: Final = "denied"  # the environment could not be read (another user's process)
 LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
@@ -41,8 +42,8 @@ Environment = Placement | None | str  # what a process's environment says: a pla
 _BY_WORD: dict[str, GroupedBy] = {by: by for by in GROUPED_BY}  # a rendezvous starts with its evidence
 
 
-@dataclass(frozen=True)
-class _Member:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Member(Record):
     """One process of a job, as grouping found it."""
 
     pid: int

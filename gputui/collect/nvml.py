@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from gputui.errors import UserError
 from gputui.model import COMPUTE_MODES, Device, Driver, MigInstance, ProcessKind
+from gputui.model.record import Record
 
 
 class NvmlUnavailable(UserError):
@@ -93,8 +94,8 @@ def device_count(nvml: ModuleType) -> int:
     return nvml.nvmlDeviceGetCount()
 
 
-@dataclass(frozen=True)
-class RawProcess:
+@dataclass(frozen=True, eq=False, repr=False)
+class RawProcess(Record):
     """One entry of NVML's running-process lists, before psutil adds what it knows."""
 
     pid: int

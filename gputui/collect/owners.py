@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Protocol
 from gputui.model import ContainerOwner, Owner, PodOwner, SlurmOwner
 from gputui.model.codec import parse_json
 from gputui.model.owner import Runtime
+from gputui.model.record import Record
 
 HEX_ID = r"[0-9a-f]{64}"
 # systemd driver scopes: "docker-ID.scope", "cri-containerd-ID.scope", "crio-ID.scope", "libpod-ID.scope"
@@ -39,8 +40,8 @@ CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 GPU_RESOURCE = "nvidia.com/"  # nvidia.com/gpu, and MIG's nvidia.com/mig-1g.10gb ...
 
 
-@dataclass(frozen=True)
-class CgroupFacts:
+@dataclass(frozen=True, eq=False, repr=False)
+class CgroupFacts(Record):
     """What a cgroup path says of its process."""
 
     runtime: Runtime | None = None

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gputui.model.record import Record
+
 # The initial (host) PID namespace always has this inode number (PROC_PID_INIT_INO in the kernel).
 HOST_PID_NAMESPACE = "pid:[4026531836]"
 
@@ -22,8 +24,8 @@ HOST_PROCESSES = "NVML's processes are the host's; this container cannot see the
 NOTE_OUTSIDE = "runs outside this container's PID namespace"
 
 
-@dataclass(frozen=True)
-class Located:
+@dataclass(frozen=True, eq=False, repr=False)
+class Located(Record):
     """Where one NVML (host) PID can be found from here."""
 
     procfs_pid: int | None  # the PID to read through /proc (psutil); None: not visible at all

@@ -19,6 +19,7 @@ from gputui.model import (
     HostProcess,
     ProcessState,
 )
+from gputui.model.record import Record
 
 NOTE_GONE = "exited before its details could be read"
 NOTE_DENIED = "details hidden: access denied (another user's process)"
@@ -29,8 +30,8 @@ NOTE_HIDDEN = "details hidden: /proc hides other users' processes here (hidepid)
 MAX_PARENT_DEPTH = 8
 
 
-@dataclass(frozen=True)
-class ProcessDetails:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessDetails(Record):
     """psutil's view of one process at one sample."""
 
     state: ProcessState = PROCESS_OK

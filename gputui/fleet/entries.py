@@ -12,6 +12,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from gputui.errors import UserError
+from gputui.model.record import Record
 from gputui.options import settings_table
 from gputui.untrusted import visible
 
@@ -23,8 +24,8 @@ KNOWN_KEYS = ("names", "command", "commands", "ssh", "auth", "wait")
 _DESTINATION = re.compile(r"[A-Za-z0-9_.%@:\[\]+-]+")
 
 
-@dataclass(frozen=True)
-class HostsSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostsSettings(Record):
     """The config file's ``[hosts]`` table."""
 
     names: tuple[str, ...] = ()  # the hosts a bare --hosts watches
@@ -35,8 +36,8 @@ class HostsSettings:
     wait: float = DEFAULT_WAIT
 
 
-@dataclass(frozen=True)
-class HostEntry:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostEntry(Record):
     """One host to watch: over ssh (``ssh`` + ``command``) or, for a URL, from its /snapshot."""
 
     name: str

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.model.codec import dump_json, parse_json
+from gputui.model.record import Record
 
 VERSION = 1
 MAX_REQUEST = 1 << 20  # bytes in one request line, enforced by the probe
@@ -42,8 +43,8 @@ class ProtocolError(ValueError):
         self.request_id = request_id
 
 
-@dataclass(frozen=True)
-class Request:
+@dataclass(frozen=True, eq=False, repr=False)
+class Request(Record):
     """One decoded request."""
 
     id: int | str | None

@@ -22,6 +22,7 @@ from gputui.files import read_small
 from gputui.model import LeakVerdict, Snapshot, from_jsonable
 from gputui.model.codec import parse_json
 from gputui.model.judgement import Judgements
+from gputui.model.record import Record
 from gputui.plain.document import read_judgements, read_snapshot_document
 from gputui.record import delta
 from gputui.record.format import (
@@ -41,8 +42,8 @@ from gputui.untrusted import visible
 FIGURES = ("taken_at", "devices", "processes")
 
 
-@dataclass(frozen=True)
-class Sample:
+@dataclass(frozen=True, eq=False, repr=False)
+class Sample(Record):
     """One recorded sample: the ``--json`` document as it was printed, and the leak verdicts."""
 
     document: dict[str, Any]
@@ -70,8 +71,8 @@ class Sample:
         return read_judgements(self.document)
 
 
-@dataclass(frozen=True)
-class _Frame:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Frame(Record):
     offset: int  # of the payload
     length: int
     key: bool

@@ -18,6 +18,7 @@ from gputui.collect.host import host_name
 from gputui.collect.users import current_user
 from gputui.link.endings import OomEndings
 from gputui.model import Host, ProbeReport, Snapshot
+from gputui.model.record import Record
 from gputui.options import Options
 from gputui.sample.probes import ReportSource, gathered
 
@@ -57,8 +58,8 @@ class HostSource(Protocol):
     def read(self) -> Host: ...
 
 
-@dataclass(frozen=True)
-class Filters:
+@dataclass(frozen=True, eq=False, repr=False)
+class Filters(Record):
     """The CLI's choice of devices and processes (``--only``, ``--only-visible``, ``--user``, ``--pid``)."""
 
     only: tuple[str, ...] = ()

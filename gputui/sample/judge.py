@@ -17,6 +17,7 @@ from gputui.analysis.history import History, ProcessKey
 from gputui.analysis.waste import WasteJudge
 from gputui.model import GpuProcess, ProbeReport, Snapshot
 from gputui.model.judgement import DeviceTrend, Judgements, ProcessJudgement
+from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, LeakVerdict, ProcessTrend
 from gputui.model.waste import WasteRules
 
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
     from gputui.analysis.trends import TrendCache
 
 
-@dataclass(frozen=True)
-class Sample:
+@dataclass(frozen=True, eq=False, repr=False)
+class Sample(Record):
     """A snapshot and what was judged of it: the document form, and the lookups the views use."""
 
     snapshot: Snapshot

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gputui.errors import UserError
 from gputui.files import check_private, read_small
+from gputui.model.record import Record
 from gputui.untrusted import visible
 
 SCHEME = "scrypt"
@@ -43,8 +44,8 @@ CHECKS_AT_ONCE = 2
 CHECK_WAIT = 1.0
 USERS_FILE_LIMIT = 1 << 20  # bytes: some thousands of users
 
-@dataclass(frozen=True)
-class Hashed:
+@dataclass(frozen=True, eq=False, repr=False)
+class Hashed(Record):
     """A password as the file keeps it: scrypt's parameters, the salt and the derived key."""
 
     cost: int

@@ -19,6 +19,7 @@ from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
 from gputui.analysis.phases import peaks
 from gputui.model import THROTTLE_REASONS, Device, GpuProcess, Owner, ProbeReport, mig_name
+from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, LEAK_STATES, TREND_VERDICTS
 from gputui.serve.sampling import Sample
 from gputui.untrusted import visible
@@ -39,8 +40,8 @@ JOB_RANK = ("job_key", "job_name", "pid", "rank")
 COMMAND_CHARS = 80  # a label is no place for a whole command line
 
 
-@dataclass(frozen=True)
-class Family:
+@dataclass(frozen=True, eq=False, repr=False)
+class Family(Record):
     """One metric family: its name without the prefix, what it means, its labels, its kind."""
 
     name: str

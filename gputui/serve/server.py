@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from gputui.errors import UserError
 from gputui.files import read_small
+from gputui.model.record import Record
 from gputui.untrusted import visible
 
 # Seconds from the connection to the request's last header, TLS's handshake included: Prometheus
@@ -40,8 +41,8 @@ BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=
         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
 
 
-@dataclass(frozen=True)
-class Address:
+@dataclass(frozen=True, eq=False, repr=False)
+class Address(Record):
     """Where to listen: a host name or address, and a port (0: any free one)."""
 
     host: str

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from gputui.model.record import Record
 from gputui.ui.signals import SAME_START, Target, started_at
 
 # Runs a command with a time limit (seconds): its exit status and the line it said (stdout when it
@@ -22,8 +23,8 @@ Runner = Callable[[list[str], float], tuple[int, str]]
 TIME_LIMIT = 60.0  # seconds: gdb loads the target's symbols first, which takes a few on a big job
 
 
-@dataclass(frozen=True)
-class ProbeTarget:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeTarget(Record):
     """The process a probe key would act on: who it is (as sampled), whether it has a probe now, and
     whether it has loaded PyTorch (None: cannot tell)."""
 

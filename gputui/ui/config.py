@@ -18,6 +18,7 @@ from gputui.analysis.waste_rules import parse_waste_table
 from gputui.errors import UserError
 from gputui.files import read_small
 from gputui.fleet.entries import HostsSettings, parse_hosts_table
+from gputui.model.record import Record
 from gputui.model.waste import WasteRules
 from gputui.untrusted import visible
 
@@ -53,8 +54,8 @@ class ConfigError(UserError):
     multiline = True
 
 
-@dataclass(frozen=True)
-class UiConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class UiConfig(Record):
     """What the config file asks for; None means "not set, use the default"."""
 
     path: Path | None = None

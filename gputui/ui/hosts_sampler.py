@@ -14,6 +14,7 @@ from typing import Callable, Protocol
 from gputui.analysis.leaks import JudgedLeaks, judge_leaks
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
+from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
 from gputui.untrusted import visible, visible_all
 
@@ -26,8 +27,8 @@ class Hosts(Protocol):
     def close(self) -> None: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class HostsSample:
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class HostsSample(Record):
     """Every host as the monitor shows it, each host's leak verdicts by pid, and the monitor's cost."""
 
     hosts: tuple[HostView, ...]

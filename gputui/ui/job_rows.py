@@ -16,6 +16,7 @@ from gputui import units
 from gputui.analysis import robust
 from gputui.analysis.history import ProcessKey
 from gputui.model import Job, Snapshot
+from gputui.model.record import Record
 from gputui.model.verdicts import ProcessTrend
 from gputui.ui.rows import BRANCHES, COLUMNS, Row
 
@@ -23,8 +24,8 @@ from gputui.ui.rows import BRANCHES, COLUMNS, Row
 MARKS = {False: ("▾ ", "▸ "), True: ("v ", "> ")}
 
 
-@dataclass(frozen=True)
-class JobSource:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobSource(Record):
     """One host's jobs and what their lines need: its snapshot, its NVML trends (for the first OOM)."""
 
     snapshot: Snapshot

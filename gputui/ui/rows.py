@@ -16,6 +16,7 @@ from gputui.analysis import vocabulary as vocab
 from gputui.analysis.history import ProcessKey
 from gputui.analysis.vocabulary import command_line, owner_of
 from gputui.model import PROCESS_OK, EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
+from gputui.model.record import Record
 from gputui.model.verdicts import (
     LEAK_GROWING,
     LEAK_LEAK,
@@ -28,8 +29,8 @@ from gputui.model.verdicts import (
 SortValue = float | str | tuple[int, int]
 
 
-@dataclass(frozen=True)
-class Column:
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Record):
     """One column of the process table."""
 
     id: str
@@ -38,8 +39,8 @@ class Column:
     numeric: bool = False  # right-aligned, sorts biggest first
 
 
-@dataclass(frozen=True)
-class Context:
+@dataclass(frozen=True, eq=False, repr=False)
+class Context(Record):
     """Everything besides the process that a cell needs."""
 
     taken_at: float
@@ -355,8 +356,8 @@ def build_rows(snapshot: Snapshot, *, sort: str = "gpu_memory", reverse: bool = 
         snapshot, ctx, filter_text, only_user)
 
 
-@dataclass(frozen=True)
-class HostRows:
+@dataclass(frozen=True, eq=False, repr=False)
+class HostRows(Record):
     """One host's part of the many-host view's table: its snapshot and its own verdicts."""
 
     name: str

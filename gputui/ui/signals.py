@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable
 
+from gputui.model.record import Record
+
 # Signals that end the monitor: 128 + the signal is its exit status (143 for SIGTERM), as for a
 # process the signal killed, so scripts and shells read it the usual way.
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
@@ -76,8 +78,8 @@ class StopGuard:
 SAME_START = 0.5 / os.sysconf("SC_CLK_TCK")
 
 
-@dataclass(frozen=True)
-class Target:
+@dataclass(frozen=True, eq=False, repr=False)
+class Target(Record):
     """The process a signal would go to: the pid shown, the pid here (None in another PID
     namespace), how to name it in the confirmation, and when it started as read when it was sampled
     (its identity: the pid may name another process by the time the user confirms; None: unknown,

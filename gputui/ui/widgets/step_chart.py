@@ -15,6 +15,7 @@ from textual_plotext import PlotextPlot
 from gputui import units
 from gputui.analysis.robust import median
 from gputui.model import StepRecord
+from gputui.model.record import Record
 from gputui.ui import format as fmt
 from gputui.ui.widgets.line import Line
 
@@ -30,8 +31,8 @@ SERIES = (
 )
 
 
-@dataclass(frozen=True)
-class StepSeries:
+@dataclass(frozen=True, eq=False, repr=False)
+class StepSeries(Record):
     """What the chart draws: step numbers and, per series, bytes at each of them (None: not known)."""
 
     steps: tuple[int, ...]
