@@ -44,8 +44,8 @@ class HookCost:
         return self.per_step is None
 
     def sample(self, seconds: float) -> None:
-        """One such step took ``seconds`` of the hook's own time (what was charged inside left out)."""
-        self.steps += 1
+        """One such step took ``seconds`` of the hook's own time (what was charged inside left out); it
+        is counted in ``steps`` by whoever counts the steps (Tracker._add_lean_steps: in bulk)."""
         samples = self._samples
         samples.append(seconds)
         if len(samples) >= CALIBRATION_STEPS:
@@ -71,8 +71,8 @@ class ReadingsBudget:
     # The step-end path (next_step) runs at every step, after the step's own work has pushed the probe
     # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
     # it touches as few cache lines as it can.
-    __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "_since", "_excess", "_light_spent",
-                 "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical")
+    __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "measure_from", "light_from", "_since",
+                 "_excess", "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -86,6 +86,12 @@ class ReadingsBudget:
         self._typical: float | None = None  # smoothed duration of unmeasured steps
         self._at_step_start = 0.0  # hook_seconds when the running step started
         self._in_a_row = 0  # measured steps in a row
+        # The clock time from which a step end finds the next step may be measured: where step time
+        # goes on without readings, the time at which the share of it earns what was charged. Worked
+        # out when what it depends on changes, so that a step end that reads nothing compares one
+        # number (see skipped: the steps that did so are added up later).
+        self.measure_from = float("-inf")
+        self.light_from = float("-inf")  # the same for an unmeasured step's light reading (light_ok)
         self.share = share
 
     @property
@@ -102,6 +108,18 @@ class ReadingsBudget:
         # An unmeasured step's light reading takes at most half the budget, so measured steps keep
         # the rest. (Judged when what it depends on changes, so the step end only reads a flag.)
         self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
+        self._judge_due()
+
+    def _judge_due(self) -> None:
+        # The conditions of _measure_next and _judge_light, solved for the time: where step time goes on
+        # without readings, elapsed + now - since is the step time seen, whether or not the steps since
+        # were given to the budget yet (skipped).
+        half = 0.5 * self._share
+        if half <= 0:
+            self.measure_from = self.light_from = float("inf")
+            return
+        self.measure_from = self._since + (self.hook_seconds + self._excess) / (2 * half) - self.elapsed
+        self.light_from = self._since + self._light_spent / half - self.elapsed
 
     @property
     def charged(self) -> float:
@@ -110,10 +128,30 @@ class ReadingsBudget:
 
     def charge(self, seconds: float) -> None:
         self.hook_seconds += seconds
+        self._judge_due()
 
     def restart(self, now: float) -> None:
         """The hooks were (re)installed at ``now``: time without them is no step of ours."""
         self._since = now
+        self._judge_due()
+
+    def seen_until(self, now: float) -> float:
+        """Step time seen up to ``now``, where the steps since the latest next_step were skipped."""
+        return self.elapsed + now - self._since
+
+    def skipped(self, durations: list[float], now: float) -> None:
+        """Unmeasured steps of these ``durations``, each found before measure_from, ended one after the
+        other since the latest next_step, the last at ``now``: counted as next_step would have."""
+        self.elapsed += now - self._since
+        self._since = now
+        for duration in durations:
+            self._smooth(duration)
+        self._judge_light()
+
+    def _smooth(self, duration: float) -> None:
+        # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves it only a little.
+        typical = self._typical
+        self._typical = duration if typical is None else typical + 0.05 * (min(duration, 2 * typical) - typical)
 
     def may_spend(self) -> bool:
         """Whether a reading now keeps the probe inside its share of the time seen so far.
@@ -137,12 +175,14 @@ class ReadingsBudget:
         """A reading a monitor asked for took ``seconds``: charged to the budget and to its own share."""
         self._answered += seconds
         self.hook_seconds += seconds
+        self._judge_due()
 
     def start_step(self, now: float, first: bool) -> bool:
         """A step starts at ``now`` where none was running: whether to measure it (the ``first`` step
         always is). At a step end, next_step() starts the next one."""
         self._since = now
         self._at_step_start = self.hook_seconds
+        self._judge_due()
         return self._measure_next(first)
 
     def _measure_next(self, first: bool) -> bool:
@@ -188,17 +228,13 @@ class ReadingsBudget:
         else:
             self._in_a_row = 0
             if duration is not None:
-                typical = self._typical
-                # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves it
-                # only a little.
-                self._typical = duration if typical is None else (
-                    typical + 0.05 * (min(duration, 2 * typical) - typical))
+                self._smooth(duration)
         if duration is not None:
             self.elapsed += duration
-        self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
         self.hook_seconds += carried
         self._since = now
         self._at_step_start = self.hook_seconds
+        self._judge_light()
         measuring = self.hook_seconds + self._excess <= self._share * self.elapsed
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # (as in _measure_next, inline)
