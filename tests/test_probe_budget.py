@@ -190,11 +190,13 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
     assert max(lags, default=0) <= 0, lags  # read at the step after it was asked (or at its forward pass)
 
 
-def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch, light: float = 0.0):
+def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch, light: float = 0.0,
+                    slow: frozenset[int] = frozenset()):
     """A real CPU loop under a Tracker on a fake clock: 5 ms of the job's own work a step, ``hook``
-    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is),
-    ``reading`` seconds for each phase reading of a measured step and ``light`` for each light reading
-    of an unmeasured one. The tracker, after ``steps`` steps."""
+    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is; 20 ms at
+    the unmeasured steps in ``slow``, as when the machine takes the CPU away mid-hook), ``reading``
+    seconds for each phase reading of a measured step and ``light`` for each light reading of an
+    unmeasured one. The tracker, after ``steps`` steps."""
     clock = [0.0]
     real_read = tracking.Tracker._read
     real_light = tracking.Tracker._light_reading
@@ -212,7 +214,8 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
-        clock[0] += hook
+        # (slow only where the step ending and the next are unmeasured: no hooks armed, nothing timed whole)
+        clock[0] += 0.020 if step in slow and not (tracker.last_measured or tracker._measuring) else hook
 
     tracker.on_step_end = step_end
     tracker.board.wanted = True  # (as while a monitor keeps asking: the step-end work runs at every step)
@@ -228,19 +231,30 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
 
 
 def test_the_account_holds_the_step_hooks_own_work_at_every_step(monkeypatch):
-    # 1 ms of the probe's step-end work at every step (charging nothing itself): at the steps that end
-    # on the lean path it is timed for the first 31 of them, then that figure counted for each; at the
-    # others timed each time. The probe's account holds every step's, beside what the readings budget holds.
+    # 1 ms of the probe's step-end work at every step (charging nothing itself): at the unmeasured steps
+    # that end on the lean path, and at the other unmeasured ones, it is timed for the first 31 of each,
+    # then that figure counted for each; at measured ones timed each time. The probe's account holds
+    # every step's, beside what the readings budget holds.
     tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch, light=200e-6)
-    plain = tracker.hook_cost.steps
+    cost = tracker.hook_cost
+    plain = cost.lean.steps + cost.unmeasured.steps
     measured = sum(1 for e in tracker.entries() if e.record is not None)
-    assert tracker.hook_cost.per_step == pytest.approx(0.001)
+    assert cost.lean.per_step == pytest.approx(0.001) and cost.unmeasured.per_step == pytest.approx(0.001)
     assert 31 <= plain <= 195 and measured >= 5
     assert tracker.cost - tracker.charged == pytest.approx(0.200)
     # The measured steps' 4 readings of 0.1 ms are charged (with their saved tensors' estimated hook
     # calls, under 0.2 ms a step here), and the light readings of 0.2 ms.
     light = sum(1 for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7]))
     assert 0.0004 * measured - 1e-9 <= tracker.charged - 0.0002 * light <= 0.0006 * measured
+
+
+def test_a_step_end_the_machine_interrupted_is_not_in_the_account(monkeypatch):
+    # 30 us of step-end work at every step, but 20 ms at ten unmeasured step ends, lean or not, once
+    # both kinds are calibrated: the machine gave the CPU to another process mid-hook. The account holds
+    # the hook's own work (its calibrated median at each), not the other process's turns.
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6, slow=frozenset(range(300, 310)))
+    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+    assert tracker.hook_cost.lean.steps >= 100 and tracker.hook_cost.unmeasured.steps >= 100
 
 
 def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypatch):

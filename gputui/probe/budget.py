@@ -19,45 +19,57 @@ ANSWER_SHARE = 0.25
 CALIBRATION_STEPS = 31  # steps without readings timed at the start, their median the cost of each
 
 
-class HookCost:
-    """The step hook's own cost, beside the readings budget: at each step it reads nothing (no measured
-    step, no hooks armed or removed), timed at the first CALIBRATION_STEPS such steps (a clock read more
-    each), then their median counted for every one; and the probe's step-end work at the other steps,
-    timed (``add``). Kept apart from the readings budget: charged there, this cost of every step would
-    use up the budget and starve the measured steps.
-    """
+class Calibrated:
+    """What one kind of step end costs the hook: timed at the first CALIBRATION_STEPS of them (a clock read
+    more each), then their median counted for every one. The median: a step end where the machine took
+    the CPU away mid-hook (another process's turn) is not the hook's cost, and timed each time on a
+    loaded machine the account would hold the other processes' turns."""
 
-    __slots__ = ("per_step", "steps", "_samples", "_timed")
+    __slots__ = ("per_step", "steps", "_samples")
 
     def __init__(self):
-        self.per_step: float | None = None  # seconds one such step costs, once calibrated
-        self.steps = 0  # such steps since the probe started
+        self.per_step: float | None = None  # seconds one such step end costs, once calibrated
+        self.steps = 0  # such step ends since the probe started (counted by the Tracker)
         self._samples: list[float] = []
-        self._timed = 0.0  # seconds of step-end work timed at the other steps
+
+    def sample(self, seconds: float) -> None:
+        """One such step end took ``seconds`` of the hook's own time (what was charged inside left out)."""
+        samples = self._samples
+        samples.append(seconds)
+        if len(samples) >= CALIBRATION_STEPS:
+            self.per_step = sorted(samples)[len(samples) // 2]
+
+    @property
+    def seconds(self) -> float:
+        """Seconds these step ends have cost so far: as calibrated, or as timed while calibrating."""
+        if self.per_step is None:
+            return sum(self._samples)
+        return self.per_step * self.steps
+
+
+class HookCost:
+    """The step hook's own cost, beside the readings budget: at the step ends that take the lean path
+    (``lean``), at the other unmeasured ones (``unmeasured``: what their readings were charged left out),
+    each calibrated; and the probe's step-end work at measured steps (or ones that armed or removed the
+    hooks), timed (``add``). Kept apart from the readings budget: charged there, this cost of every
+    step would use up the budget and starve the measured steps.
+    """
+
+    __slots__ = ("lean", "unmeasured", "_timed")
+
+    def __init__(self):
+        self.lean = Calibrated()
+        self.unmeasured = Calibrated()
+        self._timed = 0.0  # seconds of step-end work timed at measured steps
 
     def add(self, seconds: float) -> None:
         """Step-end work at a measured step (or one that armed or removed the hooks) took ``seconds``."""
         self._timed += seconds
 
     @property
-    def calibrating(self) -> bool:
-        return self.per_step is None
-
-    def sample(self, seconds: float) -> None:
-        """One such step took ``seconds`` of the hook's own time (what was charged inside left out); it
-        is counted in ``steps`` by whoever counts the steps (Tracker._add_lean_steps: in bulk)."""
-        samples = self._samples
-        samples.append(seconds)
-        if len(samples) >= CALIBRATION_STEPS:
-            # (The median: a step where the machine took the CPU away mid-hook is not the hook's cost.)
-            self.per_step = sorted(samples)[len(samples) // 2]
-
-    @property
     def seconds(self) -> float:
-        """Seconds these steps have cost so far: as calibrated, or as timed while calibrating."""
-        if self.per_step is None:
-            return sum(self._samples) + self._timed
-        return self.per_step * self.steps + self._timed
+        """Seconds the step hook has cost so far."""
+        return self.lean.seconds + self.unmeasured.seconds + self._timed
 
 
 class ReadingsBudget:
@@ -141,17 +153,15 @@ class ReadingsBudget:
 
     def skipped(self, durations: list[float], now: float) -> None:
         """Unmeasured steps of these ``durations``, each found before measure_from, ended one after the
-        other since the latest next_step, the last at ``now``: counted as next_step would have."""
+        other since the latest next_step, the last at ``now``: counted as next_step would have. (The
+        next_step that follows works out measure_from and light_from again.)"""
         self.elapsed += now - self._since
         self._since = now
-        for duration in durations:
-            self._smooth(duration)
-        self._judge_light()
-
-    def _smooth(self, duration: float) -> None:
-        # Smoothed duration of unmeasured steps; a long step (evaluation, a stall) moves it only a little.
         typical = self._typical
-        self._typical = duration if typical is None else typical + 0.05 * (min(duration, 2 * typical) - typical)
+        for duration in durations:
+            typical = _smoothed(typical, duration)
+        self._typical = typical
+        self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
 
     def may_spend(self) -> bool:
         """Whether a reading now keeps the probe inside its share of the time seen so far.
@@ -228,7 +238,7 @@ class ReadingsBudget:
         else:
             self._in_a_row = 0
             if duration is not None:
-                self._smooth(duration)
+                self._typical = _smoothed(self._typical, duration)
         if duration is not None:
             self.elapsed += duration
         self.hook_seconds += carried
@@ -239,3 +249,9 @@ class ReadingsBudget:
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # (as in _measure_next, inline)
         return measuring
+
+
+def _smoothed(typical: float | None, duration: float) -> float:
+    """The smoothed duration of unmeasured steps after one of ``duration``: a long step (evaluation, a
+    stall) moves it only a little."""
+    return duration if typical is None else typical + 0.05 * (min(duration, 2 * typical) - typical)

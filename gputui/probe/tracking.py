@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import threading
 import time
 import weakref
@@ -100,7 +99,7 @@ class Tracker:
         self.board = board if board is not None else Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
         self.problems = self.board.problems
         self.budget = ReadingsBudget(budget, clock)
-        self.hook_cost = HookCost()  # the step hook's own cost at steps it reads nothing
+        self.hook_cost = HookCost()  # the step hook's own cost, beside the readings budget
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
         self.gathered = Gathered()  # the unsharded parameters FSDP2 gathers (sharded.py)
@@ -608,12 +607,15 @@ class Tracker:
                 self.on_step_end(count)
                 hook_cost.add(self.clock() - started - (budget.hook_seconds - timed))
             return
-        # An unmeasured step's end, timed: in the account, not in the readings budget (see HookCost).
-        # The next may take the lean path if it is not measured either and nothing is to be undone.
+        # An unmeasured step's end: in the account, not in the readings budget (see HookCost). The next
+        # may take the lean path if it is not measured either and nothing is to be undone.
         self._lean = not measuring and not self._armed and self._kept_check is None
         if self.on_step_end is not None:
             self.on_step_end(count)
-        hook_cost.add(self.clock() - now - (budget.hook_seconds - timed))
+        unmeasured = hook_cost.unmeasured
+        unmeasured.steps += 1
+        if unmeasured.per_step is None:
+            unmeasured.sample(self.clock() - now - (budget.hook_seconds - timed))
 
     def _lean_step_end(self, now: float, started: float, budget: ReadingsBudget) -> None:
         """The end of a step that was not measured, after one that was not either, whose end reads
@@ -634,16 +636,16 @@ class Tracker:
         if self._calibrating:
             # The hook's fixed cost, in the probe's account but not in the readings budget, where it
             # would starve the measured steps (see HookCost).
-            hook_cost = self.hook_cost
-            hook_cost.sample(self.clock() - now - (budget.hook_seconds - timed))
-            self._calibrating = hook_cost.calibrating
+            lean = self.hook_cost.lean
+            lean.sample(self.clock() - now - (budget.hook_seconds - timed))
+            self._calibrating = lean.per_step is None
 
     def _add_lean_steps(self, until: float) -> None:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
         their durations are those of the latest entries (as many as the board keeps)."""
-        latest = list(itertools.islice(reversed(self.board.steps), self._lean_steps))
-        self.budget.skipped([entry.duration for entry in reversed(latest) if entry.duration is not None], until)
-        self.hook_cost.steps += self._lean_steps
+        steps = self.board.steps
+        self.budget.skipped([steps[i][2] for i in range(-min(self._lean_steps, len(steps)), 0)], until)  # (durations)
+        self.hook_cost.lean.steps += self._lean_steps
         self._lean_steps = 0
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
@@ -746,7 +748,7 @@ class Tracker:
         """Seconds the probe took on the training thread by its own account: what was charged to the
         readings budget and the step hook's own cost at the other steps."""
         hook_cost = self.hook_cost
-        return self.budget.charged + hook_cost.seconds + (hook_cost.per_step or 0.0) * self._lean_steps
+        return self.budget.charged + hook_cost.seconds + (hook_cost.lean.per_step or 0.0) * self._lean_steps
 
     @property
     def hook_seconds(self) -> float:
