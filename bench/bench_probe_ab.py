@@ -117,13 +117,13 @@ def main() -> int:
                         help="the probe's clock: wall (as shipped) or the training thread's CPU time")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    probe_clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     print(f"torch {torch.__version__}, 1 thread, CPU, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.2f} at start; the probe on the {args.clock} clock")
     for label, target in (("5", 5e-3), ("1.6", 1.6e-3)):
         if args.only not in (None, label):
             continue
-        r = ab(target, args.rounds, args.steps, args.budget, clock)
+        r = ab(target, args.rounds, args.steps, args.budget, probe_clock)
         base = r["cpu"][0]  # (the stopped side's thread CPU a step: the step's own work, load aside)
         print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
               f"{r['measured']} of {r['stepped']} steps measured; the step hook's own cost "

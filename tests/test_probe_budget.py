@@ -191,12 +191,13 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
 
 
 def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch, light: float = 0.0,
-                    slow: frozenset[int] = frozenset()):
+                    slow: frozenset[int] = frozenset(), full: float = 0.0):
     """A real CPU loop under a Tracker on a fake clock: 5 ms of the job's own work a step, ``hook``
     seconds of the probe's step-end work at every step (uncharged, as the step hook's own is; 20 ms at
     the unmeasured steps in ``slow``, as when the machine takes the CPU away mid-hook), ``reading``
     seconds for each phase reading of a measured step and ``light`` for each light reading of an
-    unmeasured one. The tracker, after ``steps`` steps."""
+    unmeasured one; ``full``: what a step end that is not lean costs beyond a lean one. The tracker,
+    after ``steps`` steps."""
     clock = [0.0]
     real_read = tracking.Tracker._read
     real_light = tracking.Tracker._light_reading
@@ -211,6 +212,13 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
 
     monkeypatch.setattr(tracking.Tracker, "_read", read)
     monkeypatch.setattr(tracking.Tracker, "_light_reading", light_reading)
+    real_end = tracking.Tracker._end_step
+
+    def end_step(self, now):
+        clock[0] += full
+        real_end(self, now)
+
+    monkeypatch.setattr(tracking.Tracker, "_end_step", end_step)
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
@@ -255,6 +263,19 @@ def test_a_step_end_the_machine_interrupted_is_not_in_the_account(monkeypatch):
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6, slow=frozenset(range(300, 310)))
     assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
     assert tracker.hook_cost.lean.steps >= 100 and tracker.hook_cost.unmeasured.steps >= 100
+
+
+def test_light_readings_keep_to_half_the_budget_with_the_step_end_they_ask_for(monkeypatch):
+    # Light readings of 10 us, and a step end that is not lean costing 40 us more than a lean one (the
+    # budget, the evidence and the probe's step end looked at): 50 us a light reading in all, against
+    # half the budget of 5 ms steps (10 us a step). Counted with the reading (once the two kinds of step
+    # end are calibrated), that step end keeps the light readings to one in five steps, not one in one
+    # or two; the account holds it once.
+    tracker = _fake_clock_job(0.004, 5e-6, 50e-6, 400, monkeypatch, light=10e-6, full=40e-6)
+    later = [e for e in tracker.entries() if e.step > 200 and e.record is None]
+    read = [e.step for e in later if e.host_allocated is not None or e.host_memory is not None]
+    assert 200 * 10e-6 / 50e-6 - 8 <= len(read) <= 200 * 10e-6 / 50e-6 + 2, read
+    assert tracker.hook_cost.beyond_lean == pytest.approx(40e-6)
 
 
 def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypatch):

@@ -71,6 +71,15 @@ class HookCost:
         """Seconds the step hook has cost so far."""
         return self.lean.seconds + self.unmeasured.seconds + self._timed
 
+    @property
+    def beyond_lean(self) -> float:
+        """Seconds an unmeasured step end that is not lean (a light reading's: the budget, the evidence
+        and the probe's step end looked at) costs beyond a lean one, once it is calibrated. Until the
+        lean step ends are (where light readings come at every step, none is lean), all of it: the
+        readings then leave room for lean step ends, which calibrate."""
+        unmeasured = self.unmeasured.per_step
+        return 0.0 if unmeasured is None else max(0.0, unmeasured - (self.lean.per_step or 0.0))
+
 
 class ReadingsBudget:
     """Seconds the probe spent on the training thread against the share of step time it may take.
@@ -151,7 +160,7 @@ class ReadingsBudget:
         """Step time seen up to ``now``, where the steps since the latest next_step were skipped."""
         return self.elapsed + now - self._since
 
-    def skipped(self, durations: list[float], now: float) -> None:
+    def skipped(self, durations: list[float | None], now: float) -> None:
         """Unmeasured steps of these ``durations``, each found before measure_from, ended one after the
         other since the latest next_step, the last at ``now``: counted as next_step would have. (The
         next_step that follows works out measure_from and light_from again.)"""
@@ -159,7 +168,8 @@ class ReadingsBudget:
         self._since = now
         typical = self._typical
         for duration in durations:
-            typical = _smoothed(typical, duration)
+            if duration is not None:  # (a lean step's always is: the one before it started the clock)
+                typical = _smoothed(typical, duration)
         self._typical = typical
         self.light_ok = self._light_spent <= 0.5 * self._share * self.elapsed
 
@@ -204,10 +214,12 @@ class ReadingsBudget:
         return measuring
 
     def next_step(self, duration: float | None, measured: bool, now: float, light: float = 0.0,
-                  carried: float = 0.0) -> bool:
+                  carried: float = 0.0, light_path: float = 0.0) -> bool:
         """A step ended (``measured`` or not, its readings charged; ``light``: seconds its light
         reading took) and the next starts at ``now``: whether to measure it. ``carried``: seconds
-        that count as the new step's readings."""
+        that count as the new step's readings. ``light_path``: what the step end a light reading asks
+        for costs beyond a lean one (HookCost.beyond_lean; in the account already, not charged here),
+        counted against the light readings' half of the budget with the reading itself."""
         if light:
             typical = self._light_typical
             if typical is None or light < typical:
@@ -219,7 +231,7 @@ class ReadingsBudget:
                 # four typical readings; the typical follows a real rise, doubling at most at a time.
                 self._light_typical = typical + 0.05 * (min(light, 2 * typical) - typical)
                 light = min(light, 4 * typical)
-            self._light_spent += light
+            self._light_spent += light + light_path
             self.hook_seconds += light
         if measured:
             self._in_a_row += 1

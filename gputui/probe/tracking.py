@@ -556,7 +556,7 @@ class Tracker:
             if end is not None:
                 self.board.add_measured(entry)
             self.last_measured = end is not None
-            light, light_seconds = None, 0.0
+            light, light_seconds, light_path = None, 0.0, 0.0
             # Saved tensors are seen only in measured steps (the hooks are pushed only then): their
             # calls are charged to the step that starts now, as its readings' own.
             carried = self.activations.take_packs() * PACK_COST
@@ -566,14 +566,15 @@ class Tracker:
                 light_started = self.clock()
                 light = self._light_reading()
                 light_seconds = self.clock() - light_started
+                light_path = self.hook_cost.beyond_lean  # (a light reading's step end is never lean)
             else:
-                light, light_seconds = NO_LIGHT, 0.0
+                light, light_seconds, light_path = NO_LIGHT, 0.0, 0.0
             self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
                                                             self.device) + light + (None,)))
             self.last_measured = False
             carried = 0.0
         # The next step starts where this one ends (data loading included).
-        measuring = budget.next_step(duration, measured, now, light_seconds, carried)
+        measuring = budget.next_step(duration, measured, now, light_seconds, carried, light_path)
         if self.evidence.next_step(count, light):
             measuring = True
         self._step_started = now
@@ -644,7 +645,7 @@ class Tracker:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
         their durations are those of the latest entries (as many as the board keeps)."""
         steps = self.board.steps
-        self.budget.skipped([steps[i][2] for i in range(-min(self._lean_steps, len(steps)), 0)], until)  # (durations)
+        self.budget.skipped([steps[i].duration for i in range(-min(self._lean_steps, len(steps)), 0)], until)
         self.hook_cost.lean.steps += self._lean_steps
         self._lean_steps = 0
 
