@@ -318,7 +318,7 @@ def _schedule(lean: bool, steps: int = 3000) -> tuple[list[int], ReadingsBudget,
     clock = [0.0]
     budget = ReadingsBudget(0.004, clock=lambda: clock[0])
     measuring = budget.start_step(0.0, first=True)
-    measured, full, skipped, may_skip = [1], 0, [], False
+    measured, full, skipped, may_skip = [1], 0, False, False
     for step in range(1, steps):
         duration = 0.004 + 0.001 * (step % 3)
         if measuring:
@@ -326,11 +326,12 @@ def _schedule(lean: bool, steps: int = 3000) -> tuple[list[int], ReadingsBudget,
             duration += 0.0004
         clock[0] += duration
         if lean and may_skip and clock[0] < budget.measure_from:
-            skipped.append(duration)
+            budget.lean_step(duration)
+            skipped = True
             continue
         if skipped:
-            budget.skipped(skipped, clock[0] - duration)
-            skipped = []
+            budget.skipped(clock[0] - duration)
+            skipped = False
         full += 1
         was = measuring
         measuring = budget.next_step(duration, was, clock[0])
@@ -338,7 +339,7 @@ def _schedule(lean: bool, steps: int = 3000) -> tuple[list[int], ReadingsBudget,
             measured.append(step + 1)
         may_skip = not was and not measuring
     if skipped:
-        budget.skipped(skipped, clock[0])
+        budget.skipped(clock[0])
     return measured, budget, full
 
 

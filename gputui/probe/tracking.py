@@ -628,8 +628,10 @@ class Tracker:
         self.step_count = count = self.step_count + 1
         self.phase = IDLE
         # (ended_at from the wall clock's offset, read at the latest full step end: one clock read less)
-        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, now - started,
+        duration = now - started
+        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
                                                         self.device, None, None, None, None)))
+        budget.lean_step(duration)
         self._step_started = now
         self._lean_steps += 1
         if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
@@ -643,9 +645,8 @@ class Tracker:
 
     def _add_lean_steps(self, until: float) -> None:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
-        their durations are those of the latest entries (as many as the board keeps)."""
-        steps = self.board.steps
-        self.budget.skipped([steps[i].duration for i in range(-min(self._lean_steps, len(steps)), 0)], until)
+        their time given to the budget, and their count to the account."""
+        self.budget.skipped(until)
         self.hook_cost.lean.steps += self._lean_steps
         self._lean_steps = 0
 
