@@ -9,9 +9,11 @@ way, the overhead (median of paired blocks' differences, with the middle half of
 probe's own account over the running blocks (Tracker.cost: its readings and its step hook's own
 cost), each in microseconds a step and as a share of the stopped side's thread-CPU step (the step's
 own work, which a loaded machine stretches less than wall time). On a shared machine say the load:
-it is printed.
+it is printed. ``--clock cpu`` runs the probe on the training thread's CPU clock (Probe(clock=
+time.thread_time)): its budget, its account and the A/B are then in the same seconds, where on a
+loaded machine wall time adds other processes' turns to the steps the budget is a share of.
 
-    python bench/bench_probe_ab.py [--rounds 60] [--steps 24] [--only 5|1.6]
+    python bench/bench_probe_ab.py [--rounds 60] [--steps 24] [--only 5|1.6] [--clock wall|cpu]
 """
 
 from __future__ import annotations
@@ -65,9 +67,9 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[2]
 
 
-def ab(target: float, rounds: int, steps: int, budget: float | None) -> dict:
+def ab(target: float, rounds: int, steps: int, budget: float | None, clock) -> dict:
     job = sized_job(target)
-    probe = runtime.start(serve=False, **({} if budget is None else {"budget": budget}))
+    probe = runtime.start(serve=False, clock=clock, **({} if budget is None else {"budget": budget}))
     step_times(job, 60, 0)  # the probe learns the optimizer and the model's roots, once
     probe.tracker.uninstall()
     blocks: dict[str, list[float]] = {"off": [], "on": []}
@@ -97,7 +99,7 @@ def ab(target: float, rounds: int, steps: int, budget: float | None) -> dict:
             cpu_blocks[side].append(statistics.fmean(cpu))
     runtime.stop()
     out = {"batch": job.batch, "account": cost / elapsed if elapsed else float("nan"), "blocks": rounds,
-           "measured": measured, "stepped": stepped, "per_step": probe.tracker.hook_cost.per_step,
+           "measured": measured, "stepped": stepped, "per_step": probe.tracker.hook_cost.lean.per_step,
            "account_s": cost / stepped if stepped else float("nan")}
     for clock, sides in (("wall", blocks), ("cpu", cpu_blocks)):
         off, on = sides["off"], sides["on"]
@@ -111,20 +113,23 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--only", choices=("5", "1.6"))
     parser.add_argument("--budget", type=float, help="the probe's readings budget (default: as shipped)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="the probe's clock: wall (as shipped) or the training thread's CPU time")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    probe_clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     print(f"torch {torch.__version__}, 1 thread, CPU, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.2f} at start")
+          f"load average {os.getloadavg()[0]:.2f} at start; the probe on the {args.clock} clock")
     for label, target in (("5", 5e-3), ("1.6", 1.6e-3)):
         if args.only not in (None, label):
             continue
-        r = ab(target, args.rounds, args.steps, args.budget)
+        r = ab(target, args.rounds, args.steps, args.budget, probe_clock)
         base = r["cpu"][0]  # (the stopped side's thread CPU a step: the step's own work, load aside)
         print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
               f"{r['measured']} of {r['stepped']} steps measured; the step hook's own cost "
               f"{(r['per_step'] or 0) * 1e6:.1f} us a step")
-        print(f"  probe's own account: {r['account_s'] * 1e6:.1f} us a step, {r['account_s'] / base * 100:.2f} % of "
-              f"the stopped CPU step ({r['account'] * 100:.2f} % of wall step time)")
+        print(f"  probe's own account: {r['account_s'] * 1e6:.1f} us a step, {r['account'] * 100:.2f} % of the step "
+              f"time it saw ({args.clock} clock)")
         for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):
             off, on, (low, mid, high) = r[clock]
             print(f"  {name}: mean step {off * 1e3:.3f} ms stopped, {on * 1e3:.3f} ms running (block medians); "

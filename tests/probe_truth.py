@@ -19,7 +19,7 @@ def storage_bytes(tensors) -> int:
 def fresh_reading(probe, forward):
     """Ask for a reading as a monitor would, and let the job's next forward pass (``forward()``,
     run without autograd) take it; the categories it published."""
-    probe.board.reading_wanted = probe.clock()
+    probe.board.want_reading(probe.clock())
     with torch.no_grad():
         forward()
     return probe.report().devices[0].categories

@@ -101,8 +101,10 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
     # A list of tensors that grows 384 KiB a step, at the default budget, on a clock where a measured
     # step's readings cost 8 ms against 5 ms steps: the budget alone would measure no step after the
     # first for hundreds of steps. The first step-end reading 16 steps or more after the latest
-    # measured step that shows growth past the verdict's floor makes the next step a measured one.
-    with JobClock(reading=0.002).charging(monkeypatch) as clock:
+    # measured step that shows growth past the verdict's floor makes the next step a measured one. Light
+    # readings of 30 us (half the budget: 10 us a step) come every third step or so, and the step ends
+    # between them take the lean path, which reads nothing: growth is judged at every reading.
+    with JobClock(reading=0.002, light=30e-6).charging(monkeypatch) as clock:
         p = runtime.start(serve=False, auto_sites=False, clock=clock)
         try:
             leak_corpus().PATTERNS["global_list"].run(70)
@@ -111,6 +113,9 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
         finally:
             runtime.stop()
     measured = [s.step for s in report.steps if s.categories is not None]
+    unread = [s.step for s in report.steps if s.categories is None and s.host_allocated is None
+              and s.host_memory is None]
+    assert len(unread) >= 20, unread  # (the lean path ran between the readings)
     base, trigger = None, None
     for s in report.steps:
         if s.categories is not None:
@@ -186,24 +191,43 @@ def test_figures_a_monitor_asks_for_stay_fresh_over_hundreds_of_steps():
     assert max(lags, default=0) <= 0, lags  # read at the step after it was asked (or at its forward pass)
 
 
-def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch):
+def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monkeypatch, light: float = 0.0,
+                    slow: frozenset[int] = frozenset(), full: float = 0.0):
     """A real CPU loop under a Tracker on a fake clock: 5 ms of the job's own work a step, ``hook``
-    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is), and
-    ``reading`` seconds for each phase reading of a measured step. The tracker, after ``steps`` steps."""
+    seconds of the probe's step-end work at every step (uncharged, as the step hook's own is; 20 ms at
+    the unmeasured steps in ``slow``, as when the machine takes the CPU away mid-hook), ``reading``
+    seconds for each phase reading of a measured step and ``light`` for each light reading of an
+    unmeasured one; ``full``: what a step end that is not lean costs beyond a lean one. The tracker,
+    after ``steps`` steps."""
     clock = [0.0]
     real_read = tracking.Tracker._read
+    real_light = tracking.Tracker._light_reading
 
     def read(self, with_tally):
         clock[0] += reading
         return real_read(self, with_tally)
 
+    def light_reading(self):
+        clock[0] += light
+        return real_light(self)
+
     monkeypatch.setattr(tracking.Tracker, "_read", read)
+    monkeypatch.setattr(tracking.Tracker, "_light_reading", light_reading)
+    real_end = tracking.Tracker._end_step
+
+    def end_step(self, now):
+        clock[0] += full
+        real_end(self, now)
+
+    monkeypatch.setattr(tracking.Tracker, "_end_step", end_step)
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
-        clock[0] += hook
+        # (slow only where the step ending and the next are unmeasured: no hooks armed, nothing timed whole)
+        clock[0] += 0.020 if step in slow and not (tracker.last_measured or tracker._measuring) else hook
 
     tracker.on_step_end = step_end
+    tracker.board.wanted = True  # (as while a monitor keeps asking: the step-end work runs at every step)
     tracker.install()
     try:
         job = loops.make_job()
@@ -216,18 +240,43 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
 
 
 def test_the_account_holds_the_step_hooks_own_work_at_every_step(monkeypatch):
-    # 1 ms of the probe's step-end work at every step (charging nothing itself): at the steps that read
-    # nothing it is timed for the first 31 of them, then that figure counted for each; at the others
-    # timed each time. The probe's account holds every step's, beside what the readings budget holds.
-    tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch)
-    plain = tracker.hook_cost.steps
+    # 1 ms of the probe's step-end work at every step (charging nothing itself): at the unmeasured steps
+    # that end on the lean path, and at the other unmeasured ones, it is timed for the first 31 of each,
+    # then that figure counted for each; at measured ones timed each time. The probe's account holds
+    # every step's, beside what the readings budget holds.
+    tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch, light=200e-6)
+    cost = tracker.hook_cost
+    plain = cost.lean.steps + cost.unmeasured.steps
     measured = sum(1 for e in tracker.entries() if e.record is not None)
-    assert tracker.hook_cost.per_step == pytest.approx(0.001)
-    assert 80 <= plain <= 195 and measured >= 5
+    assert cost.lean.per_step == pytest.approx(0.001) and cost.unmeasured.per_step == pytest.approx(0.001)
+    assert 31 <= plain <= 195 and measured >= 5
     assert tracker.cost - tracker.charged == pytest.approx(0.200)
     # The measured steps' 4 readings of 0.1 ms are charged (with their saved tensors' estimated hook
-    # calls, under 0.2 ms a step here).
-    assert 0.0004 * measured - 1e-9 <= tracker.charged <= 0.0006 * measured
+    # calls, under 0.2 ms a step here), and the light readings of 0.2 ms.
+    light = sum(1 for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7]))
+    assert 0.0004 * measured - 1e-9 <= tracker.charged - 0.0002 * light <= 0.0006 * measured
+
+
+def test_a_step_end_the_machine_interrupted_is_not_in_the_account(monkeypatch):
+    # 30 us of step-end work at every step, but 20 ms at ten unmeasured step ends, lean or not, once
+    # both kinds are calibrated: the machine gave the CPU to another process mid-hook. The account holds
+    # the hook's own work (its calibrated median at each), not the other process's turns.
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6, slow=frozenset(range(300, 310)))
+    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+    assert tracker.hook_cost.lean.steps >= 100 and tracker.hook_cost.unmeasured.steps >= 100
+
+
+def test_light_readings_keep_to_half_the_budget_with_the_step_end_they_ask_for(monkeypatch):
+    # Light readings of 10 us, and a step end that is not lean costing 40 us more than a lean one (the
+    # budget, the evidence and the probe's step end looked at): 50 us a light reading in all, against
+    # half the budget of 5 ms steps (10 us a step). Counted with the reading (once the two kinds of step
+    # end are calibrated), that step end keeps the light readings to one in five steps, not one in one
+    # or two; the account holds it once.
+    tracker = _fake_clock_job(0.004, 5e-6, 50e-6, 400, monkeypatch, light=10e-6, full=40e-6)
+    later = [e for e in tracker.entries() if e.step > 200 and e.record is None]
+    read = [e.step for e in later if e.host_allocated is not None or e.host_memory is not None]
+    assert 200 * 10e-6 / 50e-6 - 8 <= len(read) <= 200 * 10e-6 / 50e-6 + 2, read
+    assert tracker.hook_cost.beyond_lean == pytest.approx(40e-6)
 
 
 def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypatch):
@@ -260,3 +309,86 @@ def test_a_light_reading_the_machine_interrupted_does_not_stop_the_light_reading
     after = [e for e in tracker.entries() if e.step > 45 and e.record is None]
     read = [e.step for e in after if e.host_allocated is not None or e.host_memory is not None]
     assert len(after) >= 200 and len(read) == len(after), (len(after), len(read))
+
+
+def _schedule(lean: bool, steps: int = 3000) -> tuple[list[int], ReadingsBudget, int]:
+    """Steps of 4 to 6 ms on a fake clock, each measured one charged 0.3 ms of readings and 0.4 ms more of
+    untimed cost; with ``lean``, a step end between unmeasured steps only compares the clock with the
+    budget's measure_from (as Tracker's lean path), and the budget is given those steps at the next full
+    one. The measured steps, the budget, and how many step ends went through next_step."""
+    clock = [0.0]
+    budget = ReadingsBudget(0.004, clock=lambda: clock[0])
+    measuring = budget.start_step(0.0, first=True)
+    measured, full, skipped, may_skip = [1], 0, False, False
+    for step in range(1, steps):
+        duration = 0.004 + 0.001 * (step % 3)
+        if measuring:
+            budget.charge(0.0003)
+            duration += 0.0004
+        clock[0] += duration
+        if lean and may_skip and clock[0] < budget.measure_from:
+            budget.lean_step(duration)
+            skipped = True
+            continue
+        if skipped:
+            budget.skipped(clock[0] - duration)
+            skipped = False
+        full += 1
+        was = measuring
+        measuring = budget.next_step(duration, was, clock[0])
+        if measuring:
+            measured.append(step + 1)
+        may_skip = not was and not measuring
+    if skipped:
+        budget.skipped(clock[0])
+    return measured, budget, full
+
+
+def test_the_lean_step_end_measures_the_same_steps_as_judging_every_step():
+    # Worked out once at the latest full step end, the time from which the next step is measured gives
+    # the schedule that judging the budget at every step end gives, while most step ends skip it.
+    eager, eager_budget, _ = _schedule(lean=False)
+    lean, lean_budget, full = _schedule(lean=True)
+    assert len(eager) >= 60
+    assert lean == eager
+    assert full <= 3 * len(eager) + 1  # (the measured steps, and the step after each)
+    assert lean_budget.charged == pytest.approx(eager_budget.charged)
+    assert lean_budget.elapsed == pytest.approx(eager_budget.elapsed)
+
+
+def test_most_step_ends_take_the_lean_path_at_the_same_measured_rate(monkeypatch):
+    # The measured steps and the light readings (35 us each, within half the budget) come at the very
+    # steps they came at when the budget judged every step end (15 and 115 of 400 then: read off the
+    # code before the lean path); the budget's step end runs only at those, the step after each measured
+    # one and the one before it, not at every step.
+    calls = []
+    real = ReadingsBudget.next_step
+    monkeypatch.setattr(ReadingsBudget, "next_step", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6)
+    measured = [e.step for e in tracker.entries() if e.record is not None]
+    light = [e.step for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7])]
+    assert measured[:6] == [1, 30, 58, 86, 116, 144] and len(measured) == 15, measured
+    assert len(light) == 115, light
+    assert len(calls) <= 150, len(calls)
+    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+    assert tracker.elapsed == pytest.approx(sum(e.duration or 0.0 for e in tracker.entries()))
+
+
+def test_a_request_is_taken_at_the_next_lean_step_end():
+    # A monitor's ask for fresh figures, or to record allocation sites, sets the board's one flag: the
+    # next step end, lean as it is, takes it up.
+    p = runtime.start(serve=False, auto_sites=False)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 40)
+        while not (p.tracker._lean and not p.tracker._measuring):
+            loops.clean(job, 1)
+        assert not p.board.wanted
+        p.board.want_reading(p.clock())
+        loops.clean(job, 1)
+        assert p.board.reading.step == p.board.step_count and not p.board.wanted
+        p.desk.record_sites({"steps": 2})
+        loops.clean(job, 1)
+        assert p.board.sites.recording and p.board.wanted  # (recording: every step end does its part)
+    finally:
+        runtime.stop()

@@ -98,6 +98,19 @@ class Board:
         self.reading_wanted = float("-inf")  # when (the probe's clock) a fresher reading was last asked for
         self.sites_wanted: tuple[int, int, bool] = (0, 0, False)  # (serial, steps, on)
         self.sites_taken = 0  # serial of the last sites request the training thread acted on
+        # Whether the probe's step end has anything to do beyond counting the step: set after each request
+        # (and by the training thread while sites are recorded), so that a step end looks at one flag.
+        self.wanted = False
+
+    def want_reading(self, now: float) -> None:
+        """A monitor asks for figures fresher than the board's (``now``: monotonic time)."""
+        self.reading_wanted = now
+        self.wanted = True  # (after the request: a step end that clears it then reads the request)
+
+    def want_sites(self, steps: int, on: bool) -> None:
+        """A monitor asks to start (``on``, for ``steps`` steps) or stop recording allocation sites."""
+        self.sites_wanted = (self.sites_wanted[0] + 1, steps, on)
+        self.wanted = True
 
     @property
     def step_count(self) -> int:

@@ -95,7 +95,7 @@ class Desk:
         if not isinstance(on, bool) or not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError("record_sites takes {'steps': a positive integer, 'on': true or false}")
         board = self.board
-        board.sites_wanted = (board.sites_wanted[0] + 1, steps, on)
+        board.want_sites(steps, on)
         return {"recording": on, "steps": min(steps, MAX_SITE_STEPS) if on else 0,
                 "starts_at_step": board.step_count + 1 if on else None}
 
@@ -105,7 +105,7 @@ class Desk:
         reading, sites = board.reading, board.sites
         now = self.clock()
         if now - reading.monotonic > FRESH_FOR:
-            board.reading_wanted = now
+            board.want_reading(now)
         return ProbeReport(
             pid=board.pid,
             taken_at=time.time(),

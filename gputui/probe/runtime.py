@@ -179,7 +179,20 @@ class Probe:
     def _step_end(self, step: int) -> None:
         # On the training thread, right after optimizer.step(), at every step: right after the
         # step's own work, whatever this touches is out of the CPU's caches, so the common path
-        # reads as few objects as it can.
+        # (nothing asked, nothing read, nothing due) reads one flag of the board and one of the tracker.
+        tracker, board = self.tracker, self.board
+        if not (board.wanted or tracker.last_measured or step & 31 == 1):
+            return
+        board.wanted = False  # (before the requests are read: one made from now on sets it again)
+        try:
+            self._step_end_work(step)
+        finally:
+            sites = self.sites
+            if sites.on or sites.pending or board.reading_wanted > board.reading.monotonic:
+                board.wanted = True  # still to do at the next step end
+
+    def _step_end_work(self, step: int) -> None:
+        """What a step end does where something was asked, read or due (see _step_end)."""
         tracker, board = self.tracker, self.board
         if tracker.last_measured:
             started = self.clock()
@@ -200,9 +213,9 @@ class Probe:
                 # again when it ends (from here, the frames above are the job's training loop).
                 started = self.clock()
                 if sites.on:
-                    self.keepers.start(step, sys._getframe(1))
+                    self.keepers.start(step, sys._getframe(2))
                 else:
-                    self.keepers.finish(step, sys._getframe(1))
+                    self.keepers.finish(step, sys._getframe(2))
                 tracker.budget.charge(self.clock() - started)
             self._publish_sites()
         elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.last_evidence):

@@ -99,7 +99,7 @@ class Tracker:
         self.board = board if board is not None else Board(max_steps=max_steps, measured_kept=MEASURED_KEPT)
         self.problems = self.board.problems
         self.budget = ReadingsBudget(budget, clock)
-        self.hook_cost = HookCost()  # the step hook's own cost at steps it reads nothing
+        self.hook_cost = HookCost()  # the step hook's own cost, beside the readings budget
         self.categories = Categories()
         self.activations = Activations(self.problems, watched=activations)
         self.gathered = Gathered()  # the unsharded parameters FSDP2 gathers (sharded.py)
@@ -120,6 +120,8 @@ class Tracker:
         self.loss_inside = False
         self.last_measured = False  # the latest step has a full StepRecord
         self._primary: weakref.ref | None = None  # the optimizer whose step() ends a training step
+        # Its id while it lives (None once it is gone): the step hook knows it without calling the weakref.
+        self._primary_id: int | None = None
         # (the latest measured step's entry, {key: live entry} of what it saved and held at its end):
         # checked again at the next step's end (see _revise_kept)
         self._kept_check: tuple | None = None
@@ -133,6 +135,10 @@ class Tracker:
         self._roots_learned = False  # the top-level modules are known: hooked instead of every module
         self._step_started: float | None = None
         self._measuring = True
+        self._lean = False  # the next step end may take the lean path (see _optimizer_post)
+        self._lean_steps = 0  # steps that took it since the budget last saw one (see _add_lean_steps)
+        self._calibrating = True  # the lean steps' cost is still being timed (HookCost)
+        self._wall_offset = 0.0  # wall clock less the step clock, at the latest full step end
         self.resident = ResidentMemory()
         self.malloc = MallocInUse()
         # The pack/unpack pair, pushed only inside watched forward passes. Where this torch gives
@@ -148,6 +154,7 @@ class Tracker:
         if self.active:
             return  # installed twice, its hooks would run twice: every step counted twice
         self._step_started = None  # time without the hooks is no step of ours
+        self._lean = False
         self.budget.restart(self.clock())
         self.phase = IDLE
         # Only the optimizer post-hook stays for good: it counts steps. The hooks that readings need
@@ -160,6 +167,8 @@ class Tracker:
 
     def uninstall(self) -> None:
         self.active = False
+        if self._lean_steps and self._step_started is not None:
+            self._add_lean_steps(self._step_started)
         self._disarm()
         for handle in self._handles:
             handle.remove()
@@ -460,7 +469,7 @@ class Tracker:
             if primary is not optimizer:
                 self.categories.optimizers.add(optimizer)  # (the primary one is in there already)
                 if primary is None:
-                    self._primary = weakref.ref(optimizer)
+                    self._make_primary(optimizer)
                     primary = optimizer
             if primary is optimizer:
                 if self._step_started is None:
@@ -496,26 +505,45 @@ class Tracker:
         if not self.active or _is_compiling():
             return None
         try:
-            primary = self._primary and self._primary()
-            if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
-                self.categories.optimizers.add(optimizer)
-                self._primary = weakref.ref(optimizer)
-                primary = optimizer
-            if primary is optimizer:
+            if id(optimizer) != self._primary_id:
+                primary = self._primary and self._primary()
+                if primary is None:  # the first one seen, or the old one is gone (a new optimizer)
+                    self.categories.optimizers.add(optimizer)
+                    self._make_primary(optimizer)
+                elif primary is not optimizer:
+                    return None
+            budget = self.budget
+            # (A step's light reading is judged on the time seen up to its start, as light_ok.)
+            started = self._step_started
+            if self._lean and now < budget.measure_from and started is not None and started < budget.light_from:
+                self._lean_step_end(now, started, budget)
+            else:
                 self._end_step(now)
         except Exception as exc:
             self.problems.record("optimizer post-hook", exc)
         return None
 
+    def _make_primary(self, optimizer) -> None:
+        self._primary = weakref.ref(optimizer, self._primary_gone)
+        self._primary_id = id(optimizer)
+
+    def _primary_gone(self, _ref) -> None:
+        # (Before its id can be another object's.)
+        self._primary_id = None
+
     def _end_step(self, now: float) -> None:
         """The primary optimizer's step ended at ``now``: its entry, and whether the next is measured."""
         # At every step, right after the step's own work has pushed the probe's objects out of the
-        # CPU caches: the unmeasured path touches as few objects as it can (not the activations, nor
-        # the phases, where an unmeasured step follows an unmeasured one).
-        started = self._step_started
-        self.step_count = count = self.step_count + 1
-        duration = None if started is None else now - started
+        # CPU caches. Most steps take the lean path instead (_lean_step_end, chosen in _optimizer_post).
+        count = self.step_count + 1
         budget = self.budget
+        self._lean = False
+        self._wall_offset = self.wallclock() - now
+        started = self._step_started
+        self.step_count = count
+        duration = None if started is None else now - started
+        if self._lean_steps and started is not None:
+            self._add_lean_steps(started)
         measured, timed = self._measuring, budget.hook_seconds
         if self._kept_check is not None:
             self._revise_kept()
@@ -528,7 +556,7 @@ class Tracker:
             if end is not None:
                 self.board.add_measured(entry)
             self.last_measured = end is not None
-            light, light_seconds = None, 0.0
+            light, light_seconds, light_path = None, 0.0, 0.0
             # Saved tensors are seen only in measured steps (the hooks are pushed only then): their
             # calls are charged to the step that starts now, as its readings' own.
             carried = self.activations.take_packs() * PACK_COST
@@ -538,14 +566,15 @@ class Tracker:
                 light_started = self.clock()
                 light = self._light_reading()
                 light_seconds = self.clock() - light_started
+                light_path = self.hook_cost.beyond_lean  # (a light reading's step end is never lean)
             else:
-                light, light_seconds = NO_LIGHT, 0.0
-            self.board.steps.append(light_entry(StepEntry, (count, self.wallclock(), duration,
+                light, light_seconds, light_path = NO_LIGHT, 0.0, 0.0
+            self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
                                                             self.device) + light + (None,)))
             self.last_measured = False
             carried = 0.0
         # The next step starts where this one ends (data loading included).
-        measuring = budget.next_step(duration, measured, now, light_seconds, carried)
+        measuring = budget.next_step(duration, measured, now, light_seconds, carried, light_path)
         if self.evidence.next_step(count, light):
             measuring = True
         self._step_started = now
@@ -579,14 +608,47 @@ class Tracker:
                 self.on_step_end(count)
                 hook_cost.add(self.clock() - started - (budget.hook_seconds - timed))
             return
+        # An unmeasured step's end: in the account, not in the readings budget (see HookCost). The next
+        # may take the lean path if it is not measured either and nothing is to be undone.
+        self._lean = not measuring and not self._armed and self._kept_check is None
         if self.on_step_end is not None:
             self.on_step_end(count)
-        # A step that read nothing: the hook's fixed cost, in the probe's account but not in the
-        # readings budget, where it would starve the measured steps (see HookCost).
-        if hook_cost.per_step is None:
-            hook_cost.sample(self.clock() - now - (budget.hook_seconds - timed))
-        else:
-            hook_cost.steps += 1
+        unmeasured = hook_cost.unmeasured
+        unmeasured.steps += 1
+        if unmeasured.per_step is None:
+            unmeasured.sample(self.clock() - now - (budget.hook_seconds - timed))
+
+    def _lean_step_end(self, now: float, started: float, budget: ReadingsBudget) -> None:
+        """The end of a step that was not measured, after one that was not either, whose end reads
+        nothing and leaves the next unmeasured, as worked out in advance (_lean, the budget's
+        measure_from and light_from) so that the step hook only compares them: its entry, counted for
+        the budget and the account later (_add_lean_steps), and the probe's step end only where the
+        board wants something of it or its now-and-then work is due (every 32 steps)."""
+        timed = budget.hook_seconds
+        self.step_count = count = self.step_count + 1
+        self.phase = IDLE
+        # (ended_at from the wall clock's offset, read at the latest full step end: one clock read less)
+        duration = now - started
+        self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
+                                                        self.device, None, None, None, None)))
+        budget.lean_step(duration)
+        self._step_started = now
+        self._lean_steps += 1
+        if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
+            self.on_step_end(count)
+        if self._calibrating:
+            # The hook's fixed cost, in the probe's account but not in the readings budget, where it
+            # would starve the measured steps (see HookCost).
+            lean = self.hook_cost.lean
+            lean.sample(self.clock() - now - (budget.hook_seconds - timed))
+            self._calibrating = lean.per_step is None
+
+    def _add_lean_steps(self, until: float) -> None:
+        """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
+        their time given to the budget, and their count to the account."""
+        self.budget.skipped(until)
+        self.hook_cost.lean.steps += self._lean_steps
+        self._lean_steps = 0
 
     def _entry(self, duration: float | None, end: PhaseReading | None) -> StepEntry:
         """A measured step's entry, with its full StepRecord (none where the reading failed)."""
@@ -687,7 +749,8 @@ class Tracker:
     def cost(self) -> float:
         """Seconds the probe took on the training thread by its own account: what was charged to the
         readings budget and the step hook's own cost at the other steps."""
-        return self.budget.charged + self.hook_cost.seconds
+        hook_cost = self.hook_cost
+        return self.budget.charged + hook_cost.seconds + (hook_cost.lean.per_step or 0.0) * self._lean_steps
 
     @property
     def hook_seconds(self) -> float:
@@ -697,7 +760,8 @@ class Tracker:
     @property
     def elapsed(self) -> float:
         """Step time seen so far."""
-        return self.budget.elapsed
+        budget, started = self.budget, self._step_started
+        return budget.seen_until(started) if self._lean_steps and started is not None else budget.elapsed
 
     @property
     def evidence_steps(self) -> int:
