@@ -10,7 +10,6 @@ reported": every formatter gives ``NA`` for it, never "0".
 from __future__ import annotations
 
 import math
-
 import re
 from datetime import datetime, timezone, tzinfo
 

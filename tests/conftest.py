@@ -83,7 +83,7 @@ SLOW_FILES = {
     "test_probe_accuracy.py", "test_probe_breakdown_truth.py", "test_probe_budget.py", "test_probe_threads.py",
     "test_probe_keepers.py", "test_probe_attach.py", "test_probe_demo.py", "test_oom_report.py",
     "test_estimate_accuracy.py", "test_serve_prometheus.py", "test_hosts_ssh.py", "test_smoke_script.py",
-    "test_terminal_life.py", "test_estimate.py", "test_ddp_ranks.py",
+    "test_terminal_life.py", "test_estimate.py", "test_ddp_ranks.py", "test_attach.py",
 }
 
 
