@@ -580,3 +580,24 @@ def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
     assert second.hosts[0].snapshot is first.hosts[0].snapshot  # the same snapshot made visible once
     assert set(first.leaks) == {"a"} and set(first.leaks["a"]) == {1234}
     assert (first.monitor.cpu_percent, second.monitor.cpu_percent, second.taken_at) == (None, 2.0, 123.0)
+
+
+def test_once_over_hosts_ends_with_each_owner_over_all_of_them(tmp_path):
+    # The shared Kubernetes node of the demo, twice: each pod's GPUs and memory over both nodes.
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[hosts]\nnames = ["n1", "n2"]\ncommand = "{sys.executable} -m gputui --demo shared-k8s"\n'
+                      f'ssh = "{ssh}"\nwait = 30\n')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = gputui(env, "--hosts", "--config", str(config), "--once", "--ascii")
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    section = result.stdout[result.stdout.index("Who holds the GPUs: all hosts"):].splitlines()
+    assert section[1] == "  each host as its own gputui judged it, by its rules, over what it watched"
+    assert section[2].split()[:4] == ["OWNER", "HOSTS", "GPUS", "MEMORY"]
+    sam = next(line for line in section if line.startswith("pod team-vision/notebook-sam "))
+    assert sam.split()[2:5] == ["2", "4", "80.0GiB"]
+    llama = next(line for line in section if line.startswith("pod ml-research/llama-ft-0 "))
+    assert llama.split()[2:5] == ["2", "8", "252GiB"]

@@ -151,3 +151,21 @@ def test_rules_from_the_config_and_the_flags():
             with_values(WasteRules(), values, bad)
     with pytest.raises(ValueError, match=r"^waste\.idle is not a setting \(known: window, idle_memory"):
         parse_waste_table({"idle": 3}, bad)
+
+
+def test_across_hosts_adds_up_what_each_host_said():
+    from gputui.analysis.waste import across_hosts
+    from gputui.model.waste import OwnerUse, Waste
+
+    rules = WasteRules()
+    job_a = OwnerUse("slurm", "4242", pids=(10,), gpus=(0, 1, 2), memory=30 << 30, sm_util=90.0)
+    job_b = OwnerUse("slurm", "4242", pids=(11,), gpus=(5,), memory=8 << 30, sm_util=2.0, idle_for=900.0,
+                     idle=(IdleGpu(5, 8 << 30, 900.0),))
+    bob = OwnerUse("user", "bob", pids=(12,), gpus=(3,), memory=2 << 30, sm_util=None, idle_for=30.0)
+    owners = across_hosts([("a", Waste(rules, 700.0, (job_a, bob))), ("b", Waste(rules, 700.0, (job_b,)))])
+    assert [(o.kind, o.name) for o in owners] == [("slurm", "4242"), ("user", "bob")]  # idle GPUs first
+    job, user = owners
+    assert (job.hosts, job.gpus, job.memory, job.idle_gpus, job.idle_for) == (("a", "b"), 4, 38 << 30, 1, 900.0)
+    assert job.sm_util == pytest.approx((3 * 90.0 + 2.0) / 4)  # each GPU weighted alike
+    assert (user.hosts, user.sm_util, user.idle_gpus, user.idle_for) == (("a",), None, 0, 30.0)
+    assert across_hosts([]) == ()

@@ -94,3 +94,21 @@ async def test_many_hosts_each_host_as_its_gputui_judged_it():
         assert lines[lines.index("k8s-node") + 4] == "pod team-vision/notebook-sam    5-6  40.0GiB  0% -       60 s"
         assert lines[lines.index("ws") + 3].startswith("user alice ")
         assert lines[lines.index("down") + 1] == "no judgement from this host (not answering, or an older gputui)"
+
+
+async def test_many_hosts_add_each_owner_up_over_the_hosts_first():
+    from still import still_hosts_app
+
+    # The same pods on two nodes (the shared-k8s demo twice) and a workstation: each pod over both nodes.
+    app = still_hosts_app({"node-a": "shared-k8s", "node-b": "shared-k8s", "ws": "workstation"}, seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        lines = shown(app, "#waste-table").splitlines()
+        assert lines[0] == "All hosts"
+        assert lines[1].split() == ["OWNER", "HOSTS", "GPUS", "MEMORY", "SM%", "IDLE", "GPUS", "IDLE", "FOR"]
+        sam = next(line for line in lines[2:] if line.startswith("pod team-vision/notebook-sam "))
+        assert sam.split()[2:] == ["2", "4", "80.0GiB", "0%", "-", "60", "s"]
+        assert next(line for line in lines[2:] if line.startswith("user alice ")).split()[2] == "1"
+        assert lines.index("node-a") > lines.index("All hosts")  # then each host as it judged itself

@@ -9,11 +9,12 @@ the History back: a sample then costs one pass over its processes, not one over 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.record import Record
-from gputui.model.waste import IdleGpu, OwnerKind, OwnerUse, Waste, WasteRules
+from gputui.model.waste import IdleGpu, OwnerAcross, OwnerKind, OwnerUse, Waste, WasteRules
 
 # A GPU not watched for longer than this (a stopped monitor, a gap in a recording) starts its idle time and
 # the watch again: nobody is called idle for a stretch nobody saw.
@@ -161,3 +162,24 @@ class WasteJudge:
             pids=tuple(sorted({pid for at in keys for pid in now_held[at].pids})),
             gpus=tuple(at[2] for at in keys), memory=sum(now_held[at].memory for at in keys),
             sm_util=sum(means) / len(means) if means else None, idle_for=idle_for, idle=tuple(idle))
+
+
+def across_hosts(views: Sequence[tuple[str, Waste]]) -> tuple[OwnerAcross, ...]:
+    """Each owner over the hosts (host name, its own judgement): the many-host view's summary. The hosts
+    judged by their own rules over what they watched; this only adds up what they said. Those holding
+    the most idle GPUs first, then the most memory."""
+    found: dict[tuple[str, str], list[tuple[str, OwnerUse]]] = {}
+    for host, waste in views:
+        for owner in waste.owners:
+            found.setdefault((owner.kind, owner.name), []).append((host, owner))
+    out = []
+    for (_, name), held in found.items():
+        owners = [o for _, o in held]
+        weighed = [(o.sm_util, len(o.gpus)) for o in owners if o.sm_util is not None and o.gpus]
+        gpus = sum(n for _, n in weighed)
+        out.append(OwnerAcross(
+            kind=owners[0].kind, name=name, hosts=tuple(sorted({host for host, _ in held})),
+            gpus=sum(len(o.gpus) for o in owners), memory=sum(o.memory for o in owners),
+            sm_util=sum(sm * n for sm, n in weighed) / gpus if gpus else None,
+            idle_gpus=sum(len(o.idle) for o in owners), idle_for=max(o.idle_for for o in owners)))
+    return tuple(sorted(out, key=lambda o: (-o.idle_gpus, -o.memory, o.kind, o.name)))

@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from gputui import units
+from gputui.analysis.vocabulary import glyphs
+from gputui.analysis.waste import across_hosts
 from gputui.fleet.entries import HostEntry
 from gputui.fleet.fleet import Fleet
 from gputui.fleet.status import state_words
@@ -17,6 +19,7 @@ from gputui.plain import terminal
 from gputui.plain.document import dumps, hosts_document
 from gputui.plain.render import render
 from gputui.plain.styled import Line
+from gputui.plain.waste import across_lines
 
 ONE_SHOT_INTERVAL = 1.0  # the remote --watch period while waiting for a first answer
 
@@ -37,6 +40,10 @@ def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     sections = [host_line(view).write(color) + "\n" + (
         render(view.snapshot, view.judgements, color=color, ascii=ascii, width=width) if view.snapshot else "")
         for view in views]
+    judged = [(v.name, v.judgements.waste) for v in views if v.judgements is not None and v.judgements.waste]
+    owners = across_hosts(judged) if len(judged) > 1 else ()
+    if owners:  # who holds the GPUs over all the hosts, after each host's own
+        sections.append("\n".join(line.write(color) for line in across_lines(owners, width, glyphs(ascii).ellipsis)))
     return terminal.show("\n".join(sections))
 
 

@@ -72,3 +72,20 @@ class Waste(Record):
     @property
     def idle_gpus(self) -> int:
         return sum(len(o.idle) for o in self.owners)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class OwnerAcross(Record):
+    """One owner (a pod, container, Slurm job, unit or user) over the hosts of the many-host view: what
+    each host's own judgement says of it, added up."""
+
+    kind: OwnerKind = field(metadata=doc("what the owner is", enum=OWNER_KINDS))
+    name: str = field(metadata=doc("its name, as each host's judgement gives it"))
+    hosts: tuple[str, ...] = field(default=(), metadata=doc("the hosts it holds GPUs on"))
+    gpus: int = field(default=0, metadata=doc("GPUs its processes are on, over all those hosts", minimum=0))
+    memory: int = field(default=0, metadata=doc("GPU memory it holds now, over all those hosts (bytes)", minimum=0))
+    sm_util: float | None = field(default=None, metadata=doc(
+        "its mean SM utilisation, each GPU weighted alike (percent); null where no host knows it", minimum=0))
+    idle_gpus: int = field(default=0, metadata=doc("GPUs it holds idle, by each host's rules", minimum=0))
+    idle_for: float = field(default=0.0, metadata=doc(
+        "the longest any of its GPUs has been held idle on any host (seconds)", minimum=0))

@@ -4,8 +4,10 @@ section and the live monitor's w view say the same, the window and thresholds fi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gputui import units
-from gputui.model.waste import OwnerUse, Waste
+from gputui.model.waste import OwnerAcross, OwnerUse, Waste
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible
 
@@ -30,7 +32,7 @@ def rules_words(waste: Waste) -> list[str]:
     return said
 
 
-def owner_words(owner: OwnerUse) -> str:
+def owner_words(owner: OwnerUse | OwnerAcross) -> str:
     """"pod team-vision/notebook-sam", "user alice", "slurm 4242": the kind, then the name."""
     return f"{owner.kind} {visible(owner.name) or '(unread)'}"
 
@@ -53,24 +55,51 @@ def worth_a_section(waste: Waste | None) -> bool:
 
 
 def table(waste: Waste, width: int) -> tuple[str, list[tuple[str, OwnerUse]]]:
-    """The header and each owner's row, fitted to ``width``: the owner's name gives first, down to
-    OWNER_MIN, then the columns DROPPED names, in its order."""
-    rows = [cells(o) for o in waste.owners]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADS)]
-    shown = list(range(len(HEADS)))
-    for column in DROPPED:
+    """The header and each owner's row, fitted to ``width`` (see fitted)."""
+    head, rows = fitted(HEADS, RIGHT, DROPPED, [cells(o) for o in waste.owners], width)
+    return head, list(zip(rows, waste.owners))
+
+
+# The many-host view's summary: each owner over the hosts, as their own judgements say.
+ACROSS_TITLE = "All hosts"
+ACROSS_HEADS = ("OWNER", "HOSTS", "GPUS", "MEMORY", "SM%", "IDLE GPUS", "IDLE FOR")
+ACROSS_RIGHT = (1, 2, 3, 4, 5)
+ACROSS_DROPPED = (1, 6, 4)
+
+
+def across_cells(owner: OwnerAcross) -> tuple[str, ...]:
+    """An owner's row over the hosts, ACROSS_HEADS's columns."""
+    return (owner_words(owner), str(len(owner.hosts)), str(owner.gpus), units.size_compact(owner.memory),
+            units.percent(owner.sm_util), str(owner.idle_gpus) if owner.idle_gpus else "-",
+            units.span(owner.idle_for) if owner.idle_for > 0 else "-")
+
+
+def across_table(owners: Sequence[OwnerAcross], width: int) -> tuple[str, list[tuple[str, OwnerAcross]]]:
+    """The header and each owner's row over the hosts, fitted to ``width`` (see fitted)."""
+    head, rows = fitted(ACROSS_HEADS, ACROSS_RIGHT, ACROSS_DROPPED, [across_cells(o) for o in owners], width)
+    return head, list(zip(rows, owners))
+
+
+def fitted(heads: tuple[str, ...], right: tuple[int, ...], dropped: tuple[int, ...],
+           rows: list[tuple[str, ...]], width: int) -> tuple[str, list[str]]:
+    """The header and the rows as lines fitted to ``width``: the owner's name (the first column) gives
+    first, down to OWNER_MIN, then the columns ``dropped`` names, in its order; ``right``: the columns
+    aligned right."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    shown = list(range(len(heads)))
+    for column in dropped:
         if OWNER_MIN + sum(widths[i] + 1 for i in shown[1:]) <= width:
             break
         shown.remove(column)
-    owner_width = max(len(HEADS[0]), min(widths[0], OWNER_MAX, width - sum(widths[i] + 1 for i in shown[1:])))
+    owner_width = max(len(heads[0]), min(widths[0], OWNER_MAX, width - sum(widths[i] + 1 for i in shown[1:])))
 
     def line(values: tuple[str, ...]) -> str:
         owner = values[0] if len(values[0]) <= owner_width else values[0][:max(0, owner_width - 1)] + "~"
-        padded = [owner.ljust(owner_width)] + [values[i].rjust(widths[i]) if i in RIGHT else values[i].ljust(widths[i])
+        padded = [owner.ljust(owner_width)] + [values[i].rjust(widths[i]) if i in right else values[i].ljust(widths[i])
                                                for i in shown[1:]]
         return " ".join(padded).rstrip()
 
-    return line(HEADS), [(line(r), o) for r, o in zip(rows, waste.owners)]
+    return line(heads), [line(r) for r in rows]
 
 
 def waste_lines(waste: Waste, width: int, ellipsis: str) -> list[Line]:
@@ -82,3 +111,13 @@ def waste_lines(waste: Waste, width: int, ellipsis: str) -> list[Line]:
     lines.append(Line().add(head, "bold").cropped(width, ellipsis))
     lines += [Line().add(row, "warn" if owner.idle else None).cropped(width, ellipsis) for row, owner in rows]
     return lines
+
+
+def across_lines(owners: Sequence[OwnerAcross], width: int, ellipsis: str) -> list[Line]:
+    """``--hosts --once``'s closing section: each owner over the hosts, as their own judgements say."""
+    head, rows = across_table(owners, width)
+    return ([Line(), Line().add(f"{TITLE}: {ACROSS_TITLE.lower()}", "head"),
+             Line().add("  each host as its own gputui judged it, by its rules, over what it watched",
+                        "dim").cropped(width, ellipsis),
+             Line().add(head, "bold").cropped(width, ellipsis)]
+            + [Line().add(row, "warn" if owner.idle_gpus else None).cropped(width, ellipsis) for row, owner in rows])

@@ -1,5 +1,6 @@
 """The w view: who holds the GPUs and who holds them idle, a line per owner (pod, container, Slurm job, unit
-or user), the window and thresholds above them; in the many-host view, each host's as its gputui judged it.
+or user), the window and thresholds above them; in the many-host view, each owner over all the hosts (what
+their judgements say, added up), then each host's as its gputui judged it.
 
 It shows the sampling pipeline's judgement (gputui/analysis/waste.py) in --once's words (gputui.plain.waste);
 it judges nothing itself.
@@ -15,8 +16,9 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from gputui.analysis.waste import across_hosts
 from gputui.model.waste import Waste
-from gputui.plain.waste import TITLE, rules_words, table
+from gputui.plain.waste import ACROSS_TITLE, TITLE, across_table, rules_words, table
 from gputui.ui import bindings
 from gputui.untrusted import visible
 
@@ -64,12 +66,22 @@ class WasteScreen(Screen):
         if hosts:  # each host's gputui judged its own GPUs, over what it watched, by its own rules
             self.query_one("#waste-rules", Static).update(Content.styled(
                 "Each host as its own gputui judged it, by its rules, over what it watched.", "$text-muted"))
-            lines = [line for name, waste in self.views for line in self._host_lines(name or "", waste)]
+            lines = self._across([(name or "", w) for name, w in self.views if w is not None])
+            lines += [line for name, waste in self.views for line in self._host_lines(name or "", waste)]
         else:
             self.query_one("#waste-rules", Static).update(Content.styled(" ".join(rules_words(judged[0])),
                                                                          "$text-muted"))
             lines = self._table(judged[0])
         self.query_one("#waste-table", Static).update(Content("\n").join(lines))
+
+    def _across(self, views: list[tuple[str, Waste]]) -> list[Content]:
+        """Each owner over the hosts, as their own judgements say, before each host's table."""
+        owners = across_hosts(views)
+        if not owners:
+            return []
+        head, rows = across_table(owners, self.size.width or 80)
+        return [Content.styled(ACROSS_TITLE, "bold $accent"), Content.styled(head, "bold")] + [
+            Content.styled(row, "$warning") if owner.idle_gpus else Content(row) for row, owner in rows]
 
     def _host_lines(self, name: str, waste: Waste | None) -> list[Content]:
         lines = [Content(""), Content.styled(visible(name), "bold $accent")]
