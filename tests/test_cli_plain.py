@@ -313,6 +313,17 @@ def test_demo_probes_json_judges_each_probe_as_the_snapshot_document_does(env):
     assert listed["judgements"]["waste"] is None
 
 
+def test_demo_probes_text_says_the_verdict_as_probe_pid_does(env):
+    listing = gputui(env, "--demo", "leaky", "probes")
+    single = gputui(env, "--demo", "leaky", "probe", "51200")
+    assert listing.returncode == 0 and single.returncode == 0, listing.stderr + single.stderr
+    row = listing.stdout.splitlines().index(next(line for line in listing.stdout.splitlines()
+                                                  if line.startswith("51200 ")))
+    verdict = listing.stdout.splitlines()[row + 1].strip()
+    assert verdict.startswith("leak: allocated grows 48.0 MiB per step over the last 64 steps")
+    assert verdict in [line.strip() for line in single.stdout.splitlines()]
+
+
 def test_a_probe_that_cannot_serve_says_so_once_and_probes_says_why(env, tmp_path):
     # Someone left the probe directory open to everyone: the probe refuses it, so no monitor could
     # ever reach the job. Its owner hears why on the job's stderr, and `gputui probes` says it too.

@@ -27,7 +27,8 @@ def probes(options: Options) -> int:
         out = dumps(probe_list_document(reports, unreachable, jobs, judgements)) + "\n"
     else:
         out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
-                                ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs)
+                                ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs,
+                                judgements=judgements)
     return terminal.show(out)
 
 
