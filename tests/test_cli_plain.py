@@ -289,6 +289,41 @@ def test_demo_probes_and_probe(env):
     assert missing.returncode == 2 and "no probe in process 3" in missing.stderr
 
 
+def test_demo_probes_json_judges_each_probe_as_the_snapshot_document_does(env):
+    # `gputui probes --json` carries the same judgement of the leaking job as `--json` for the same sample.
+    listing = gputui(env, "--demo", "leaky", "probes", "--json")
+    snapshot = gputui(env, "--demo", "leaky", "--json")
+    assert listing.returncode == 0 and snapshot.returncode == 0, listing.stderr + snapshot.stderr
+    listed, judged = json.loads(listing.stdout), json.loads(snapshot.stdout)["judgements"]
+    assert errors(listed, SCHEMA) == []
+    mine = {p["pid"]: p for p in listed["judgements"]["processes"]}
+    assert sorted(mine) == [r["pid"] for r in listed["probes"]] == [51200]  # the probed processes only
+    theirs = next(p for p in judged["processes"] if p["pid"] == 51200)
+    leak = mine[51200]["leak"]
+    assert (leak["state"], leak["category"]) == ("leak", "activations") == (
+        theirs["leak"]["state"], theirs["leak"]["category"])
+    kinds = [a["kind"] for a in mine[51200]["advice"]]
+    assert kinds == ["oom-soon", "keep-graph", "other-processes"] == [a["kind"] for a in theirs["advice"]]
+    assert [k["name"] for k in mine[51200]["keepers"]] == [k["name"] for k in theirs["keepers"]] != []
+    assert [s["where"] for s in mine[51200]["sites"]] == [s["where"] for s in theirs["sites"]] != []
+    jobs = {j["job"]["key"]: j for j in listed["judgements"]["jobs"]}
+    assert sorted(jobs) == [j["key"] for j in listed["jobs"]] == ["launcher 51010"]
+    theirs_job = next(j for j in judged["jobs"] if j["job"]["key"] == "launcher 51010")
+    assert [s["pid"] for s in jobs["launcher 51010"]["slots"]] == [s["pid"] for s in theirs_job["slots"]] == [51200]
+    assert listed["judgements"]["waste"] is None
+
+
+def test_demo_probes_text_says_the_verdict_as_probe_pid_does(env):
+    listing = gputui(env, "--demo", "leaky", "probes")
+    single = gputui(env, "--demo", "leaky", "probe", "51200")
+    assert listing.returncode == 0 and single.returncode == 0, listing.stderr + single.stderr
+    row = listing.stdout.splitlines().index(next(line for line in listing.stdout.splitlines()
+                                                  if line.startswith("51200 ")))
+    verdict = listing.stdout.splitlines()[row + 1].strip()
+    assert verdict.startswith("leak: allocated grows 48.0 MiB per step over the last 64 steps")
+    assert verdict in [line.strip() for line in single.stdout.splitlines()]
+
+
 def test_a_probe_that_cannot_serve_says_so_once_and_probes_says_why(env, tmp_path):
     # Someone left the probe directory open to everyone: the probe refuses it, so no monitor could
     # ever reach the job. Its owner hears why on the job's stderr, and `gputui probes` says it too.

@@ -18,6 +18,7 @@ from gputui.plain.document import (
     probe_list_document,
 )
 from gputui.plain.schema import DEFS, SCHEMA
+from gputui.sample.judge import judge_reports
 
 DOCS = Path(__file__).parent.parent / "docs" / "json-schema.md"
 
@@ -50,8 +51,9 @@ def test_documents_satisfy_the_schema():
     assert_valid(judged_document(workstation()))
     assert_valid(judged_document(Snapshot(taken_at=0.0)))
     assert_valid(judged_probe_document(training_report()))
-    assert_valid(probe_list_document([training_report()], {12: "the probe has gone away"}))
-    assert_valid(probe_list_document([], {}))
+    report = training_report()
+    assert_valid(probe_list_document([report], {12: "the probe has gone away"}, (), judge_reports([report])))
+    assert_valid(probe_list_document([], {}, (), judge_reports([])))
 
 
 def test_output_is_one_ascii_line():

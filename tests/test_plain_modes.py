@@ -282,6 +282,12 @@ def test_probes_json_lists_reports_and_unreachable(capsys, monkeypatch):
     assert doc["schema"] == "gputui.probes"
     assert [r["pid"] for r in doc["probes"]] == [4242]
     assert doc["unreachable"] == [{"pid": 99, "reason": "the probe has gone away"}]
+    # Its judgement, without a driver: the one `gputui probe 4242 --json` carries.
+    judged = doc["judgements"]["processes"]
+    assert [(p["pid"], p["leak"]["state"], [a["kind"] for a in p["advice"]]) for p in judged] == [
+        (4242, "collecting", ["activations"])]
+    probes.probe(Options(mode="probe", pid=4242, json=True))
+    assert json.loads(capsys.readouterr().out)["judgement"] == judged[0]
 
 
 def test_probes_when_none_says_how_to_start_one(capsys, monkeypatch):

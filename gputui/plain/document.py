@@ -55,15 +55,17 @@ def probe_document(report: ProbeReport, snapshot: Snapshot | None,
             "judgement": to_jsonable(judgement)}
 
 
-def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str],
-                        jobs: Sequence[Job] = ()) -> dict[str, Any]:
-    """Reachable probes' reports, the pids whose probe did not answer with the reason, and the jobs
-    the probed processes belong to."""
+def probe_list_document(reports: list[ProbeReport], unreachable: dict[int, str], jobs: Sequence[Job],
+                        judgements: Judgements) -> dict[str, Any]:
+    """Reachable probes' reports, the pids whose probe did not answer with the reason, the jobs the
+    probed processes belong to, and what the monitor judged of each probed process and job
+    (gputui.sample.judge.judge_reports')."""
     return {
         **_envelope(PROBE_LIST),
         "probes": [to_jsonable(r) for r in reports],
         "unreachable": [{"pid": pid, "reason": reason} for pid, reason in sorted(unreachable.items())],
         "jobs": [to_jsonable(j) for j in jobs],
+        "judgements": to_jsonable(judgements),
     }
 
 

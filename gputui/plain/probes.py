@@ -12,21 +12,23 @@ from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, probe_document, probe_list_document
 from gputui.plain.report import render_probe, render_probe_list
-from gputui.sample.judge import judge_report
+from gputui.sample.judge import judge_report, judge_reports
 
 PROBE_TIMEOUT = 2.0
 
 
 def probes(options: Options) -> int:
     """List the probed processes this user can reach."""
-    reports, unreachable, jobs = _all_reports(options)
+    reports, unreachable, jobs, gpus = _all_reports(options)
     if options.demo is None:
         _say_where_probes_cannot_be(found=bool(reports or unreachable))
+    judgements = judge_reports(reports, gpus, jobs)
     if options.json:
-        out = dumps(probe_list_document(reports, unreachable, jobs)) + "\n"
+        out = dumps(probe_list_document(reports, unreachable, jobs, judgements)) + "\n"
     else:
         out = render_probe_list(reports, unreachable, color=terminal.use_color(options),
-                                ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs)
+                                ascii=terminal.use_ascii(options), width=terminal.width(), jobs=jobs,
+                                judgements=judgements)
     return terminal.show(out)
 
 
@@ -58,11 +60,12 @@ def _gpus_now(options: Options) -> Snapshot | None:
         collector.close()
 
 
-def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str], tuple[Job, ...]]:
-    """The reports, the probes that did not answer, and the jobs the probed processes make."""
+def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str], tuple[Job, ...], Snapshot | None]:
+    """The reports, the probes that did not answer, the jobs the probed processes make, and the GPUs
+    (None without a driver) for the verdicts."""
     if options.demo is not None:
-        reports, jobs = _demo_probes(options)
-        return list(reports), {}, jobs
+        reports, jobs, gpus = _demo_probes(options)
+        return list(reports), {}, jobs, gpus
     import psutil
 
     from gputui.collect.jobs import JobFinder
@@ -74,7 +77,7 @@ def _all_reports(options: Options) -> tuple[list[ProbeReport], dict[int, str], t
             found.append(fetch_report(pid, timeout=PROBE_TIMEOUT))
         except ProbeUnavailable as exc:
             unreachable[pid] = exc.detail
-    return found, unreachable, JobFinder(psutil).of_probes(found)
+    return found, unreachable, JobFinder(psutil).of_probes(found), _gpus_now(options) if found else None
 
 
 def _say_where_probes_cannot_be(found: bool) -> None:
@@ -118,14 +121,15 @@ def _demo_reports(options: Options) -> tuple[ProbeReport, ...]:
     return _demo_probes(options)[0]
 
 
-def _demo_probes(options: Options) -> tuple[tuple[ProbeReport, ...], tuple[Job, ...]]:
-    """The simulated probes' reports, and the jobs their processes make on the simulated machine."""
+def _demo_probes(options: Options) -> tuple[tuple[ProbeReport, ...], tuple[Job, ...], Snapshot]:
+    """The simulated probes' reports, the jobs their processes make on the simulated machine, and its GPUs
+    at the same moment."""
     from gputui.collect import open_collector
 
     collector = open_collector(options.demo, seed=options.seed, processes=options.demo_processes)
     try:
-        collector.sample()  # the simulated job's reports follow the same clock as its GPUs
+        gpus = collector.sample()  # the simulated job's reports follow the same clock as its GPUs
         reports = tuple(collector.probe_reports())
-        return reports, collector.jobs.of_probes(reports)
+        return reports, collector.jobs.of_probes(reports), gpus
     finally:
         collector.close()

@@ -367,7 +367,7 @@ def probe_summary(report: ProbeReport, snapshot: Snapshot | None, width: int, gl
     if report.last_oom is not None:
         lines += _oom_lines(report.last_oom, width, glyphs, tz, indent + 2)
     if judgement is not None and report.steps:
-        lines += _verdict_lines(judgement, width, glyphs, indent + 2)
+        lines += verdict_lines(judgement, width, glyphs, indent + 2)
     if report.problems:
         lines += flow([text(problem, "warn") for problem in report.problems], width,
                       first=Line().add(pad + "  ").add("probe problems:", "warn"),
@@ -381,8 +381,9 @@ _VERDICT_STYLE = {LEAK_LEAK: "bad", LEAK_CACHE_GROWTH: "warn", LEAK_FRAGMENTATIO
 ADVICE_SHOWN = 2
 
 
-def _verdict_lines(judgement: ProcessJudgement, width: int, glyphs: Glyphs, indent: int) -> list[Line]:
-    """The per-step leak verdict with its OOM forecast, then the first pieces of advice."""
+def verdict_lines(judgement: ProcessJudgement, width: int, glyphs: Glyphs, indent: int, *,
+                  advice: int = ADVICE_SHOWN) -> list[Line]:
+    """The per-step leak verdict with its OOM forecast, then the first ``advice`` pieces of advice."""
     verdict = judgement.leak
     pad = " " * indent
     lines: list[Line] = []
@@ -397,7 +398,7 @@ def _verdict_lines(judgement: ProcessJudgement, width: int, glyphs: Glyphs, inde
         label = verdict.state.replace("_", " ") + ": "
         lines += flow(chunks, width, first=Line().add(pad).add(label, style or "bold"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)
-    for item in judgement.advice[:ADVICE_SHOWN]:
+    for item in judgement.advice[:advice]:
         lines += flow([text(visible(item.title))], width,
                       first=Line().add(pad).add(f"advice {item.rank}: ", "accent"),
                       indent=indent + 2, ellipsis=glyphs.ellipsis)

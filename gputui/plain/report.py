@@ -25,9 +25,9 @@ from gputui.model import (
     Snapshot,
     StepRecord,
 )
-from gputui.model.judgement import ProcessJudgement
+from gputui.model.judgement import Judgements, ProcessJudgement
 from gputui.plain.jobs import job_summary
-from gputui.plain.render import MIN_WIDTH, probe_summary
+from gputui.plain.render import MIN_WIDTH, probe_summary, verdict_lines
 from gputui.plain.styled import Line, flow, text
 from gputui.untrusted import visible_all
 
@@ -39,9 +39,11 @@ STEPS_SHOWN = 10
 
 
 def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *, color: bool = False,
-                      ascii: bool = False, width: int = 100, jobs: Sequence[Job] = ()) -> str:
-    """One row per probed process: pid, rank, torch version, allocated/reserved, last step, command;
-    the ranks of one job together under a line naming it."""
+                      ascii: bool = False, width: int = 100, jobs: Sequence[Job] = (),
+                      judgements: Judgements | None = None) -> str:
+    """One row per probed process: pid, rank, torch version, allocated/reserved, last step, command,
+    and under it its leak verdict as ``gputui probe PID`` says it; the ranks of one job together under
+    a line naming it."""
     reports, unreachable, jobs = visible_all(reports), visible_all(unreachable), visible_all(tuple(jobs))
     width = max(MIN_WIDTH, width)
     glyphs = ASCII if ascii else UNICODE
@@ -73,6 +75,9 @@ def render_probe_list(reports: list[ProbeReport], unreachable: dict[int, str], *
                     line.add(value.rjust(size) + " ")
                 line.add(" ".join(report.command) or "?")
                 lines.append(line.cropped(width, glyphs.ellipsis))
+                judgement = judgements.of(report.pid) if judgements is not None else None
+                if judgement is not None and report.steps:  # (as probe_summary: no verdict before a step)
+                    lines += verdict_lines(judgement, width, glyphs, indent=6, advice=0)
     for pid, reason in sorted(unreachable.items()):
         lines += flow([text(reason, "warn")], width, first=Line().add(f"{pid} ", "bold").add(
             "did not answer: ", "warn"), indent=4, ellipsis=glyphs.ellipsis)

@@ -268,6 +268,10 @@ SCHEMA: dict[str, Any] = {
             "probes": _list(_ref("ProbeReport"), "reports of the reachable probes"),
             "unreachable": _list(UNREACHABLE, "probes found but not answering"),
             "jobs": _list(_ref("Job"), "the jobs the probed processes belong to (added in version 1)"),
+            "judgements": {**_ref("Judgements"), "description": (
+                "what the monitor judged of each probed process (its leak verdict, growing sites, keepers and "
+                "advice, as gputui probe PID --json says them) and each job's findings; waste is null here "
+                "(added in version 1)")},
         }),
         _envelope(document.HOSTS, {"hosts": _list(HOST, "the hosts, in the order they were named")}),
         _envelope(document.ESTIMATE, {

@@ -9,13 +9,13 @@ thread. A judgement that fails is contained: the sample says why and goes on wit
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gputui.analysis.history import History, ProcessKey
 from gputui.analysis.waste import WasteJudge
-from gputui.model import GpuProcess, ProbeReport, Snapshot
+from gputui.model import GpuProcess, Job, ProbeReport, Snapshot
 from gputui.model.judgement import DeviceTrend, Judgements, ProcessJudgement
 from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, LeakVerdict, ProcessTrend
@@ -130,8 +130,21 @@ def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snaps
                                advice=analysis.advice)
 
 
+def judge_reports(reports: Sequence[ProbeReport], snapshot: Snapshot | None = None,
+                  jobs: Sequence[Job] | None = None) -> Judgements:
+    """The judgements of probed processes from their reports alone (``gputui probes``, ``gputui probe PID``,
+    ``gputui oom``), with the GPUs' figures from ``snapshot`` where NVML can be read, and the findings of
+    ``jobs`` (None: the snapshot's). Only the probed processes' judgements: the other GPU processes are
+    the GPUs' figures here, and who holds them idle needs a history one look does not have."""
+    if not reports:
+        return Judgements()  # (jobs are made of probed processes)
+    base = snapshot if snapshot is not None else Snapshot(taken_at=max(r.taken_at for r in reports))
+    sample = dataclasses.replace(base, probes=tuple(reports), jobs=base.jobs if jobs is None else tuple(jobs))
+    judged = Judge()(sample).judgements
+    probed = {r.pid for r in reports}
+    return Judgements(processes=tuple(p for p in judged.processes if p.pid in probed), jobs=judged.jobs)
+
+
 def judge_report(report: ProbeReport, snapshot: Snapshot | None = None) -> ProcessJudgement | None:
-    """The judgement of one probed process from its report alone (``gputui probe PID``, ``gputui oom``),
-    with the GPUs' figures from ``snapshot`` where NVML can be read."""
-    base = snapshot if snapshot is not None else Snapshot(taken_at=report.taken_at)
-    return Judge()(dataclasses.replace(base, probes=(report,))).judgements.of(report.pid)
+    """The judgement of one probed process from its report alone: :func:`judge_reports`' of it."""
+    return judge_reports((report,), snapshot).of(report.pid)
