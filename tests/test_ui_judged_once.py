@@ -10,10 +10,13 @@ from collections import Counter
 
 import pytest
 from still import still_app
+from test_ui_jobs import TORCHRUN, job_view, open_job
 from test_ui_probe import advice_shown, open_detail_of, settle, text
 
+import gputui.analysis.jobs
 import gputui.analysis.process
 import gputui.ui.screens.detail
+import gputui.ui.screens.job_detail
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
@@ -72,3 +75,29 @@ async def test_a_process_the_pipeline_gives_no_advice_gets_it_from_the_detail_sc
         assert calls["ui"] >= 2  # the screen asks for its advice at each sample
         assert screen.analysis is not None and screen.analysis.advice
         assert advice_shown(screen)[0] == "Advice"
+
+
+async def test_job_lines_show_the_pipelines_findings_and_judge_nothing_themselves(monkeypatch):
+    calls = count_callers(monkeypatch, "analyse_job", gputui.analysis.jobs, gputui.ui.screens.job_detail)
+    app = still_app("torchrun", seconds=120, interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await job_view(pilot)
+        calls.clear()
+        await more_samples(pilot, SAMPLES)
+        assert calls["sample"] >= SAMPLES
+        assert calls["ui"] == 0  # the job's line took the pipeline's findings
+        line = app.screen.query_one("ProcessTable").rows_by_key[TORCHRUN]
+        assert line.cells["command"] == "▾ rank 13 lags · pretrain.py (torchrun) · 8 ranks of 16"
+
+
+async def test_the_job_detail_shows_the_pipelines_findings_and_judges_nothing_itself(monkeypatch):
+    calls = count_callers(monkeypatch, "analyse_job", gputui.analysis.jobs, gputui.ui.screens.job_detail)
+    app = still_app("torchrun", seconds=120, interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await job_view(pilot)
+        screen = await open_job(pilot, TORCHRUN)
+        calls.clear()
+        await more_samples(pilot, SAMPLES)
+        assert calls["sample"] >= SAMPLES
+        assert calls["ui"] == 0
+        assert {s.rank for s in screen.analysis.stragglers} == {13}
