@@ -42,6 +42,14 @@ def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport 
     sites = growing_sites(report) if report is not None else ()
     advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,
                     sites=sites)
+    return judged_analysis(snapshot, report, trend=trend, leak=leak, sites=sites, advice=advice)
+
+
+def judged_analysis(snapshot: Snapshot, report: ProbeReport | None, *, trend: ProcessTrend | None,
+                    leak: LeakVerdict | None, sites: tuple[GrowingSite, ...],
+                    advice: tuple[Advice, ...]) -> ProcessAnalysis:
+    """A process's analysis from verdicts already made (by :func:`analyse`, or the sampling pipeline's
+    judgement of it), with the room its probed job has to grow."""
     return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
                            now=snapshot.taken_at,
                            headroom=headrooms(report, snapshot, leak=leak, trend=trend) if report else ())

@@ -120,14 +120,27 @@ def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snaps
     started_at = rows[0].started_at if rows else (report.started_at if report is not None else None)
     leak = leaks.get(pid) if report is not None else None
     judged = ProcessJudgement(pid=pid, started_at=started_at, trends=on_devices, leak=leak)
-    # The process's first row, as --once has always judged it; its growing trend where one grows.
-    trend = next((t.trend for t in on_devices if t.trend.verdict == TREND_GROWING), None)
-    if report is None and trend is None:
+    basis = advice_basis(rows, report, trends)
+    if basis is None:
         return judged
-    analysis = analyse(snapshot, rows[0] if rows else None, report, trend=trend, leak=leak)
+    row, trend = basis
+    analysis = analyse(snapshot, row, report, trend=trend, leak=leak)
     keepers = report.keepers if report is not None and leak is not None and leak.state in LEAK_GROWING else ()
     return dataclasses.replace(judged, leak=analysis.leak, sites=analysis.sites, keepers=keepers,
                                advice=analysis.advice)
+
+
+def advice_basis(rows: Sequence[GpuProcess], report: ProbeReport | None,
+                 trends: Mapping[ProcessKey, ProcessTrend]) -> tuple[GpuProcess | None, ProcessTrend | None] | None:
+    """The NVML row and memory trend a process's advice is worked out from: its first row, as --once has
+    always judged it, and its growing trend where one grows. None where the pipeline gives it no advice
+    (neither probed nor growing): the live monitor's detail screen asks for that itself."""
+    growing = (trend for p in rows if (trend := trends.get((p.pid, p.device_index))) is not None
+               and trend.verdict == TREND_GROWING)
+    trend = next(growing, None)
+    if report is None and trend is None:
+        return None
+    return (rows[0] if rows else None), trend
 
 
 def judge_reports(reports: Sequence[ProbeReport], snapshot: Snapshot | None = None,

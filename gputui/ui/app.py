@@ -28,6 +28,7 @@ from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
 from gputui.model import GpuProcess, Snapshot
+from gputui.model.judgement import Judgements
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.model.waste import Waste
 from gputui.ui import attaching, bindings
@@ -62,14 +63,14 @@ class SnapshotReady(Message):
     def __init__(self, snapshot: Snapshot, took: float,
                  leaks: Mapping[int, LeakVerdict] | None = None,
                  trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = (),
-                 waste: Waste | None = None) -> None:
+                 judgements: Judgements | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.took = took
         self.alerts = alerts  # the AlertEvents this sample started or ended
         self.leaks = leaks or {}
         self.trends = trends  # the sampler's judgement; None: judged from the app's history
-        self.waste = waste  # who holds the GPUs idle: the sampler's judgement
+        self.judgements = judgements  # the sampler's, made with these leaks and trends
 
 
 class SampleFailed(Message):
@@ -159,6 +160,7 @@ class GpuTuiApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
         self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
+        self.judgements: Judgements | None = None  # the sampler's, of the latest snapshot (None: not judged)
         self.waste: Waste | None = None  # who holds the GPUs idle (the w view)
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
@@ -255,11 +257,11 @@ class GpuTuiApp(App[int]):
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
         self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
-                                        alerts, judged.judgements.waste))
+                                        alerts, judged.judgements))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.waste = message.waste
-        self.accept(message.snapshot, message.leaks, message.trends)
+        self.waste = message.judgements.waste if message.judgements is not None else None
+        self.accept(message.snapshot, message.leaks, message.trends, message.judgements)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
 
@@ -283,9 +285,10 @@ class GpuTuiApp(App[int]):
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
     def accept(self, snapshot: Snapshot, leaks: Mapping | None = None,
-               trends: Mapping[ProcessKey, ProcessTrend] | None = None) -> None:
+               trends: Mapping[ProcessKey, ProcessTrend] | None = None, judgements: Judgements | None = None) -> None:
         """Take a new snapshot in: history, trends (the sampler's, where it judged them), then whichever
-        screen is showing."""
+        screen is showing. ``judgements``: the sampler's, made with these ``leaks`` and ``trends`` (None: the
+        screens judge for themselves, as a replay's and the many-host view's do)."""
         # The same instant twice (or a clock stepping back) must not skew history; a still picture's
         # sampler shares the history, and has added the instant already.
         fresh = self.history.latest is None or snapshot.taken_at > self.history.latest
@@ -294,6 +297,7 @@ class GpuTuiApp(App[int]):
         self.samples += 1
         self.problem = self.banner
         self.leaks = dict(leaks or {})
+        self.judgements = judgements
         if fresh:
             self.history.add(snapshot)
         if trends is not None:
@@ -384,7 +388,7 @@ class GpuTuiApp(App[int]):
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample."""
         if self.snapshot is not None:
-            screen.show(self.snapshot, self.history, self.trends, self.leaks)
+            screen.show(self.snapshot, self.history, self.trends, self.leaks, self.judgements)
 
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
         self.open_detail(None, pid=message.pid, host=message.host)

@@ -16,6 +16,8 @@ from gputui import units
 from gputui.analysis import robust
 from gputui.analysis.history import ProcessKey
 from gputui.model import Job, Snapshot
+from gputui.model.job_verdicts import JobAnalysis
+from gputui.model.judgement import Judgements
 from gputui.model.record import Record
 from gputui.model.verdicts import ProcessTrend
 from gputui.ui.rows import BRANCHES, COLUMNS, Row
@@ -26,11 +28,13 @@ MARKS = {False: ("▾ ", "▸ "), True: ("v ", "> ")}
 
 @dataclass(frozen=True, eq=False, repr=False)
 class JobSource(Record):
-    """One host's jobs and what their lines need: its snapshot, its NVML trends (for the first OOM)."""
+    """One host's jobs and what their lines need: its snapshot, its NVML trends (for the first OOM), and
+    the sampling pipeline's judgements where it made them with those trends."""
 
     snapshot: Snapshot
     trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)
     host: str | None = None  # the many-host view's host; None: this machine
+    judgements: Judgements | None = None  # None: each line judges its job (a replay, the many-host view)
 
 
 def job_row_key(job: Job, host: str | None = None) -> str:
@@ -105,12 +109,11 @@ def job_row(key: str, job: Job, source: JobSource, *, shut: bool = False, ascii:
 
 def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = False) -> tuple[dict, dict]:
     """Texts and styles of every column for a job's line."""
-    # Here, not at import: a job's analysis and its words (analysis.jobs with the advice it ranks, plain.jobs)
-    # are 0.3 MB of resident memory that a machine with no job spread over GPUs never needs.
-    from gputui.analysis.jobs import analyse_job
+    # Here, not at import: a job's words (plain.jobs) are resident memory that a machine with no job
+    # spread over GPUs never needs.
     from gputui.plain.jobs import indices, rank_count, worst_finding
 
-    analysis = analyse_job(job, source.snapshot, trends=source.trends)
+    analysis = job_analysis(job, source.snapshot, source.trends, source.judgements)
     worst = worst_finding(analysis)
     ranks = {r.pid for r in job.ranks}
     users = {p.user for p in source.snapshot.processes if p.own_pid in ranks and p.user}
@@ -124,6 +127,20 @@ def job_cells(job: Job, source: JobSource, *, shut: bool = False, ascii: bool = 
                  command=MARKS[ascii][shut] + " · ".join(words))
     style = "bold" if worst is None else "bold $error" if worst[1] else "bold $warning"
     return cells, {"pid": "$text-muted", "gpu": "bold", "gpu_memory": "bold", "command": style}
+
+
+def job_analysis(job: Job, snapshot: Snapshot, trends: Mapping[ProcessKey, ProcessTrend],
+                 judgements: Judgements | None) -> JobAnalysis:
+    """The sampling pipeline's findings on ``job`` (made with ``trends``), or, where it made none, the
+    job judged here."""
+    judged = judgements.job(job.key) if judgements is not None else None
+    if judged is not None and judged.job is job:
+        return judged
+    # Here, not at import: a job's analysis (analysis.jobs with the advice it ranks) is 0.3 MB of resident
+    # memory that a machine with no job spread over GPUs never needs.
+    from gputui.analysis.jobs import analyse_job
+
+    return analyse_job(job, snapshot, trends=trends)
 
 
 def under(row: Row, group: str, branch: str) -> Row:

@@ -197,7 +197,7 @@ class MainScreen(Screen):
     def job_sources(self) -> list[JobSource]:
         """The jobs the job view groups rows under (the many-host view's are each host's)."""
         snap = self.monitor.snapshot
-        return [] if snap is None else [JobSource(snap, self.monitor.trends)]
+        return [] if snap is None else [JobSource(snap, self.monitor.trends, judgements=self.monitor.judgements)]
 
     def _render_status(self, shown: int, total: int) -> None:
         arrow = ("v" if self.sort_reverse else "^") if self.ascii else ("▼" if self.sort_reverse else "▲")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from gputui.analysis.history import History, ProcessKey
     from gputui.model import HostView, MonitorCost, Snapshot
+    from gputui.model.judgement import Judgements
     from gputui.model.verdicts import LeakVerdict, ProcessTrend
 
 
@@ -28,6 +29,11 @@ class MonitorState(Protocol):
 
     @property
     def leaks(self) -> Mapping[int, LeakVerdict]: ...
+
+    @property
+    def judgements(self) -> Judgements | None:
+        """The sampling pipeline's, made with these trends and verdicts (None: none made, or not with them)."""
+        ...
 
     @property
     def interval(self) -> float: ...

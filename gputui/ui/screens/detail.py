@@ -17,10 +17,13 @@ from textual.widgets import Footer, Static
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.analysis.process import ProcessAnalysis, analyse
+from gputui.analysis.process import ProcessAnalysis, analyse, judged_analysis
 from gputui.analysis.vocabulary import command_line
 from gputui.model import EndedProcess, GpuProcess, HostProcess, LeakVerdict, ProbeReport, Snapshot
+from gputui.model.judgement import Judgements, ProcessJudgement
+from gputui.model.verdicts import TREND_GROWING, ProcessTrend
 from gputui.plain.report import oom_when
+from gputui.sample.judge import advice_basis
 from gputui.ui import bindings
 from gputui.ui import format as fmt
 from gputui.ui.attaching import ProbeTarget
@@ -90,10 +93,11 @@ class ProcessDetail(Screen):
         self.query_one("#detail-charts").styles.grid_size_columns = 1 if self.size.width < 70 else 2
 
     def show(self, snapshot: Snapshot, history: History, trends: Mapping | None = None,
-             leaks: Mapping | None = None) -> None:
+             leaks: Mapping | None = None, judgements: Judgements | None = None) -> None:
         """Render from the latest snapshot; a process that exited keeps its last known details.
 
-        ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` leak verdicts by pid.
+        ``trends`` holds NVML memory trends by (pid, device index), ``leaks`` leak verdicts by pid,
+        ``judgements`` the sampling pipeline's, made with these trends and verdicts (None: none made).
         """
         mine = [p for p in snapshot.processes if p.pid == self.pid]
         proc = next((p for p in mine if p.device_index == self.device_index), None)
@@ -142,7 +146,11 @@ class ProcessDetail(Screen):
                                                (trend_words(trend, probe_forecast=forecasts_oom(leak)),
                                                 style or "$text-muted")))
         self.query_one(ProbePanel).show(report, nvml=proc.gpu_memory if proc else None, device=device, ended=over)
-        self.analysis = analyse(snapshot, proc, report, trend=trend, leak=leak)
+        # An ended process's last report is no longer in the sample: the pipeline did not judge it.
+        judged = None if over else judged_here(snapshot, judgements, local, proc, trend, leak, trends or {})
+        self.analysis = (analyse(snapshot, proc, report, trend=trend, leak=leak) if judged is None else
+                         judged_analysis(snapshot, report, trend=trend, leak=judged.leak, sites=judged.sites,
+                                         advice=judged.advice))
         if over:  # no forecast and no room to grow for a process that has ended
             self.analysis = dataclasses.replace(
                 self.analysis, headroom=(), advice=tuple(a for a in self.analysis.advice if a.kind != "oom-soon"))
@@ -205,6 +213,21 @@ class ProcessDetail(Screen):
             return
         on = not self.report.recording
         self.post_message(RecordSites(self.report.pid, on=on, steps=bindings.RECORD_STEPS))
+
+
+def judged_here(snapshot: Snapshot, judgements: Judgements | None, pid: int, proc: GpuProcess | None,
+                trend: ProcessTrend | None, leak: LeakVerdict | None, trends: Mapping) -> ProcessJudgement | None:
+    """The pipeline's judgement of process ``pid`` where it worked the advice out from what this screen
+    shows (its row ``proc``, its growing ``trend``, the snapshot's report and its ``leak`` verdict); None
+    where the screen asks for its advice itself: a process neither probed nor growing (a probe to attach),
+    or one on several GPUs seen on another than its first."""
+    judged = judgements.of(pid) if judgements is not None else None
+    report = next((r for r in snapshot.probes if r.pid == pid), None)
+    basis = advice_basis([p for p in snapshot.processes if p.own_pid == pid], report, trends)
+    if judged is None or basis is None or (report is None and leak is not None):
+        return None
+    growing = trend if trend is not None and trend.verdict == TREND_GROWING else None
+    return judged if basis[0] is proc and basis[1] is growing else None
 
 
 def ended_title(ended: EndedProcess) -> Content:

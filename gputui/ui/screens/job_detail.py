@@ -2,7 +2,8 @@
 memory of each rank on each GPU, and the probe's breakdown bar for probed ranks, their utilisation and
 step time, their memory trend), what is unusual with its figures, and the advice that fits.
 
-It renders analyse_job's verdicts in --once's words (gputui.plain.jobs); it judges nothing itself.
+It renders the sampling pipeline's findings on the job in --once's words (gputui.plain.jobs); only where
+the pipeline made none (a replay, the many-host view) is the job judged for it (job_rows.job_analysis).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from textual.widgets import Footer, Static
 from gputui import units
 from gputui.analysis.breakdown import explain
 from gputui.analysis.history import History
-from gputui.analysis.jobs import analyse_job, who
+from gputui.analysis.jobs import who
 from gputui.model import Breakdown, Job, Snapshot
 from gputui.model.job_verdicts import JobAnalysis, Slot
+from gputui.model.judgement import Judgements
 from gputui.plain.jobs import findings, job_summary, model_line
 from gputui.ui import bindings
+from gputui.ui.job_rows import job_analysis
 from gputui.ui.rows import trend_text
 from gputui.ui.widgets.analysis_panel import AdviceList
 from gputui.ui.widgets.bars import meter
@@ -67,14 +70,14 @@ class JobDetail(Screen):
         yield Footer()
 
     def show(self, snapshot: Snapshot, history: History | None = None, trends: Mapping | None = None,
-             leaks: Mapping | None = None) -> None:
+             leaks: Mapping | None = None, judgements: Judgements | None = None) -> None:
         """Render from the latest snapshot (the process detail screen's arguments: the app updates
         both alike); a job that ended keeps its last figures."""
         job = next((j for j in snapshot.jobs if j.key == self.key), None)
         self.ended = job is None
         if job is not None:
             self.snapshot, self.trends = snapshot, trends or {}
-            self.analysis = analyse_job(job, snapshot, trends=self.trends)
+            self.analysis = job_analysis(job, snapshot, self.trends, judgements)
         self.redraw()
 
     def on_resize(self) -> None:
