@@ -29,7 +29,7 @@ from hostile import (
     poison,
 )
 from plain_data import once_text, probe_text
-from ui_data import settle
+from ui_data import settle, wait_for
 
 from gputui.collect.collector import open_collector
 from gputui.model import GpuProcess
@@ -287,8 +287,8 @@ async def test_the_live_monitor_shows_outside_strings_made_visible():
         table.move_cursor(row=next(i for i, key in enumerate(table.row_keys)
                                    if key.startswith(f"{pid}/")))
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, ProcessDetail)
+        await wait_for(pilot, lambda: isinstance(app.screen, ProcessDetail))  # (the app opens it on a message)
+        await pilot.pause()
         assert_screen_safe(app.export_screenshot())
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ui_data import T0, make_app, process, settle, training_snapshot
+from ui_data import T0, make_app, process, settle, training_snapshot, wait_for
 
 from gputui.model import ProbeReport
 from gputui.ui.main_screen import MainScreen
@@ -51,14 +51,6 @@ def with_job(pid: int, *, uses_torch: bool | None = True, probed: bool = False):
 
 def said(app) -> list[str]:
     return [n.message for n in app._notifications]
-
-
-async def wait_for(pilot, check, tries: int = 100) -> None:
-    for _ in range(tries):
-        if check():
-            return
-        await pilot.pause(0.05)
-    assert check()
 
 
 async def test_a_confirms_then_runs_gputui_attach_and_shows_its_line(job):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from still import still_hosts_app
-from ui_data import settle, table_keys
+from ui_data import settle, table_keys, wait_for
 
 from gputui.ui.hosts_screen import HostsScreen
 from gputui.ui.screens.detail import ProcessDetail
@@ -84,7 +84,8 @@ async def test_the_detail_of_a_probed_process_on_the_second_host():
         table = app.screen.query_one(ProcessTable)
         table.move_cursor(row=table_keys(app).index("node2//51200/0"))
         await pilot.press("enter")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: isinstance(app.screen, ProcessDetail))
+        await pilot.pause()
         detail = app.screen
         assert isinstance(detail, ProcessDetail) and (detail.host, detail.pid) == ("node2", 51200)
         assert detail.report is not None and detail.report.pid == 51200  # node2's own probe report

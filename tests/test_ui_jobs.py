@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 from still import still_app, still_hosts_app
-from ui_data import settle, table_keys
+from ui_data import settle, table_keys, wait_for
 
 from gputui.ui.screens.job_detail import JobDetail
 from gputui.ui.widgets.processes import ProcessTable
@@ -43,8 +43,8 @@ async def open_job(pilot, key: str) -> JobDetail:
     app = pilot.app
     table(app).move_cursor(row=table_keys(app).index(key))
     await pilot.press("enter")
-    await pilot.pause(0.3)
-    assert isinstance(app.screen, JobDetail)
+    await wait_for(pilot, lambda: isinstance(app.screen, JobDetail))
+    await pilot.pause()
     return app.screen
 
 

@@ -7,7 +7,9 @@ Regenerate after an intended change: pytest tests/test_ui_probe_snapshots.py --s
 
 import pytest
 from still import still_app
-from ui_data import settle
+from ui_data import settle, wait_for
+
+from gputui.ui.screens.detail import ProcessDetail
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
@@ -15,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 async def open_detail(pilot):
     await settle(pilot)
     await pilot.press("enter")  # the leaking job holds the most GPU memory: the first row
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ProcessDetail))
     await pilot.pause(0.3)
 
 

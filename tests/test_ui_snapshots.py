@@ -6,7 +6,9 @@ Regenerate after an intended change of the picture: pytest tests/test_ui_snapsho
 
 import pytest
 from still import still_app, still_hosts_app, still_replay_app
-from ui_data import settle
+from ui_data import settle, wait_for
+
+from gputui.ui.screens.detail import ProcessDetail
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)
 
@@ -38,6 +40,7 @@ def test_detail_screen(snap_compare):
     async def detail(pilot):
         await drawn(pilot)
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ProcessDetail))
         await pilot.pause(0.2)
 
     assert snap_compare(still_app("training-node", seconds=120), terminal_size=(120, 40),

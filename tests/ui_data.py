@@ -108,6 +108,15 @@ async def settle(pilot, samples: int = 1, *, tries: int = 100) -> None:
     await pilot.pause()
 
 
+
+async def wait_for(pilot, check, tries: int = 100) -> None:
+    """Wait until ``check()`` holds (``tries`` pauses of 50 ms), and fail saying so if it never does."""
+    for _ in range(tries):
+        if check():
+            return
+        await pilot.pause(0.05)
+    assert check(), f"still not so after {tries * 0.05:g} s"
+
 def table_keys(app) -> list[str]:
     table = app.screen.query_one(ProcessTable)
     return list(table.row_keys)
