@@ -41,20 +41,10 @@ def mlp(width=256):
     return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 10))
 
 
-def state_tensors(optimizer) -> list:
-    found = []
-    for state in optimizer.state.values():
-        for value in state.values():
-            for item in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(item, torch.Tensor):
-                    found.append(item)
-    return found
-
-
 def tracked_now(model, optimizer) -> int:
     """Parameters, gradients and optimizer state held now, each storage once (the probe's tally)."""
     tensors = list(model.parameters()) + [p.grad for p in model.parameters() if p.grad is not None]
-    return storage_bytes(tensors + state_tensors(optimizer))
+    return storage_bytes(tensors + framework_jobs.state_tensors(optimizer))
 
 
 def closure_loop(optimizer_of, steps):
