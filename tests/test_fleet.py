@@ -530,10 +530,16 @@ exec sh -c "$*"
 """
 
 
-def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
+def fake_ssh(tmp_path: Path) -> Path:
+    """FAKE_SSH as an executable in ``tmp_path``."""
     ssh = tmp_path / "ssh"
     ssh.write_text(FAKE_SSH)
     ssh.chmod(0o755)
+    return ssh
+
+
+def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
+    ssh = fake_ssh(tmp_path)
     config = tmp_path / "config.toml"
     config.write_text(f'[hosts]\nnames = ["n1", "n2", "n3"]\ncommand = "{sys.executable} -m gputui --demo leaky"\n'
                       f'ssh = "{ssh}"\nwait = 5\n[hosts.commands]\nn2 = "exit 3"\nn3 = "sleep 60; true"\n')
@@ -548,9 +554,7 @@ def test_bare_hosts_watches_the_config_names_and_prints_into_a_pipe(tmp_path):
 
 
 def test_once_reports_a_host_sending_deep_nesting_in_a_line_without_a_traceback(tmp_path):
-    ssh = tmp_path / "ssh"
-    ssh.write_text(FAKE_SSH)
-    ssh.chmod(0o755)
+    ssh = fake_ssh(tmp_path)
     nested = tmp_path / "nested.py"
     nested.write_text(f"import sys, time; sys.stdout.buffer.write({NESTED!r}); sys.stdout.flush(); time.sleep(60)")
     config = tmp_path / "config.toml"
@@ -584,9 +588,7 @@ def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
 
 def test_once_over_hosts_ends_with_each_owner_over_all_of_them(tmp_path):
     # The shared Kubernetes node of the demo, twice: each pod's GPUs and memory over both nodes.
-    ssh = tmp_path / "ssh"
-    ssh.write_text(FAKE_SSH)
-    ssh.chmod(0o755)
+    ssh = fake_ssh(tmp_path)
     config = tmp_path / "config.toml"
     config.write_text(f'[hosts]\nnames = ["n1", "n2"]\ncommand = "{sys.executable} -m gputui --demo shared-k8s"\n'
                       f'ssh = "{ssh}"\nwait = 30\n')
