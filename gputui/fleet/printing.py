@@ -40,7 +40,8 @@ def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
     sections = [host_line(view).write(color) + "\n" + (
         render(view.snapshot, view.judgements, color=color, ascii=ascii, width=width) if view.snapshot else "")
         for view in views]
-    judged = [(v.name, v.judgements.waste) for v in views if v.judgements is not None and v.judgements.waste is not None]
+    judged = [(v.name, v.judgements.waste) for v in views
+              if v.judgements is not None and v.judgements.waste is not None]
     owners = across_hosts(judged) if len(judged) > 1 else ()
     if owners:  # who holds the GPUs over all the hosts, after each host's own
         sections.append("\n".join(line.write(color) for line in across_lines(owners, width, glyphs(ascii).ellipsis)))
