@@ -97,6 +97,50 @@ def test_a_graph_kept_without_backward_counts_until_dropped(probe):
     assert probe.tracker.activation_bytes() == 0  # the probe's own bookkeeping holds no cycle
 
 
+class Pooled(nn.Module):
+    """BERT's pooler in small: an encoder output made by the forward pass (4 x 32 x 64 floats, which
+    no op saves), of which only the first token is saved, by the pooler's Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(16, 64)
+        self.pooler = nn.Linear(64, 8)
+
+    def forward(self, x):
+        hidden = self.encoder(x) + 1  # (the add saves nothing: the pooler's view is all that keeps it)
+        return self.pooler(hidden[:, 0])
+
+
+def test_a_slice_of_what_the_forward_made_counts_whole_and_a_slice_of_the_dataset_by_its_elements(probe):
+    torch.manual_seed(0)
+    model = Pooled()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    dataset = torch.randn(40, 32, 16)  # held by the job all along: batches are views of it
+    for i in range(3):
+        optimizer.zero_grad()
+        out = model(dataset[4 * i:4 * i + 4])
+        if i == 2:
+            # The batch (4 x 32 x 16 floats of the 80 KiB dataset), saved by the encoder's Linear, and
+            # the whole encoder output the pooler's 4 x 64 view keeps alive.
+            assert probe.tracker.activation_bytes() == 4 * 32 * 16 * 4 + 4 * 32 * 64 * 4
+        out.sum().backward()
+        optimizer.step()
+    assert [s.activations_peak for s in probe.report().steps] == [4 * 32 * 16 * 4 + 4 * 32 * 64 * 4] * 3
+
+
+def test_a_slice_of_a_tensor_the_job_holds_that_requires_grad_counts_by_its_elements(probe):
+    torch.manual_seed(0)
+    model = nn.Linear(16, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(40, 16, requires_grad=True)  # a leaf of the job's, sliced (not the model's)
+    for i in range(2):
+        optimizer.zero_grad()
+        out = model(inputs[4 * i:4 * i + 4])
+        assert probe.tracker.activation_bytes() == 4 * 16 * 4  # the slice, not the 40 rows
+        out.sum().backward()
+        optimizer.step()
+
+
 def test_steps_are_detected_with_phase_peaks(probe):
     job = loops.make_job()
     x, y = fresh_batch(job)

@@ -100,7 +100,12 @@ def _counted_bytes(views: list) -> int:
     uses less than half of (a batch sliced out of a dataset tensor) counts by the bytes used, else
     whole. The probe applies the rule to the first tensor it sees of a storage; here it applies to
     the elements all the graph's tensors on the storage use together, which is what the rule
-    means: q, k and v split out of one projection each use a third of it, all three the whole."""
+    means: q, k and v split out of one projection each use a third of it, all three the whole.
+    A storage the graph computed (a view's base is no leaf: BERT's pooler saves the first token of
+    the last layer's output) counts whole however little of it is used: only the graph holds it.
+    (Told here by the view's base; the probe tells it by the view's grad_fn.)"""
+    if any(t._base is not None and not t._base.is_leaf for t in views):
+        return views[0].untyped_storage().nbytes()
     storage = views[0].untyped_storage()
     size = {t.element_size() for t in views}
     if len(size) != 1:
@@ -551,3 +556,5 @@ def test_the_truth_counts_slices_of_a_storage_by_what_the_graph_uses():
     q, k, v = qkv.split(32, dim=2)
     assert _counted_bytes([q]) == 4 * 16 * 32 * 4  # a third of it, alone
     assert _counted_bytes([q, k, v]) == qkv.nbytes  # all three: the whole projection
+    hidden = torch.randn(4, 32, 64, requires_grad=True) + 1  # computed by the graph
+    assert _counted_bytes([hidden[:, 0]]) == hidden.nbytes  # BERT's pooler: the whole output

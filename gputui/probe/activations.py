@@ -31,8 +31,17 @@ class SavedTensor:
                 pass
 
 
+def computed_by_graph(tensor) -> bool:
+    """Whether autograd computed ``tensor`` from a tensor it computed too, so its storage was made
+    by this graph's forward pass; not when it is data (no grad_fn) or a view of a leaf (a weight or
+    an input that requires grad: its node leads straight to AccumulateGrad, the leaf's own node)."""
+    node = tensor.grad_fn
+    return node is not None and not any(hasattr(before, "variable") for before, _ in node.next_functions)
+
+
 class Slices:
-    """The views of one storage saved for backward, when the first one used less than half of it.
+    """The views of one storage saved for backward, when the first one used less than half of it and
+    was not computed by the graph (a batch sliced from a dataset).
 
     What the graph uses of it is the elements of its views: their bytes added up, but never more
     than the union of the byte ranges they span (two overlapping slices of a dataset: the
@@ -125,9 +134,11 @@ class Activations:
                 if entry is None:
                     nbytes = storage.nbytes()
                     # A batch sliced out of a dataset tensor keeps the dataset alive, but the
-                    # dataset is not an activation: count the slice the graph actually uses.
+                    # dataset is not an activation: count the slice the graph actually uses. A
+                    # slice of what this forward pass computed (BERT's pooler: the first token of
+                    # the last layer's output) keeps a storage only the graph holds: all of it.
                     used = tensor.numel() * tensor.element_size()
-                    if used < nbytes // 2:
+                    if used < nbytes // 2 and not computed_by_graph(tensor):
                         entry = [1, used, Slices(nbytes, tensor)]
                         whole = used * 4 >= nbytes
                     else:
