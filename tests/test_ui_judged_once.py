@@ -101,3 +101,68 @@ async def test_the_job_detail_shows_the_pipelines_findings_and_judges_nothing_it
         assert calls["sample"] >= SAMPLES
         assert calls["ui"] == 0
         assert {s.rank for s in screen.analysis.stragglers} == {13}
+
+
+# The many-host view and a replay: each host's samples are judged by the pipeline's Judge (the many-host
+# view's sampler holds one per host; a replay shows what the recording monitor's judged), never by the app,
+# its screens or its job lines.
+JUDGING = (("trends", "gputui.analysis.trends"), ("judge_leaks", "gputui.analysis.leaks"),
+           ("analyse", "gputui.analysis.process"), ("analyse_job", "gputui.analysis.jobs"))
+
+
+def judged_by(monkeypatch):
+    """Counters of each judging function's calls by the caller's package ("ui", "sample", ...)."""
+    import importlib
+
+    import gputui.ui.hosts_sampler  # noqa: F401 - it imported judge_leaks itself before issue 34
+
+    counters = {}
+    for name, module in JUDGING:
+        users = [m for m in list(sys.modules.values())
+                 if m is not None and m.__name__.startswith(("gputui.ui", "gputui.sample")) and name in vars(m)]
+        counters[name] = count_callers(monkeypatch, name, importlib.import_module(module), *users)
+    return counters
+
+
+def by_ui(counters) -> dict[str, int]:
+    return {name: calls["ui"] for name, calls in counters.items() if calls["ui"]}
+
+
+async def open_host_detail(pilot, key: str):
+    from gputui.ui.screens.detail import ProcessDetail
+
+    table = pilot.app.screen.query_one("ProcessTable")
+    table.move_cursor(row=list(table.row_keys).index(key))
+    await pilot.pause()
+    await pilot.press("enter")
+    for _ in range(200):
+        await pilot.pause(0.05)
+        if isinstance(pilot.app.screen, ProcessDetail) and pilot.app.screen.analysis is not None:
+            return pilot.app.screen
+    raise AssertionError("the detail screen did not show")
+
+
+async def test_a_replay_shows_the_recorded_judgements_and_judges_nothing_itself(monkeypatch, tmp_path):
+    from still import still_replay_app
+
+    app = still_replay_app("leaky", tmp_path / "leaky.rec", seconds=150, at=100)
+    counters = judged_by(monkeypatch)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 51200)
+        for _ in range(SAMPLES):  # step on, and seek back: the state is built again
+            await pilot.press("full_stop")
+            await pilot.pause(0.1)
+        await pilot.press("left_square_bracket")
+        for _ in range(200):
+            if app.index == 24 and app.snapshot is not None:
+                break
+            await pilot.pause(0.05)
+        assert app.index == 24  # a minute back from sample 54: the state built again there
+        assert app.leaks[51200].state == "leak" and app.leaks[51200].oom_step == 495
+        headline = "probe: LEAK in activations  ·  advice 1: Out of memory in about 2 min"
+        assert text(screen, "#detail-headline") == headline
+        advice = advice_shown(screen)
+        assert advice[1] == "1. Out of memory in about 2 min  [critical]"
+        assert advice[3] == "2. Each step's autograd graph is kept alive  [critical]"
+    assert by_ui(counters) == {}

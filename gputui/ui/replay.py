@@ -1,8 +1,9 @@
 """``gputui replay FILE``: the live monitor on a recording, with time travel.
 
-The recorded samples go through the monitor's own path (history, trends, screens) in order, so each
-position shows what the live monitor showed then. Seeking anywhere but one sample forward rebuilds the
-history from the samples of the history's span before the new position, off the UI thread.
+The recorded samples go through the monitor's own path (its HostState, its screens) in order, with the
+judgements the recording monitor made of them, so each position shows what the live monitor showed then.
+Seeking anywhere but one sample forward builds the HostState again, its history from the samples of the
+history's span before the new position, off the UI thread.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from textual.message import Message
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.model import Snapshot
-from gputui.model.verdicts import LeakVerdict
-from gputui.model.waste import Waste
+from gputui.record.judged import judged
 from gputui.record.reader import Recording
-from gputui.record.reader import Sample as RecordedSample
+from gputui.sample.judge import Sample
+from gputui.sample.state import HostState
 from gputui.ui import bindings
 from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
 from gputui.untrusted import visible, visible_all
@@ -29,13 +29,12 @@ LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is n
 
 
 class Replayed(Message):
-    """The sample at ``index`` decoded, with the history before it where it was rebuilt."""
+    """The sample at ``index`` decoded and judged as it was recorded, with the history before it where it
+    was rebuilt."""
 
-    def __init__(self, index: int, snapshot: Snapshot, leaks: dict[int, LeakVerdict],
-                 history: History | None, waste: Waste | None = None) -> None:
+    def __init__(self, index: int, sample: Sample, history: History | None) -> None:
         super().__init__()
-        self.index, self.snapshot, self.leaks, self.history = index, snapshot, leaks, history
-        self.waste = waste  # who held the GPUs idle, as the recording gputui judged it
+        self.index, self.sample, self.history = index, sample, history
 
 
 class ReplayApp(GpuTuiApp):
@@ -102,18 +101,16 @@ class ReplayApp(GpuTuiApp):
                 if self.wanted != index:
                     return  # asked elsewhere meanwhile
                 history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
-        sample = recording.sample(index)
         # made visible as the live sampler does: the screens never write a control character
-        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history, _waste(sample)))
+        self.post_message(Replayed(index, visible_all(judged(recording.sample(index))), history))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:
             return
         if message.history is not None:
-            self.history, self.snapshot, self._trend_cache = message.history, None, None
+            self.state = HostState(message.history)
         self.index = message.index
-        self.waste = message.waste
-        self.accept(message.snapshot, message.leaks)
+        self.accept(message.sample)
         if self.index == len(self.recording) - 1 and not self.paused:
             self.paused = True
             self.notify("The end of the recording: b goes back to its start.", timeout=4)
@@ -162,11 +159,3 @@ class ReplayApp(GpuTuiApp):
             self._next = None
             self._play_on()
 
-
-def _waste(sample: RecordedSample) -> Waste | None:
-    """Who held the GPUs idle, where the recording carries it (its gputui judged it; a crafted one: not)."""
-    try:
-        judgements = sample.judgements
-    except ValueError:
-        return None
-    return judgements.waste if judgements is not None else None
