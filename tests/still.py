@@ -15,6 +15,7 @@ from gputui.analysis.history import History
 from gputui.analysis.waste import WasteJudge
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
 from gputui.model.judgement import Judgements
+from gputui.sample.state import HostState
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -105,11 +106,12 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     # A sample reads the clock twice and the CPU clock once: one second and 10 ms each, "self 1.0% CPU".
     sampler = HostsSampler(FrozenHosts(views), clock=lambda: 0.5 * next(halves),
                            cpu_clock=lambda: 0.01 * next(cpu),
-                           wall=lambda: max(s.taken_at for _, s in recorded.values()))
+                           wall=lambda: max(s.taken_at for _, s in recorded.values()),
+                           histories={name: history for name, (history, _) in recorded.items()})
     sampler.sample()  # the monitor's cost is measured between two samples
     options.setdefault("me", "lena")
     app = HostsApp(sampler, simulated=True, **options)
-    app.histories.update((name, history) for name, (history, _) in recorded.items())
+    app.states.update((name, HostState(history)) for name, (history, _) in recorded.items())
     return app
 
 

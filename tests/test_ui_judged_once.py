@@ -1,6 +1,7 @@
-"""The live monitor's detail screens and job lines show the sampling pipeline's judgements: one computation
+"""The monitor's detail screens and job lines show the sampling pipeline's judgements: one computation
 per judgement. Each call of the process and job analyses is counted by who made it, over several samples
-with a detail screen open; the screens make none of their own where the pipeline judged (issue 34).
+with a detail screen open; the screens make none of their own where the pipeline judged (issue 34). The
+many-host view and a replay judge nothing in the ui at all: no trends, leak verdicts, advice or findings.
 """
 
 from __future__ import annotations
@@ -140,6 +141,28 @@ async def open_host_detail(pilot, key: str):
         if isinstance(pilot.app.screen, ProcessDetail) and pilot.app.screen.analysis is not None:
             return pilot.app.screen
     raise AssertionError("the detail screen did not show")
+
+
+async def test_the_many_host_view_shows_each_hosts_judgement_and_judges_nothing_itself(monkeypatch):
+    from still import still_hosts_app
+
+    counters = judged_by(monkeypatch)
+    app = still_hosts_app({"node1": "leaky", "node2": "torchrun"}, seconds=120, interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_host_detail(pilot, "node1//51200/0")
+        await more_samples(pilot, SAMPLES)
+        assert screen.host == "node1"
+        # node1's probed job judged by its host's Judge: its leak and its advice, as on one machine
+        assert app.states["node1"].leaks[51200].state == "leak"
+        assert "advice 1: Out of memory in about 69 s" in text(screen, "#detail-headline")
+        await pilot.press("escape")
+        await pilot.press("j")
+        await pilot.pause()
+        line = app.screen.query_one("ProcessTable").rows_by_key["node2//" + TORCHRUN]
+        assert line.cells["command"] == "▾ rank 13 lags · pretrain.py (torchrun) · 8 ranks of 16"
+    assert counters["judge_leaks"]["sample"] >= 2 and counters["analyse_job"]["sample"] >= 1
+    assert by_ui(counters) == {}  # the app, its screens and its job lines judged nothing
 
 
 async def test_a_replay_shows_the_recorded_judgements_and_judges_nothing_itself(monkeypatch, tmp_path):

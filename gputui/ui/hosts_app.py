@@ -1,6 +1,6 @@
 """The many-host view's app (``gputui --hosts``): the live monitor's keys and screens over several
-machines' snapshots. Each host keeps a history, trends and leak verdicts of its own, so PIDs and GPU
-indices that repeat across hosts never meet; a process's detail screen reads its host's.
+machines' snapshots. Each host has a HostState of its own (its history and latest judged sample), so PIDs
+and GPU indices that repeat across hosts never meet; a process's detail screen reads its host's.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.message import Message
 
-from gputui.analysis.history import History, ProcessKey
 from gputui.model import HostView, MonitorCost
-from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.model.waste import Waste
+from gputui.sample.state import HostState
 from gputui.ui.app import PROBE, RECORD_SITES, GpuTuiApp, SampleFailed
 from gputui.ui.hosts_sampler import HostsSample, HostsSampler
 from gputui.ui.hosts_screen import HostsScreen
@@ -22,7 +21,6 @@ from gputui.ui.main_screen import MainScreen
 from gputui.untrusted import visible
 
 if TYPE_CHECKING:
-    from gputui.analysis.trends import TrendCache
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
 
@@ -48,10 +46,7 @@ class HostsApp(GpuTuiApp):
         self.hosts: tuple[HostView, ...] = ()
         self.sampled_at: float | None = None
         self.cost: MonitorCost | None = None
-        self.histories: dict[str, History] = {}
-        self.host_trends: dict[str, dict[ProcessKey, ProcessTrend]] = {}
-        self.host_leaks: dict[str, dict[int, LeakVerdict]] = {}
-        self._trend_caches: dict[str, TrendCache] = {}
+        self.states: dict[str, HostState] = {}  # by host name
 
     def make_main_screen(self) -> MainScreen:
         return HostsScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
@@ -71,28 +66,18 @@ class HostsApp(GpuTuiApp):
         self._schedule(message.took)
 
     def accept_hosts(self, sample: HostsSample) -> None:
-        """Take every host's latest in: each host's history and trends, then the screen showing."""
-        from gputui.analysis.trends import TrendCache, trends
-
-        self.hosts, self.host_leaks, self.cost = sample.hosts, sample.leaks, sample.monitor
+        """Take every host's latest judged sample into its HostState, then draw the screen showing."""
+        self.hosts, self.cost = sample.hosts, sample.monitor
         self.sampled_at = sample.taken_at
         self.samples += 1
-        for view in sample.hosts:
-            snapshot = view.snapshot
-            if snapshot is None:
-                continue
-            history = self.histories.setdefault(view.name, History())
-            if history.latest is None or snapshot.taken_at > history.latest:  # new since last time
-                history.add(snapshot)
-                cache = self._trend_caches.setdefault(view.name, TrendCache())
-                self.host_trends[view.name] = trends(history, snapshot, cache=cache)
+        for name, judged in sample.samples.items():
+            self.states.setdefault(name, HostState()).take(judged)
         self.show_latest()
 
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
-        view = next((h for h in self.hosts if h.name == screen.host), None)
-        if view is not None and view.snapshot is not None:
-            screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),
-                        self.host_leaks.get(view.name, {}))
+        state = self.states.get(screen.host or "")
+        if state is not None and state.snapshot is not None:
+            screen.show(state.snapshot, state.history, state.trends, state.leaks, state.judgements)
 
     def waste_views(self) -> list[tuple[str | None, Waste | None]]:
         """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""

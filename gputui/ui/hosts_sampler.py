@@ -1,5 +1,6 @@
 """What the many-host monitor's worker thread runs: the Fleet's latest view of every host, its
-outside strings made visible, each host's leak verdicts, and what the monitor itself costs.
+outside strings made visible, each host's snapshot judged by a Judge of its own (the pipeline's, as the
+live monitor's), and what the monitor itself costs.
 
 No Textual here. Each host's snapshot is made visible and judged once, when it is new: with 64
 hosts, doing it again at every refresh would be most of the monitor's work.
@@ -11,11 +12,14 @@ import dataclasses
 import time
 from typing import Callable, Protocol
 
-from gputui.analysis.leaks import JudgedLeaks, judge_leaks
+from collections.abc import Mapping
+
+from gputui.analysis.history import History
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
+from gputui.sample.judge import Judge, Sample
 from gputui.untrusted import visible, visible_all
 
 
@@ -29,45 +33,57 @@ class Hosts(Protocol):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class HostsSample(Record):
-    """Every host as the monitor shows it, each host's leak verdicts by pid, and the monitor's cost."""
+    """Every host as the monitor shows it, each host's latest sample judged, and the monitor's cost."""
 
     hosts: tuple[HostView, ...]
-    leaks: dict[str, dict[int, LeakVerdict]]
+    samples: dict[str, Sample]  # by host name: the hosts with a snapshot
     taken_at: float  # when (seconds since the epoch)
     monitor: MonitorCost | None = None
+
+    @property
+    def leaks(self) -> dict[str, dict[int, LeakVerdict]]:
+        """Each host's leak verdicts by pid."""
+        return {name: dict(sample.leaks) for name, sample in self.samples.items()}
 
 
 class HostsSampler:
     """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``."""
 
     def __init__(self, hosts: Hosts, *, cpu_clock: Callable[[], float] = time.process_time,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        """The clocks are replaced in still pictures and tests."""
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 histories: Mapping[str, History] | None = None) -> None:
+        """The clocks are replaced in still pictures and tests; ``histories``: each host's, recorded before
+        (a still picture's), that its Judge judges the memory trends from."""
         self.hosts = hosts
         self._clock, self._wall = clock, wall
         self._own_cpu = OwnCpu(cpu_clock, clock)
-        self._shown: dict[str, tuple[Snapshot, Snapshot]] = {}  # host -> (as received, made visible)
-        self._leaks: dict[str, JudgedLeaks] = {}  # host -> its latest verdicts, with the reports they judged
+        self._histories = dict(histories or {})
+        self._judges: dict[str, Judge] = {}  # host -> its Judge: history, trends and leak verdicts of its own
+        self._judged: dict[str, tuple[Snapshot, Sample]] = {}  # host -> (as received, made visible and judged)
 
     def sample(self) -> HostsSample:
         started = self._clock()
-        views, leaks = [], {}
+        views, samples = [], {}
         for view in self.hosts.view():
-            view = dataclasses.replace(view, name=visible(view.name),
-                                       reason=None if view.reason is None else visible(view.reason),
-                                       snapshot=self._visible(view.name, view.snapshot))
-            if view.snapshot is not None:
-                judged = self._leaks[view.name] = judge_leaks(view.snapshot, self._leaks.get(view.name))
-                leaks[view.name] = dict(judged.verdicts)
-            views.append(view)
-        return HostsSample(tuple(views), leaks, self._wall(), self._cost(started))
+            name = visible(view.name)
+            judged = self._judge(name, view.snapshot)
+            reason = None if view.reason is None else visible(view.reason)
+            views.append(dataclasses.replace(view, name=name, reason=reason,
+                                             snapshot=judged.snapshot if judged is not None else None))
+            if judged is not None:
+                samples[name] = judged
+        return HostsSample(tuple(views), samples, self._wall(), self._cost(started))
 
-    def _visible(self, name: str, snapshot: Snapshot | None) -> Snapshot | None:
+    def _judge(self, name: str, snapshot: Snapshot | None) -> Sample | None:
+        """Host ``name``'s snapshot made visible and judged, once for each snapshot the host sends."""
         if snapshot is None:
             return None
-        known = self._shown.get(name)
+        known = self._judged.get(name)
         if known is None or known[0] is not snapshot:
-            known = self._shown[name] = (snapshot, visible_all(snapshot))
+            judge = self._judges.get(name)
+            if judge is None:
+                judge = self._judges[name] = Judge(self._histories.pop(name, None))
+            known = self._judged[name] = (snapshot, judge(visible_all(snapshot)))
         return known[1]
 
     def _cost(self, started: float) -> MonitorCost:
