@@ -63,6 +63,35 @@ async def test_the_process_detail_shows_the_pipelines_judgement_and_judges_nothi
         assert screen.analysis is not None and screen.analysis.headroom  # its room to grow, worked out here
 
 
+async def test_the_process_detail_takes_its_room_to_grow_from_the_judgement(monkeypatch):
+    import gputui.analysis.whatif
+
+    calls: Counter = Counter()
+    real = gputui.analysis.whatif.headrooms
+
+    def counted(*args, **kwargs):
+        frame = sys._getframe(1)  # the nearest caller above the analysis: the pipeline or the ui
+        while frame.f_globals["__name__"].startswith("gputui.analysis"):
+            frame = frame.f_back
+        calls[frame.f_globals["__name__"].split(".")[1]] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gputui.analysis.whatif, "headrooms", counted)
+    monkeypatch.setattr(gputui.analysis.process, "headrooms", counted)
+    app = still_app("leaky", seconds=120, interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 51200)
+        calls.clear()
+        await more_samples(pilot, SAMPLES)
+        assert calls["ui"] == 0 and calls["sample"] >= SAMPLES
+        judged = app.judgements.of(51200).headroom
+        assert [h.device for h in judged] == ["cuda:0"]
+        assert screen.analysis.headroom == judged  # the judgement's, as it was judged
+        assert judged[0].withheld is not None and judged[0].withheld.startswith("allocated grows 48.0 MiB per step")
+        assert text(screen, "#analysis-headroom").startswith("Will it fit (cuda:0)\nheadroom ")
+
+
 async def test_a_process_the_pipeline_gives_no_advice_gets_it_from_the_detail_screen(monkeypatch):
     calls = count_callers(monkeypatch, "analyse", gputui.analysis.process, gputui.ui.screens.detail)
     app = still_app("leaky", seconds=120, interval=0.2)

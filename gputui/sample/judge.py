@@ -127,7 +127,7 @@ def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snaps
     analysis = analyse(snapshot, row, report, trend=trend, leak=leak)
     keepers = report.keepers if report is not None and leak is not None and leak.state in LEAK_GROWING else ()
     return dataclasses.replace(judged, leak=analysis.leak, sites=analysis.sites, keepers=keepers,
-                               advice=analysis.advice)
+                               advice=analysis.advice, headroom=analysis.headroom)
 
 
 def advice_basis(rows: Sequence[GpuProcess], report: ProbeReport | None,
