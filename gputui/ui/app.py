@@ -13,7 +13,7 @@ import functools
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -40,6 +40,7 @@ from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
+from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Source
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
@@ -53,8 +54,6 @@ if TYPE_CHECKING:  # imported when first needed: the first frame does without it
 Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
-# What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
-SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
 
@@ -115,9 +114,6 @@ class GpuTuiApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
     HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
-    # What this monitor's source cannot do (SIGNAL, PROBE, RECORD_SITES, INTERVAL), and why in the user's
-    # words ("{signal}" is the signal's name): the live monitor's can do everything.
-    CANNOT: ClassVar[Mapping[str, str]] = {}
 
     BINDINGS = bindings.APP
 
@@ -128,8 +124,10 @@ class GpuTuiApp(App[int]):
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
-        """``sampler`` None: a subclass samples (the many-host view);
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None,
+                 source: Source | None = None) -> None:
+        """``sampler`` None: a subclass samples (the many-host view, a replay) from its ``source``, which says
+        what it cannot do (the sampler, where there is one, is the source);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
@@ -141,6 +139,7 @@ class GpuTuiApp(App[int]):
         no_color = bool(os.environ.get("NO_COLOR"))
         super().__init__(ansi_color=True) if no_color else super().__init__()
         self.sampler = sampler
+        self.source: Source | None = source if source is not None else sampler
         self.interval = interval
         self.readonly = readonly
         self.simulated = simulated
@@ -528,10 +527,13 @@ class GpuTuiApp(App[int]):
     # -- what this monitor cannot do -------------------------------------------------------------
 
     def cannot(self, what: str) -> str | None:
-        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None."""
-        if what == PROBE and self.readonly and what not in self.CANNOT:
+        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None: its
+        source's refusal first (it may name the selected process), then --readonly's."""
+        selected = getattr(self.screen, "selected_row", None)
+        why = self.source.cannot(what, selected() if selected is not None else None) if self.source else None
+        if why is None and what == PROBE and self.readonly:
             return "Read-only mode (--readonly): gputui attaches and detaches no probe."
-        return self.CANNOT.get(what)
+        return why
 
     def refused(self, what: str, *, title: str = "", signal: str = "") -> bool:
         """Whether this monitor cannot do ``what``, having said why: every refusal of a source's is

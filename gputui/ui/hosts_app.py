@@ -14,7 +14,7 @@ from textual.message import Message
 from gputui.model import HostView, MonitorCost
 from gputui.model.waste import Waste
 from gputui.sample.state import HostState
-from gputui.ui.app import PROBE, RECORD_SITES, GpuTuiApp, SampleFailed
+from gputui.ui.app import GpuTuiApp, SampleFailed
 from gputui.ui.hosts_sampler import HostsSample, HostsSampler
 from gputui.ui.hosts_screen import HostsScreen
 from gputui.ui.main_screen import MainScreen
@@ -36,12 +36,8 @@ class HostsReady(Message):
 class HostsApp(GpuTuiApp):
     """gputui's live monitor over several hosts."""
 
-    # Signals are refused by the screen, which names the selected process's host (why_no_signal_target).
-    CANNOT = {RECORD_SITES: "The many-host view is read-only: no request is sent to a probe on another machine. "
-                            "Run gputui on that host to record its allocation sites."}
-
     def __init__(self, sampler: HostsSampler, **kwargs: Any) -> None:
-        super().__init__(None, **kwargs)
+        super().__init__(None, source=sampler, **kwargs)
         self.hosts_sampler = sampler
         self.hosts: tuple[HostView, ...] = ()
         self.sampled_at: float | None = None
@@ -82,18 +78,6 @@ class HostsApp(GpuTuiApp):
     def waste_views(self) -> list[tuple[str | None, Waste | None]]:
         """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
         return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in self.hosts]
-
-    def cannot(self, what: str) -> str | None:
-        """The probe's refusal names the selected process's host, and how to attach one there."""
-        if what != PROBE:
-            return super().cannot(what)
-        selected = getattr(self.screen, "selected_row", None)
-        row = selected() if selected is not None else None
-        if row is None or row.host is None:
-            return ("The many-host view is read-only: it attaches no probe on another machine. Run "
-                    "gputui attach PID on that host.")
-        return (f"Process {row.pid} runs on {row.host}: the many-host view is read-only and attaches no probe "
-                f"on another machine. To attach one there: ssh {row.host} gputui attach {row.pid}")
 
     def _cost_words(self) -> str:
         if self.cost is None or self.cost.cpu_percent is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from collections.abc import Mapping
 
@@ -20,7 +20,11 @@ from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
 from gputui.sample.judge import Judge, Sample
+from gputui.ui.sources import PROBE, RECORD_SITES, Declared
 from gputui.untrusted import visible, visible_all
+
+if TYPE_CHECKING:
+    from gputui.ui.rows import Row
 
 
 class Hosts(Protocol):
@@ -46,8 +50,15 @@ class HostsSample(Record):
         return {name: dict(sample.leaks) for name, sample in self.samples.items()}
 
 
-class HostsSampler:
-    """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``."""
+class HostsSampler(Declared):
+    """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``.
+    The processes are on other machines: no probe is attached there, nor asked anything. (Signals are
+    refused by the screen, which names the selected process's host: HostsScreen.why_no_signal_target.)"""
+
+    CANNOT = {RECORD_SITES: "The many-host view is read-only: no request is sent to a probe on another machine. "
+                            "Run gputui on that host to record its allocation sites.",
+              PROBE: "The many-host view is read-only: it attaches no probe on another machine. Run "
+                     "gputui attach PID on that host."}
 
     def __init__(self, hosts: Hosts, *, cpu_clock: Callable[[], float] = time.process_time,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
@@ -85,6 +96,13 @@ class HostsSampler:
                 judge = self._judges[name] = Judge(self._histories.pop(name, None))
             known = self._judged[name] = (snapshot, judge(visible_all(snapshot)))
         return known[1]
+
+    def cannot(self, what: str, selected: Row | None) -> str | None:
+        """The probe's refusal names the selected process's host, and how to attach one there."""
+        if what != PROBE or selected is None or selected.host is None:
+            return super().cannot(what, selected)
+        return (f"Process {selected.pid} runs on {selected.host}: the many-host view is read-only and attaches no "
+                f"probe on another machine. To attach one there: ssh {selected.host} gputui attach {selected.pid}")
 
     def _cost(self, started: float) -> MonitorCost:
         """The monitor's own CPU since the previous sample (all its threads: the hosts' readers too)."""

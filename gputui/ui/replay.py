@@ -8,7 +8,6 @@ history's span before the new position, off the UI thread.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from textual import work
@@ -16,13 +15,13 @@ from textual.message import Message
 
 from gputui import units
 from gputui.analysis.history import History
-from gputui.record.judged import judged
 from gputui.record.reader import Recording
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
 from gputui.ui import bindings
-from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
-from gputui.untrusted import visible, visible_all
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.replay_source import RecordingSource
+from gputui.untrusted import visible
 
 SPEEDS = (1, 2, 4, 8)
 LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
@@ -41,24 +40,18 @@ class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
     HELP_SECTION = bindings.REPLAY_KEYS
-    CANNOT = {
-        SIGNAL: "A recording: there is no process to send {signal} to.",
-        PROBE: "A recording: there is no process to attach a probe to or detach one from.",
-        RECORD_SITES: "A recording: there is no process to send a request to.",
-        INTERVAL: "A recording keeps its own interval: x changes the replay's speed.",
-    }
     BINDINGS = bindings.REPLAY
 
     def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
         """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
-        super().__init__(None, interval=recording.interval, autostart=False, readonly=True,
+        source = RecordingSource(recording)
+        super().__init__(None, interval=recording.interval, autostart=False, readonly=True, source=source,
                          **options)
-        self.recording = recording
+        self.recording, self.recording_source = recording, source
         self.paused = paused
         self.index = -1  # the sample on screen
         self.wanted = start  # the sample asked for last: answers for any other are late, and dropped
         self.speed = SPEEDS[0]
-        self._lock = threading.Lock()  # the recording decodes in one thread at a time
 
     @property
     def position(self) -> str:
@@ -85,24 +78,13 @@ class ReplayApp(GpuTuiApp):
 
     @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
     def _decode(self, index: int, *, rebuild: bool) -> None:
-        with self._lock:
-            try:
-                self._decoded(index, rebuild=rebuild)
-            except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
-                self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
-
-    def _decoded(self, index: int, *, rebuild: bool) -> None:
-        recording = self.recording
-        history = None
-        if rebuild:
-            history = History(self.history.span, self.history.max_points)
-            first = recording.index_at(recording.times[index] - self.history.span)
-            for i in range(first, index):
-                if self.wanted != index:
-                    return  # asked elsewhere meanwhile
-                history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
-        # made visible as the live sampler does: the screens never write a control character
-        self.post_message(Replayed(index, visible_all(judged(recording.sample(index))), history))
+        try:
+            read = self.recording_source.read(index, self.history if rebuild else None, lambda: self.wanted == index)
+        except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
+            self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
+            return
+        if read is not None:
+            self.post_message(Replayed(index, *read))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:
