@@ -55,3 +55,12 @@ def test_no_app_class_keeps_refusals_of_its_own():
     for app in (GpuTuiApp, HostsApp, ReplayApp):
         assert "CANNOT" not in vars(app)
     assert "cannot" not in vars(HostsApp) and "cannot" not in vars(ReplayApp)  # the one place: GpuTuiApp's
+
+
+def test_a_recording_says_where_steps_jumps_and_seeks_land(tmp_path):
+    source = RecordingSource(Recording(recorded_demo(tmp_path, 5)))  # samples at 0, 1, 2, 3, 4 s
+    assert (source.last, source.clamp(-3), source.clamp(9)) == (4, 0, 4)
+    assert (source.seek(-1), source.seek(2)) == (4, 2)
+    assert (source.jump(1, 2.0), source.jump(4, -60.0), source.jump(2, 0.4)) == (3, 0, 3)  # at least one on
+    assert (source.wait(0, 1), source.wait(0, 4), source.wait(4, 1)) == (1.0, 0.25, None)
+    assert source.position(2, 4) == "replay 2s / 4s  3/5  x4"

@@ -13,18 +13,14 @@ from typing import Any
 from textual import work
 from textual.message import Message
 
-from gputui import units
 from gputui.analysis.history import History
 from gputui.record.reader import Recording
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
 from gputui.ui import bindings
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.replay_source import RecordingSource
+from gputui.ui.replay_source import SPEEDS, RecordingSource
 from gputui.untrusted import visible
-
-SPEEDS = (1, 2, 4, 8)
-LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
 
 
 class Replayed(Message):
@@ -55,11 +51,8 @@ class ReplayApp(GpuTuiApp):
 
     @property
     def position(self) -> str:
-        """The header's word on where the replay is: time into the recording, its length, the speed."""
-        times = self.recording.times
-        at = times[max(self.index, 0)] - times[0]
-        return (f"replay {units.elapsed(at)} / {units.elapsed(times[-1] - times[0])}"
-                f"  {max(self.index, 0) + 1}/{len(times)}  x{self.speed}")
+        """The header's word on where the replay is (the recording's words for it)."""
+        return self.recording_source.position(self.index, self.speed)
 
     def on_mount(self) -> None:
         # (Textual calls the monitor's own on_mount too, first: it sets up the screens.)
@@ -69,7 +62,7 @@ class ReplayApp(GpuTuiApp):
 
     def go(self, index: int) -> None:
         """Show sample ``index`` (clamped to the recording)."""
-        index = min(max(index, 0), len(self.recording) - 1)
+        index = self.recording_source.clamp(index)
         if self._next is not None:
             self._next.stop()
             self._next = None
@@ -93,18 +86,16 @@ class ReplayApp(GpuTuiApp):
             self.state = HostState(message.history)
         self.index = message.index
         self.accept(message.sample)
-        if self.index == len(self.recording) - 1 and not self.paused:
+        if self.index == self.recording_source.last and not self.paused:
             self.paused = True
             self.notify("The end of the recording: b goes back to its start.", timeout=4)
             self.main.render_snapshot()
         self._play_on()
 
     def _play_on(self) -> None:
-        if self.paused or self.index + 1 >= len(self.recording):
-            return
-        times = self.recording.times
-        gap = min(times[self.index + 1] - times[self.index], LONGEST_WAIT)
-        self._next = self.set_timer(max(0.02, gap / self.speed), lambda: self.go(self.index + 1))
+        wait = None if self.paused else self.recording_source.wait(self.index, self.speed)
+        if wait is not None:
+            self._next = self.set_timer(wait, lambda: self.go(self.index + 1))
 
     def action_toggle_pause(self) -> None:
         """Play or pause (at the end, play starts again from the start)."""
@@ -113,7 +104,7 @@ class ReplayApp(GpuTuiApp):
             self._next.stop()
             self._next = None
         elif not self.paused:
-            if self.index + 1 >= len(self.recording):
+            if self.index >= self.recording_source.last:
                 self.go(0)
             else:
                 self._play_on()
@@ -124,14 +115,10 @@ class ReplayApp(GpuTuiApp):
         self.go(self.index + samples)
 
     def action_jump(self, seconds: float) -> None:
-        times = self.recording.times
-        target = self.recording.index_at(times[self.index] + seconds)
-        if seconds > 0 and target == self.index:
-            target += 1  # a gap longer than the jump: at least one sample on
-        self.go(target)
+        self.go(self.recording_source.jump(self.index, seconds))
 
     def action_seek(self, index: int) -> None:
-        self.go(index if index >= 0 else len(self.recording) - 1)
+        self.go(self.recording_source.seek(index))
 
     def action_speed(self) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
