@@ -133,9 +133,8 @@ async def test_the_job_detail_shows_the_pipelines_findings_and_judges_nothing_it
         assert {s.rank for s in screen.analysis.stragglers} == {13}
 
 
-# The many-host view and a replay: each host's samples are judged by the pipeline's Judge (the many-host
-# view's sampler holds one per host; a replay shows what the recording monitor's judged), never by the app,
-# its screens or its job lines.
+# The many-host view and a replay show the judgements a pipeline's Judge made (each host's own gputui's, as
+# `--hosts --once` prints them; the recording monitor's), never judging in the app, its screens or job lines.
 JUDGING = (("trends", "gputui.analysis.trends"), ("judge_leaks", "gputui.analysis.leaks"),
            ("analyse", "gputui.analysis.process"), ("analyse_job", "gputui.analysis.jobs"))
 
@@ -183,7 +182,8 @@ async def test_the_many_host_view_shows_each_hosts_judgement_and_judges_nothing_
         await more_samples(pilot, SAMPLES)
         assert screen.host == "node1"
         # node1's probed job judged by its host's Judge: its leak and its advice, as on one machine
-        assert app.states["node1"].leaks[51200].state == "leak"
+        own = next(h for h in app.hosts if h.name == "node1").judgements  # node1's gputui's
+        assert app.states["node1"].leaks[51200] is own.of(51200).leak and own.of(51200).leak.state == "leak"
         assert "advice 1: Out of memory in about 69 s" in text(screen, "#detail-headline")
         await pilot.press("escape")
         await pilot.press("j")

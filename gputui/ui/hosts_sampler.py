@@ -1,9 +1,9 @@
 """What the many-host monitor's worker thread runs: the Fleet's latest view of every host, its
-outside strings made visible, each host's snapshot judged by a Judge of its own (the pipeline's, as the
-live monitor's), and what the monitor itself costs.
+outside strings made visible, each host's snapshot with the judgements its own sampling pipeline made of
+it (as ``--hosts --once`` prints them), and what the monitor itself costs.
 
-No Textual here. Each host's snapshot is made visible and judged once, when it is new: with 64
-hosts, doing it again at every refresh would be most of the monitor's work.
+No Textual here. Each host's snapshot is made visible once, when it is new: with 64 hosts, doing it
+again at every refresh would be most of the monitor's work.
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from collections.abc import Mapping
-
-from gputui.analysis.history import History
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
-from gputui.sample.judge import Judge, Sample
+from gputui.model.judgement import Judgements
+from gputui.sample.judge import Judge, Sample, sample_of
 from gputui.ui.sources import PROBE, RECORD_SITES, Declared
 from gputui.untrusted import visible, visible_all
 
@@ -61,15 +59,12 @@ class HostsSampler(Declared):
                      "gputui attach PID on that host."}
 
     def __init__(self, hosts: Hosts, *, cpu_clock: Callable[[], float] = time.process_time,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 histories: Mapping[str, History] | None = None) -> None:
-        """The clocks are replaced in still pictures and tests; ``histories``: each host's, recorded before
-        (a still picture's), that its Judge judges the memory trends from."""
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """The clocks are replaced in still pictures and tests."""
         self.hosts = hosts
         self._clock, self._wall = clock, wall
         self._own_cpu = OwnCpu(cpu_clock, clock)
-        self._histories = dict(histories or {})
-        self._judges: dict[str, Judge] = {}  # host -> its Judge: history, trends and leak verdicts of its own
+        self._judges: dict[str, Judge] = {}  # host -> a Judge for a view that carries no judgements
         self._judged: dict[str, tuple[Snapshot, Sample]] = {}  # host -> (as received, made visible and judged)
 
     def sample(self) -> HostsSample:
@@ -77,7 +72,7 @@ class HostsSampler(Declared):
         views, samples = [], {}
         for view in self.hosts.view():
             name = visible(view.name)
-            judged = self._judge(name, view.snapshot)
+            judged = self._judged_view(name, view.snapshot, view.judgements)
             reason = None if view.reason is None else visible(view.reason)
             views.append(dataclasses.replace(view, name=name, reason=reason,
                                              snapshot=judged.snapshot if judged is not None else None))
@@ -85,16 +80,19 @@ class HostsSampler(Declared):
                 samples[name] = judged
         return HostsSample(tuple(views), samples, self._wall(), self._cost(started))
 
-    def _judge(self, name: str, snapshot: Snapshot | None) -> Sample | None:
-        """Host ``name``'s snapshot made visible and judged, once for each snapshot the host sends."""
+    def _judged_view(self, name: str, snapshot: Snapshot | None, judgements: Judgements | None) -> Sample | None:
+        """Host ``name``'s snapshot and its own judgements of it, made visible, once for each snapshot the
+        host sends. (The Fleet judges an older gputui's snapshots; a view without judgements all the same,
+        a test's, is judged here by a Judge of the host's own, as the Fleet would.)"""
         if snapshot is None:
             return None
         known = self._judged.get(name)
         if known is None or known[0] is not snapshot:
-            judge = self._judges.get(name)
-            if judge is None:
-                judge = self._judges[name] = Judge(self._histories.pop(name, None))
-            known = self._judged[name] = (snapshot, judge(visible_all(snapshot)))
+            if judgements is None:
+                judged = self._judges.setdefault(name, Judge())(visible_all(snapshot))
+            else:
+                judged = sample_of(visible_all(snapshot), visible_all(judgements))
+            known = self._judged[name] = (snapshot, judged)
         return known[1]
 
     def cannot(self, what: str, selected: Row | None) -> str | None:
