@@ -1,10 +1,11 @@
 """Where a refresh's milliseconds go on the UI thread, headless, at 120x40.
 
-A simulated machine is sampled ahead on a fake clock; the snapshots are then handed to the live
-monitor one by one (``app.accept`` as the sampling thread does) and each refresh is timed in CPU
-time of the UI thread (time.thread_time), split into:
+A simulated machine is sampled ahead on a fake clock and judged by the monitor's own pipeline (as its
+sampling thread does, untimed); the judged samples are then handed to the live monitor one by one
+(``app.accept``, as the sampling thread's message is) and each refresh is timed in CPU time of the UI
+thread (time.thread_time), split into:
 
-- history and trends (the app's bookkeeping before any widget sees the snapshot);
+- history (the app's HostState taking the sample in, before any widget sees it);
 - each widget's update (header, devices, charts, process rows built, the table given them);
 - each widget's drawing (its ``render_lines``: the lines Textual asks it for);
 - Textual's frame: the rest (messages, layout, compositing, the driver writing to the terminal).
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from textual.widget import Widget  # noqa: E402
 
 from gputui.collect import open_collector  # noqa: E402
+from gputui.sample.state import HostState  # noqa: E402
 from gputui.ui import main_screen  # noqa: E402
 from gputui.ui.app import GpuTuiApp  # noqa: E402
 from gputui.ui.sampler import Sampler  # noqa: E402
@@ -61,7 +63,7 @@ def timed(owner, name: str, bucket) -> None:
 
 
 def instrument() -> None:
-    timed(GpuTuiApp, "_judge_trends", "history and trends")
+    timed(HostState, "take", "history")
     timed(HostHeader, "show", "update: header")
     timed(DeviceList, "show", "update: devices")
     timed(DeviceHistory, "show", "update: charts")
@@ -112,6 +114,8 @@ async def measure(processes: int, refreshes: int, jobs: bool = False) -> tuple[d
             await pilot.pause(0.05)
         if jobs:
             app.main.action_toggle_jobs()
+        assert app.sampler is not None
+        taken = [app.sampler.judge(snapshot) for snapshot in taken]  # the sampling thread's part, in order
         for snapshot in taken[1:5]:  # warm up: caches filled, history started
             app.accept(snapshot)
             await pilot.pause()

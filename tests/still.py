@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from gputui.analysis.history import History
 from gputui.analysis.waste import WasteJudge
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
-from gputui.model.judgement import Judgements
+from gputui.sample.judge import Judge
+from gputui.sample.state import HostState
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -98,8 +99,9 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     idle = {name: WasteJudge() for name, scenario in hosts.items() if scenario is not None}  # each host's own
     recorded = {name: record(scenario, seconds=seconds, seed=i, watch=idle[name])
                 for i, (name, scenario) in enumerate(hosts.items()) if scenario is not None}
+    # Each host's judgements, as its own gputui's pipeline made them over what it recorded.
     views = tuple(HostView(name, HOST_LIVE, None, 0.4, recorded[name][1],
-                           Judgements(waste=idle[name](recorded[name][1]))) if name in recorded
+                           Judge(recorded[name][0], idle[name])(recorded[name][1]).judgements) if name in recorded
                   else HostView(name, HOST_UNREACHABLE, DOWN.format(name)) for name in hosts)
     halves, cpu = count(), count()
     # A sample reads the clock twice and the CPU clock once: one second and 10 ms each, "self 1.0% CPU".
@@ -109,7 +111,7 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
     sampler.sample()  # the monitor's cost is measured between two samples
     options.setdefault("me", "lena")
     app = HostsApp(sampler, simulated=True, **options)
-    app.histories.update((name, history) for name, (history, _) in recorded.items())
+    app.states.update((name, HostState(history)) for name, (history, _) in recorded.items())
     return app
 
 

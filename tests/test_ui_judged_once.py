@@ -1,6 +1,7 @@
-"""The live monitor's detail screens and job lines show the sampling pipeline's judgements: one computation
+"""The monitor's detail screens and job lines show the sampling pipeline's judgements: one computation
 per judgement. Each call of the process and job analyses is counted by who made it, over several samples
-with a detail screen open; the screens make none of their own where the pipeline judged (issue 34).
+with a detail screen open; the screens make none of their own where the pipeline judged (issue 34). The
+many-host view and a replay judge nothing in the ui at all: no trends, leak verdicts, advice or findings.
 """
 
 from __future__ import annotations
@@ -62,6 +63,35 @@ async def test_the_process_detail_shows_the_pipelines_judgement_and_judges_nothi
         assert screen.analysis is not None and screen.analysis.headroom  # its room to grow, worked out here
 
 
+async def test_the_process_detail_takes_its_room_to_grow_from_the_judgement(monkeypatch):
+    import gputui.analysis.whatif
+
+    calls: Counter = Counter()
+    real = gputui.analysis.whatif.headrooms
+
+    def counted(*args, **kwargs):
+        frame = sys._getframe(1)  # the nearest caller above the analysis: the pipeline or the ui
+        while frame.f_globals["__name__"].startswith("gputui.analysis"):
+            frame = frame.f_back
+        calls[frame.f_globals["__name__"].split(".")[1]] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gputui.analysis.whatif, "headrooms", counted)
+    monkeypatch.setattr(gputui.analysis.process, "headrooms", counted)
+    app = still_app("leaky", seconds=120, interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 51200)
+        calls.clear()
+        await more_samples(pilot, SAMPLES)
+        assert calls["ui"] == 0 and calls["sample"] >= SAMPLES
+        judged = app.judgements.of(51200).headroom
+        assert [h.device for h in judged] == ["cuda:0"]
+        assert screen.analysis.headroom == judged  # the judgement's, as it was judged
+        assert judged[0].withheld is not None and judged[0].withheld.startswith("allocated grows 48.0 MiB per step")
+        assert text(screen, "#analysis-headroom").startswith("Will it fit (cuda:0)\nheadroom ")
+
+
 async def test_a_process_the_pipeline_gives_no_advice_gets_it_from_the_detail_screen(monkeypatch):
     calls = count_callers(monkeypatch, "analyse", gputui.analysis.process, gputui.ui.screens.detail)
     app = still_app("leaky", seconds=120, interval=0.2)
@@ -101,3 +131,90 @@ async def test_the_job_detail_shows_the_pipelines_findings_and_judges_nothing_it
         assert calls["sample"] >= SAMPLES
         assert calls["ui"] == 0
         assert {s.rank for s in screen.analysis.stragglers} == {13}
+
+
+# The many-host view and a replay show the judgements a pipeline's Judge made (each host's own gputui's, as
+# `--hosts --once` prints them; the recording monitor's), never judging in the app, its screens or job lines.
+JUDGING = (("trends", "gputui.analysis.trends"), ("judge_leaks", "gputui.analysis.leaks"),
+           ("analyse", "gputui.analysis.process"), ("analyse_job", "gputui.analysis.jobs"))
+
+
+def judged_by(monkeypatch):
+    """Counters of each judging function's calls by the caller's package ("ui", "sample", ...)."""
+    import importlib
+
+    import gputui.ui.hosts_sampler  # noqa: F401 - it imported judge_leaks itself before issue 34
+
+    counters = {}
+    for name, module in JUDGING:
+        users = [m for m in list(sys.modules.values())
+                 if m is not None and m.__name__.startswith(("gputui.ui", "gputui.sample")) and name in vars(m)]
+        counters[name] = count_callers(monkeypatch, name, importlib.import_module(module), *users)
+    return counters
+
+
+def by_ui(counters) -> dict[str, int]:
+    return {name: calls["ui"] for name, calls in counters.items() if calls["ui"]}
+
+
+async def open_host_detail(pilot, key: str):
+    from gputui.ui.screens.detail import ProcessDetail
+
+    table = pilot.app.screen.query_one("ProcessTable")
+    table.move_cursor(row=list(table.row_keys).index(key))
+    await pilot.pause()
+    await pilot.press("enter")
+    for _ in range(200):
+        await pilot.pause(0.05)
+        if isinstance(pilot.app.screen, ProcessDetail) and pilot.app.screen.analysis is not None:
+            return pilot.app.screen
+    raise AssertionError("the detail screen did not show")
+
+
+async def test_the_many_host_view_shows_each_hosts_judgement_and_judges_nothing_itself(monkeypatch):
+    from still import still_hosts_app
+
+    counters = judged_by(monkeypatch)
+    app = still_hosts_app({"node1": "leaky", "node2": "torchrun"}, seconds=120, interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_host_detail(pilot, "node1//51200/0")
+        await more_samples(pilot, SAMPLES)
+        assert screen.host == "node1"
+        # node1's probed job judged by its host's Judge: its leak and its advice, as on one machine
+        own = next(h for h in app.hosts if h.name == "node1").judgements  # node1's gputui's
+        assert app.states["node1"].leaks[51200] is own.of(51200).leak and own.of(51200).leak.state == "leak"
+        assert "advice 1: Out of memory in about 69 s" in text(screen, "#detail-headline")
+        await pilot.press("escape")
+        await pilot.press("j")
+        await pilot.pause()
+        line = app.screen.query_one("ProcessTable").rows_by_key["node2//" + TORCHRUN]
+        assert line.cells["command"] == "▾ rank 13 lags · pretrain.py (torchrun) · 8 ranks of 16"
+    assert counters["judge_leaks"]["sample"] >= 2 and counters["analyse_job"]["sample"] >= 1
+    assert by_ui(counters) == {}  # the app, its screens and its job lines judged nothing
+
+
+async def test_a_replay_shows_the_recorded_judgements_and_judges_nothing_itself(monkeypatch, tmp_path):
+    from still import still_replay_app
+
+    app = still_replay_app("leaky", tmp_path / "leaky.rec", seconds=150, at=100)
+    counters = judged_by(monkeypatch)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_detail_of(pilot, 51200)
+        for _ in range(SAMPLES):  # step on, and seek back: the state is built again
+            await pilot.press("full_stop")
+            await pilot.pause(0.1)
+        await pilot.press("left_square_bracket")
+        for _ in range(200):
+            if app.index == 24 and app.snapshot is not None:
+                break
+            await pilot.pause(0.05)
+        assert app.index == 24  # a minute back from sample 54: the state built again there
+        assert app.leaks[51200].state == "leak" and app.leaks[51200].oom_step == 495
+        headline = "probe: LEAK in activations  ·  advice 1: Out of memory in about 2 min"
+        assert text(screen, "#detail-headline") == headline
+        advice = advice_shown(screen)
+        assert advice[1] == "1. Out of memory in about 2 min  [critical]"
+        assert advice[3] == "2. Each step's autograd graph is kept alive  [critical]"
+    assert by_ui(counters) == {}

@@ -1,7 +1,8 @@
 """Everything the analysis says about one process, put together once for every view.
 
 The live detail screen, ``--once`` and ``gputui probe`` all show a process's leak verdict, its
-growing allocation sites, its advice and its headroom; they get them from :func:`analyse` so they agree.
+growing allocation sites, its advice and its headroom; the sampling pipeline gets them from :func:`analyse`
+once, and the detail screen shows its judgement (:func:`judged_analysis`), so they agree.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.whatif import headrooms
 from gputui.model import GpuProcess, Headroom, ProbeReport, Snapshot
+from gputui.model.judgement import ProcessJudgement
 from gputui.model.record import Record
 from gputui.model.verdicts import Advice, GrowingSite, LeakVerdict, ProcessTrend
 
@@ -42,14 +44,14 @@ def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport 
     sites = growing_sites(report) if report is not None else ()
     advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,
                     sites=sites)
-    return judged_analysis(snapshot, report, trend=trend, leak=leak, sites=sites, advice=advice)
-
-
-def judged_analysis(snapshot: Snapshot, report: ProbeReport | None, *, trend: ProcessTrend | None,
-                    leak: LeakVerdict | None, sites: tuple[GrowingSite, ...],
-                    advice: tuple[Advice, ...]) -> ProcessAnalysis:
-    """A process's analysis from verdicts already made (by :func:`analyse`, or the sampling pipeline's
-    judgement of it), with the room its probed job has to grow."""
     return ProcessAnalysis(trend=trend, leak=leak, sites=sites, advice=advice, report=report,
                            now=snapshot.taken_at,
                            headroom=headrooms(report, snapshot, leak=leak, trend=trend) if report else ())
+
+
+def judged_analysis(snapshot: Snapshot, report: ProbeReport | None, judged: ProcessJudgement, *,
+                    trend: ProcessTrend | None) -> ProcessAnalysis:
+    """A process's analysis as the sampling pipeline judged it (leak verdict, sites, advice, headroom),
+    with NVML's memory ``trend`` on the GPU shown."""
+    return ProcessAnalysis(trend=trend, leak=judged.leak, sites=judged.sites, advice=judged.advice, report=report,
+                           now=snapshot.taken_at, headroom=judged.headroom)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gputui.model.estimate import Headroom
 from gputui.model.fielddoc import doc
 from gputui.model.job_verdicts import JobAnalysis
 from gputui.model.probe import LeakKeeper
@@ -27,7 +28,7 @@ class DeviceTrend(Record):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ProcessJudgement(Record):
-    """What the monitor concluded about one process: its memory trends, its leak verdict and advice."""
+    """What the monitor concluded about one process: its memory trends, its leak verdict, advice and room."""
 
     pid: int = field(metadata=doc("PID of the process, as the monitor sees it", minimum=1))
     started_at: float | None = field(default=None, metadata=doc(
@@ -42,6 +43,8 @@ class ProcessJudgement(Record):
         "names in the user's code that hold more at each step, with the lines that add to them"))
     advice: tuple[Advice, ...] = field(default=(), metadata=doc(
         "what to do, the first thing first, each with its evidence and estimated saving"))
+    headroom: tuple[Headroom, ...] = field(default=(), metadata=doc(
+        "a probed process's room to grow on each of its GPUs, judged with its leak verdict and memory trend"))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -17,10 +17,10 @@ from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.document import dumps, read_snapshot_document, snapshot_document
 from gputui.plain.modes import snapshot_text
+from gputui.record import judged
 from gputui.record.at import sample_at
 from gputui.record.reader import Recording, Sample
 from gputui.record.writer import Recorder
-from gputui.sample.judge import judgements_of
 from gputui.sample.pipeline import open_pipeline
 from gputui.untrusted import visible
 
@@ -91,14 +91,12 @@ def print_at(options: Options) -> int:
 
 
 def recorded_judgements(sample: Sample) -> Judgements:
-    """The judgements the recording monitor made of ``sample``; a recording made before samples carried
-    them is judged now from its leak verdicts (no memory trends: said on stderr)."""
-    judgements = sample.judgements
-    if judgements is not None:
-        return judgements
-    print("gputui: a recording from before samples carried their judgements: judged now from its leak "
-          "verdicts, without memory trends", file=sys.stderr)
-    return judgements_of(sample.snapshot, sample.verdicts, {})
+    """The judgements the recording monitor made of ``sample`` (judged.recorded_judgements: an older
+    recording's are judged now, and stderr says so)."""
+    judgements, recorded = judged.recorded_judgements(sample)
+    if not recorded:
+        print(f"gputui: {judged.OLD}", file=sys.stderr)
+    return judgements
 
 
 def shown(recording: Recording, index: int) -> dict[str, Any]:

@@ -88,6 +88,22 @@ class Judge:
         return self._trends
 
 
+def sample_of(snapshot: Snapshot, judgements: Judgements, leaks: Mapping[int, LeakVerdict] | None = None) -> Sample:
+    """A Sample of judgements a Judge made elsewhere (a host's own gputui, a recording's), with the lookups
+    the views use worked out from them: ``leaks`` where given (a recording's verdicts), else each judged
+    process's verdict; the memory trends by (NVML pid, device index) for each of the snapshot's rows."""
+    if leaks is None:
+        leaks = {p.pid: p.leak for p in judgements.processes if p.leak is not None}
+    trends: dict[ProcessKey, ProcessTrend] = {}
+    for process in snapshot.processes:
+        judged = judgements.of(process.own_pid)
+        trend = next((t.trend for t in judged.trends if t.device == process.device_index), None) \
+            if judged is not None else None
+        if trend is not None:
+            trends[(process.pid, process.device_index)] = trend
+    return Sample(snapshot, judgements, dict(leaks), trends)
+
+
 def _with_problem(snapshot: Snapshot, problem: str) -> Snapshot:
     return dataclasses.replace(snapshot, problems=snapshot.problems + (problem,))
 
@@ -127,7 +143,7 @@ def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snaps
     analysis = analyse(snapshot, row, report, trend=trend, leak=leak)
     keepers = report.keepers if report is not None and leak is not None and leak.state in LEAK_GROWING else ()
     return dataclasses.replace(judged, leak=analysis.leak, sites=analysis.sites, keepers=keepers,
-                               advice=analysis.advice)
+                               advice=analysis.advice, headroom=analysis.headroom)
 
 
 def advice_basis(rows: Sequence[GpuProcess], report: ProbeReport | None,

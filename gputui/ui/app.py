@@ -13,7 +13,7 @@ import functools
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -31,6 +31,8 @@ from gputui.model import GpuProcess, Snapshot
 from gputui.model.judgement import Judgements
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.model.waste import Waste
+from gputui.sample.judge import Sample
+from gputui.sample.state import HostState
 from gputui.ui import attaching, bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
@@ -38,12 +40,12 @@ from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
+from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Source
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
-    from gputui.analysis.trends import TrendCache
     from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
@@ -52,25 +54,17 @@ if TYPE_CHECKING:  # imported when first needed: the first frame does without it
 Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
-# What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
-SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
 
 class SnapshotReady(Message):
-    """A new Snapshot, how long it took to take (seconds), and its probed processes' leak verdicts."""
+    """A new judged Sample, how long it took to take (seconds), and the alerts it started or ended."""
 
-    def __init__(self, snapshot: Snapshot, took: float,
-                 leaks: Mapping[int, LeakVerdict] | None = None,
-                 trends: Mapping[ProcessKey, ProcessTrend] | None = None, alerts: tuple = (),
-                 judgements: Judgements | None = None) -> None:
+    def __init__(self, sample: Sample, took: float, alerts: tuple = ()) -> None:
         super().__init__()
-        self.snapshot = snapshot
+        self.sample = sample
         self.took = took
         self.alerts = alerts  # the AlertEvents this sample started or ended
-        self.leaks = leaks or {}
-        self.trends = trends  # the sampler's judgement; None: judged from the app's history
-        self.judgements = judgements  # the sampler's, made with these leaks and trends
 
 
 class SampleFailed(Message):
@@ -120,9 +114,6 @@ class GpuTuiApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
     HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
-    # What this monitor's source cannot do (SIGNAL, PROBE, RECORD_SITES, INTERVAL), and why in the user's
-    # words ("{signal}" is the signal's name): the live monitor's can do everything.
-    CANNOT: ClassVar[Mapping[str, str]] = {}
 
     BINDINGS = bindings.APP
 
@@ -133,8 +124,10 @@ class GpuTuiApp(App[int]):
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
-        """``sampler`` None: a subclass samples (the many-host view);
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None,
+                 source: Source | None = None) -> None:
+        """``sampler`` None: a subclass samples (the many-host view, a replay) from its ``source``, which says
+        what it cannot do (the sampler, where there is one, is the source);
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
@@ -146,6 +139,7 @@ class GpuTuiApp(App[int]):
         no_color = bool(os.environ.get("NO_COLOR"))
         super().__init__(ansi_color=True) if no_color else super().__init__()
         self.sampler = sampler
+        self.source: Source | None = source if source is not None else sampler
         self.interval = interval
         self.readonly = readonly
         self.simulated = simulated
@@ -156,12 +150,7 @@ class GpuTuiApp(App[int]):
         self.handle_signals = handle_signals
         self.as_root = as_root
         self.autostart = autostart
-        self.history = history or History()
-        self.snapshot: Snapshot | None = None
-        self.trends: dict[ProcessKey, ProcessTrend] = {}  # NVML memory trends
-        self.leaks: dict[int, LeakVerdict] = {}  # probed processes' leak verdicts by pid
-        self.judgements: Judgements | None = None  # the sampler's, of the latest snapshot (None: not judged)
-        self.waste: Waste | None = None  # who holds the GPUs idle (the w view)
+        self.state = HostState(history)  # this machine's history and latest judged sample
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
@@ -174,7 +163,6 @@ class GpuTuiApp(App[int]):
         self._first_sample = first_sample
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
-        self._trend_cache: TrendCache | None = None
         self.theme = THEMES.get(theme, theme)
         self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
         if self.keymap:
@@ -256,12 +244,10 @@ class GpuTuiApp(App[int]):
             return
         judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
-        self.post_message(SnapshotReady(judged.snapshot, time.monotonic() - started, judged.leaks, judged.trends,
-                                        alerts, judged.judgements))
+        self.post_message(SnapshotReady(judged, time.monotonic() - started, alerts))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.waste = message.judgements.waste if message.judgements is not None else None
-        self.accept(message.snapshot, message.leaks, message.trends, message.judgements)
+        self.accept(message.sample)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
 
@@ -284,31 +270,46 @@ class GpuTuiApp(App[int]):
         if not self.paused:
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
-    def accept(self, snapshot: Snapshot, leaks: Mapping | None = None,
-               trends: Mapping[ProcessKey, ProcessTrend] | None = None, judgements: Judgements | None = None) -> None:
-        """Take a new snapshot in: history, trends (the sampler's, where it judged them), then whichever
-        screen is showing. ``judgements``: the sampler's, made with these ``leaks`` and ``trends`` (None: the
-        screens judge for themselves, as a replay's and the many-host view's do)."""
-        # The same instant twice (or a clock stepping back) must not skew history; a still picture's
-        # sampler shares the history, and has added the instant already.
-        fresh = self.history.latest is None or snapshot.taken_at > self.history.latest
-        repeat = self.snapshot is not None and snapshot.taken_at <= self.snapshot.taken_at
-        self.snapshot = snapshot
+    def accept(self, sample: Sample | Snapshot) -> None:
+        """Take a new judged sample in (its history, its judgements), then draw whichever screen is showing.
+        A bare Snapshot (tests, the benchmark, with sampling paused) is judged first by the sampler's Judge."""
+        if isinstance(sample, Snapshot):
+            assert self.sampler is not None  # (the many-host view and a replay hand in judged samples)
+            sample = self.sampler.judge(sample)
+        self.state.take(sample)
         self.samples += 1
         self.problem = self.banner
-        self.leaks = dict(leaks or {})
-        self.judgements = judgements
-        if fresh:
-            self.history.add(snapshot)
-        if trends is not None:
-            self.trends = dict(trends)
-        elif not repeat:
-            self._judge_trends(snapshot)
-        for problem in snapshot.problems:
+        for problem in sample.snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
                 self._told.add(problem)
                 self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
         self.show_latest()
+
+    # What the screens read (ui/state.py's MonitorState): the latest sample's, and this machine's history.
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.state.snapshot
+
+    @property
+    def history(self) -> History:
+        return self.state.history
+
+    @property
+    def trends(self) -> Mapping[ProcessKey, ProcessTrend]:
+        return self.state.trends
+
+    @property
+    def leaks(self) -> Mapping[int, LeakVerdict]:
+        return self.state.leaks
+
+    @property
+    def judgements(self) -> Judgements | None:
+        return self.state.judgements
+
+    @property
+    def waste(self) -> Waste | None:
+        return self.state.waste
 
     def show_latest(self) -> None:
         """Draw the latest sample on whichever screen is showing."""
@@ -338,13 +339,6 @@ class GpuTuiApp(App[int]):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
-
-    def _judge_trends(self, snapshot: Snapshot) -> None:
-        from gputui.analysis.trends import TrendCache, trends
-
-        if self._trend_cache is None:
-            self._trend_cache = TrendCache()
-        self.trends = trends(self.history, snapshot, cache=self._trend_cache)
 
     # -- screens -----------------------------------------------------------------------------
 
@@ -533,10 +527,13 @@ class GpuTuiApp(App[int]):
     # -- what this monitor cannot do -------------------------------------------------------------
 
     def cannot(self, what: str) -> str | None:
-        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None."""
-        if what == PROBE and self.readonly and what not in self.CANNOT:
+        """Why this monitor cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None: its
+        source's refusal first (it may name the selected process), then --readonly's."""
+        selected = getattr(self.screen, "selected_row", None)
+        why = self.source.cannot(what, selected() if selected is not None else None) if self.source else None
+        if why is None and what == PROBE and self.readonly:
             return "Read-only mode (--readonly): gputui attaches and detaches no probe."
-        return self.CANNOT.get(what)
+        return why
 
     def refused(self, what: str, *, title: str = "", signal: str = "") -> bool:
         """Whether this monitor cannot do ``what``, having said why: every refusal of a source's is

@@ -1,6 +1,6 @@
 """The many-host view's app (``gputui --hosts``): the live monitor's keys and screens over several
-machines' snapshots. Each host keeps a history, trends and leak verdicts of its own, so PIDs and GPU
-indices that repeat across hosts never meet; a process's detail screen reads its host's.
+machines' snapshots. Each host has a HostState of its own (its history and latest judged sample), so PIDs
+and GPU indices that repeat across hosts never meet; a process's detail screen reads its host's.
 """
 
 from __future__ import annotations
@@ -11,18 +11,16 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.message import Message
 
-from gputui.analysis.history import History, ProcessKey
 from gputui.model import HostView, MonitorCost
-from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.model.waste import Waste
-from gputui.ui.app import PROBE, RECORD_SITES, GpuTuiApp, SampleFailed
+from gputui.sample.state import HostState
+from gputui.ui.app import GpuTuiApp, SampleFailed
 from gputui.ui.hosts_sampler import HostsSample, HostsSampler
 from gputui.ui.hosts_screen import HostsScreen
 from gputui.ui.main_screen import MainScreen
 from gputui.untrusted import visible
 
 if TYPE_CHECKING:
-    from gputui.analysis.trends import TrendCache
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
 
@@ -38,20 +36,13 @@ class HostsReady(Message):
 class HostsApp(GpuTuiApp):
     """gputui's live monitor over several hosts."""
 
-    # Signals are refused by the screen, which names the selected process's host (why_no_signal_target).
-    CANNOT = {RECORD_SITES: "The many-host view is read-only: no request is sent to a probe on another machine. "
-                            "Run gputui on that host to record its allocation sites."}
-
     def __init__(self, sampler: HostsSampler, **kwargs: Any) -> None:
-        super().__init__(None, **kwargs)
+        super().__init__(None, source=sampler, **kwargs)
         self.hosts_sampler = sampler
         self.hosts: tuple[HostView, ...] = ()
         self.sampled_at: float | None = None
         self.cost: MonitorCost | None = None
-        self.histories: dict[str, History] = {}
-        self.host_trends: dict[str, dict[ProcessKey, ProcessTrend]] = {}
-        self.host_leaks: dict[str, dict[int, LeakVerdict]] = {}
-        self._trend_caches: dict[str, TrendCache] = {}
+        self.states: dict[str, HostState] = {}  # by host name
 
     def make_main_screen(self) -> MainScreen:
         return HostsScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
@@ -71,44 +62,22 @@ class HostsApp(GpuTuiApp):
         self._schedule(message.took)
 
     def accept_hosts(self, sample: HostsSample) -> None:
-        """Take every host's latest in: each host's history and trends, then the screen showing."""
-        from gputui.analysis.trends import TrendCache, trends
-
-        self.hosts, self.host_leaks, self.cost = sample.hosts, sample.leaks, sample.monitor
+        """Take every host's latest judged sample into its HostState, then draw the screen showing."""
+        self.hosts, self.cost = sample.hosts, sample.monitor
         self.sampled_at = sample.taken_at
         self.samples += 1
-        for view in sample.hosts:
-            snapshot = view.snapshot
-            if snapshot is None:
-                continue
-            history = self.histories.setdefault(view.name, History())
-            if history.latest is None or snapshot.taken_at > history.latest:  # new since last time
-                history.add(snapshot)
-                cache = self._trend_caches.setdefault(view.name, TrendCache())
-                self.host_trends[view.name] = trends(history, snapshot, cache=cache)
+        for name, judged in sample.samples.items():
+            self.states.setdefault(name, HostState()).take(judged)
         self.show_latest()
 
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
-        view = next((h for h in self.hosts if h.name == screen.host), None)
-        if view is not None and view.snapshot is not None:
-            screen.show(view.snapshot, self.histories[view.name], self.host_trends.get(view.name, {}),
-                        self.host_leaks.get(view.name, {}))
+        state = self.states.get(screen.host or "")
+        if state is not None and state.snapshot is not None:
+            screen.show(state.snapshot, state.history, state.trends, state.leaks, state.judgements)
 
     def waste_views(self) -> list[tuple[str | None, Waste | None]]:
         """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
         return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in self.hosts]
-
-    def cannot(self, what: str) -> str | None:
-        """The probe's refusal names the selected process's host, and how to attach one there."""
-        if what != PROBE:
-            return super().cannot(what)
-        selected = getattr(self.screen, "selected_row", None)
-        row = selected() if selected is not None else None
-        if row is None or row.host is None:
-            return ("The many-host view is read-only: it attaches no probe on another machine. Run "
-                    "gputui attach PID on that host.")
-        return (f"Process {row.pid} runs on {row.host}: the many-host view is read-only and attaches no probe "
-                f"on another machine. To attach one there: ssh {row.host} gputui attach {row.pid}")
 
     def _cost_words(self) -> str:
         if self.cost is None or self.cost.cpu_percent is None:

@@ -1,22 +1,28 @@
 """What the many-host monitor's worker thread runs: the Fleet's latest view of every host, its
-outside strings made visible, each host's leak verdicts, and what the monitor itself costs.
+outside strings made visible, each host's snapshot with the judgements its own sampling pipeline made of
+it (as ``--hosts --once`` prints them), and what the monitor itself costs.
 
-No Textual here. Each host's snapshot is made visible and judged once, when it is new: with 64
-hosts, doing it again at every refresh would be most of the monitor's work.
+No Textual here. Each host's snapshot is made visible once, when it is new: with 64 hosts, doing it
+again at every refresh would be most of the monitor's work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from gputui.analysis.leaks import JudgedLeaks, judge_leaks
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
+from gputui.model.judgement import Judgements
+from gputui.sample.judge import Judge, Sample, sample_of
+from gputui.ui.sources import PROBE, RECORD_SITES, Declared
 from gputui.untrusted import visible, visible_all
+
+if TYPE_CHECKING:
+    from gputui.ui.rows import Row
 
 
 class Hosts(Protocol):
@@ -29,16 +35,28 @@ class Hosts(Protocol):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class HostsSample(Record):
-    """Every host as the monitor shows it, each host's leak verdicts by pid, and the monitor's cost."""
+    """Every host as the monitor shows it, each host's latest sample judged, and the monitor's cost."""
 
     hosts: tuple[HostView, ...]
-    leaks: dict[str, dict[int, LeakVerdict]]
+    samples: dict[str, Sample]  # by host name: the hosts with a snapshot
     taken_at: float  # when (seconds since the epoch)
     monitor: MonitorCost | None = None
 
+    @property
+    def leaks(self) -> dict[str, dict[int, LeakVerdict]]:
+        """Each host's leak verdicts by pid."""
+        return {name: dict(sample.leaks) for name, sample in self.samples.items()}
 
-class HostsSampler:
-    """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``."""
+
+class HostsSampler(Declared):
+    """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``.
+    The processes are on other machines: no probe is attached there, nor asked anything. (Signals are
+    refused by the screen, which names the selected process's host: HostsScreen.why_no_signal_target.)"""
+
+    CANNOT = {RECORD_SITES: "The many-host view is read-only: no request is sent to a probe on another machine. "
+                            "Run gputui on that host to record its allocation sites.",
+              PROBE: "The many-host view is read-only: it attaches no probe on another machine. Run "
+                     "gputui attach PID on that host."}
 
     def __init__(self, hosts: Hosts, *, cpu_clock: Callable[[], float] = time.process_time,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
@@ -46,29 +64,43 @@ class HostsSampler:
         self.hosts = hosts
         self._clock, self._wall = clock, wall
         self._own_cpu = OwnCpu(cpu_clock, clock)
-        self._shown: dict[str, tuple[Snapshot, Snapshot]] = {}  # host -> (as received, made visible)
-        self._leaks: dict[str, JudgedLeaks] = {}  # host -> its latest verdicts, with the reports they judged
+        self._judges: dict[str, Judge] = {}  # host -> a Judge for a view that carries no judgements
+        self._judged: dict[str, tuple[Snapshot, Sample]] = {}  # host -> (as received, made visible and judged)
 
     def sample(self) -> HostsSample:
         started = self._clock()
-        views, leaks = [], {}
+        views, samples = [], {}
         for view in self.hosts.view():
-            view = dataclasses.replace(view, name=visible(view.name),
-                                       reason=None if view.reason is None else visible(view.reason),
-                                       snapshot=self._visible(view.name, view.snapshot))
-            if view.snapshot is not None:
-                judged = self._leaks[view.name] = judge_leaks(view.snapshot, self._leaks.get(view.name))
-                leaks[view.name] = dict(judged.verdicts)
-            views.append(view)
-        return HostsSample(tuple(views), leaks, self._wall(), self._cost(started))
+            name = visible(view.name)
+            judged = self._judged_view(name, view.snapshot, view.judgements)
+            reason = None if view.reason is None else visible(view.reason)
+            views.append(dataclasses.replace(view, name=name, reason=reason,
+                                             snapshot=judged.snapshot if judged is not None else None))
+            if judged is not None:
+                samples[name] = judged
+        return HostsSample(tuple(views), samples, self._wall(), self._cost(started))
 
-    def _visible(self, name: str, snapshot: Snapshot | None) -> Snapshot | None:
+    def _judged_view(self, name: str, snapshot: Snapshot | None, judgements: Judgements | None) -> Sample | None:
+        """Host ``name``'s snapshot and its own judgements of it, made visible, once for each snapshot the
+        host sends. (The Fleet judges an older gputui's snapshots; a view without judgements all the same,
+        a test's, is judged here by a Judge of the host's own, as the Fleet would.)"""
         if snapshot is None:
             return None
-        known = self._shown.get(name)
+        known = self._judged.get(name)
         if known is None or known[0] is not snapshot:
-            known = self._shown[name] = (snapshot, visible_all(snapshot))
+            if judgements is None:
+                judged = self._judges.setdefault(name, Judge())(visible_all(snapshot))
+            else:
+                judged = sample_of(visible_all(snapshot), visible_all(judgements))
+            known = self._judged[name] = (snapshot, judged)
         return known[1]
+
+    def cannot(self, what: str, selected: Row | None) -> str | None:
+        """The probe's refusal names the selected process's host, and how to attach one there."""
+        if what != PROBE or selected is None or selected.host is None:
+            return super().cannot(what, selected)
+        return (f"Process {selected.pid} runs on {selected.host}: the many-host view is read-only and attaches no "
+                f"probe on another machine. To attach one there: ssh {selected.host} gputui attach {selected.pid}")
 
     def _cost(self, started: float) -> MonitorCost:
         """The monitor's own CPU since the previous sample (all its threads: the hosts' readers too)."""

@@ -13,6 +13,7 @@ from textual.content import Content
 
 from gputui import units
 from gputui.model import HOST_STATES
+from gputui.sample.judge import Sample
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
 from gputui.ui.job_rows import JobSource
@@ -69,19 +70,25 @@ class HostsScreen(MainScreen):
         return Content("  ").join(parts)
 
     def rows_to_show(self) -> tuple[list[table_rows.Row], int] | None:
-        app = self.hosts
-        hosts = [table_rows.HostRows(h.name, h.snapshot, app.host_trends.get(h.name, {}),
-                                     app.host_leaks.get(h.name, {}))
-                 for h in app.hosts if h.snapshot is not None]
+        hosts = [table_rows.HostRows(name, sample.snapshot, sample.trends, sample.leaks)
+                 for name, sample in self.judged_hosts()]
         found = table_rows.build_host_rows(
             hosts, sort=self.sort_column, reverse=self.sort_reverse, filter_text=self.filter_text,
             only_user=self.me if self.only_mine else None, tree=self.tree_view, ascii=self.ascii)
         return found, sum(process_count(h.snapshot) for h in hosts)
 
     def job_sources(self) -> list[JobSource]:
-        app = self.hosts
-        return [JobSource(h.snapshot, app.host_trends.get(h.name, {}), h.name)
-                for h in app.hosts if h.snapshot is not None]
+        return [JobSource(sample.snapshot, sample.trends, name, sample.judgements)
+                for name, sample in self.judged_hosts()]
+
+    def judged_hosts(self) -> list[tuple[str, Sample]]:
+        """Each host that sent a snapshot this time, in order, with its latest judged sample (its HostState's)."""
+        found = []
+        for host in self.hosts.hosts:
+            state = self.hosts.states.get(host.name)
+            if host.snapshot is not None and state is not None and state.latest is not None:
+                found.append((host.name, state.latest))
+        return found
 
     def signal_target(self) -> Target | None:
         return None  # never another machine's process: why_no_signal_target says so

@@ -34,7 +34,7 @@ class JobSource(Record):
     snapshot: Snapshot
     trends: Mapping[ProcessKey, ProcessTrend] = field(default_factory=dict)
     host: str | None = None  # the many-host view's host; None: this machine
-    judgements: Judgements | None = None  # None: each line judges its job (a replay, the many-host view)
+    judgements: Judgements | None = None  # None: none made (each line judges its job)
 
 
 def job_row_key(job: Job, host: str | None = None) -> str:

@@ -1,73 +1,58 @@
 """``gputui replay FILE``: the live monitor on a recording, with time travel.
 
-The recorded samples go through the monitor's own path (history, trends, screens) in order, so each
-position shows what the live monitor showed then. Seeking anywhere but one sample forward rebuilds the
-history from the samples of the history's span before the new position, off the UI thread.
+The recorded samples go through the monitor's own path (its HostState, its screens) in order, with the
+judgements the recording monitor made of them, so each position shows what the live monitor showed then.
+Seeking anywhere but one sample forward builds the HostState again, its history from the samples of the
+history's span before the new position, off the UI thread.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from textual import work
 from textual.message import Message
 
-from gputui import units
 from gputui.analysis.history import History
-from gputui.model import Snapshot
-from gputui.model.verdicts import LeakVerdict
-from gputui.model.waste import Waste
 from gputui.record.reader import Recording
-from gputui.record.reader import Sample as RecordedSample
+from gputui.sample.judge import Sample
+from gputui.sample.state import HostState
 from gputui.ui import bindings
-from gputui.ui.app import INTERVAL, PROBE, RECORD_SITES, SIGNAL, GpuTuiApp
-from gputui.untrusted import visible, visible_all
-
-SPEEDS = (1, 2, 4, 8)
-LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.replay_source import SPEEDS, RecordingSource
+from gputui.untrusted import visible
 
 
 class Replayed(Message):
-    """The sample at ``index`` decoded, with the history before it where it was rebuilt."""
+    """The sample at ``index`` decoded and judged as it was recorded, with the history before it where it
+    was rebuilt."""
 
-    def __init__(self, index: int, snapshot: Snapshot, leaks: dict[int, LeakVerdict],
-                 history: History | None, waste: Waste | None = None) -> None:
+    def __init__(self, index: int, sample: Sample, history: History | None) -> None:
         super().__init__()
-        self.index, self.snapshot, self.leaks, self.history = index, snapshot, leaks, history
-        self.waste = waste  # who held the GPUs idle, as the recording gputui judged it
+        self.index, self.sample, self.history = index, sample, history
 
 
 class ReplayApp(GpuTuiApp):
     """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
 
     HELP_SECTION = bindings.REPLAY_KEYS
-    CANNOT = {
-        SIGNAL: "A recording: there is no process to send {signal} to.",
-        PROBE: "A recording: there is no process to attach a probe to or detach one from.",
-        RECORD_SITES: "A recording: there is no process to send a request to.",
-        INTERVAL: "A recording keeps its own interval: x changes the replay's speed.",
-    }
     BINDINGS = bindings.REPLAY
 
     def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
         """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
-        super().__init__(None, interval=recording.interval, autostart=False, readonly=True,
+        source = RecordingSource(recording)
+        super().__init__(None, interval=recording.interval, autostart=False, readonly=True, source=source,
                          **options)
-        self.recording = recording
+        self.recording, self.recording_source = recording, source
         self.paused = paused
         self.index = -1  # the sample on screen
         self.wanted = start  # the sample asked for last: answers for any other are late, and dropped
         self.speed = SPEEDS[0]
-        self._lock = threading.Lock()  # the recording decodes in one thread at a time
 
     @property
     def position(self) -> str:
-        """The header's word on where the replay is: time into the recording, its length, the speed."""
-        times = self.recording.times
-        at = times[max(self.index, 0)] - times[0]
-        return (f"replay {units.elapsed(at)} / {units.elapsed(times[-1] - times[0])}"
-                f"  {max(self.index, 0) + 1}/{len(times)}  x{self.speed}")
+        """The header's word on where the replay is (the recording's words for it)."""
+        return self.recording_source.position(self.index, self.speed)
 
     def on_mount(self) -> None:
         # (Textual calls the monitor's own on_mount too, first: it sets up the screens.)
@@ -77,7 +62,7 @@ class ReplayApp(GpuTuiApp):
 
     def go(self, index: int) -> None:
         """Show sample ``index`` (clamped to the recording)."""
-        index = min(max(index, 0), len(self.recording) - 1)
+        index = self.recording_source.clamp(index)
         if self._next is not None:
             self._next.stop()
             self._next = None
@@ -86,46 +71,31 @@ class ReplayApp(GpuTuiApp):
 
     @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
     def _decode(self, index: int, *, rebuild: bool) -> None:
-        with self._lock:
-            try:
-                self._decoded(index, rebuild=rebuild)
-            except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
-                self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
-
-    def _decoded(self, index: int, *, rebuild: bool) -> None:
-        recording = self.recording
-        history = None
-        if rebuild:
-            history = History(self.history.span, self.history.max_points)
-            first = recording.index_at(recording.times[index] - self.history.span)
-            for i in range(first, index):
-                if self.wanted != index:
-                    return  # asked elsewhere meanwhile
-                history.add(recording.sample(i).figures)  # numbers only: nothing to make visible
-        sample = recording.sample(index)
-        # made visible as the live sampler does: the screens never write a control character
-        self.post_message(Replayed(index, visible_all(sample.snapshot), sample.verdicts, history, _waste(sample)))
+        try:
+            read = self.recording_source.read(index, self.history if rebuild else None, lambda: self.wanted == index)
+        except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
+            self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
+            return
+        if read is not None:
+            self.post_message(Replayed(index, *read))
 
     def on_replayed(self, message: Replayed) -> None:
         if message.index != self.wanted:
             return
         if message.history is not None:
-            self.history, self.snapshot, self._trend_cache = message.history, None, None
+            self.state = HostState(message.history)
         self.index = message.index
-        self.waste = message.waste
-        self.accept(message.snapshot, message.leaks)
-        if self.index == len(self.recording) - 1 and not self.paused:
+        self.accept(message.sample)
+        if self.index == self.recording_source.last and not self.paused:
             self.paused = True
             self.notify("The end of the recording: b goes back to its start.", timeout=4)
             self.main.render_snapshot()
         self._play_on()
 
     def _play_on(self) -> None:
-        if self.paused or self.index + 1 >= len(self.recording):
-            return
-        times = self.recording.times
-        gap = min(times[self.index + 1] - times[self.index], LONGEST_WAIT)
-        self._next = self.set_timer(max(0.02, gap / self.speed), lambda: self.go(self.index + 1))
+        wait = None if self.paused else self.recording_source.wait(self.index, self.speed)
+        if wait is not None:
+            self._next = self.set_timer(wait, lambda: self.go(self.index + 1))
 
     def action_toggle_pause(self) -> None:
         """Play or pause (at the end, play starts again from the start)."""
@@ -134,7 +104,7 @@ class ReplayApp(GpuTuiApp):
             self._next.stop()
             self._next = None
         elif not self.paused:
-            if self.index + 1 >= len(self.recording):
+            if self.index >= self.recording_source.last:
                 self.go(0)
             else:
                 self._play_on()
@@ -145,14 +115,10 @@ class ReplayApp(GpuTuiApp):
         self.go(self.index + samples)
 
     def action_jump(self, seconds: float) -> None:
-        times = self.recording.times
-        target = self.recording.index_at(times[self.index] + seconds)
-        if seconds > 0 and target == self.index:
-            target += 1  # a gap longer than the jump: at least one sample on
-        self.go(target)
+        self.go(self.recording_source.jump(self.index, seconds))
 
     def action_seek(self, index: int) -> None:
-        self.go(index if index >= 0 else len(self.recording) - 1)
+        self.go(self.recording_source.seek(index))
 
     def action_speed(self) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
@@ -162,11 +128,3 @@ class ReplayApp(GpuTuiApp):
             self._next = None
             self._play_on()
 
-
-def _waste(sample: RecordedSample) -> Waste | None:
-    """Who held the GPUs idle, where the recording carries it (its gputui judged it; a crafted one: not)."""
-    try:
-        judgements = sample.judgements
-    except ValueError:
-        return None
-    return judgements.waste if judgements is not None else None

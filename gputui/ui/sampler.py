@@ -15,15 +15,17 @@ from gputui.model.waste import WasteRules
 from gputui.sample.gather import Filters, FindsProcesses, Gatherer, Machine, NoDriver
 from gputui.sample.judge import Judge, Sample
 from gputui.sample.probes import FromSimulator, ReportSource, SimulatedProbes, Watched, Watcher
+from gputui.ui.sources import Declared
 from gputui.untrusted import visible_all
 
 Source = Machine  # what the sampler samples: the collector, NoDriverSource, a test's fake
 NoDriverSource = NoDriver
 
 
-class Sampler:
+class Sampler(Declared):
     """The live monitor's pipeline: ``sample`` gathers a snapshot, ``judge`` judges it. Only the worker
-    thread calls them; the collector, the probe watcher and the judge are touched nowhere else."""
+    thread calls them; the collector, the probe watcher and the judge are touched nowhere else. It can
+    do everything a monitor is asked (Declared.CANNOT is empty)."""
 
     def __init__(self, collector: Source, *, only: Iterable[str] = (), only_visible: bool = False,
                  users: Iterable[str] = (), pids: Iterable[int] = (), watch_probes: bool = True,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from gputui.model import HostView, MonitorCost, Snapshot
     from gputui.model.judgement import Judgements
     from gputui.model.verdicts import LeakVerdict, ProcessTrend
+    from gputui.sample.state import HostState
 
 
 class MonitorState(Protocol):
@@ -54,7 +55,7 @@ class MonitorState(Protocol):
 
 
 class HostsState(MonitorState, Protocol):
-    """The many-host view's: every host's latest, and each host's trends and leak verdicts."""
+    """The many-host view's: every host's latest, and each host's HostState (history, judged sample)."""
 
     @property
     def hosts(self) -> tuple[HostView, ...]: ...
@@ -66,7 +67,6 @@ class HostsState(MonitorState, Protocol):
     def cost(self) -> MonitorCost | None: ...
 
     @property
-    def host_trends(self) -> Mapping[str, Mapping[ProcessKey, ProcessTrend]]: ...
-
-    @property
-    def host_leaks(self) -> Mapping[str, Mapping[int, LeakVerdict]]: ...
+    def states(self) -> Mapping[str, HostState]:
+        """Each host's, by name: the hosts that sent a snapshot."""
+        ...

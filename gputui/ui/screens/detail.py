@@ -149,8 +149,7 @@ class ProcessDetail(Screen):
         # An ended process's last report is no longer in the sample: the pipeline did not judge it.
         judged = None if over else judged_here(snapshot, judgements, local, proc, trend, leak, trends or {})
         self.analysis = (analyse(snapshot, proc, report, trend=trend, leak=leak) if judged is None else
-                         judged_analysis(snapshot, report, trend=trend, leak=judged.leak, sites=judged.sites,
-                                         advice=judged.advice))
+                         judged_analysis(snapshot, report, judged, trend=trend))
         if over:  # no forecast and no room to grow for a process that has ended
             self.analysis = dataclasses.replace(
                 self.analysis, headroom=(), advice=tuple(a for a in self.analysis.advice if a.kind != "oom-soon"))

@@ -2,8 +2,9 @@
 memory of each rank on each GPU, and the probe's breakdown bar for probed ranks, their utilisation and
 step time, their memory trend), what is unusual with its figures, and the advice that fits.
 
-It renders the sampling pipeline's findings on the job in --once's words (gputui.plain.jobs); only where
-the pipeline made none (a replay, the many-host view) is the job judged for it (job_rows.job_analysis).
+It renders the sampling pipeline's findings on the job in --once's words (gputui.plain.jobs) (a replay's as
+recorded, each host's by its own Judge); only where there are none is the job judged for it
+(job_rows.job_analysis).
 """
 
 from __future__ import annotations

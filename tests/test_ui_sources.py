@@ -1,0 +1,66 @@
+"""What a monitor's source cannot do, it declares (ui/sources.py), in the user's words; the app asks its
+source and refuses in one place (GpuTuiApp.refused), whichever source feeds it (issue 34)."""
+
+from __future__ import annotations
+
+from record_helpers import recorded_demo
+from still import FrozenHosts
+from ui_data import ReplaySource, training_snapshot
+
+from gputui.model import HostView
+from gputui.record.reader import Recording
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.hosts_app import HostsApp
+from gputui.ui.hosts_sampler import HostsSampler
+from gputui.ui.replay import ReplayApp
+from gputui.ui.replay_source import RecordingSource
+from gputui.ui.rows import Row
+from gputui.ui.sampler import Sampler
+from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL
+
+EVERYTHING = (SIGNAL, PROBE, RECORD_SITES, INTERVAL)
+
+
+def row(pid: int, host: str | None) -> Row:
+    return Row(f"{pid}/0", pid, 0, lambda: ({}, {}), host=host)
+
+
+def test_this_machines_sampler_can_do_everything():
+    sampler = Sampler(ReplaySource([training_snapshot()]), watch_probes=False)
+    assert [sampler.cannot(what, row(2000, None)) for what in EVERYTHING] == [None] * 4
+
+
+def test_a_recording_declares_all_four_refusals(tmp_path):
+    source = RecordingSource(Recording(recorded_demo(tmp_path, 2)))
+    assert {what: source.cannot(what, None) for what in EVERYTHING} == {
+        SIGNAL: "A recording: there is no process to send {signal} to.",
+        PROBE: "A recording: there is no process to attach a probe to or detach one from.",
+        RECORD_SITES: "A recording: there is no process to send a request to.",
+        INTERVAL: "A recording keeps its own interval: x changes the replay's speed.",
+    }
+
+
+def test_the_many_host_view_refuses_probes_naming_the_selected_process_host():
+    sampler = HostsSampler(FrozenHosts((HostView("node1", "live", None, 0.5, training_snapshot()),)))
+    assert sampler.cannot(PROBE, row(48231, "node1")) == (
+        "Process 48231 runs on node1: the many-host view is read-only and attaches no probe on another machine. "
+        "To attach one there: ssh node1 gputui attach 48231")
+    assert sampler.cannot(PROBE, None) == ("The many-host view is read-only: it attaches no probe on another "
+                                           "machine. Run gputui attach PID on that host.")
+    assert sampler.cannot(RECORD_SITES, None).startswith("The many-host view is read-only: no request is sent")
+    assert sampler.cannot(SIGNAL, None) is None and sampler.cannot(INTERVAL, None) is None  # (the screen's, and ok)
+
+
+def test_no_app_class_keeps_refusals_of_its_own():
+    for app in (GpuTuiApp, HostsApp, ReplayApp):
+        assert "CANNOT" not in vars(app)
+    assert "cannot" not in vars(HostsApp) and "cannot" not in vars(ReplayApp)  # the one place: GpuTuiApp's
+
+
+def test_a_recording_says_where_steps_jumps_and_seeks_land(tmp_path):
+    source = RecordingSource(Recording(recorded_demo(tmp_path, 5)))  # samples at 0, 1, 2, 3, 4 s
+    assert (source.last, source.clamp(-3), source.clamp(9)) == (4, 0, 4)
+    assert (source.seek(-1), source.seek(2)) == (4, 2)
+    assert (source.jump(1, 2.0), source.jump(4, -60.0), source.jump(2, 0.4)) == (3, 0, 3)  # at least one on
+    assert (source.wait(0, 1), source.wait(0, 4), source.wait(4, 1)) == (1.0, 0.25, None)
+    assert source.position(2, 4) == "replay 2s / 4s  3/5  x4"
