@@ -140,3 +140,24 @@ def test_demo_probe_json_withholds_the_leaky_jobs_larger_batch():
     (room,) = demo_probe_json("leaky", 51200)["headroom"]
     assert room["batch_factor"] is None
     assert room["withheld"].startswith("allocated grows 48.0 MiB per step (leak), out of memory in about ")
+
+
+def test_the_probe_document_and_report_show_the_judgements_headroom_and_work_out_none(monkeypatch):
+    """One computation per judgement: ``gputui probe`` prints the headroom the Judge made, in JSON and
+    text alike; neither output works it out again (it did, without the judged leak verdict)."""
+    from gputui.analysis import whatif
+    from gputui.plain.document import probe_document
+    from gputui.plain.report import render_probe
+    from gputui.sample.judge import judge_report
+
+    report, snapshot = job()
+    judgement = judge_report(report, snapshot)
+    assert judgement is not None and [r.batch_factor for r in judgement.headroom] == [pytest.approx(2.75)]
+    calls = []
+    monkeypatch.setattr(whatif, "headroom", lambda *a, **k: calls.append(a))  # any new working-out is seen
+    marked = dataclasses.replace(judgement, headroom=(dataclasses.replace(judgement.headroom[0], batch_factor=9.5),))
+    (room,) = probe_document(report, snapshot, marked)["headroom"]
+    assert room["batch_factor"] == 9.5
+    assert "9.5x" in render_probe(report, snapshot, marked, width=120)
+    assert calls == []
+    assert probe_document(report, snapshot, None)["headroom"] == []

@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 from gputui import __version__
 from gputui.analysis.breakdown import breakdowns
-from gputui.analysis.whatif import headrooms
 from gputui.model import Estimate, HostView, Job, ProbeReport, Snapshot, from_jsonable, to_jsonable
 from gputui.model.codec import dump_json
 from gputui.model.judgement import Judgements, ProcessJudgement
@@ -48,10 +47,11 @@ def snapshot_document(snapshot: Snapshot, judgements: Judgements) -> dict[str, A
 def probe_document(report: ProbeReport, snapshot: Snapshot | None,
                    judgement: ProcessJudgement | None) -> dict[str, Any]:
     """One probe's report and its breakdown, with NVML's figures from ``snapshot`` when there is one, and
-    the monitor's judgement of its process (null where there is none)."""
+    the monitor's judgement of its process (null where there is none). ``headroom`` is the judgement's
+    (kept at the top level, where the first documents had it)."""
     return {**_envelope(PROBE_REPORT), "report": to_jsonable(report),
             "breakdowns": [to_jsonable(b) for b in breakdowns(report, snapshot)],
-            "headroom": [to_jsonable(h) for h in headrooms(report, snapshot)],
+            "headroom": [to_jsonable(h) for h in (judgement.headroom if judgement is not None else ())],
             "judgement": to_jsonable(judgement)}
 
 

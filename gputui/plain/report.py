@@ -13,7 +13,6 @@ from gputui.analysis.phases import accounts, headline
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.text import figures_age, headroom_lines, probe_history
 from gputui.analysis.vocabulary import ASCII, UNICODE, Glyphs
-from gputui.analysis.whatif import headrooms
 from gputui.model import (
     AllocatorStats,
     Headroom,
@@ -149,7 +148,7 @@ def render_probe(report: ProbeReport, snapshot: Snapshot | None = None, judgemen
         lines.append(Line().add(f"  {placement_text(report.placement)}").cropped(width, glyphs.ellipsis))
     lines += probe_summary(report, snapshot or Snapshot(taken_at=report.taken_at), width, glyphs,
                            tz, indent=0, judgement=judgement)
-    for room in headrooms(report, snapshot):
+    for room in (visible_all(judgement.headroom) if judgement is not None else ()):  # the judge's, not worked out here
         lines += _headroom_lines(room, width, glyphs)
     for device in report.devices:
         if device.allocator is not None:
