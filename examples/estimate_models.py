@@ -7,10 +7,9 @@ Each loss is a criterion module, so that the probe, which watches the tensors sa
 forward passes, sees what the loss saves too, as the estimate does.
 """
 
+import estimate_gpt
 import torch
 from torch import nn
-
-import estimate_gpt
 
 
 def mlp(batch_size: int = 64):

@@ -40,8 +40,8 @@ from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
-from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Source
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
+from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Source
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
+from gputui.model.judgement import Judgements
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
-from gputui.model.judgement import Judgements
 from gputui.sample.judge import Judge, Sample, sample_of
 from gputui.ui.sources import PROBE, RECORD_SITES, Declared
 from gputui.untrusted import visible, visible_all

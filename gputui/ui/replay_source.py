@@ -19,7 +19,6 @@ from gputui.sample.judge import Sample
 from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Declared
 from gputui.untrusted import visible_all
 
-
 SPEEDS = (1, 2, 4, 8)
 LONGEST_WAIT = 5.0  # seconds: a gap in the recording (a suspended machine) is not waited out in full
 
