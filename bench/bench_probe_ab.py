@@ -100,11 +100,16 @@ def ab(target: float, rounds: int, steps: int, budget: float | None, clock) -> d
     runtime.stop()
     out = {"batch": job.batch, "account": cost / elapsed if elapsed else float("nan"), "blocks": rounds,
            "measured": measured, "stepped": stepped, "per_step": probe.tracker.hook_cost.lean.per_step,
-           "account_s": cost / stepped if stepped else float("nan")}
+           "account_s": cost / stepped if stepped else float("nan"),
+           "after": (probe.tracker.budget.after_measured.cost.per_step, probe.tracker.budget.after_light.cost.per_step)}
     for clock, sides in (("wall", blocks), ("cpu", cpu_blocks)):
         off, on = sides["off"], sides["on"]
         out[clock] = (statistics.median(off), statistics.median(on), quartiles([b - a for a, b in zip(off, on)]))
     return out
+
+
+def _us(seconds: float | None) -> str:
+    return "not yet" if seconds is None else f"{seconds * 1e6:.0f} us"
 
 
 def main() -> int:
@@ -127,7 +132,8 @@ def main() -> int:
         base = r["cpu"][0]  # (the stopped side's thread CPU a step: the step's own work, load aside)
         print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
               f"{r['measured']} of {r['stepped']} steps measured; the step hook's own cost "
-              f"{(r['per_step'] or 0) * 1e6:.1f} us a step")
+              f"{(r['per_step'] or 0) * 1e6:.1f} us a step; what the steps after a reading cost (calibrated): "
+              f"{_us(r['after'][0])} after a measured step, {_us(r['after'][1])} after a light reading")
         print(f"  probe's own account: {r['account_s'] * 1e6:.1f} us a step, {r['account'] * 100:.2f} % of the step "
               f"time it saw ({args.clock} clock)")
         for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):
