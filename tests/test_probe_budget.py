@@ -73,6 +73,28 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
     assert p.tracker.charged <= 0.02 * p.tracker.elapsed + 0.5 * max(s.duration for s in steps)
 
 
+def test_hooks_installed_again_are_armed_only_for_a_measured_step():
+    # Installed again once the models are known (`gputui attach` after a detach, a bench's blocks), the
+    # first step after has no start to measure from: armed for it, the model's calls would take
+    # nn.Module's slow path for nothing, a cost no account of the probe's holds (~100 us on a 1.6 ms
+    # CPU step). The step end that ends it arms them where the next step is measured.
+    p = runtime.start(budget=0.0, serve=False)
+    try:
+        job = loops.make_job()
+        loops.clean(job, 6)  # the first steps learn the model's top-level module
+        p.tracker.uninstall()
+        p.tracker.install()
+        assert not p.tracker._armed and len(job.model._forward_pre_hooks) == 0
+        loops.clean(job, 2)
+        assert not p.tracker._armed
+        p.tracker.budget.share = 1.0
+        loops.clean(job, 2)
+        assert p.tracker._armed and len(job.model._forward_pre_hooks) == 1
+        assert p.report().steps[-1].allocated is not None  # (measured)
+    finally:
+        runtime.stop()
+
+
 def test_installing_twice_counts_each_step_once():
     p = runtime.start(budget=0.0, serve=False)
     try:

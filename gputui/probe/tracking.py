@@ -162,7 +162,13 @@ class Tracker:
         # the other steps pay for one hook call and nothing else: the model's own calls take
         # nn.Module's fast path.
         self._handles = [register_optimizer_step_post_hook(self._optimizer_post)]
-        self._arm()
+        if self._roots_learned:
+            # Installed again (`gputui attach` after a detach, a bench's blocks): the models are known,
+            # and the first step after has no start to measure from; the step end that ends it arms the
+            # hooks if the next is measured. (Armed now, that step would pay for them for nothing.)
+            self._measuring = False
+        else:
+            self._arm()  # (the global module hooks that find the models)
         self.active = True
 
     def uninstall(self) -> None:
