@@ -6,8 +6,10 @@ its hooks removed and installed again, so both sides share the process, the allo
 machine's drift; the side that goes first alternates too). Per block: the mean step time (the probe's cost is mostly in
 its few measured steps, which a median leaves out). Printed: the median per-block step time each
 way, the overhead (median of paired blocks' differences, with the middle half of the pairs), and the
-probe's own account over the running blocks (Tracker.cost: its readings and its step hook's own
-cost), each in microseconds a step and as a share of the stopped side's thread-CPU step (the step's
+probe's own account over the running blocks (Tracker.cost: its readings, its step hook's own cost, and
+what readings cost the steps after them, budget.Aftermath, calibrated before the blocks start as in a
+job that has run a while), each in microseconds a step and as a share of
+the stopped side's thread-CPU step (the step's
 own work, which a loaded machine stretches less than wall time). On a shared machine say the load:
 it is printed. ``--clock cpu`` runs the probe on the training thread's CPU clock (Probe(clock=
 time.thread_time)): its budget, its account and the A/B are then in the same seconds, where on a
@@ -32,6 +34,9 @@ import loops  # noqa: E402
 import torch  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
+
+
+SETTLE_STEPS = 20000  # at most, before the A/B
 
 
 def step_times(job, steps: int, offset: int, cpu: list[float] | None = None) -> list[float]:
@@ -71,6 +76,12 @@ def ab(target: float, rounds: int, steps: int, budget: float | None, clock) -> d
     job = sized_job(target)
     probe = runtime.start(serve=False, clock=clock, **({} if budget is None else {"budget": budget}))
     step_times(job, 60, 0)  # the probe learns the optimizer and the model's roots, once
+    # As in a job that has run a while: what readings cost the steps after them calibrated (31 measured
+    # steps: a minute at most here), so that the account holds it in the blocks below.
+    budget, settle = probe.tracker.budget, 0
+    while budget.after_measured.cost.per_step is None and settle < SETTLE_STEPS:
+        step_times(job, 100, 60 + settle)
+        settle += 100
     probe.tracker.uninstall()
     blocks: dict[str, list[float]] = {"off": [], "on": []}
     cpu_blocks: dict[str, list[float]] = {"off": [], "on": []}
