@@ -74,7 +74,7 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
 
 
 def test_hooks_installed_again_are_armed_only_for_a_measured_step():
-    # Installed again once the models are known (`gputui attach` after a detach, a bench's blocks), the
+    # Installed again once the models are known (a Probe stopped and started again, a bench's blocks), the
     # first step after has no start to measure from: armed for it, the model's calls would take
     # nn.Module's slow path for nothing, a cost no account of the probe's holds (~100 us on a 1.6 ms
     # CPU step). The step end that ends it arms them where the next step is measured.

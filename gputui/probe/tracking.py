@@ -163,7 +163,7 @@ class Tracker:
         # nn.Module's fast path.
         self._handles = [register_optimizer_step_post_hook(self._optimizer_post)]
         if self._roots_learned:
-            # Installed again (`gputui attach` after a detach, a bench's blocks): the models are known,
+            # Installed again (a Probe stopped and started again, a bench's blocks): the models are known,
             # and the first step after has no start to measure from; the step end that ends it arms the
             # hooks if the next is measured. (Armed now, that step would pay for them for nothing.)
             self._measuring = False
