@@ -6,8 +6,10 @@ its hooks removed and installed again, so both sides share the process, the allo
 machine's drift; the side that goes first alternates too). Per block: the mean step time (the probe's cost is mostly in
 its few measured steps, which a median leaves out). Printed: the median per-block step time each
 way, the overhead (median of paired blocks' differences, with the middle half of the pairs), and the
-probe's own account over the running blocks (Tracker.cost: its readings and its step hook's own
-cost), each in microseconds a step and as a share of the stopped side's thread-CPU step (the step's
+probe's own account over the running blocks (Tracker.cost: its readings, its step hook's own cost, and
+what readings cost the steps after them, budget.Aftermath, calibrated before the blocks start as in a
+job that has run a while), each in microseconds a step and as a share of
+the stopped side's thread-CPU step (the step's
 own work, which a loaded machine stretches less than wall time). On a shared machine say the load:
 it is printed. ``--clock cpu`` runs the probe on the training thread's CPU clock (Probe(clock=
 time.thread_time)): its budget, its account and the A/B are then in the same seconds, where on a
@@ -32,6 +34,9 @@ import loops  # noqa: E402
 import torch  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
+
+
+SETTLE_STEPS = 20000  # at most, before the A/B
 
 
 def step_times(job, steps: int, offset: int, cpu: list[float] | None = None) -> list[float]:
@@ -71,6 +76,12 @@ def ab(target: float, rounds: int, steps: int, budget: float | None, clock) -> d
     job = sized_job(target)
     probe = runtime.start(serve=False, clock=clock, **({} if budget is None else {"budget": budget}))
     step_times(job, 60, 0)  # the probe learns the optimizer and the model's roots, once
+    # As in a job that has run a while: what readings cost the steps after them calibrated (31 measured
+    # steps: a minute at most here), so that the account holds it in the blocks below.
+    budget, settle = probe.tracker.budget, 0
+    while budget.after_measured.cost.per_step is None and settle < SETTLE_STEPS:
+        step_times(job, 100, 60 + settle)
+        settle += 100
     probe.tracker.uninstall()
     blocks: dict[str, list[float]] = {"off": [], "on": []}
     cpu_blocks: dict[str, list[float]] = {"off": [], "on": []}
@@ -100,11 +111,16 @@ def ab(target: float, rounds: int, steps: int, budget: float | None, clock) -> d
     runtime.stop()
     out = {"batch": job.batch, "account": cost / elapsed if elapsed else float("nan"), "blocks": rounds,
            "measured": measured, "stepped": stepped, "per_step": probe.tracker.hook_cost.lean.per_step,
-           "account_s": cost / stepped if stepped else float("nan")}
+           "account_s": cost / stepped if stepped else float("nan"),
+           "after": (probe.tracker.budget.after_measured.cost.per_step, probe.tracker.budget.after_light.cost.per_step)}
     for clock, sides in (("wall", blocks), ("cpu", cpu_blocks)):
         off, on = sides["off"], sides["on"]
         out[clock] = (statistics.median(off), statistics.median(on), quartiles([b - a for a, b in zip(off, on)]))
     return out
+
+
+def _us(seconds: float | None) -> str:
+    return "not yet" if seconds is None else f"{seconds * 1e6:.0f} us"
 
 
 def main() -> int:
@@ -127,7 +143,8 @@ def main() -> int:
         base = r["cpu"][0]  # (the stopped side's thread CPU a step: the step's own work, load aside)
         print(f"~{label} ms MLP (batch {r['batch']}): {r['blocks']} blocks of {args.steps} steps each way; "
               f"{r['measured']} of {r['stepped']} steps measured; the step hook's own cost "
-              f"{(r['per_step'] or 0) * 1e6:.1f} us a step")
+              f"{(r['per_step'] or 0) * 1e6:.1f} us a step; what the steps after a reading cost (calibrated): "
+              f"{_us(r['after'][0])} after a measured step, {_us(r['after'][1])} after a light reading")
         print(f"  probe's own account: {r['account_s'] * 1e6:.1f} us a step, {r['account'] * 100:.2f} % of the step "
               f"time it saw ({args.clock} clock)")
         for clock, name in (("wall", "wall clock"), ("cpu", "thread CPU")):

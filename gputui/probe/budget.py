@@ -17,6 +17,10 @@ BASELINE_EVERY = 8  # measured steps in a row before one without readings (budge
 # that) may take this share of the budget by themselves, whatever the measured steps were charged.
 ANSWER_SHARE = 0.25
 CALIBRATION_STEPS = 31  # steps without readings timed at the start, their median the cost of each
+# Steps after a reading whose time still holds its cost (see Aftermath): after a measured step (on 1.6 ms
+# CPU steps: +140 us, then +30, +40, +25 us, fading by the fifth) and after a light reading (+20 us).
+AFTER_MEASURED = 4
+AFTER_LIGHT = 1
 
 
 class Calibrated:
@@ -81,19 +85,37 @@ class HookCost:
         return 0.0 if unmeasured is None else max(0.0, unmeasured - (self.lean.per_step or 0.0))
 
 
+class Aftermath:
+    """What one kind of reading costs the steps after it beyond its own timing: the job's data pushed out
+    of the CPU's caches, the C allocator's lists walked or rearranged. No timer of the probe's sees it,
+    an outside A/B does. Sampled as the excess of the ``steps`` steps after such a reading over the
+    step just before it (less what was charged or is in the account in them), at the first
+    CALIBRATION_STEPS of them, then their median (``cost.per_step``) counted for each: a step the
+    machine stalled (another process's turn, a checkpoint) is no reading's cost."""
+
+    __slots__ = ("steps", "cost")
+
+    def __init__(self, steps: int):
+        self.steps = steps
+        self.cost = Calibrated()  # (its ``steps``: the readings counted at the calibrated cost)
+
+
 class ReadingsBudget:
     """Seconds the probe spent on the training thread against the share of step time it may take.
 
     ``share`` may be changed at any time (tests do). ``hook_seconds`` is what the readings timed
     themselves; ``charged`` adds the measured steps' untimed cost, estimated from their excess over a
-    typical unmeasured step.
+    typical unmeasured step, and what readings cost the steps after them (``after_measured``,
+    ``after_light``: Aftermath).
     """
 
     # The step-end path (next_step) runs at every step, after the step's own work has pushed the probe
     # out of the CPU's caches: one function body, and slots (the fields in the object itself), so that
     # it touches as few cache lines as it can.
     __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "measure_from", "light_from", "_since",
-                 "_excess", "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical")
+                 "_excess", "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical",
+                 "_held", "_after", "_window", "_base", "_in_account", "_last_clean", "after_measured",
+                 "after_light")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -105,7 +127,20 @@ class ReadingsBudget:
         self._light_typical: float | None = None  # smoothed seconds of one such reading
         self._answered = 0.0  # seconds the readings monitors asked for have cost
         self._typical: float | None = None  # smoothed duration of unmeasured steps
-        self._at_step_start = 0.0  # hook_seconds when the running step started
+        self._at_step_start = 0.0  # hook_seconds when the step end that started the running step began
+        self.after_measured = Aftermath(AFTER_MEASURED)
+        self.after_light = Aftermath(AFTER_LIGHT)
+        # Steps from the running one on whose time holds the aftermath of a reading (_after's kind):
+        # never a typical step's; their excess summed in _window while that kind is calibrated.
+        self._held = 0
+        self._after = self.after_light
+        self._window = 0.0
+        self._in_account = 0.0  # seconds of the running step the account holds beside its charges
+        # The step that ended last, less what was charged in it, where it held no reading's cost (else
+        # None): what the steps after a reading are compared with (a reading's aftermath is sampled only
+        # after such a step, so that where readings come at nearly every step, typical steps go on).
+        self._last_clean: float | None = None
+        self._base = 0.0  # the _last_clean that the running aftermath is compared with
         self._in_a_row = 0  # measured steps in a row
         # The clock time from which a step end finds the next step may be measured: where step time
         # goes on without readings, the time at which the share of it earns what was charged. Worked
@@ -160,11 +195,20 @@ class ReadingsBudget:
         """Step time seen up to ``now``, where the steps since the latest next_step were skipped."""
         return self.elapsed + now - self._since
 
-    def lean_step(self, duration: float) -> None:
-        """An unmeasured step of ``duration`` ended before measure_from (the Tracker's lean path): its
-        part of the smoothed step duration, now, while the figure is at hand (read back from the board
-        later, the entries would be out of the CPU's caches: 0.5 us each)."""
-        self._typical = _smoothed(self._typical, duration)
+    def lean_step(self, duration: float, charged: float) -> None:
+        """An unmeasured step of ``duration`` ended before measure_from (the Tracker's lean path), when
+        ``charged`` (hook_seconds) had been charged: its part of the smoothed step duration, now, while
+        the figure is at hand (read back from the board later, the entries would be out of the CPU's
+        caches: 0.5 us each), or where it holds a reading's cost, that cost estimated."""
+        if self._held:
+            self._held_step(duration, charged)
+            self._judge_due()
+            self._last_clean = None
+        else:
+            self._last_clean = clean = duration - (charged - self._at_step_start)
+            self._typical = _smoothed(self._typical, clean)
+        self._at_step_start = charged
+        self._in_account = 0.0
 
     def skipped(self, now: float) -> None:
         """The lean steps since the latest next_step ended, the last at ``now``: their time counted as
@@ -202,6 +246,7 @@ class ReadingsBudget:
         always is). At a step end, next_step() starts the next one."""
         self._since = now
         self._at_step_start = self.hook_seconds
+        self._held, self._in_account, self._last_clean = 0, 0.0, None
         self._judge_due()
         return self._measure_next(first)
 
@@ -214,12 +259,26 @@ class ReadingsBudget:
         return measuring
 
     def next_step(self, duration: float | None, measured: bool, now: float, light: float = 0.0,
-                  carried: float = 0.0, light_path: float = 0.0) -> bool:
+                  carried: float = 0.0, light_path: float = 0.0, charged: float | None = None) -> bool:
         """A step ended (``measured`` or not, its readings charged; ``light``: seconds its light
         reading took) and the next starts at ``now``: whether to measure it. ``carried``: seconds
         that count as the new step's readings. ``light_path``: what the step end a light reading asks
         for costs beyond a lean one (HookCost.beyond_lean; in the account already, not charged here),
-        counted against the light readings' half of the budget with the reading itself."""
+        counted against the light readings' half of the budget with the reading itself. ``charged``:
+        hook_seconds when this step end began (before what it charged itself), by default now."""
+        charged = self.hook_seconds if charged is None else charged
+        clean = not (measured or self._held) and duration is not None
+        last_clean, self._last_clean = self._last_clean, None
+        if duration is not None:
+            if clean:  # (less what was charged in it: a monitor's request taken up)
+                self._last_clean = duration - (charged - self._at_step_start)
+                self._typical = _smoothed(self._typical, self._last_clean)
+            elif measured:  # (``carried``: its saved tensors' hook calls, charged from here on)
+                self._excess = max(0.0, self._excess + self._extra(duration, charged + carried))
+            else:
+                self._held_step(duration, charged)
+            self.elapsed += duration
+        left_out = 0.0  # of the light reading: the machine's, not the reading's (see below)
         if light:
             typical = self._light_typical
             if typical is None or light < typical:
@@ -230,37 +289,82 @@ class ReadingsBudget:
                 # 20 ms pause would stop the light readings for thousands of steps. Charged at most
                 # four typical readings; the typical follows a real rise, doubling at most at a time.
                 self._light_typical = typical + 0.05 * (min(light, 2 * typical) - typical)
-                light = min(light, 4 * typical)
+                left_out = max(0.0, light - 4 * typical)
+                light -= left_out
             self._light_spent += light + light_path
             self.hook_seconds += light
+            # (Its aftermath compared with the step that ended here, where that held no reading's cost;
+            # counted at every light reading once calibrated.)
+            self._begin_after(self.after_light, self._last_clean)
         if measured:
             self._in_a_row += 1
-            typical = self._typical
-            if duration is not None and typical is not None:
-                # What the readings cost beyond what they timed themselves: module hooks sending
-                # the model through nn.Module's slow path, calls from C++ into Python, hooks armed
-                # and removed. Estimated from the measured steps' excess over a typical step, summed
-                # with its sign so that noise cancels (clamping each step at zero would charge
-                # noise), and never below zero, so a slow spell of the machine before cannot hide a
-                # real cost later. A measured step is charged at most one typical step beyond its
-                # readings: more is the machine or the job stalling (a checkpoint, another process),
-                # not the hooks, and charged whole it would stop the readings for minutes.
-                extra = duration - typical - (self.hook_seconds - self._at_step_start)
-                self._excess = max(0.0, self._excess + max(-0.5 * duration, min(extra, typical)))
+            self._begin_after(self.after_measured, last_clean)  # (compared with the step before it)
         else:
             self._in_a_row = 0
-            if duration is not None:
-                self._typical = _smoothed(self._typical, duration)
-        if duration is not None:
-            self.elapsed += duration
         self.hook_seconds += carried
         self._since = now
-        self._at_step_start = self.hook_seconds
+        self._at_step_start = charged + carried
+        self._in_account = left_out  # (in the next step's time, no aftermath of the reading)
         self._judge_light()
         measuring = self.hook_seconds + self._excess <= self._share * self.elapsed
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # (as in _measure_next, inline)
         return measuring
+
+    def in_account(self, seconds: float) -> None:
+        """The running step holds ``seconds`` of the probe's own that its account holds beside what was
+        charged (the step hook's, HookCost): left out of what is estimated of the step."""
+        self._in_account += seconds
+
+    def _extra(self, duration: float, charged: float) -> float:
+        # What the probe cost in a step that held readings (measured) or their aftermath, beyond what
+        # was timed and charged in it or is in the account (module hooks sending the model through
+        # nn.Module's slow path, calls from C++ into Python, hooks armed and removed, the job's data
+        # pushed out of the CPU's caches), estimated from its excess over a typical step. Summed with
+        # its sign, so that noise cancels (clamping each step at zero would charge noise); at most one
+        # typical step: more is the machine or the job stalling (a checkpoint, another process), not
+        # the hooks, and charged whole it would stop the readings for minutes.
+        typical = self._typical
+        if typical is None:
+            return 0.0
+        extra = duration - typical - (charged - self._at_step_start) - self._in_account
+        return max(-0.5 * duration, min(extra, typical))
+
+    def _begin_after(self, after: Aftermath, base: float | None) -> None:
+        """A reading of ``after``'s kind ended: where a typical step of ``base`` seconds came just before
+        it, the next steps hold its aftermath (no typical steps; sampled against ``base`` while that
+        kind is calibrated). Once it is, its cost is charged now, where the next reading is judged."""
+        if base is not None:
+            self._after, self._held, self._window, self._base = after, after.steps, 0.0, base
+        cost = after.cost.per_step
+        if cost is not None:
+            after.cost.steps += 1
+            self._charge_after(after, max(0.0, cost))
+
+    def _held_step(self, duration: float, charged: float) -> None:
+        """A step that holds a reading's aftermath ended: sampled while its kind is calibrated."""
+        self._held -= 1
+        after = self._after
+        if after.cost.per_step is not None:
+            return
+        base = self._base
+        # (Against the one step before the reading, not the smoothed typical: the job's own step time
+        # may drift, and the typical follows it slowly. The median over the calibration takes the noise.)
+        self._window += duration - base - (charged - self._at_step_start) - self._in_account
+        if not self._held:
+            cost = after.cost
+            cost.sample(self._window)
+            if cost.per_step is not None:
+                # Calibrated: the readings sampled are counted at their median too, now (each as it was
+                # sampled, a stall would be charged; their part below zero, noise, would have moved the
+                # next measured step earlier than the step end that took the lean path judged it).
+                self._charge_after(after, max(0.0, cost.per_step) * CALIBRATION_STEPS)
+
+    def _charge_after(self, after: Aftermath, seconds: float) -> None:
+        # Estimated, as the measured steps' excess; a light reading's counted against its half too.
+        self._excess = max(0.0, self._excess + seconds)
+        if after is self.after_light:
+            self._light_spent = max(0.0, self._light_spent + seconds)
 
 
 def _smoothed(typical: float | None, duration: float) -> float:

@@ -162,7 +162,13 @@ class Tracker:
         # the other steps pay for one hook call and nothing else: the model's own calls take
         # nn.Module's fast path.
         self._handles = [register_optimizer_step_post_hook(self._optimizer_post)]
-        self._arm()
+        if self._roots_learned:
+            # Installed again (a Probe stopped and started again, a bench's blocks): the models are known,
+            # and the first step after has no start to measure from; the step end that ends it arms the
+            # hooks if the next is measured. (Armed now, that step would pay for them for nothing.)
+            self._measuring = False
+        else:
+            self._arm()  # (the global module hooks that find the models)
         self.active = True
 
     def uninstall(self) -> None:
@@ -574,7 +580,7 @@ class Tracker:
             self.last_measured = False
             carried = 0.0
         # The next step starts where this one ends (data loading included).
-        measuring = budget.next_step(duration, measured, now, light_seconds, carried, light_path)
+        measuring = budget.next_step(duration, measured, now, light_seconds, carried, light_path, timed)
         if self.evidence.next_step(count, light):
             measuring = True
         self._step_started = now
@@ -606,7 +612,10 @@ class Tracker:
                 # starve the measured steps for minutes; it is in the account (HookCost) instead.
                 started, timed = self.clock(), budget.hook_seconds
                 self.on_step_end(count)
-                hook_cost.add(self.clock() - started - (budget.hook_seconds - timed))
+                took = self.clock() - started - (budget.hook_seconds - timed)
+                hook_cost.add(took)
+                # (the next step's time holds it, where a typical one holds a lean step end's)
+                budget.in_account(took - (hook_cost.lean.per_step or 0.0))
             return
         # An unmeasured step's end: in the account, not in the readings budget (see HookCost). The next
         # may take the lean path if it is not measured either and nothing is to be undone.
@@ -615,8 +624,12 @@ class Tracker:
             self.on_step_end(count)
         unmeasured = hook_cost.unmeasured
         unmeasured.steps += 1
-        if unmeasured.per_step is None:
-            unmeasured.sample(self.clock() - now - (budget.hook_seconds - timed))
+        own = unmeasured.per_step
+        if own is None:
+            own = self.clock() - now - (budget.hook_seconds - timed)
+            unmeasured.sample(own)
+        # (The next step holds it, where a typical one holds a lean step end's: in the account already.)
+        budget.in_account(own - (hook_cost.lean.per_step or own))
 
     def _lean_step_end(self, now: float, started: float, budget: ReadingsBudget) -> None:
         """The end of a step that was not measured, after one that was not either, whose end reads
@@ -631,7 +644,7 @@ class Tracker:
         duration = now - started
         self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,
                                                         self.device, None, None, None, None)))
-        budget.lean_step(duration)
+        budget.lean_step(duration, timed)
         self._step_started = now
         self._lean_steps += 1
         if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
