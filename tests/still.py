@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from itertools import count
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gputui.analysis.history import History
 from gputui.analysis.waste import WasteJudge
@@ -18,10 +18,6 @@ from gputui.sample.judge import Judge
 from gputui.sample.state import HostState
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
-
-if TYPE_CHECKING:
-    from gputui.ui.hosts_app import HostsApp
-    from gputui.ui.replay import ReplayApp
 
 
 class FrozenSource:
@@ -90,10 +86,9 @@ class FrozenHosts:
 DOWN = "connect to host {} port 22: Connection refused"
 
 
-def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, **options: Any) -> HostsApp:
+def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, **options: Any) -> GpuTuiApp:
     """The many-host monitor over ``hosts`` (name -> demo scenario, None: unreachable), each
     ``seconds`` into its scenario with that much history, the monitor's own cost shown as 1%."""
-    from gputui.ui.hosts_app import HostsApp
     from gputui.ui.hosts_sampler import HostsSampler
 
     idle = {name: WasteJudge() for name, scenario in hosts.items() if scenario is not None}  # each host's own
@@ -110,19 +105,19 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
                            wall=lambda: max(s.taken_at for _, s in recorded.values()))
     sampler.sample()  # the monitor's cost is measured between two samples
     options.setdefault("me", "lena")
-    app = HostsApp(sampler, simulated=True, **options)
+    app = GpuTuiApp(sampler, simulated=True, **options)
     app.states.update((name, HostState(history)) for name, (history, _) in recorded.items())
     return app
 
 
 def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0, at: float = 120.0,
-                     **options: Any) -> ReplayApp:
+                     **options: Any) -> GpuTuiApp:
     """``gputui replay`` of ``scenario`` recorded for ``seconds`` (every 2 s, on a fake clock, into
     ``path``), paused ``at`` seconds in."""
     from gputui.options import Options
     from gputui.record.reader import Recording
     from gputui.record.run import record
-    from gputui.ui.replay import ReplayApp
+    from gputui.ui.replay import Replay
 
     now = [0.0]
 
@@ -134,5 +129,5 @@ def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0,
     record(recorded, clock=lambda: now[0], pause=pause, quiet=True)
     recording = Recording(path)
     options.setdefault("me", "lena")
-    return ReplayApp(recording, start=recording.index_at(recording.times[0] + at), paused=True,
+    return GpuTuiApp(Replay(recording, start=recording.index_at(recording.times[0] + at), paused=True),
                      simulated=True, **options)

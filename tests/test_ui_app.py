@@ -565,9 +565,9 @@ async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():
 async def test_replay_help_lists_the_replay_keys_first(tmp_path):
     from test_ui_replay import recording
 
-    from gputui.ui.replay import ReplayApp
+    from gputui.ui.replay import Replay
 
-    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause(0.3)
         await pilot.press("question_mark")

@@ -524,7 +524,9 @@ def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkey
     assert "NVML Shared Library Not Found: is the NVIDIA driver installed?" in app.sampler.collector.reason
 
 
-class _Closing:
+class _Closing(Sampler):
+    """A sampler that opens nothing (its source's hooks: Sampler's)."""
+
     def __init__(self, collector) -> None:
         self.collector = collector
 

@@ -14,7 +14,8 @@ from gputui.model import to_jsonable
 from gputui.model.verdicts import LeakVerdict
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
-from gputui.ui.replay import ReplayApp
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.replay import Replay
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -63,7 +64,7 @@ async def at(pilot, index):
 
 
 async def test_it_plays_from_the_start_and_pauses_at_the_end(tmp_path):
-    app = ReplayApp(recording(tmp_path, samples=5), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=5)), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         assert app.snapshot.taken_at == T0 and not app.paused
@@ -74,7 +75,7 @@ async def test_it_plays_from_the_start_and_pauses_at_the_end(tmp_path):
 
 
 async def test_step_jump_seek_and_speed(tmp_path):
-    app = ReplayApp(recording(tmp_path), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path)), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("p")
@@ -108,7 +109,7 @@ async def test_step_jump_seek_and_speed(tmp_path):
 
 
 async def test_playing_at_x8_moves_eight_times_as_fast(tmp_path):
-    app = ReplayApp(recording(tmp_path), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path)), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         for _ in range(3):
@@ -119,7 +120,7 @@ async def test_playing_at_x8_moves_eight_times_as_fast(tmp_path):
 
 
 async def test_signals_and_probe_requests_are_refused(tmp_path):
-    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("K")
@@ -137,7 +138,7 @@ async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
     # warning saying why, and nothing opened (the detail screen asks for sites with a Message).
     from gputui.ui.requests import RecordSites
 
-    app = ReplayApp(recording(tmp_path, samples=3), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         for key in ("plus", "K", "A"):
@@ -159,7 +160,7 @@ async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
 async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_path):
     # a crafted file: its CRCs right, a patch not
     path = crafted(tmp_path / "c.rec", KEY_BODY, change({"devices": {"n": 10 ** 9, "i": {}}}), KEY_BODY)
-    app = ReplayApp(Recording(path), me="bob", paused=True)
+    app = GpuTuiApp(Replay(Recording(path), paused=True), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("full_stop")
@@ -178,7 +179,7 @@ async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkey
     there with its report, as it was in the live monitor."""
     monkeypatch.setenv("GPUTUI_OOM_DIR", str(tmp_path / "oom"))
     recording = Recording(recorded_demo(tmp_path, 198, scenario="leaky", interval=3))
-    app = ReplayApp(recording, start=len(recording) - 1, paused=True, me="bob")
+    app = GpuTuiApp(Replay(recording, start=len(recording) - 1, paused=True), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, len(recording) - 1)
         assert "51200/0" not in table(app).rows_by_key
@@ -190,7 +191,7 @@ async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkey
 
 
 async def test_ctrl_c_quits_the_replay(tmp_path):
-    app = ReplayApp(recording(tmp_path, samples=5), me="bob", paused=True)
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), me="bob")
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         assert app.return_code is None

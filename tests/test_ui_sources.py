@@ -10,9 +10,7 @@ from ui_data import ReplaySource, training_snapshot
 from gputui.model import HostView
 from gputui.record.reader import Recording
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.hosts_app import HostsApp
 from gputui.ui.hosts_sampler import HostsSampler
-from gputui.ui.replay import ReplayApp
 from gputui.ui.replay_source import RecordingSource
 from gputui.ui.rows import Row
 from gputui.ui.sampler import Sampler
@@ -52,9 +50,24 @@ def test_the_many_host_view_refuses_probes_naming_the_selected_process_host():
 
 
 def test_no_app_class_keeps_refusals_of_its_own():
-    for app in (GpuTuiApp, HostsApp, ReplayApp):
-        assert "CANNOT" not in vars(app)
-    assert "cannot" not in vars(HostsApp) and "cannot" not in vars(ReplayApp)  # the one place: GpuTuiApp's
+    assert "CANNOT" not in vars(GpuTuiApp)  # its sources', asked in one place: GpuTuiApp.cannot
+
+
+def test_one_app_class_for_every_source():
+    # The many-host view and the replay were apps of their own; what differs by source is the source's now.
+    import importlib
+    import pkgutil
+
+    from textual.app import App
+
+    import gputui.ui
+
+    apps = set()
+    for found in pkgutil.walk_packages(gputui.ui.__path__, "gputui.ui."):
+        module = importlib.import_module(found.name)
+        apps |= {value for value in vars(module).values()
+                 if isinstance(value, type) and issubclass(value, App) and value.__module__ == module.__name__}
+    assert apps == {GpuTuiApp}
 
 
 def test_a_recording_says_where_steps_jumps_and_seeks_land(tmp_path):
@@ -64,3 +77,30 @@ def test_a_recording_says_where_steps_jumps_and_seeks_land(tmp_path):
     assert (source.jump(1, 2.0), source.jump(4, -60.0), source.jump(2, 0.4)) == (3, 0, 3)  # at least one on
     assert (source.wait(0, 1), source.wait(0, 4), source.wait(4, 1)) == (1.0, 0.25, None)
     assert source.position(2, 4) == "replay 2s / 4s  3/5  x4"
+
+
+def footer_words(app) -> set[str]:
+    """The keys' words the footer shows: the bindings live on the screen showing."""
+    return {active.binding.description for active in app.active_bindings.values()
+            if active.enabled and active.binding.show}
+
+
+async def test_the_replay_keys_are_a_recordings_only(tmp_path):
+    from test_ui_replay import at, recording
+    from ui_data import make_app, settle
+
+    from gputui.ui.replay import Replay
+
+    live = make_app()
+    async with live.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        assert {"Pause", "Tree"} <= footer_words(live) and not {"-1 min", "+1 min", "Speed"} & footer_words(live)
+        assert live.check_action("speed", ()) is False and live.check_action("jump", (60,)) is False
+        await pilot.press("x", "right_square_bracket")  # nothing to play: not a key here
+        assert (live.speed, live.index, live.position) == (1, -1, None)
+    replay = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), me="bob")
+    async with replay.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        assert {"Pause", "-1 min", "+1 min", "Speed"} <= footer_words(replay)
+        await pilot.press("x")
+        assert replay.speed == 2 and replay.position.endswith("x2")

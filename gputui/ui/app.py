@@ -1,9 +1,11 @@
-"""The live monitor's Textual app: sampling in a worker, history, actions (ui/launch.py opens it).
+"""The monitor's Textual app, one for every source (ui/sources.py): this machine's sampler, the many-host
+view's, a recording. What differs by source is the source's: its main screen, how its samples come in, its
+section of the help, where it is, what it costs, what it cannot do. ui/launch.py opens it.
 
-A chained timer starts one sampling worker at a time (the next sample is scheduled only when the last
-one is in), so slow samples never pile up. Widgets only ever see the immutable Snapshot it delivers,
-with the analysis's verdicts. Requests to a probe (allocation-site recording) go out from a thread
-worker too, never from the UI thread.
+A sampled source's samples come from a worker: a chained timer starts one sampling worker at a time (the next
+sample is scheduled only when the last one is in), so slow samples never pile up. Widgets only ever see the
+immutable Snapshot it delivers, with the analysis's verdicts. Requests to a probe (allocation-site recording)
+go out from a thread worker too, never from the UI thread.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import functools
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -41,11 +43,12 @@ from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
-from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Source
+from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Player, Sampled, Source
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
+    from gputui.model import HostView, MonitorCost
     from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
@@ -58,9 +61,10 @@ THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
 
 class SnapshotReady(Message):
-    """A new judged Sample, how long it took to take (seconds), and the alerts it started or ended."""
+    """A new judged look (this machine's Sample, the many hosts'), how long it took to take (seconds), and the
+    alerts it started or ended."""
 
-    def __init__(self, sample: Sample, took: float, alerts: tuple = ()) -> None:
+    def __init__(self, sample: Any, took: float, alerts: tuple = ()) -> None:
         super().__init__()
         self.sample = sample
         self.took = took
@@ -76,6 +80,15 @@ class SampleFailed(Message):
         super().__init__()
         self.error = error
         self.refusal = refusal
+
+
+class Delivered(Message):
+    """A sample a source made ready off the UI thread (a recording's, decoded): ``show`` shows it on the UI
+    thread. (A message, not call_from_thread: the worker never waits on an app that is ending.)"""
+
+    def __init__(self, show: Callable[[], None]) -> None:
+        super().__init__()
+        self.show = show
 
 
 class ProbeCommandDone(Message):
@@ -108,26 +121,27 @@ class AsciiScrollBarRender(ScrollBarRender):
     HORIZONTAL_BARS = [" "] * len(ScrollBarRender.HORIZONTAL_BARS)
 
 
+# The replay's actions: live, and shown, only where the source plays a recording (Source.PLAYS).
+PLAYBACK = frozenset({"step", "jump", "seek", "speed"})
+
+
 class GpuTuiApp(App[int]):
-    """gputui's live monitor."""
+    """gputui's monitor, on whichever source feeds it."""
 
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui"
-    HELP_SECTION = "Main screen"  # the section of keys the help lists first, after "Everywhere"
 
-    BINDINGS = bindings.APP
+    BINDINGS = bindings.APP + bindings.REPLAY  # the replay's hidden but for a recording (check_action)
 
-    def __init__(self, sampler: Sampler | None, *, interval: float = 1.0, readonly: bool = False,
+    def __init__(self, source: Source, *, interval: float = 1.0, readonly: bool = False,
                  simulated: bool = False, ascii: bool = False, theme: str = "dark",
                  columns: tuple[str, ...] | None = None, keymap: dict[str, str] | None = None,
                  me: str | None = None, handle_signals: bool = False,
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None,
-                 source: Source | None = None) -> None:
-        """``sampler`` None: a subclass samples (the many-host view, a replay) from its ``source``, which says
-        what it cannot do (the sampler, where there is one, is the source);
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
+        """``source``: this machine's Sampler, the many-host view's HostsSampler, a recording's Replay;
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
@@ -138,10 +152,10 @@ class GpuTuiApp(App[int]):
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
         super().__init__(ansi_color=True) if no_color else super().__init__()
-        self.sampler = sampler
-        self.source: Source | None = source if source is not None else sampler
-        self.interval = interval
-        self.readonly = readonly
+        self.source = source
+        self.sampler = source if isinstance(source, Sampler) else None  # this machine's, where it is the source
+        self.interval = source.own_interval() or interval  # a recording keeps its own
+        self.readonly = readonly or source.PLAYS
         self.simulated = simulated
         self.ascii = ascii
         self.columns = columns or table_rows.DEFAULT
@@ -151,6 +165,15 @@ class GpuTuiApp(App[int]):
         self.as_root = as_root
         self.autostart = autostart
         self.state = HostState(history)  # this machine's history and latest judged sample
+        # The many-host view's (HostsSampler.accept's): every host's latest, each host's HostState by name.
+        self.hosts: tuple[HostView, ...] = ()
+        self.states: dict[str, HostState] = {}
+        self.sampled_at: float | None = None
+        self.cost: MonitorCost | None = None
+        # A replay's (ui/replay.py's): the sample on screen, the one asked for last, the speed; the recording's
+        # player, from its start.
+        self.index, self.wanted, self.speed = -1, 0, 1
+        self.playback: Player | None = None
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
@@ -193,11 +216,10 @@ class GpuTuiApp(App[int]):
             # kill -STOP, then -CONT: Textual would restart its terminal set-up (see StopGuard).
             self._stop_guard = StopGuard(functools.partial(loop.call_soon_threadsafe, self._reclaim_terminal))
             self._stop_guard.install()
-        if self.autostart:
-            self.sample_now()
+        self.source.start(self)
 
     def make_main_screen(self) -> MainScreen:
-        return MainScreen(self, ascii=self.ascii, columns=self.columns, me=self.me)
+        return self.source.main_screen(self)
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
@@ -230,24 +252,24 @@ class GpuTuiApp(App[int]):
 
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
+        source = cast(Sampled, self.source)  # (only a sampled source starts the worker: Declared.start)
         started = time.monotonic()
         ahead, self._first_sample = self._first_sample, None
         try:
             # The first sample may already be on its way, started while Textual was starting.
-            assert self.sampler is not None  # a subclass without one samples in its own way
-            snapshot = ahead.result() if ahead is not None else self.sampler.sample()
+            taken = ahead.result() if ahead is not None else source.sample()
         except UserError as exc:  # the request cannot be met (--only 99): said in --once's words
             self.post_message(SampleFailed(harmless(str(exc)), refusal=exc))
             return
         except Exception as exc:  # noqa: BLE001 - the monitor keeps its last picture and says why
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
-        judged = self.sampler.judge(snapshot)  # contains its own failures: said among the problems
+        judged = source.judge(taken)  # contains its own failures: said among the problems
         alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
         self.post_message(SnapshotReady(judged, time.monotonic() - started, alerts))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.accept(message.sample)
+        cast(Sampled, self.source).accept(self, message.sample)
         if self.alert_settings is not None:
             from gputui.ui.alert_toasts import tell
 
@@ -255,6 +277,9 @@ class GpuTuiApp(App[int]):
         while self._alert_failures:
             self.notify(self._alert_failures.popleft(), title="Alert not delivered", severity="error", markup=False)
         self._schedule(message.took)
+
+    def on_delivered(self, message: Delivered) -> None:
+        message.show()
 
     def on_sample_failed(self, message: SampleFailed) -> None:
         if message.refusal is not None and self.snapshot is None:
@@ -334,8 +359,8 @@ class GpuTuiApp(App[int]):
 
     @property
     def position(self) -> str | None:
-        """Where a replay is in its recording: the live monitor is at no position (ReplayApp's is)."""
-        return None
+        """The header's words on where the monitor is in its source: a replay's, in its recording."""
+        return self.source.position_words(self)
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
@@ -376,13 +401,15 @@ class GpuTuiApp(App[int]):
         self.call_after_refresh(lambda: screen.show(self.waste_views()))
 
     def waste_views(self) -> list[tuple[str | None, Waste | None]]:
-        """What the w view shows: this machine's judgement (the many-host view: each host's)."""
-        return [(None, self.waste)]
+        """What the w view shows: this machine's judgement, or each host's as its own gputui made it."""
+        return self.source.waste_views(self)
 
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
-        """Bring a detail screen (a process's or a job's) up to the latest sample."""
-        if self.snapshot is not None:
-            screen.show(self.snapshot, self.history, self.trends, self.leaks, self.judgements)
+        """Bring a detail screen (a process's or a job's) up to the latest sample: its host's, in the many-host
+        view."""
+        state = self.states.get(screen.host or "") if screen.host is not None else self.state
+        if state is not None and state.snapshot is not None:
+            screen.show(state.snapshot, state.history, state.trends, state.leaks, state.judgements)
 
     def on_process_table_probe_detail_requested(self, message: ProcessTable.ProbeDetailRequested) -> None:
         self.open_detail(None, pid=message.pid, host=message.host)
@@ -448,26 +475,20 @@ class GpuTuiApp(App[int]):
         sections = [(title, describe_bindings(listed, self.keymap, self)) for title, listed in binding_sections()]
         # This app's own keys come right after those that work everywhere: the first screenful is
         # the keys the user can press here (the live monitor's help opened on the replay's keys).
-        own = [s for s in sections if s[0] == self.HELP_SECTION]
+        own = [s for s in sections if s[0] == self.source.HELP_SECTION]
         sections = sections[:1] + own + [s for s in sections[1:] if s not in own]
         hint = ("Arrows, PgUp/PgDn and Home/End move in the table; click a column header to sort by it; "
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
-        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii, cost=self._cost_words()))
-
-    def _cost_words(self) -> str:
-        """What gputui itself costs, for the help screen: the header has it only where there is room."""
-        cost = self.snapshot.monitor if self.snapshot is not None else None
-        if cost is None:
-            return ""
-        cpu = ("not measured yet" if cost.cpu_percent is None
-               else f"{cost.cpu_percent:.1f}% of one CPU core (all its threads)")
-        return (f"gputui itself uses {cpu}; its last sample took {cost.sample_ms:.1f} ms, "
-                f"{cost.nvml_ms:.1f} ms of it in NVML calls, every {self.interval:g} s.")
+        # What gputui itself costs: the header has it only where there is room.
+        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii, cost=self.source.cost_words(self)))
 
     # -- actions -----------------------------------------------------------------------------
 
     def action_toggle_pause(self) -> None:
+        if self.playback is not None:  # a replay's pause: stop (or go on) playing
+            self.playback.toggle_pause()
+            return
         self.paused = not self.paused
         if self.paused:
             if self._next is not None:
@@ -476,6 +497,24 @@ class GpuTuiApp(App[int]):
         else:
             self.sample_now()
         self.main.render_snapshot()
+
+    # A replay's keys: live only where the source plays a recording (check_action).
+
+    def action_step(self, samples: int) -> None:
+        if self.playback is not None:
+            self.playback.step(samples)
+
+    def action_jump(self, seconds: float) -> None:
+        if self.playback is not None:
+            self.playback.jump_by(seconds)
+
+    def action_seek(self, index: int) -> None:
+        if self.playback is not None:
+            self.playback.seek_to(index)
+
+    def action_speed(self) -> None:
+        if self.playback is not None:
+            self.playback.faster()
 
     def action_interval(self, step: int) -> None:
         if self.refused(INTERVAL):
@@ -551,6 +590,8 @@ class GpuTuiApp(App[int]):
         # The probe keys act on a process: shown (and live) only on the screens that have one to offer.
         if action == "probe":
             return hasattr(self.screen, "probe_target")
+        if action in PLAYBACK:  # the replay's keys: hidden (footer, keys) but on a recording
+            return self.source.PLAYS
         return True
 
     def action_probe(self, attach: bool) -> None:

@@ -1,16 +1,18 @@
-"""What the many-host monitor's worker thread runs: the Fleet's latest view of every host, its
-outside strings made visible, each host's snapshot with the judgements its own sampling pipeline made of
-it (as ``--hosts --once`` prints them), and what the monitor itself costs.
+"""The many-host monitor's source (``gputui --hosts``): what its worker thread runs, the Fleet's latest view of
+every host, its outside strings made visible, each host's snapshot with the judgements its own sampling
+pipeline made of it (as ``--hosts --once`` prints them), and what the monitor itself costs; the app takes each
+host's judged sample into a HostState of the host's own (so PIDs and GPU indices that repeat across hosts never
+meet), shown on the HostsScreen.
 
-No Textual here. Each host's snapshot is made visible once, when it is new: with 64 hosts, doing it
-again at every refresh would be most of the monitor's work.
+No Textual here (the HostsScreen is imported when the app asks for it). Each host's snapshot is made visible
+once, when it is new: with 64 hosts, doing it again at every refresh would be most of the monitor's work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from gputui.collect.own_cpu import OwnCpu
 from gputui.model import HostView, MonitorCost, Snapshot
@@ -18,10 +20,13 @@ from gputui.model.judgement import Judgements
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict
 from gputui.sample.judge import Judge, Sample, sample_of
+from gputui.sample.state import HostState
 from gputui.ui.sources import PROBE, RECORD_SITES, Declared
 from gputui.untrusted import visible, visible_all
 
 if TYPE_CHECKING:
+    from gputui.model.waste import Waste
+    from gputui.ui.main_screen import MainScreen
     from gputui.ui.rows import Row
 
 
@@ -94,6 +99,33 @@ class HostsSampler(Declared):
                 judged = sample_of(visible_all(snapshot), visible_all(judgements))
             known = self._judged[name] = (snapshot, judged)
         return known[1]
+
+    def judge(self, taken: HostsSample) -> HostsSample:
+        """Each host's sample is judged already (by its own gputui, or ``_judged_view``)."""
+        return taken
+
+    def accept(self, app: Any, judged: HostsSample) -> None:
+        """Take every host's latest judged sample into its HostState, then draw the screen showing."""
+        app.hosts, app.cost, app.sampled_at = judged.hosts, judged.monitor, judged.taken_at
+        app.samples += 1
+        for name, sample in judged.samples.items():
+            app.states.setdefault(name, HostState()).take(sample)
+        app.show_latest()
+
+    def main_screen(self, app: Any) -> MainScreen:
+        from gputui.ui.hosts_screen import HostsScreen
+
+        return HostsScreen(app, ascii=app.ascii, columns=app.columns, me=app.me)
+
+    def waste_views(self, app: Any) -> list[tuple[str | None, Waste | None]]:
+        """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
+        return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in app.hosts]
+
+    def cost_words(self, app: Any) -> str:
+        if app.cost is None or app.cost.cpu_percent is None:
+            return ""
+        return (f"gputui itself uses {app.cost.cpu_percent:.1f}% of one CPU core (all its threads, "
+                f"the hosts' readers too), every {app.interval:g} s.")
 
     def cannot(self, what: str, selected: Row | None) -> str | None:
         """The probe's refusal names the selected process's host, and how to attach one there."""

@@ -42,8 +42,8 @@ def first_clash(keymap: Mapping[str, str]) -> str | None:
 def key_scopes() -> list[tuple[str, list[Binding]]]:
     """The bindings that work together on each screen: the app's (replay's included), the screen's,
     its focused widget's, and those each class inherits from Textual."""
+    from gputui.ui.app import GpuTuiApp
     from gputui.ui.main_screen import MainScreen
-    from gputui.ui.replay import ReplayApp
     from gputui.ui.screens.confirm import Confirm
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
@@ -51,7 +51,7 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.waste import WasteScreen
     from gputui.ui.widgets.processes import ProcessTable
 
-    everywhere = _class_bindings(ReplayApp)  # ReplayApp is the monitor's app plus replay's keys
+    everywhere = _class_bindings(GpuTuiApp)  # the monitor's app: its keys, the replay's too
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
                ("the job detail", (JobDetail,)), ("the idle view", (WasteScreen,)), ("a confirmation", (Confirm,)),
                ("the help screen", (HelpScreen,))]

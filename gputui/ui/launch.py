@@ -95,16 +95,16 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     config = checked_config(options)
     interval = options.interval or config.interval or 1.0
     from gputui.fleet.fleet import Fleet
-    from gputui.ui.hosts_app import HostsApp
+    from gputui.ui.app import GpuTuiApp
     from gputui.ui.hosts_sampler import HostsSampler
 
     fleet = Fleet(entries, interval)
     sampler = HostsSampler(fleet)
     try:
         fleet.start()
-        app = HostsApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
-                       theme=options.theme or config.theme or "dark", columns=config.columns,
-                       keymap=config.keys, handle_signals=True)
+        app = GpuTuiApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
+                        theme=options.theme or config.theme or "dark", columns=config.columns,
+                        keymap=config.keys, handle_signals=True)
         app.run()
     finally:
         sampler.close()  # every ssh child ends with the monitor
@@ -116,10 +116,11 @@ def run_replay(options: Options) -> int:
     leave_out_tls()
     config = checked_config(options)
     from gputui.record.run import open_recording
-    from gputui.ui.replay import ReplayApp
+    from gputui.ui.app import GpuTuiApp
+    from gputui.ui.replay import Replay
 
     recording = open_recording(str(options.extra["file"]))
-    app = ReplayApp(recording, ascii=options.ascii, theme=options.theme or config.theme or "dark",
+    app = GpuTuiApp(Replay(recording), ascii=options.ascii, theme=options.theme or config.theme or "dark",
                     columns=config.columns, keymap=config.keys, handle_signals=True)
     app.run()
     return app.return_code or 0

@@ -1,130 +1,138 @@
-"""``gputui replay FILE``: the live monitor on a recording, with time travel.
+"""``gputui replay FILE``: a recording as the monitor's source, played in time, with time travel.
 
 The recorded samples go through the monitor's own path (its HostState, its screens) in order, with the
 judgements the recording monitor made of them, so each position shows what the live monitor showed then.
 Seeking anywhere but one sample forward builds the HostState again, its history from the samples of the
-history's span before the new position, off the UI thread.
+history's span before the new position, off the UI thread. Where the replay is (the app's ``index``, ``wanted``,
+``speed``, ``paused``) is the app's, as its screens read it; the replay's keys (GpuTuiApp's, live only on a
+source that PLAYS) come here.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from textual import work
-from textual.message import Message
+from typing import TYPE_CHECKING
 
 from gputui.analysis.history import History
 from gputui.record.reader import Recording
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
-from gputui.ui import bindings
-from gputui.ui.app import GpuTuiApp
+from gputui.ui.app import Delivered, GpuTuiApp
 from gputui.ui.replay_source import SPEEDS, RecordingSource
+from gputui.ui.sources import REPLAY_KEYS
 from gputui.untrusted import visible
 
-
-class Replayed(Message):
-    """The sample at ``index`` decoded and judged as it was recorded, with the history before it where it
-    was rebuilt."""
-
-    def __init__(self, index: int, sample: Sample, history: History | None) -> None:
-        super().__init__()
-        self.index, self.sample, self.history = index, sample, history
+if TYPE_CHECKING:
+    from textual.timer import Timer
 
 
-class ReplayApp(GpuTuiApp):
-    """The live monitor's screens and keys on a recording, plus play/pause, step, jump and speed."""
+class Replay(RecordingSource):
+    """The samples of ``recording`` played on the app it starts on: the sample asked for is decoded in a
+    worker, shown, and the next one timed."""
 
-    HELP_SECTION = bindings.REPLAY_KEYS
-    BINDINGS = bindings.REPLAY
+    HELP_SECTION = REPLAY_KEYS
+    PLAYS = True
 
-    def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False, **options: Any) -> None:
+    def __init__(self, recording: Recording, *, start: int = 0, paused: bool = False) -> None:
         """``start``: the sample shown first; ``paused``: stay there (pictures, tests)."""
-        source = RecordingSource(recording)
-        super().__init__(None, interval=recording.interval, autostart=False, readonly=True, source=source,
-                         **options)
-        self.recording, self.recording_source = recording, source
-        self.paused = paused
-        self.index = -1  # the sample on screen
-        self.wanted = start  # the sample asked for last: answers for any other are late, and dropped
-        self.speed = SPEEDS[0]
+        super().__init__(recording)
+        self.first, self.start_paused = start, paused
+        self._app: GpuTuiApp | None = None
+        self._next: Timer | None = None  # the next sample's timer, while playing
 
     @property
-    def position(self) -> str:
-        """The header's word on where the replay is (the recording's words for it)."""
-        return self.recording_source.position(self.index, self.speed)
+    def app(self) -> GpuTuiApp:
+        assert self._app is not None, "a replay plays once it has started on an app"
+        return self._app
 
-    def on_mount(self) -> None:
-        # (Textual calls the monitor's own on_mount too, first: it sets up the screens.)
-        self.go(self.wanted)
+    def start(self, app: GpuTuiApp) -> None:
+        self._app, app.playback, app.paused = app, self, self.start_paused
+        self.go(self.first)
+
+    def own_interval(self) -> float | None:
+        return self.recording.interval
+
+    def position_words(self, app: GpuTuiApp) -> str | None:
+        return self.position(app.index, app.speed)
 
     # -- moving through the recording ----------------------------------------------------------
 
     def go(self, index: int) -> None:
         """Show sample ``index`` (clamped to the recording)."""
-        index = self.recording_source.clamp(index)
-        if self._next is not None:
-            self._next.stop()
-            self._next = None
-        self.wanted = index
-        self._decode(index, rebuild=index != self.index + 1)
+        app = self.app
+        index = self.clamp(index)
+        self._stop()
+        app.wanted = index  # answers for any other are late, and dropped
+        rebuild = index != app.index + 1
+        app.run_worker(lambda: self._decode(index, rebuild=rebuild), thread=True, exclusive=True, group="replay",
+                       exit_on_error=False)
 
-    @work(thread=True, exclusive=True, group="replay", exit_on_error=False)
     def _decode(self, index: int, *, rebuild: bool) -> None:
+        app = self.app
         try:
-            read = self.recording_source.read(index, self.history if rebuild else None, lambda: self.wanted == index)
+            read = self.read(index, app.history if rebuild else None, lambda: app.wanted == index)
         except ValueError as exc:  # a sample that is not one (a crafted file: its CRC is right): said, not shown
-            self.call_from_thread(self.notify, visible(str(exc)), severity="error", timeout=8)
+            message = visible(str(exc))
+            app.post_message(Delivered(lambda: app.notify(message, severity="error", timeout=8)))
             return
         if read is not None:
-            self.post_message(Replayed(index, *read))
+            app.post_message(Delivered(lambda: self._show(index, *read)))
 
-    def on_replayed(self, message: Replayed) -> None:
-        if message.index != self.wanted:
+    def _show(self, index: int, sample: Sample, history: History | None) -> None:
+        """Sample ``index`` decoded and judged as it was recorded, with the history before it where it was
+        rebuilt."""
+        app = self.app
+        if index != app.wanted:
             return
-        if message.history is not None:
-            self.state = HostState(message.history)
-        self.index = message.index
-        self.accept(message.sample)
-        if self.index == self.recording_source.last and not self.paused:
-            self.paused = True
-            self.notify("The end of the recording: b goes back to its start.", timeout=4)
-            self.main.render_snapshot()
+        if history is not None:
+            app.state = HostState(history)
+        app.index = index
+        app.accept(sample)
+        if index == self.last and not app.paused:
+            app.paused = True
+            app.notify("The end of the recording: b goes back to its start.", timeout=4)
+            app.main.render_snapshot()
         self._play_on()
 
     def _play_on(self) -> None:
-        wait = None if self.paused else self.recording_source.wait(self.index, self.speed)
+        app = self.app
+        wait = None if app.paused else self.wait(app.index, app.speed)
         if wait is not None:
-            self._next = self.set_timer(wait, lambda: self.go(self.index + 1))
+            self._next = app.set_timer(wait, lambda: self.go(app.index + 1))
 
-    def action_toggle_pause(self) -> None:
+    def _stop(self) -> None:
+        if self._next is not None:
+            self._next.stop()
+            self._next = None
+
+    # -- the keys ------------------------------------------------------------------------------
+
+    def toggle_pause(self) -> None:
         """Play or pause (at the end, play starts again from the start)."""
-        self.paused = not self.paused
-        if self.paused and self._next is not None:
-            self._next.stop()
-            self._next = None
-        elif not self.paused:
-            if self.index >= self.recording_source.last:
-                self.go(0)
-            else:
-                self._play_on()
-        self.main.render_snapshot()
-
-    def action_step(self, samples: int) -> None:
-        self.paused = True
-        self.go(self.index + samples)
-
-    def action_jump(self, seconds: float) -> None:
-        self.go(self.recording_source.jump(self.index, seconds))
-
-    def action_seek(self, index: int) -> None:
-        self.go(self.recording_source.seek(index))
-
-    def action_speed(self) -> None:
-        self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
-        self.main.render_snapshot()
-        if self._next is not None:  # the next sample comes at the new speed
-            self._next.stop()
-            self._next = None
+        app = self.app
+        app.paused = not app.paused
+        if app.paused:
+            self._stop()
+        elif app.index >= self.last:
+            self.go(0)
+        else:
             self._play_on()
+        app.main.render_snapshot()
 
+    def step(self, samples: int) -> None:
+        self.app.paused = True
+        self.go(self.app.index + samples)
+
+    def jump_by(self, seconds: float) -> None:
+        self.go(self.jump(self.app.index, seconds))
+
+    def seek_to(self, index: int) -> None:
+        self.go(self.seek(index))
+
+    def faster(self) -> None:
+        """The next speed (x1, x2, x4, x8, then x1 again)."""
+        app = self.app
+        app.speed = SPEEDS[(SPEEDS.index(app.speed) + 1) % len(SPEEDS)]
+        app.main.render_snapshot()
+        if self._next is not None:  # the next sample comes at the new speed
+            self._stop()
+            self._play_on()

@@ -1,5 +1,5 @@
-"""What a screen asks of its app, as Textual Messages: the app (whichever it is) answers them, and
-refuses what its source cannot do, so no screen needs to know which app it is on.
+"""What a screen asks of its app, as Textual Messages: the app answers them, and
+refuses what its source cannot do, so no screen needs to know which source feeds it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ No Textual here: the first sample is taken while Textual is still being imported
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from gputui.analysis.history import History
 from gputui.analysis.waste import WasteJudge
@@ -63,6 +64,9 @@ class Sampler(Declared):
         """Every judgement of ``snapshot`` (taken by ``sample``: visible already, so the outside words
         the judgements quote are too, and their own line breaks stay)."""
         return self._judge(snapshot)
+
+    def accept(self, app: Any, judged: Sample) -> None:
+        app.accept(judged)
 
     def close(self) -> None:
         self.gatherer.close()

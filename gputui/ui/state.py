@@ -1,6 +1,6 @@
 """What the monitor's screens read of their app, as typed views: the app hands itself to its main
-screen as one of these, so a screen reads the latest sample without knowing which app it is in (the
-live monitor, the many-host view or a replay) and without importing one.
+screen as one of these, so a screen reads the latest sample without knowing which source feeds the app (this
+machine, the many-host view or a replay) and without importing the app.
 """
 
 from __future__ import annotations
