@@ -29,6 +29,7 @@ from bench_probe_ab import sized_job  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
 
+
 def run(target: float, steps: int) -> None:
     job = sized_job(target)
     probe = runtime.start(serve=False, clock=time.thread_time)

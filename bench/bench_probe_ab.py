@@ -35,7 +35,6 @@ import torch  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
 
-
 SETTLE_STEPS = 20000  # at most, before the A/B
 
 
