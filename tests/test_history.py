@@ -92,3 +92,26 @@ def test_the_series_of_one_track_share_their_times():
     assert h.device(0, "memory_used").times is h.device(0, "gpu_util").times == (0.0, 1.0, 2.0)
     h.add(snap(3.0, used=30))
     assert h.device(0, "gpu_util").times is h.device(0, "memory_used").times == (0.0, 1.0, 2.0, 3.0)
+
+
+def test_a_history_keeps_only_the_metrics_asked_for():
+    h = History(device_metrics=(), process_metrics=("gpu_memory",))
+    for t in range(3):
+        h.add(snap(float(t), used=t * 10, proc_mem=t))
+    assert h.process((7, 0), "gpu_memory").values == (0, 1, 2)
+    assert len(h.device(0, "memory_used")) == 0  # no device tracks at all
+    assert h.process_keys() == ((7, 0),)
+
+
+def test_the_judge_keeps_only_what_the_trends_read():
+    """The live monitor's own history keeps every metric for its charts; the sampler's judge kept a second
+    copy of them all, which doubled the history's growth in resident memory (issue 31 item 21)."""
+    from gputui.sample.judge import Judge
+
+    judge = Judge()
+    for t in range(3):
+        judge(snap(float(t), used=t * 10, proc_mem=t))
+    assert judge.history is not None
+    assert judge.history.process((7, 0), "gpu_memory").values == (0, 1, 2)
+    assert len(judge.history.device(0, "memory_used")) == 0
+    assert judge.history.process_metrics == ("gpu_memory",)

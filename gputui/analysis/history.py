@@ -104,9 +104,15 @@ class _Track:
 class History:
     """Bounded history of every device and GPU process seen in the snapshots added."""
 
-    def __init__(self, span: float = 600.0, max_points: int = 3600) -> None:
+    def __init__(self, span: float = 600.0, max_points: int = 3600, *,
+                 device_metrics: tuple[str, ...] = DEVICE_METRICS,
+                 process_metrics: tuple[str, ...] = PROCESS_METRICS) -> None:
+        """``device_metrics`` / ``process_metrics``: the metrics kept (a history that one analysis reads
+        keeps only what it reads; none: no tracks of that kind at all)."""
         self.span = span
         self.max_points = max_points
+        self.device_metrics = device_metrics
+        self.process_metrics = process_metrics
         self._devices: dict[int, _Track] = {}
         self._processes: dict[ProcessKey, _Track] = {}
         self.latest: float | None = None
@@ -115,11 +121,13 @@ class History:
         """Append one snapshot's readings and forget what is older than the span."""
         t = snapshot.taken_at
         self.latest = t
-        for device in snapshot.devices:
-            self._track(self._devices, device.index, DEVICE_METRICS).add(t, device)
-        for proc in snapshot.processes:
-            key = (proc.pid, proc.device_index)
-            self._track(self._processes, key, PROCESS_METRICS).add(t, proc)
+        if self.device_metrics:
+            for device in snapshot.devices:
+                self._track(self._devices, device.index, self.device_metrics).add(t, device)
+        if self.process_metrics:
+            for proc in snapshot.processes:
+                key = (proc.pid, proc.device_index)
+                self._track(self._processes, key, self.process_metrics).add(t, proc)
         oldest = t - self.span
         _trim(self._devices, oldest, self.max_points)
         _trim(self._processes, oldest, self.max_points)
