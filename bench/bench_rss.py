@@ -96,6 +96,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--python", type=Path, default=Path(sys.executable),
                         help="the Python to run (e.g. bench_vs_nvitop's venv: its packages, as installed)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in gputui's environment (repeatable), e.g. PYTHONMALLOC=malloc")
     parser.add_argument("--trace", action="store_true", help="print VmRSS every 10 s on screen")
     parser.add_argument("--maps", action="store_true", help="print the checkout's largest mappings")
     args = parser.parse_args()
@@ -111,7 +113,7 @@ def main() -> int:
     state = work / "state"
     library = build(work / "lib").parent
     env = {"LD_LIBRARY_PATH": str(library), STATE_VARIABLE: str(state), "TERM": "xterm-256color",
-           PROBE_DIR_VARIABLE: str(probes)}
+           PROBE_DIR_VARIABLE: str(probes), **dict(pair.split("=", 1) for pair in args.env)}
     for tree in trees.values():  # byte-code compiled beforehand, as pip does on install
         subprocess.run([str(args.python), "-m", "compileall", "-q", str(tree / "gputui")], check=True)
     tmux("new-session", "-d", "-s", "holder", "sleep 100000")  # keeps our tmux server up
