@@ -202,8 +202,9 @@ def _window_rate(times: list[float], values: list[float]) -> float:
 
 def trend_history() -> History:
     """A history for judging trends only: each process's memory, no device series (the live monitor's
-    own history, for its charts, keeps every metric: a second copy of them all doubled its growth)."""
-    return History(device_metrics=(), process_metrics=(METRIC,))
+    own history, for its charts, keeps every metric: a second copy of them all doubled its growth), and
+    no Series kept between samples (``trends`` reads each one once)."""
+    return History(device_metrics=(), process_metrics=(METRIC,), keep_series=False)
 
 
 @dataclass
