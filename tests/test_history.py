@@ -92,3 +92,52 @@ def test_the_series_of_one_track_share_their_times():
     assert h.device(0, "memory_used").times is h.device(0, "gpu_util").times == (0.0, 1.0, 2.0)
     h.add(snap(3.0, used=30))
     assert h.device(0, "gpu_util").times is h.device(0, "memory_used").times == (0.0, 1.0, 2.0, 3.0)
+
+
+def test_a_history_keeps_only_the_metrics_asked_for():
+    h = History(device_metrics=(), process_metrics=("gpu_memory",))
+    for t in range(3):
+        h.add(snap(float(t), used=t * 10, proc_mem=t))
+    assert h.process((7, 0), "gpu_memory").values == (0, 1, 2)
+    assert len(h.device(0, "memory_used")) == 0  # no device tracks at all
+    assert h.process_keys() == ((7, 0),)
+
+
+def test_the_judge_keeps_only_what_the_trends_read():
+    """The live monitor's own history keeps every metric for its charts; the sampler's judge kept a second
+    copy of them all, which doubled the history's growth in resident memory (issue 31 item 21)."""
+    from gputui.sample.judge import Judge
+
+    judge = Judge()
+    for t in range(3):
+        judge(snap(float(t), used=t * 10, proc_mem=t))
+    assert judge.history is not None
+    assert judge.history.process((7, 0), "gpu_memory").values == (0, 1, 2)
+    assert len(judge.history.device(0, "memory_used")) == 0
+    assert judge.history.process_metrics == ("gpu_memory",)
+
+
+def test_the_judge_keeps_under_32_bytes_a_process_sample():
+    """Ten minutes of 64 processes at 1 s: the sampler's judge keeps each process's time and memory as C
+    numbers (16 bytes), with the trends' and the idle judge's own state: about 26 bytes. A second copy of every
+    metric, and the Series tuples it had read once, made 82 (3 MB of the monitor's memory; issue 31 item 21)."""
+    from gputui.sample.judge import Judge
+
+    def sample(t):
+        procs = tuple(GpuProcess(pid=100 + i, device_index=i % 8, gpu_memory=2**30 + t * 4096, sm_util=50,
+                                 cpu_percent=t / 7, host_memory=2**31 + t) for i in range(processes))
+        devices = tuple(Device(index=d, memory_used=2**34 + t, gpu_util=50, power_draw=300.5) for d in range(8))
+        return Snapshot(taken_at=float(t), devices=devices, processes=procs)
+
+    processes, samples = 64, 600
+    judge = Judge()
+    judge(sample(0))  # the analyses' modules imported: not what is measured
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for t in range(1, samples):
+            judge(sample(t))
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept / (processes * samples) < 32, f"{kept / (processes * samples):.1f} bytes a process-sample"

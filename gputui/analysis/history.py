@@ -46,15 +46,17 @@ class _Track:
     block from its first sample on (0.5 MB for 64 processes ten seconds in, 6 MB ten minutes in; issue
     31 item 21). An unknown value is kept as 0, its sample number in ``unknown``."""
 
-    __slots__ = ("times", "columns", "unknown", "dropped", "_series")
+    __slots__ = ("times", "columns", "unknown", "dropped", "keep_series", "_series")
 
-    def __init__(self, metrics: tuple[str, ...]) -> None:
+    def __init__(self, metrics: tuple[str, ...], keep_series: bool = True) -> None:
         self.times = array("d")
         self.columns: dict[str, array[Any]] = {m: array("d" if m in FRACTIONAL else "q") for m in metrics}
         self.unknown: dict[str, list[int]] = {}  # metric -> the sample numbers where it was None
         self.dropped = 0  # samples dropped from the front: times[i] is sample number dropped + i
-        # Series handed out since the last change: charts and trends ask for the same ones many
-        # times per refresh, and copying 600-point tuples for 1000 processes adds up.
+        # Series handed out since the last change: charts ask for the same ones many times per
+        # refresh, and copying 600-point tuples for 1000 processes adds up. A history read once per
+        # sample (the trends') keeps none: kept, they were a third of its memory ten minutes in.
+        self.keep_series = keep_series
         self._series: dict[str, Series] = {}
 
     def add(self, t: float, row: object) -> None:
@@ -97,16 +99,26 @@ class _Track:
                 values[number - self.dropped] = None
             # One tuple of times for all the series handed out since the last change, as with deques.
             times = next(iter(self._series.values())).times if self._series else tuple(self.times)
-            series = self._series[metric] = Series(times, tuple(values))
+            series = Series(times, tuple(values))
+            if self.keep_series:
+                self._series[metric] = series
         return series
 
 
 class History:
     """Bounded history of every device and GPU process seen in the snapshots added."""
 
-    def __init__(self, span: float = 600.0, max_points: int = 3600) -> None:
+    def __init__(self, span: float = 600.0, max_points: int = 3600, *,
+                 device_metrics: tuple[str, ...] = DEVICE_METRICS,
+                 process_metrics: tuple[str, ...] = PROCESS_METRICS, keep_series: bool = True) -> None:
+        """``device_metrics`` / ``process_metrics``: the metrics kept (a history that one analysis reads
+        keeps only what it reads; none: no tracks of that kind at all). ``keep_series``: keep the Series
+        handed out until the next sample, for readers that ask for the same one more than once."""
         self.span = span
         self.max_points = max_points
+        self.device_metrics = device_metrics
+        self.process_metrics = process_metrics
+        self.keep_series = keep_series
         self._devices: dict[int, _Track] = {}
         self._processes: dict[ProcessKey, _Track] = {}
         self.latest: float | None = None
@@ -115,11 +127,13 @@ class History:
         """Append one snapshot's readings and forget what is older than the span."""
         t = snapshot.taken_at
         self.latest = t
-        for device in snapshot.devices:
-            self._track(self._devices, device.index, DEVICE_METRICS).add(t, device)
-        for proc in snapshot.processes:
-            key = (proc.pid, proc.device_index)
-            self._track(self._processes, key, PROCESS_METRICS).add(t, proc)
+        if self.device_metrics:
+            for device in snapshot.devices:
+                self._track(self._devices, device.index, self.device_metrics).add(t, device)
+        if self.process_metrics:
+            for proc in snapshot.processes:
+                key = (proc.pid, proc.device_index)
+                self._track(self._processes, key, self.process_metrics).add(t, proc)
         oldest = t - self.span
         _trim(self._devices, oldest, self.max_points)
         _trim(self._processes, oldest, self.max_points)
@@ -138,7 +152,7 @@ class History:
     def _track(self, tracks: dict[K, _Track], key: K, metrics: tuple[str, ...]) -> _Track:
         track = tracks.get(key)
         if track is None:
-            track = tracks[key] = _Track(metrics)
+            track = tracks[key] = _Track(metrics, self.keep_series)
         return track
 
 

@@ -23,6 +23,7 @@ from gputui.model.verdicts import (
 )
 
 MIB = 1 << 20
+METRIC = "gpu_memory"  # the one series of the history that trends read
 
 WINDOW = 120.0  # seconds of the latest history the current rate is fitted on
 MIN_SPAN = 30.0  # seconds of history needed before any verdict
@@ -199,6 +200,13 @@ def _window_rate(times: list[float], values: list[float]) -> float:
     return theil_sen(times[first:], values[first:]) or 0.0
 
 
+def trend_history() -> History:
+    """A history for judging trends only: each process's memory, no device series (the live monitor's
+    own history, for its charts, keeps every metric: a second copy of them all doubled its growth), and
+    no Series kept between samples (``trends`` reads each one once)."""
+    return History(device_metrics=(), process_metrics=(METRIC,), keep_series=False)
+
+
 @dataclass
 class TrendCache:
     """Remembers trends between refreshes so each process is re-judged only every ``every`` seconds.
@@ -235,7 +243,7 @@ def trends(
     def judge(proc: GpuProcess) -> ProcessTrend:
         key = (proc.pid, proc.device_index)
         return process_trend(
-            history.process(key, "gpu_memory"),
+            history.process(key, METRIC),
             device_free=free.get(room(proc)),
             device_total=total.get(room(proc)),
             now=now,

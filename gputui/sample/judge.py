@@ -43,7 +43,7 @@ class Judge:
         """``history``: one already recorded (a still picture); the judge adds each new sample to it.
         ``waste``: when a held GPU counts as idle (the config's [waste] and the --idle-* flags), or an idle
         judge that watched the recorded samples (a still picture's)."""
-        self.history = history if history is not None else History()
+        self.history = history  # made at the first call when None: only what the trends read
         self._waste = waste if isinstance(waste, WasteJudge) else WasteJudge(waste)
         self._leaks: JudgedLeaks | None = None  # the latest verdicts, with the reports they judged
         self._trend_cache: TrendCache | None = None  # made at the first call: the first frame does without
@@ -54,8 +54,13 @@ class Judge:
             from gputui.analysis.trends import TrendCache
 
             self._trend_cache = TrendCache()
+        history = self.history
+        if history is None:
+            from gputui.analysis.trends import trend_history
+
+            history = self.history = trend_history()
         snapshot, leaks = self._leak_verdicts(snapshot)
-        trends = self._memory_trends(snapshot)
+        trends = self._memory_trends(snapshot, history)
         try:
             judgements = judgements_of(snapshot, leaks, trends)
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
@@ -76,15 +81,15 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - as above
             return _with_problem(snapshot, f"leak analysis failed: {type(exc).__name__}: {exc}"), {}
 
-    def _memory_trends(self, snapshot: Snapshot) -> dict[ProcessKey, ProcessTrend]:
+    def _memory_trends(self, snapshot: Snapshot, history: History) -> dict[ProcessKey, ProcessTrend]:
         from gputui.analysis.trends import trends
 
-        latest = self.history.latest
+        latest = history.latest
         if latest is not None and snapshot.taken_at <= latest and self._trends:
             return self._trends  # the same instant twice (or a clock stepping back) must not skew the history
         if latest is None or snapshot.taken_at > latest:
-            self.history.add(snapshot)
-        self._trends = trends(self.history, snapshot, cache=self._trend_cache)
+            history.add(snapshot)
+        self._trends = trends(history, snapshot, cache=self._trend_cache)
         return self._trends
 
 
