@@ -26,13 +26,15 @@ SAMPLES = 4  # samples taken with the screen open
 
 def count_callers(monkeypatch, name: str, *modules) -> Counter:
     """Calls of the function ``name`` of ``modules[0]`` (and as the others imported it), by the package of
-    the caller: "sample" (the pipeline) or "ui" (a screen or a job line)."""
+    the nearest caller above the analysis: "sample" (the pipeline) or "ui" (a screen or a job line)."""
     calls: Counter = Counter()
     real = getattr(modules[0], name)
 
     def counted(*args, **kwargs):
-        caller = sys._getframe(1).f_globals["__name__"]
-        calls[caller.split(".")[1]] += 1
+        frame = sys._getframe(1)
+        while frame.f_globals["__name__"].startswith("gputui.analysis"):
+            frame = frame.f_back
+        calls[frame.f_globals["__name__"].split(".")[1]] += 1
         return real(*args, **kwargs)
 
     for module in modules:
@@ -66,18 +68,7 @@ async def test_the_process_detail_shows_the_pipelines_judgement_and_judges_nothi
 async def test_the_process_detail_takes_its_room_to_grow_from_the_judgement(monkeypatch):
     import gputui.analysis.whatif
 
-    calls: Counter = Counter()
-    real = gputui.analysis.whatif.headrooms
-
-    def counted(*args, **kwargs):
-        frame = sys._getframe(1)  # the nearest caller above the analysis: the pipeline or the ui
-        while frame.f_globals["__name__"].startswith("gputui.analysis"):
-            frame = frame.f_back
-        calls[frame.f_globals["__name__"].split(".")[1]] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(gputui.analysis.whatif, "headrooms", counted)
-    monkeypatch.setattr(gputui.analysis.process, "headrooms", counted)
+    calls = count_callers(monkeypatch, "headrooms", gputui.analysis.whatif, gputui.analysis.process)
     app = still_app("leaky", seconds=120, interval=0.2)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
