@@ -109,13 +109,13 @@ def print_overhead(label: str, results: list[dict], rounds: int, steps: int) -> 
 def time_in_hooks(steps: int) -> None:
     """The time spent inside the probe's hooks themselves: steadier than a difference of step times
     on a shared machine. (The timing wrapper adds a few microseconds per call of its own.)"""
-    from gputui.probe import activations, tracking
+    from gputui.probe import activations, stepping, tracking
 
     spent = [0.0]
     originals = {}
     for owner, name in ((tracking.Tracker, "_module_pre"), (tracking.Tracker, "_module_post"),
                         (activations.Activations, "pack"), (tracking.Tracker, "_unpack"),
-                        (tracking.Tracker, "_optimizer_pre"), (tracking.Tracker, "_optimizer_post")):
+                        (tracking.Tracker, "_optimizer_pre"), (stepping.Stepping, "_optimizer_post")):
         original = originals[owner, name] = getattr(owner, name)
 
         def timed(self, *args, _original=original):

@@ -14,7 +14,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
 from gputui.analysis.leaks import growth_floor  # noqa: E402
 from gputui.link.protocol import FRESH_FOR  # noqa: E402
-from gputui.probe import runtime, tracking  # noqa: E402
+from gputui.probe import runtime, stepping, tracking  # noqa: E402
 from gputui.probe.budget import ReadingsBudget  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -226,8 +226,8 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
     (``clock``: the clock, a one-item list of seconds)."""
     clock = [0.0] if clock is None else clock
     after = [0.0]  # the next step's work slower by this
-    real_read = tracking.Tracker._read
-    real_light = tracking.Tracker._light_reading
+    real_read = stepping.Stepping._read
+    real_light = stepping.Stepping._light_reading
 
     def read(self, with_tally):
         clock[0] += reading
@@ -238,15 +238,15 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
         after[0] += after_light
         return real_light(self)
 
-    monkeypatch.setattr(tracking.Tracker, "_read", read)
-    monkeypatch.setattr(tracking.Tracker, "_light_reading", light_reading)
-    real_end = tracking.Tracker._end_step
+    monkeypatch.setattr(stepping.Stepping, "_read", read)
+    monkeypatch.setattr(stepping.Stepping, "_light_reading", light_reading)
+    real_end = stepping.Stepping._end_step
 
     def end_step(self, now):
         clock[0] += full
         real_end(self, now)
 
-    monkeypatch.setattr(tracking.Tracker, "_end_step", end_step)
+    monkeypatch.setattr(stepping.Stepping, "_end_step", end_step)
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
@@ -293,7 +293,7 @@ def test_the_account_holds_what_readings_cost_the_steps_after_them(monkeypatch):
     # probe's sees it. Its account must still hold all it costs the job, as an outside A/B sees it: the
     # clock's time beyond the job's own 5 ms steps. (Saved tensors' hook calls take no time on this
     # clock, so they are estimated at none.) The account before held 65 % of it: nothing after a reading.
-    monkeypatch.setattr(tracking, "PACK_COST", 0.0)
+    monkeypatch.setattr(stepping, "PACK_COST", 0.0)
     clock = [0.0]
     STEPS = 1200  # (about 30 measured steps: what the steps after them cost is calibrated by the end)
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, STEPS, monkeypatch, light=35e-6, after_light=40e-6,

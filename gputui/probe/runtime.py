@@ -30,7 +30,8 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.oom import OomWatch
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import MEASURED_KEPT, Tracker
+from gputui.probe.stepping import MEASURED_KEPT
+from gputui.probe.tracking import Tracker
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
