@@ -25,7 +25,6 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from gputui.model import StepRecord
 from gputui.model.probe import (
     LIMIT_HOOKS_UNAVAILABLE,
     LIMIT_LOSS_OUTSIDE,
@@ -39,7 +38,7 @@ from gputui.probe.saved_tensor_hooks import SavedTensorHooks
 from gputui.probe.sharded import fsdp_modules
 from gputui.probe.stepping import Stepping
 from gputui.probe.stepping import is_compiling as _is_compiling
-from gputui.probe.steps import BACKWARD, FORWARD, IDLE, OPTIMIZER, StepEntry
+from gputui.probe.steps import BACKWARD, FORWARD, IDLE, OPTIMIZER
 
 LEARN_STEPS = 3  # steps with global module hooks, to learn which modules run the forward pass
 
@@ -349,60 +348,6 @@ class Tracker(Stepping):
                 self._disarm()
         return toggle
 
-    # -- what the probe reads of it (forwarded) ---------------------------------------------------
-
-    def may_spend(self) -> bool:
-        """Whether a reading now keeps the probe inside its readings budget (see ReadingsBudget)."""
-        return self.budget.may_spend()
-
-    def activation_bytes(self) -> int:
-        return self.activations.total()
-
-    def model_storages(self) -> set:
-        """(data_ptr, device) of every parameter, gradient, buffer and optimizer-state storage."""
-        return self.categories.model_storages()
-
-    @property
-    def charged(self) -> float:
-        """Seconds charged to the readings budget: timed readings plus their estimated untimed cost."""
-        return self.budget.charged
-
-    @property
-    def hook_seconds(self) -> float:
-        """Seconds the readings took on the training thread, as they timed themselves."""
-        return self.budget.hook_seconds
-
-    @property
-    def evidence_steps(self) -> int:
-        """Steps measured because the judged figure grew, so far."""
-        return self.evidence.steps
-
-    @property
-    def last_evidence(self) -> bool:
-        """Whether the latest step that ended was measured because the judged figure grew."""
-        return self.evidence.last
-
-    @property
-    def steps(self) -> tuple[StepRecord, ...]:
-        """The recent steps, oldest first."""
-        return self.board.records()
-
-    def entries(self) -> list[StepEntry]:
-        """The recent steps as kept on the board, oldest first (see Board.entries)."""
-        return self.board.entries()
-
-    def recent_durations(self, count: int) -> list[float | None]:
-        """The durations of the latest ``count`` steps, oldest first."""
-        return [s.duration for s in list(self.board.steps)[-count:]]
-
-    @property
-    def saw_tensor(self):
-        """A callable(tensor) told of each saved tensor (set while allocation sites are recorded)."""
-        return self.activations.saw_tensor
-
-    @saw_tensor.setter
-    def saw_tensor(self, callback) -> None:
-        self.activations.saw_tensor = callback
 
 
 def _closure_of(args: tuple, kwargs: dict):
