@@ -105,8 +105,6 @@ class Stepping:
 
     # -- reading memory ---------------------------------------------------------------------------
 
-    # -- reading memory ---------------------------------------------------------------------------
-
     def tally(self) -> dict[str, list[int]]:
         """Bytes per device and category right now: parameters, gradients, state, activations."""
         gathered = self.gathered.read() if self.gathered.seen else {}
@@ -202,7 +200,8 @@ class Stepping:
         self._measuring = measuring
         self.phases.reset(measuring)
 
-    def _optimizer_post(self, optimizer, args, kwargs):
+    def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        """The step end: the optimizer post-hook, the one hook the Tracker keeps installed for good."""
         now = self.clock()  # (first: the step ends here, and all this hook does is the probe's cost)
         if not self.active or is_compiling():
             return None
@@ -225,11 +224,11 @@ class Stepping:
             self.problems.record("optimizer post-hook", exc)
         return None
 
-    def _make_primary(self, optimizer) -> None:
+    def _make_primary(self, optimizer: torch.optim.Optimizer) -> None:
         self._primary = weakref.ref(optimizer, self._primary_gone)
         self._primary_id = id(optimizer)
 
-    def _primary_gone(self, _ref) -> None:
+    def _primary_gone(self, _ref: weakref.ref) -> None:
         # (Before its id can be another object's.)
         self._primary_id = None
 

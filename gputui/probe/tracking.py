@@ -58,8 +58,8 @@ class Tracker(Stepping):
     see it puts on the Board.
     """
 
-    def __init__(self, *, activations: bool = True, **stepping) -> None:
-        super().__init__(activations=activations, **stepping)
+    def __init__(self, **stepping) -> None:
+        super().__init__(**stepping)  # (Stepping's keywords: activations, budget, clock, board ...)
         # callable(), set by the probe: publishes a fresh reading if a monitor asked for one. Called at
         # the start of a forward pass, so a job in long steps, before its first step or without an
         # optimizer still gets fresh figures, read here, on its own thread.
