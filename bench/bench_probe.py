@@ -61,7 +61,7 @@ def overhead(rounds: int, steps: int, activations: bool = True) -> dict:
     probe = runtime.start(serve=False, activations=activations)
     timed_steps(job, 5, 0)  # the probe learns the optimizer at its first step
     blocks = {"off": ([], []), "on": ([], [])}
-    before, measured_before = probe.tracker.charged, len(probe.tracker.steps)
+    before, measured_before = probe.tracker.budget.charged, len(probe.board.records())
     for r in range(rounds):
         # Alternate which side goes first, so neither always runs right after the other.
         for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
@@ -72,9 +72,9 @@ def overhead(rounds: int, steps: int, activations: bool = True) -> dict:
             wall, cpu = timed_steps(job, steps, r * steps)
             blocks[side][0].append(statistics.median(wall))
             blocks[side][1].append(statistics.median(cpu))
-    steps_on = probe.tracker.steps[measured_before:]
+    steps_on = probe.board.records()[measured_before:]
     measured = sum(1 for s in steps_on if s.allocated is not None)
-    readings = probe.tracker.charged - before
+    readings = probe.tracker.budget.charged - before
     runtime.stop()
     out = {"readings_us": readings / (rounds * steps) * 1e6, "measured": measured,
            "stepped": len(steps_on)}
@@ -109,13 +109,13 @@ def print_overhead(label: str, results: list[dict], rounds: int, steps: int) -> 
 def time_in_hooks(steps: int) -> None:
     """The time spent inside the probe's hooks themselves: steadier than a difference of step times
     on a shared machine. (The timing wrapper adds a few microseconds per call of its own.)"""
-    from gputui.probe import activations, tracking
+    from gputui.probe import activations, stepping, tracking
 
     spent = [0.0]
     originals = {}
     for owner, name in ((tracking.Tracker, "_module_pre"), (tracking.Tracker, "_module_post"),
                         (activations.Activations, "pack"), (tracking.Tracker, "_unpack"),
-                        (tracking.Tracker, "_optimizer_pre"), (tracking.Tracker, "_optimizer_post")):
+                        (tracking.Tracker, "_optimizer_pre"), (stepping.Stepping, "_optimizer_post")):
         original = originals[owner, name] = getattr(owner, name)
 
         def timed(self, *args, _original=original):
@@ -131,15 +131,15 @@ def time_in_hooks(steps: int) -> None:
         probe = runtime.start(serve=False)
         timed_steps(job, 50, 0)
         spent[0] = 0.0
-        charged_before = probe.tracker.charged
+        charged_before = probe.tracker.budget.charged
         wall, _ = timed_steps(job, steps, 0)
-        measured = sum(1 for s in probe.tracker.steps[-steps:] if s.allocated is not None)
+        measured = sum(1 for s in probe.board.records()[-steps:] if s.allocated is not None)
         runtime.stop()
     finally:
         for (owner, name), original in originals.items():
             setattr(owner, name, original)
     per_step, step_time = spent[0] / steps, statistics.median(wall)
-    charged = (probe.tracker.charged - charged_before) / steps
+    charged = (probe.tracker.budget.charged - charged_before) / steps
     print(f"time inside the probe's hooks: {per_step * 1e6:.1f} us/step = "
           f"{per_step / step_time * 100:.2f} % of a {step_time * 1e3:.2f} ms step "
           f"({measured} of {steps} steps measured within the budget)")

@@ -74,7 +74,7 @@ def run(target: float, rounds: int, steps: int, clock) -> None:
             if side == "off":
                 probe.tracker.uninstall()
             tracker = probe.tracker
-            count, whole, charged = tracker.step_count, tracker.cost, tracker.charged
+            count, whole, charged = tracker.step_count, tracker.cost, tracker.budget.charged
             del sandwich.took[:]
             for i in range(steps):
                 loops.train_step(job, *job.batch_at(offset + i))
@@ -85,7 +85,7 @@ def run(target: float, rounds: int, steps: int, clock) -> None:
                 last.remove()  # (after the probe's again: installing put its hook last)
                 last = register_optimizer_step_post_hook(sandwich.last)
                 continue
-            account += (tracker.cost - tracker.charged) - (whole - charged)  # (the step hook's: HookCost)
+            account += (tracker.cost - tracker.budget.charged) - (whole - charged)  # (the step hook's: HookCost)
             whole_account += tracker.cost - whole
             entries = list(probe.board.steps)
             new = entries[-(probe.tracker.step_count - count):]

@@ -42,13 +42,13 @@ class JobClock:
 
     @contextlib.contextmanager
     def charging(self, monkeypatch) -> Iterator["JobClock"]:
-        """Within the block, charge the readings' costs (the Tracker's own reading functions) and each
+        """Within the block, charge the readings' costs (the step machine's own reading functions) and each
         optimizer step's work (a global optimizer pre-hook)."""
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        from gputui.probe import tracking
+        from gputui.probe import stepping
 
-        read, light_reading = tracking.Tracker._read, tracking.Tracker._light_reading
+        read, light_reading = stepping.Stepping._read, stepping.Stepping._light_reading
 
         def timed_read(tracker, with_tally):
             self.now += self.reading
@@ -62,8 +62,8 @@ class JobClock:
             self.steps += 1
             self.now += self.step
 
-        monkeypatch.setattr(tracking.Tracker, "_read", timed_read)
-        monkeypatch.setattr(tracking.Tracker, "_light_reading", timed_light)
+        monkeypatch.setattr(stepping.Stepping, "_read", timed_read)
+        monkeypatch.setattr(stepping.Stepping, "_light_reading", timed_light)
         handle = register_optimizer_step_pre_hook(step_work)
         try:
             yield self

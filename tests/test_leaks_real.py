@@ -142,7 +142,7 @@ def test_at_the_default_budget_a_few_measured_steps_give_the_exact_activation_ra
         try:
             kept = loops.run("outputs", 400)
             report = probe.report()
-            measured = probe.tracker.steps
+            measured = probe.board.records()
         finally:
             gputui.probe.stop()
     del kept

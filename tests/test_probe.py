@@ -65,7 +65,7 @@ def test_categories_match_what_the_model_and_adam_hold(probe):
     # Adam keeps exp_avg and exp_avg_sq per parameter (2x), plus a 0-dim float32 "step" tensor each.
     assert cats.optimizer_state == 2 * params + 4 * n_params
     # Backward freed them: between steps the figure is the latest measured step's peak, named by it.
-    assert probe.tracker.activation_bytes() == 0
+    assert probe.tracker.activations.total() == 0
     assert (cats.activations, cats.activations_step) == (probe.report().steps[-1].activations_peak, 3)
     assert cats.activations > 0
     assert cats.other is None  # no allocator on CPU: not known, not zero
@@ -78,11 +78,11 @@ def test_activations_are_seen_during_forward_and_gone_after_backward(probe):
     job.optimizer.zero_grad()
     out = job.model(x)
     assert probe.tracker.phase == FORWARD
-    assert probe.tracker.activation_bytes() == ACTIVATIONS
+    assert probe.tracker.activations.total() == ACTIVATIONS
     loss = nn.functional.cross_entropy(out, y)
     loss.backward()
     assert probe.tracker.phase == BACKWARD
-    assert probe.tracker.activation_bytes() == 0
+    assert probe.tracker.activations.total() == 0
     job.optimizer.step()
     assert probe.tracker.phase == IDLE
 
@@ -92,9 +92,9 @@ def test_a_graph_kept_without_backward_counts_until_dropped(probe):
     x, _ = fresh_batch(job)
     step(job, x, job.batch_at(0)[1])
     kept = [job.model(x) for _ in range(3)]  # evaluation with grad enabled: graphs stay
-    assert probe.tracker.activation_bytes() == 3 * ACTIVATIONS - 2 * 64 * 256 * 4  # x shared
+    assert probe.tracker.activations.total() == 3 * ACTIVATIONS - 2 * 64 * 256 * 4  # x shared
     del kept
-    assert probe.tracker.activation_bytes() == 0  # the probe's own bookkeeping holds no cycle
+    assert probe.tracker.activations.total() == 0  # the probe's own bookkeeping holds no cycle
 
 
 class Pooled(nn.Module):
@@ -122,7 +122,7 @@ def test_a_slice_of_what_the_forward_made_counts_whole_and_a_slice_of_the_datase
         if i == 2:
             # The batch (4 x 32 x 16 floats of the 80 KiB dataset), saved by the encoder's Linear, and
             # the whole encoder output the pooler's 4 x 64 view keeps alive.
-            assert probe.tracker.activation_bytes() == 4 * 32 * 16 * 4 + 4 * 32 * 64 * 4
+            assert probe.tracker.activations.total() == 4 * 32 * 16 * 4 + 4 * 32 * 64 * 4
         out.sum().backward()
         optimizer.step()
     assert [s.activations_peak for s in probe.report().steps] == [4 * 32 * 16 * 4 + 4 * 32 * 64 * 4] * 3
@@ -136,7 +136,7 @@ def test_a_slice_of_a_tensor_the_job_holds_that_requires_grad_counts_by_its_elem
     for i in range(2):
         optimizer.zero_grad()
         out = model(inputs[4 * i:4 * i + 4])
-        assert probe.tracker.activation_bytes() == 4 * 16 * 4  # the slice, not the 40 rows
+        assert probe.tracker.activations.total() == 4 * 16 * 4  # the slice, not the 40 rows
         out.sum().backward()
         optimizer.step()
 
@@ -286,7 +286,7 @@ def test_site_recording_finds_the_growing_line_and_switches_off(probe):
     assert report.recording_cost is not None and report.recording_cost >= 0
     # Off again: no torch function mode left behind, no tensor watching.
     assert not torch.overrides._get_current_function_mode_stack()
-    assert probe.tracker.saw_tensor is None
+    assert probe.tracker.activations.saw_tensor is None
 
 
 def test_site_recording_of_a_clean_loop_shows_nothing_growing(probe):

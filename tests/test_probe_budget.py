@@ -14,7 +14,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks  # noqa: E402
 
 from gputui.analysis.leaks import growth_floor  # noqa: E402
 from gputui.link.protocol import FRESH_FOR  # noqa: E402
-from gputui.probe import runtime, tracking  # noqa: E402
+from gputui.probe import runtime, stepping, tracking  # noqa: E402
 from gputui.probe.budget import ReadingsBudget  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -69,8 +69,8 @@ def test_measured_steps_are_charged_what_they_cost_beyond_their_own_timing(monke
     measured = [s for s in steps[10:] if s.allocated is not None]
     assert measured and len(measured) < len(steps[10:])
     # Each measured step was charged (about) the sleep, not only its readings' few hundred us.
-    assert p.tracker.charged >= 0.3 * COST * len(measured)
-    assert p.tracker.charged <= 0.02 * p.tracker.elapsed + 0.5 * max(s.duration for s in steps)
+    assert p.tracker.budget.charged >= 0.3 * COST * len(measured)
+    assert p.tracker.budget.charged <= 0.02 * p.tracker.elapsed + 0.5 * max(s.duration for s in steps)
 
 
 def test_hooks_installed_again_are_armed_only_for_a_measured_step():
@@ -131,7 +131,7 @@ def test_growth_between_measured_steps_asks_for_a_measured_step_whatever_the_bud
         try:
             leak_corpus().PATTERNS["global_list"].run(70)
             report = p.report()
-            asked = p.tracker.evidence_steps
+            asked = p.tracker.evidence.steps
         finally:
             runtime.stop()
     measured = [s.step for s in report.steps if s.categories is not None]
@@ -156,9 +156,9 @@ def test_a_flat_loop_asks_for_no_extra_measured_steps():
     try:
         job = loops.make_job()
         loops.clean(job, 40)  # warm-up: the heap may grow while the allocator's caches fill
-        before = p.tracker.evidence_steps
+        before = p.tracker.evidence.steps
         loops.clean(job, 200)
-        assert p.tracker.evidence_steps == before
+        assert p.tracker.evidence.steps == before
     finally:
         runtime.stop()
 
@@ -226,8 +226,8 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
     (``clock``: the clock, a one-item list of seconds)."""
     clock = [0.0] if clock is None else clock
     after = [0.0]  # the next step's work slower by this
-    real_read = tracking.Tracker._read
-    real_light = tracking.Tracker._light_reading
+    real_read = stepping.Stepping._read
+    real_light = stepping.Stepping._light_reading
 
     def read(self, with_tally):
         clock[0] += reading
@@ -238,15 +238,15 @@ def _fake_clock_job(share: float, hook: float, reading: float, steps: int, monke
         after[0] += after_light
         return real_light(self)
 
-    monkeypatch.setattr(tracking.Tracker, "_read", read)
-    monkeypatch.setattr(tracking.Tracker, "_light_reading", light_reading)
-    real_end = tracking.Tracker._end_step
+    monkeypatch.setattr(stepping.Stepping, "_read", read)
+    monkeypatch.setattr(stepping.Stepping, "_light_reading", light_reading)
+    real_end = stepping.Stepping._end_step
 
     def end_step(self, now):
         clock[0] += full
         real_end(self, now)
 
-    monkeypatch.setattr(tracking.Tracker, "_end_step", end_step)
+    monkeypatch.setattr(stepping.Stepping, "_end_step", end_step)
     tracker = tracking.Tracker(budget=share, clock=lambda: clock[0])
 
     def step_end(step):
@@ -277,14 +277,14 @@ def test_the_account_holds_the_step_hooks_own_work_at_every_step(monkeypatch):
     tracker = _fake_clock_job(0.02, 0.001, 0.0001, 200, monkeypatch, light=200e-6)
     cost = tracker.hook_cost
     plain = cost.lean.steps + cost.unmeasured.steps
-    measured = sum(1 for e in tracker.entries() if e.record is not None)
+    measured = sum(1 for e in tracker.board.entries() if e.record is not None)
     assert cost.lean.per_step == pytest.approx(0.001) and cost.unmeasured.per_step == pytest.approx(0.001)
     assert 31 <= plain <= 195 and measured >= 5
-    assert tracker.cost - tracker.charged == pytest.approx(0.200)
+    assert tracker.cost - tracker.budget.charged == pytest.approx(0.200)
     # The measured steps' 4 readings of 0.1 ms are charged (with their saved tensors' estimated hook
     # calls, under 0.2 ms a step here), and the light readings of 0.2 ms.
-    light = sum(1 for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7]))
-    assert 0.0004 * measured - 1e-9 <= tracker.charged - 0.0002 * light <= 0.0006 * measured
+    light = sum(1 for e in tracker.board.entries() if e.record is None and any(x is not None for x in e[4:7]))
+    assert 0.0004 * measured - 1e-9 <= tracker.budget.charged - 0.0002 * light <= 0.0006 * measured
 
 
 def test_the_account_holds_what_readings_cost_the_steps_after_them(monkeypatch):
@@ -293,13 +293,13 @@ def test_the_account_holds_what_readings_cost_the_steps_after_them(monkeypatch):
     # probe's sees it. Its account must still hold all it costs the job, as an outside A/B sees it: the
     # clock's time beyond the job's own 5 ms steps. (Saved tensors' hook calls take no time on this
     # clock, so they are estimated at none.) The account before held 65 % of it: nothing after a reading.
-    monkeypatch.setattr(tracking, "PACK_COST", 0.0)
+    monkeypatch.setattr(stepping, "PACK_COST", 0.0)
     clock = [0.0]
     STEPS = 1200  # (about 30 measured steps: what the steps after them cost is calibrated by the end)
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, STEPS, monkeypatch, light=35e-6, after_light=40e-6,
                               after_measured=300e-6, clock=clock)
     outside = clock[0] - STEPS * 0.005
-    light = sum(1 for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7]))
+    light = sum(1 for e in tracker.board.entries() if e.record is None and any(x is not None for x in e[4:7]))
     assert light >= 60
     assert tracker.cost == pytest.approx(outside, rel=0.03)
     assert tracker.budget.after_light.cost.per_step == pytest.approx(40e-6)
@@ -310,7 +310,7 @@ def test_a_step_end_the_machine_interrupted_is_not_in_the_account(monkeypatch):
     # both kinds are calibrated: the machine gave the CPU to another process mid-hook. The account holds
     # the hook's own work (its calibrated median at each), not the other process's turns.
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6, slow=frozenset(range(300, 310)))
-    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+    assert tracker.cost - tracker.budget.charged == pytest.approx(30e-6 * 400)
     assert tracker.hook_cost.lean.steps >= 100 and tracker.hook_cost.unmeasured.steps >= 100
 
 
@@ -321,7 +321,7 @@ def test_light_readings_keep_to_half_the_budget_with_the_step_end_they_ask_for(m
     # end are calibrated), that step end keeps the light readings to one in five steps, not one in one
     # or two; the account holds it once.
     tracker = _fake_clock_job(0.004, 5e-6, 50e-6, 400, monkeypatch, light=10e-6, full=40e-6)
-    later = [e for e in tracker.entries() if e.step > 200 and e.record is None]
+    later = [e for e in tracker.board.entries() if e.step > 200 and e.record is None]
     read = [e.step for e in later if e.host_allocated is not None or e.host_memory is not None]
     assert 200 * 10e-6 / 50e-6 - 8 <= len(read) <= 200 * 10e-6 / 50e-6 + 2, read
     assert tracker.hook_cost.beyond_lean == pytest.approx(40e-6)
@@ -333,11 +333,11 @@ def test_measured_steps_keep_their_rate_when_every_step_costs_the_hook(monkeypat
     # the account, not the budget: a measured step (4 readings of 50 us and its saved tensors' hook
     # calls: about 0.3 ms) still comes as often as the budget allows, about one in 15 steps.
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch)
-    measured = [e.step for e in tracker.entries() if e.record is not None]
+    measured = [e.step for e in tracker.board.entries() if e.record is not None]
     assert len(measured) >= 22, measured
     assert max(b - a for a, b in zip(measured, measured[1:])) <= 18, measured  # none starved
-    assert tracker.charged <= 0.004 * tracker.elapsed + 0.0004  # (at most one measured step ahead)
-    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
+    assert tracker.budget.charged <= 0.004 * tracker.elapsed + 0.0004  # (at most one measured step ahead)
+    assert tracker.cost - tracker.budget.charged == pytest.approx(30e-6 * 400)
 
 
 def test_a_light_reading_the_machine_interrupted_does_not_stop_the_light_readings(monkeypatch):
@@ -354,7 +354,7 @@ def test_a_light_reading_the_machine_interrupted_does_not_stop_the_light_reading
                 loops.train_step(job, *job.batch_at(step))
         finally:
             tracker.uninstall()
-    after = [e for e in tracker.entries() if e.step > 45 and e.record is None]
+    after = [e for e in tracker.board.entries() if e.step > 45 and e.record is None]
     read = [e.step for e in after if e.host_allocated is not None or e.host_memory is not None]
     assert len(after) >= 200 and len(read) == len(after), (len(after), len(read))
 
@@ -413,13 +413,13 @@ def test_most_step_ends_take_the_lean_path_at_the_same_measured_rate(monkeypatch
     real = ReadingsBudget.next_step
     monkeypatch.setattr(ReadingsBudget, "next_step", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 400, monkeypatch, light=35e-6)
-    measured = [e.step for e in tracker.entries() if e.record is not None]
-    light = [e.step for e in tracker.entries() if e.record is None and any(x is not None for x in e[4:7])]
+    measured = [e.step for e in tracker.board.entries() if e.record is not None]
+    light = [e.step for e in tracker.board.entries() if e.record is None and any(x is not None for x in e[4:7])]
     assert measured[:6] == [1, 30, 58, 86, 116, 144] and len(measured) == 15, measured
     assert len(light) == 115, light
     assert len(calls) <= 150, len(calls)
-    assert tracker.cost - tracker.charged == pytest.approx(30e-6 * 400)
-    assert tracker.elapsed == pytest.approx(sum(e.duration or 0.0 for e in tracker.entries()))
+    assert tracker.cost - tracker.budget.charged == pytest.approx(30e-6 * 400)
+    assert tracker.elapsed == pytest.approx(sum(e.duration or 0.0 for e in tracker.board.entries()))
 
 
 def test_a_request_is_taken_at_the_next_lean_step_end():

@@ -129,7 +129,7 @@ def test_the_leak_check_is_budgeted_and_off_when_asked(monkeypatch):
     assert checked[0] == runtime.AUTO_CHECK_STEPS
     assert all(b - a >= runtime.AUTO_CHECK_STEPS for a, b in zip(checked, checked[1:]))
     assert probe.leak_state == "clean" and probe._check_cost > 0
-    assert probe.tracker.hook_seconds >= probe._check_cost
+    assert probe.tracker.budget.hook_seconds >= probe._check_cost
 
 
 def test_a_failing_leak_check_is_contained(monkeypatch):

@@ -8,7 +8,7 @@ and what a step saved and still held at its end (a graph kept past its step). Tr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gputui.probe.categories import ACTS, SLOTS
 
@@ -103,7 +103,7 @@ class Activations:
         self.problems = problems
         self.watched = watched
         self.model_keys: frozenset = frozenset()
-        self.saw_tensor = None
+        self.saw_tensor: Callable[[Any], None] | None = None  # (set while allocation sites are recorded)
         self.packs = 0  # saved tensors seen since the count was last taken (see take_packs)
         # Live saved tensors, counted once per storage: (data_ptr, device) -> [wrappers, bytes(, Slices)].
         self._live: dict[tuple, list] = {}

@@ -138,6 +138,10 @@ class Board:
         start = older[0].step if older else start
         return [r for r in self.first if r.step < start] + older + recent
 
+    def recent_durations(self, count: int) -> list[float | None]:
+        """The durations of the latest ``count`` steps, oldest first (a list: None where unknown)."""
+        return [entry.duration for entry in list(self.steps)[-count:]]
+
     def records(self) -> tuple[StepRecord, ...]:
         """entries() as the report's StepRecords."""
         return tuple(entry.to_record() for entry in self.entries())

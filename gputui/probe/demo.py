@@ -113,7 +113,7 @@ def memory_now(steps) -> str:
 def progress(probe, step: int, loss: float, elapsed: float) -> str:
     """One progress line: the step, the loss, the pace, the probe's latest figures and verdict."""
     line = (f"step {step:6d}  loss {loss:.4f}  {elapsed / step * 1e3:.1f} ms/step  "
-            f"{memory_now(probe.tracker.steps)}")
+            f"{memory_now(probe.board.records())}")
     if probe.leak_state is not None:
         line += f"  probe's verdict: {probe.leak_state.replace('_', ' ')}"
     sites = probe.sites.sites()

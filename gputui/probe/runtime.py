@@ -30,7 +30,8 @@ from gputui.probe.desk import PROBE_VERSION, Desk  # noqa: F401 - PROBE_VERSION:
 from gputui.probe.keepers import KeeperFinder
 from gputui.probe.oom import OomWatch
 from gputui.probe.sites import SiteRecorder
-from gputui.probe.tracking import MEASURED_KEPT, Tracker
+from gputui.probe.stepping import MEASURED_KEPT
+from gputui.probe.tracking import Tracker
 
 SNAPSHOT_EVERY = 10.0  # seconds between memory_snapshot() calls (largest free block): they cost
 # Automatic site recording once a leak is confirmed. The probe judges its own steps because it is
@@ -83,7 +84,7 @@ class Probe:
         self._oom_reserve: bytearray | None = None
         self.sites = SiteRecorder(self.problems)
         self.keepers = KeeperFinder(self.problems)
-        self.sites.exclude = self.tracker.model_storages
+        self.sites.exclude = self.tracker.categories.model_storages
         self.serve = serve  # False: serve only once this process steps an optimizer (helpers)
         self.socket_path = socket_path
         self.server: ProbeServer | None = None
@@ -106,7 +107,7 @@ class Probe:
             return self
         self.tracker.on_step_end = self._step_end
         self.tracker.on_forward = self._reading_if_wanted
-        self.tracker.saw_tensor = None
+        self.tracker.activations.saw_tensor = None
         self.tracker.install()
         self.oom.install()
         self._oom_reserve = bytearray(OOM_RESERVE)
@@ -204,10 +205,10 @@ class Probe:
             self._take_sites_request()
         sites = self.sites
         if sites.on or sites.pending:
-            durations = tracker.recent_durations(21)
+            durations = board.recent_durations(21)
             was_on = sites.on
             sites.step_end(step, durations, tracker.device)
-            tracker.saw_tensor = sites.saved if sites.on else None
+            tracker.activations.saw_tensor = sites.saved if sites.on else None
             if sites.on != was_on:
                 # The keeping line: what the user's frames hold is sized when recording starts and
                 # again when it ends (from here, the frames above are the job's training loop).
@@ -218,10 +219,10 @@ class Probe:
                     self.keepers.finish(step, sys._getframe(2))
                 tracker.budget.charge(self.clock() - started)
             self._publish_sites()
-        elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.last_evidence):
+        elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.evidence.last):
             # Right after a measured step, with its reading in; always after one measured because
             # memory grew (rare: their gaps double), since that is when a verdict may have come.
-            self._maybe_check_for_leak(step, always=tracker.last_evidence)
+            self._maybe_check_for_leak(step, always=tracker.evidence.last)
         if step & 31 == 1:
             self._now_and_then()
 
@@ -276,7 +277,7 @@ class Probe:
 
     def _devices(self, counts: dict) -> tuple[ProbeDevice, ...]:
         cuda = allocator.devices_in_use()
-        if cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY and self.tracker.may_spend():
+        if cuda and time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY and self.tracker.budget.may_spend():
             # The largest free block needs the allocator's whole segment list: costly on a big job,
             # so now and then, and charged to the probe's budget like every reading.
             started = self.clock()
@@ -338,7 +339,7 @@ class Probe:
             return
         started = self.clock()
         try:
-            recent = tuple(e.to_record() for e in tracker.entries()[-4 * WINDOW_STEPS:])
+            recent = tuple(e.to_record() for e in self.board.entries()[-4 * WINDOW_STEPS:])
             verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=recent))
             self.leak_state = verdict.state
             if verdict.state == LEAK_LEAK:
