@@ -42,14 +42,24 @@ def env(tmp_path):
     return clean
 
 
-def stop(child):
-    if child.poll() is None:
-        child.send_signal(signal.SIGINT)
+def stop(child, group: bool = False):
+    """Ctrl-C, then SIGKILL after 20 s; ``group``: to the child's whole process group (a job started in
+    a session of its own), so that the leaking job under `gputui run` never outlives the test, whatever
+    stops it (a loaded machine once kept it alive for 15 minutes, growing to 23 GB)."""
+    def send(signum):
+        try:
+            os.killpg(child.pid, signum) if group else child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    if child.poll() is None or group:
+        send(signal.SIGINT)
         try:
             child.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=10)
+            pass
+        send(signal.SIGKILL)
+        child.wait(timeout=10)
 
 
 def test_a_job_keeping_its_losses_reaches_the_alert_command_in_time(env, tmp_path):
@@ -60,7 +70,7 @@ def test_a_job_keeping_its_losses_reaches_the_alert_command_in_time(env, tmp_pat
     began = time.monotonic()
     job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable,
                             str(ROOT / "examples" / "loops.py"), "total_loss", "--steps", "1000000"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     watch = None
     try:
         # The monitor starts once the job's probe can be found: without a driver, it watches probes.
@@ -72,9 +82,9 @@ def test_a_job_keeping_its_losses_reaches_the_alert_command_in_time(env, tmp_pat
             time.sleep(0.2)
         took = time.monotonic() - began
     finally:
-        for child in (watch, job):
-            if child is not None:
-                stop(child)
+        if watch is not None:
+            stop(watch)
+        stop(job, group=True)
     assert got.exists(), watch.stderr.read() if watch else ""
     first = json.loads(got.read_text().splitlines()[0])["events"][0]
     pid = first["alert"]["pid"]  # the job's Python, which `gputui run` started
