@@ -1,6 +1,7 @@
 """Fixtures shared by several test modules."""
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -9,6 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+
+# A run started in the background by a script (`./.ci/run &`, nohup) inherits SIGINT ignored, and every
+# child the tests start would too: a `gputui --watch` the tests stop with Ctrl-C would never see it. A
+# handler of our own here is reset to the default in each child at exec, so the children get Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from gputui.probe.steps import BACKWARD, FORWARD, IDLE  # noqa: E402
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 import loops  # noqa: E402
+from clocks import JobClock  # noqa: E402
 
 # What autograd keeps for backward in loops.make_job()'s MLP (batch 64): the input batch (64x256
 # floats), and the outputs of the two ReLUs (64x512 each), which the next Linear also saves (same
@@ -31,6 +32,18 @@ def probe():
     p = runtime.start(budget=1.0, serve=False)  # budget 1.0: measure every step
     yield p
     runtime.stop()
+
+
+@pytest.fixture
+def every_step(monkeypatch):
+    """A probe that measures every step whatever the machine's load: on a JobClock (5 ms steps, 50 us
+    readings), where the real clock lets a loaded machine's slow reading skip a tiny step's measure."""
+    with JobClock().charging(monkeypatch) as clock:
+        p = runtime.start(budget=1.0, serve=False, clock=clock)
+        try:
+            yield p
+        finally:
+            runtime.stop()
 
 
 def param_bytes(model: nn.Module) -> int:
@@ -111,7 +124,8 @@ class Pooled(nn.Module):
         return self.pooler(hidden[:, 0])
 
 
-def test_a_slice_of_what_the_forward_made_counts_whole_and_a_slice_of_the_dataset_by_its_elements(probe):
+def test_a_slice_of_what_the_forward_made_counts_whole_and_a_slice_of_the_dataset_by_its_elements(every_step):
+    probe = every_step
     torch.manual_seed(0)
     model = Pooled()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -128,7 +142,8 @@ def test_a_slice_of_what_the_forward_made_counts_whole_and_a_slice_of_the_datase
     assert [s.activations_peak for s in probe.report().steps] == [4 * 32 * 16 * 4 + 4 * 32 * 64 * 4] * 3
 
 
-def test_a_slice_of_a_tensor_the_job_holds_that_requires_grad_counts_by_its_elements(probe):
+def test_a_slice_of_a_tensor_the_job_holds_that_requires_grad_counts_by_its_elements(every_step):
+    probe = every_step
     torch.manual_seed(0)
     model = nn.Linear(16, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

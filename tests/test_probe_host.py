@@ -52,9 +52,9 @@ def test_a_forked_child_reads_its_own_resident_memory():
     if pid == 0:  # the child grows by 64 MiB: its figure must show it, the parent's would not
         try:
             before = reader.read()
-            block = b"\x01" * (64 * MIB)
+            block = mmap.mmap(-1, 64 * MIB)  # a fresh mapping, every page written (see above)
+            block.write(b"\x01" * (64 * MIB))
             os.write(write, str(reader.read() - before).encode())
-            del block
         finally:
             os._exit(0)
     os.close(write)
