@@ -6,6 +6,7 @@ many-host view and a replay judge nothing in the ui at all: no trends, leak verd
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import Counter
 
@@ -46,14 +47,22 @@ async def more_samples(pilot, count: int) -> None:
     await settle(pilot, pilot.app.samples + count)
 
 
-async def test_the_process_detail_shows_the_pipelines_judgement_and_judges_nothing_itself(monkeypatch):
-    calls = count_callers(monkeypatch, "analyse", gputui.analysis.process, gputui.ui.screens.detail)
+@contextlib.asynccontextmanager
+async def leaky_job_detail(calls: Counter):
+    """The leaky demo with its job's detail screen open for SAMPLES samples, ``calls`` counted from the
+    opening on: the app and the screen."""
     app = still_app("leaky", seconds=120, interval=0.2)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         screen = await open_detail_of(pilot, 51200)
         calls.clear()
         await more_samples(pilot, SAMPLES)
+        yield app, screen
+
+
+async def test_the_process_detail_shows_the_pipelines_judgement_and_judges_nothing_itself(monkeypatch):
+    calls = count_callers(monkeypatch, "analyse", gputui.analysis.process, gputui.ui.screens.detail)
+    async with leaky_job_detail(calls) as (app, screen):
         assert calls["sample"] >= SAMPLES  # the pipeline judged the probed job at each sample
         assert calls["ui"] == 0  # and the screen took its judgement
         # Its advice, as the screen has always shown it (test_ui_probe's leaky demo).
@@ -69,12 +78,7 @@ async def test_the_process_detail_takes_its_room_to_grow_from_the_judgement(monk
     import gputui.analysis.whatif
 
     calls = count_callers(monkeypatch, "headrooms", gputui.analysis.whatif, gputui.analysis.process)
-    app = still_app("leaky", seconds=120, interval=0.2)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        screen = await open_detail_of(pilot, 51200)
-        calls.clear()
-        await more_samples(pilot, SAMPLES)
+    async with leaky_job_detail(calls) as (app, screen):
         assert calls["ui"] == 0 and calls["sample"] >= SAMPLES
         judged = app.judgements.of(51200).headroom
         assert [h.device for h in judged] == ["cuda:0"]
