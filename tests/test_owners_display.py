@@ -11,6 +11,7 @@ from gputui.model import ContainerOwner, Device, GpuProcess, Owner, PodOwner, Sn
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
 from gputui.ui import rows as table_rows
+from gputui.ui.columns import DEFAULT, columns_for
 
 CID = "ab" * 32
 
@@ -76,14 +77,14 @@ def test_monitor_owner_cell_filter_and_column_only_with_owners():
     assert table_rows.owners_beyond_users(built)
     plain = table_rows.build_rows(sample_at("workstation", 60).snapshot, sort="pid", reverse=False)
     assert not table_rows.owners_beyond_users(plain)
-    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 160)  # no owners: it repeats USER
-    assert "owner" in table_rows.columns_for("normal", table_rows.DEFAULT, 160, owners=True)
+    assert "owner" not in columns_for("normal", DEFAULT, 160)  # no owners: it repeats USER
+    assert "owner" in columns_for("normal", DEFAULT, 160, owners=True)
     # on a shared node whose a process is outlasts CPU% (a 100-column tmux split keeps it) ...
-    at_100 = table_rows.columns_for("normal", table_rows.DEFAULT, 100, owners=True)
+    at_100 = columns_for("normal", DEFAULT, 100, owners=True)
     assert "owner" in at_100 and "cpu" not in at_100
-    assert "owner" in table_rows.columns_for("compact", table_rows.DEFAULT, 100, owners=True)
+    assert "owner" in columns_for("compact", DEFAULT, 100, owners=True)
     # ... and gives way before the figures in a narrower pane
-    assert "owner" not in table_rows.columns_for("normal", table_rows.DEFAULT, 80, owners=True)
+    assert "owner" not in columns_for("normal", DEFAULT, 80, owners=True)
 
 
 def test_owner_describe_for_the_detail_screen():

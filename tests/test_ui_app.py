@@ -18,8 +18,8 @@ from gputui.collect.processes import NOTE_GONE
 from gputui.model import PROCESS_GONE, ProbeReport
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.bindings import binding_ids
+from gputui.ui.columns import TINY
 from gputui.ui.main_screen import MainScreen
-from gputui.ui.rows import TINY
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail

@@ -36,9 +36,9 @@ from gputui.model.waste import Waste
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
 from gputui.ui import attaching, bindings
-from gputui.ui import rows as table_rows
 from gputui.ui.attaching import Runner, run_command
 from gputui.ui.bindings import binding_sections
+from gputui.ui.columns import COLUMNS, DEFAULT
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
@@ -158,7 +158,7 @@ class GpuTuiApp(App[int]):
         self.readonly = readonly or source.PLAYS
         self.simulated = simulated
         self.ascii = ascii
-        self.columns = columns or table_rows.DEFAULT
+        self.columns = columns or DEFAULT
         self.keymap = dict(keymap or {})
         self.me = me if me is not None else current_user()  # the uid where there is no passwd entry
         self.handle_signals = handle_signals
@@ -660,7 +660,7 @@ class GpuTuiApp(App[int]):
                             main.action_filter)
         yield SystemCommand("Show / hide charts", "History charts of the selected GPU",
                             main.action_toggle_charts)
-        for cid, column in table_rows.COLUMNS.items():
+        for cid, column in COLUMNS.items():
             yield SystemCommand(f"Sort by {column.label}", f"Order processes by {cid}",
                                 lambda cid=cid: main.sort_by(cid))
         if not self.readonly:

@@ -158,7 +158,7 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
         if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns) or not columns:
             raise bad("columns", "must be a non-empty list of column names")
         # Imported here: --once checks the config too and should not load the table's code for it.
-        from gputui.ui.rows import COLUMNS
+        from gputui.ui.columns import COLUMNS
 
         wrong = [c for c in columns if c not in COLUMNS]
         if wrong:

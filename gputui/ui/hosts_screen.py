@@ -16,6 +16,7 @@ from gputui.model import HOST_STATES
 from gputui.sample.judge import Sample
 from gputui.ui import format as fmt
 from gputui.ui import rows as table_rows
+from gputui.ui.columns import DEFAULT
 from gputui.ui.job_rows import JobSource
 from gputui.ui.main_screen import MainScreen, process_count
 from gputui.ui.signals import Target, kill_command
@@ -30,7 +31,7 @@ class HostsScreen(MainScreen):
     """Every host's devices and processes at a glance."""
 
     def __init__(self, hosts: HostsState, *, ascii: bool = False,
-                 columns: tuple[str, ...] = table_rows.DEFAULT, me: str | None = None) -> None:
+                 columns: tuple[str, ...] = DEFAULT, me: str | None = None) -> None:
         """``hosts``: what the many-host view shows (every host's latest, trends, verdicts)."""
         super().__init__(hosts, ascii=ascii, columns=columns, me=me)
         self.hosts = hosts

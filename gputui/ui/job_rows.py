@@ -20,7 +20,8 @@ from gputui.model.job_verdicts import JobAnalysis
 from gputui.model.judgement import Judgements
 from gputui.model.record import Record
 from gputui.model.verdicts import ProcessTrend
-from gputui.ui.rows import BRANCHES, COLUMNS, Row
+from gputui.ui.columns import COLUMNS
+from gputui.ui.rows import BRANCHES, Row
 
 # A job line's mark: open (its rows shown under it) or folded, by --ascii.
 MARKS = {False: ("▾ ", "▸ "), True: ("v ", "> ")}

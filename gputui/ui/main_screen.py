@@ -19,10 +19,10 @@ from gputui.model import GpuProcess, Snapshot
 from gputui.ui import bindings
 from gputui.ui import rows as table_rows
 from gputui.ui.attaching import ProbeTarget
+from gputui.ui.columns import COLUMNS, DEFAULT, column_widths, columns_for
 from gputui.ui.job_rows import JobSource, group_by_job
 from gputui.ui.owner_rows import group_by_owner
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
-from gputui.ui.rows import COLUMNS
 from gputui.ui.signals import Target, kill_command
 from gputui.ui.state import MonitorState
 from gputui.ui.widgets.charts import DeviceHistory
@@ -53,7 +53,7 @@ class MainScreen(Screen):
     BINDINGS = bindings.MAIN_SCREEN
 
     def __init__(self, monitor: MonitorState, *, ascii: bool = False,
-                 columns: tuple[str, ...] = table_rows.DEFAULT, me: str | None = None) -> None:
+                 columns: tuple[str, ...] = DEFAULT, me: str | None = None) -> None:
         """``monitor``: what the app shows (its latest sample, history, verdicts), read at each render."""
         super().__init__(id="main")
         self.monitor = monitor
@@ -123,10 +123,10 @@ class MainScreen(Screen):
         self.render_snapshot()
 
     def _set_columns(self) -> None:
-        ids = table_rows.columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
+        ids = columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
                                      sort_column=self.sort_column, trend_width=self.trend_width,
                                      owners=self.owners_shown)
-        widths = table_rows.column_widths(ids, self.sort_column, self.trend_width)
+        widths = column_widths(ids, self.sort_column, self.trend_width)
         self.query_one(ProcessTable).set_columns(ids, self.sort_column, self.sort_reverse,
                                                  self.pane_width, widths)
 

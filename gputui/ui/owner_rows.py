@@ -12,9 +12,11 @@ from collections.abc import Collection, Sequence
 
 from gputui import units
 from gputui.analysis import robust
+from gputui.analysis.vocabulary import owner_of
 from gputui.model import GpuProcess
+from gputui.ui.columns import COLUMNS
 from gputui.ui.job_rows import MARKS, group_rows
-from gputui.ui.rows import COLUMNS, Row, owner_of
+from gputui.ui.rows import Row
 
 
 def owner_row_key(process: GpuProcess, host: str | None = None) -> str:

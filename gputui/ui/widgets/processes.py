@@ -25,7 +25,8 @@ from textual.strip import Strip
 from textual.style import Style as TextualStyle
 
 from gputui.ui import bindings
-from gputui.ui.rows import COLUMNS, PADDING, Row, column_widths, fixed_width
+from gputui.ui.columns import COLUMNS, PADDING, column_widths, fixed_width
+from gputui.ui.rows import Row
 
 # What a line is drawn as, besides its cells: bits of the state in the cache keys.
 SELECTED, HOVERED, HEADER = 1, 2, 4
@@ -187,7 +188,7 @@ class ProcessTable(ScrollView, can_focus=True):
                     width: int, widths: dict[str, int] | None = None) -> None:
         """Change the visible columns (layout, config, pane width) or the sort arrow.
 
-        ``widths`` are the fixed columns' widths (rows.column_widths: room for the sort arrow). The
+        ``widths`` are the fixed columns' widths (columns.column_widths: room for the sort arrow). The
         command column takes whatever width the others leave, so the table never needs a
         horizontal scrollbar; long commands end in an ellipsis (the detail screen has them whole).
         """
