@@ -344,10 +344,11 @@ class Stepping:
             lean = self.hook_cost.lean
             lean.sample(self.clock() - now - (budget.hook_seconds - timed))
             self._calibrating = lean.per_step is None
-        if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
-            self._now_and_then(count, budget)
+        on_step_end = self.on_step_end
+        if on_step_end is not None and (self.board.wanted or count & 31 == 1):
+            self._now_and_then(on_step_end, count, budget)
 
-    def _now_and_then(self, count: int, budget: ReadingsBudget) -> None:
+    def _now_and_then(self, on_step_end: Callable[[int], None], count: int, budget: ReadingsBudget) -> None:
         """The probe's step end at a lean step end that the board wants or whose now-and-then work is
         due: its own kind in the account (HookCost.due), timed at the first of them, then their median
         (a stall left out). Left in the lean step ends' calibration, the median would drop it (one step
@@ -357,11 +358,11 @@ class Stepping:
         took = due.per_step
         if took is None:
             started, timed = self.clock(), budget.hook_seconds
-            self.on_step_end(count)
+            on_step_end(count)
             took = self.clock() - started - (budget.hook_seconds - timed)
             due.sample(took)
         else:
-            self.on_step_end(count)
+            on_step_end(count)
         # (The next step's time holds it: left out of what is estimated of that step, less the share of
         # it a typical step holds, in the account already.)
         budget.in_account(took - (self.hook_cost.lean_end or 0.0) + (self.hook_cost.lean.per_step or 0.0))
