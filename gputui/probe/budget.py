@@ -53,16 +53,19 @@ class Calibrated:
 
 class HookCost:
     """The step hook's own cost, beside the readings budget: at the step ends that take the lean path
-    (``lean``), at the other unmeasured ones (``unmeasured``: what their readings were charged left out),
-    each calibrated; and the probe's step-end work at measured steps (or ones that armed or removed the
-    hooks), timed (``add``). Kept apart from the readings budget: charged there, this cost of every
-    step would use up the budget and starve the measured steps.
+    (``lean``), the probe's step end at those of them where the board wants it or its now-and-then work
+    is due (``due``, one in 32: beside ``lean``, where the median would drop it), at the other unmeasured
+    ones (``unmeasured``: what their readings were charged left out), each calibrated; and the probe's
+    step-end work at measured steps (or ones that armed or removed the hooks), timed (``add``). Kept apart
+    from the readings budget: charged there, this cost of every step would use up the budget and starve
+    the measured steps.
     """
 
-    __slots__ = ("lean", "unmeasured", "_timed")
+    __slots__ = ("lean", "due", "unmeasured", "_timed")
 
     def __init__(self):
         self.lean = Calibrated()
+        self.due = Calibrated()
         self.unmeasured = Calibrated()
         self._timed = 0.0  # seconds of step-end work timed at measured steps
 
@@ -73,7 +76,17 @@ class HookCost:
     @property
     def seconds(self) -> float:
         """Seconds the step hook has cost so far."""
-        return self.lean.seconds + self.unmeasured.seconds + self._timed
+        return self.lean.seconds + self.due.seconds + self.unmeasured.seconds + self._timed
+
+    @property
+    def lean_end(self) -> float | None:
+        """Seconds a lean step end costs on average, once calibrated: its own, and the probe's step end
+        at the share of them that run it (``due``: one in 32, or every one while a monitor keeps asking),
+        as a typical step holds them."""
+        lean = self.lean.per_step
+        if lean is None or not self.due.steps:
+            return lean
+        return lean + self.due.seconds / max(self.lean.steps, self.due.steps)
 
     @property
     def beyond_lean(self) -> float:
@@ -82,7 +95,7 @@ class HookCost:
         lean step ends are (where light readings come at every step, none is lean), all of it: the
         readings then leave room for lean step ends, which calibrate."""
         unmeasured = self.unmeasured.per_step
-        return 0.0 if unmeasured is None else max(0.0, unmeasured - (self.lean.per_step or 0.0))
+        return 0.0 if unmeasured is None else max(0.0, unmeasured - (self.lean_end or 0.0))
 
 
 class Aftermath:

@@ -301,7 +301,7 @@ class Stepping:
                 took = self.clock() - started - (budget.hook_seconds - timed)
                 hook_cost.add(took)
                 # (the next step's time holds it, where a typical one holds a lean step end's)
-                budget.in_account(took - (hook_cost.lean.per_step or 0.0))
+                budget.in_account(took - (hook_cost.lean_end or 0.0))
             return
         # An unmeasured step's end: in the account, not in the readings budget (see HookCost). The next
         # may take the lean path if it is not measured either and nothing is to be undone.
@@ -315,7 +315,7 @@ class Stepping:
             own = self.clock() - now - (budget.hook_seconds - timed)
             unmeasured.sample(own)
         # (The next step holds it, where a typical one holds a lean step end's: in the account already.)
-        budget.in_account(own - (hook_cost.lean.per_step or own))
+        budget.in_account(own - (hook_cost.lean_end or own))
 
     def _rehook(self, measuring: bool) -> bool:
         """At a full step end, the hooks made ready for the next step (measured or not): whether they
@@ -338,14 +338,34 @@ class Stepping:
         budget.lean_step(duration, timed)
         self._step_started = now
         self._lean_steps += 1
-        if self.on_step_end is not None and (self.board.wanted or count & 31 == 1):
-            self.on_step_end(count)
         if self._calibrating:
             # The hook's fixed cost, in the probe's account but not in the readings budget, where it
             # would starve the measured steps (see HookCost).
             lean = self.hook_cost.lean
             lean.sample(self.clock() - now - (budget.hook_seconds - timed))
             self._calibrating = lean.per_step is None
+        on_step_end = self.on_step_end
+        if on_step_end is not None and (self.board.wanted or count & 31 == 1):
+            self._now_and_then(on_step_end, count, budget)
+
+    def _now_and_then(self, on_step_end: Callable[[int], None], count: int, budget: ReadingsBudget) -> None:
+        """The probe's step end at a lean step end that the board wants or whose now-and-then work is
+        due: its own kind in the account (HookCost.due), timed at the first of them, then their median
+        (a stall left out). Left in the lean step ends' calibration, the median would drop it (one step
+        end in 32) and no timer would see it."""
+        due = self.hook_cost.due
+        due.steps += 1
+        took = due.per_step
+        if took is None:
+            started, timed = self.clock(), budget.hook_seconds
+            on_step_end(count)
+            took = self.clock() - started - (budget.hook_seconds - timed)
+            due.sample(took)
+        else:
+            on_step_end(count)
+        # (The next step's time holds it: left out of what is estimated of that step, less the share of
+        # it a typical step holds, in the account already.)
+        budget.in_account(took - (self.hook_cost.lean_end or 0.0) + (self.hook_cost.lean.per_step or 0.0))
 
     def _add_lean_steps(self, until: float) -> None:
         """The steps that took the lean path since the budget last saw one, the last ending at ``until``:
