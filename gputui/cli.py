@@ -573,16 +573,16 @@ def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
 
 def _many_hosts(options: Options, terminal: ModuleType) -> int:
     """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
-    from gputui.fleet.entries import host_entries
+    from gputui.fleet.entries import HostsSettings, host_entries
     from gputui.ui.config import load_config
 
-    config = load_config(options.config)
-    entries = host_entries(options.hosts or (), config.hosts)
+    settings = load_config(options.config).hosts or HostsSettings()
+    entries = host_entries(options.hosts or (), settings)
     mode = _mode_here(options, terminal, "one snapshot of each host instead")
     if mode in ("once", "json"):
         from gputui.fleet import printing
 
-        return getattr(printing, mode)(options, entries, config.hosts.wait)
+        return getattr(printing, mode)(options, entries, settings.wait)
     from gputui.ui.launch import run_hosts
 
     if terminal.use_ascii(options) and not options.ascii:

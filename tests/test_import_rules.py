@@ -156,6 +156,26 @@ def test_the_monitor_alone_loads_no_job_or_probe_analysis():
     assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
 
 
+# The many-host view's settings and connections (gputui.fleet), loaded only by --hosts or a config file with
+# [hosts]: the live monitor of this machine reads its config without them (issue 31 item 21: its share above a
+# bare Textual app).
+MONITOR_OF_THIS_MACHINE = MONITOR_ALONE + ("gputui.ui.config", "gputui.ui.alert_toasts")
+
+
+def test_the_monitor_of_this_machine_loads_no_many_host_view():
+    code = (
+        "import importlib, sys\n"
+        f"for name in {list(MONITOR_OF_THIS_MACHINE)!r}: importlib.import_module(name)\n"
+        "from gputui.ui.config import load_config\n"
+        "load_config('/dev/null')\n"  # a config read: without [hosts], no fleet
+
+        "print(repr(sorted(m for m in sys.modules if m.startswith('gputui.fleet'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
+
+
 def test_the_command_line_parser_is_let_go_before_a_mode_runs():
     """argparse (and the gettext it loads) read the arguments, then are unloaded and collected with the rest of
     the start's garbage: the live monitor runs for hours without them, and Textual loads into their memory

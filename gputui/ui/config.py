@@ -12,15 +12,18 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gputui.alerts.settings import AlertSettings, parse_alerts_table
 from gputui.analysis.waste_rules import parse_waste_table
 from gputui.errors import UserError
 from gputui.files import read_small
-from gputui.fleet.entries import HostsSettings, parse_hosts_table
 from gputui.model.record import Record
 from gputui.model.waste import WasteRules
 from gputui.untrusted import visible
+
+if TYPE_CHECKING:  # the many-host view's settings: loaded where a config file has [hosts] or --hosts runs
+    from gputui.fleet.entries import HostsSettings
 
 THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
@@ -63,7 +66,7 @@ class UiConfig(Record):
     theme: str | None = None
     columns: tuple[str, ...] | None = None
     keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
-    hosts: HostsSettings = field(default_factory=HostsSettings)  # the many-host view's [hosts]
+    hosts: HostsSettings | None = None  # the many-host view's [hosts] (None: none set)
     alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts], before the --alert-* flags
     waste: WasteRules = field(default_factory=WasteRules)  # [waste], before the --idle-* flags
 
@@ -170,7 +173,11 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in keys.items()
     ):
         raise bad("keys", 'must be a table of binding id = "key", e.g. quit = "q,ctrl+q"')
-    hosts = parse_hosts_table(data["hosts"], bad) if "hosts" in data else HostsSettings()
+    hosts = None
+    if "hosts" in data:
+        from gputui.fleet.entries import parse_hosts_table
+
+        hosts = parse_hosts_table(data["hosts"], bad)
     alerts = parse_alerts_table(data["alerts"], bad) if "alerts" in data else AlertSettings()
     waste = parse_waste_table(data["waste"], bad) if "waste" in data else WasteRules()
     return UiConfig(file, interval, theme, columns, dict(keys), hosts, alerts, waste)

@@ -14,17 +14,19 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
-from gputui.fleet.entries import HostEntry
 from gputui.model import Snapshot
 from gputui.options import Options
 from gputui.ui.ahead import Ahead
 from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
+
+if TYPE_CHECKING:  # the many-host view's: not loaded by the live monitor of this machine
+    from gputui.fleet.entries import HostEntry
 
 M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most arenas malloc may make
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
@@ -59,7 +61,10 @@ def run_tui(options: Options) -> int:
             # Importing Textual now would slow the first sample down (both want the GIL), and with
             # it the early frame; a driver slow to open is left to overlap the import after all.
             first_sample.done(timeout=EARLY_WAIT)
+        from gputui.model.record import share_frozen_methods
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
+
+        share_frozen_methods()  # the records' classes are loaded: one pair of frozen methods for all (0.2 MB)
 
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
         app = GpuTuiApp(
