@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.model import Snapshot
+from gputui.model.record import share_frozen_methods
 from gputui.options import Options
 from gputui.ui.ahead import Ahead
 from gputui.ui.config import UiConfig
@@ -61,7 +62,6 @@ def run_tui(options: Options) -> int:
             # Importing Textual now would slow the first sample down (both want the GIL), and with
             # it the early frame; a driver slow to open is left to overlap the import after all.
             first_sample.done(timeout=EARLY_WAIT)
-        from gputui.model.record import share_frozen_methods
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
 
         share_frozen_methods()  # the records' classes are loaded: one pair of frozen methods for all (0.2 MB)
