@@ -140,14 +140,17 @@ class GpuTuiApp(App[int]):
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None,
+                 settle: Callable[[], None] | None = None) -> None:
         """``source``: this machine's Sampler, the many-host view's HostsSampler, a recording's Replay;
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
         ``as_root``: gputui runs as root (the header says so: its signals reach every process);
-        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none."""
+        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none;
+        ``settle``: run once after the first frame (``launch.settle_memory``: in the monitor's own process
+        only, never in a test's)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -184,6 +187,7 @@ class GpuTuiApp(App[int]):
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
         self._first_sample = first_sample
+        self._settle = settle
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
         self.theme = THEMES.get(theme, theme)
@@ -364,6 +368,8 @@ class GpuTuiApp(App[int]):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
+        if self._settle is not None:
+            self._settle()
 
     # -- screens -----------------------------------------------------------------------------
 
