@@ -12,6 +12,7 @@ import json
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,27 @@ def test_the_command_line_parser_is_let_go_before_a_mode_runs():
     assert out.returncode == 0, out.stderr
     # their classes and functions, not only the modules' names: the memory is freed
     assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == ("tui", 2.0, ("0", "1"), 0, False)
+
+
+def test_a_monitor_with_no_probe_loads_no_leak_analysis():
+    """The leak analysis is a quarter of a megabyte of code that judges probe reports: a machine whose
+    processes are not probed is judged without it (issue 31: the monitor's share above a bare Textual app);
+    the first probe's report loads it."""
+    code = (
+        "import dataclasses, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from ui_data import training_snapshot\n"
+        "from gputui.model import ProbeReport\n"
+        "from gputui.sample.judge import Judge\n"
+        "judge = Judge()\n"
+        "plain = training_snapshot()\n"
+        "sample = judge(plain)\n"
+        "before = (len(plain.processes), sample.leaks, 'gputui.analysis.leaks' in sys.modules)\n"
+        "later = plain.taken_at + 1\n"
+        "probed = dataclasses.replace(training_snapshot(later), probes=(ProbeReport(pid=2000, taken_at=later),))\n"
+        "sample = judge(probed)\n"
+        "print(repr((before, sorted(sample.leaks), 'gputui.analysis.leaks' in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == ((6, {}, False), [2000], True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gputui.analysis.leaks import WINDOW_STEPS
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
 from gputui.model import Device, GpuProcess, LeakKeeper, ProbeDevice, ProbeReport, Snapshot, StepRecord
@@ -175,6 +174,9 @@ def _leak(seen: _Seen) -> Advice | None:
     v = seen.verdict
     if v is None or v.state != LEAK_LEAK:
         return None
+    # The leak analysis loads with the first probe report: an unprobed machine's advice goes without it.
+    from gputui.analysis.leaks import WINDOW_STEPS
+
     per_step = size(_rate(v) or 0)
     over = v.window_steps or min(v.steps_seen, WINDOW_STEPS)
     head = f"Allocated memory grows {per_step} per step over {over} steps"

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gputui.analysis.advice import advise
-from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.analysis.whatif import headrooms
 from gputui.model import GpuProcess, Headroom, ProbeReport, Snapshot
@@ -40,6 +39,8 @@ def analyse(snapshot: Snapshot, process: GpuProcess | None, report: ProbeReport 
     report once); without it, a probed process is judged here against the snapshot's devices.
     """
     if leak is None and report is not None and report.steps:
+        from gputui.analysis.leaks import snapshot_leak_verdict  # loaded with the first probe report
+
         leak = snapshot_leak_verdict(report, snapshot)
     sites = growing_sites(report) if report is not None else ()
     advice = advise(snapshot=snapshot, process=process, report=report, trend=trend, verdict=leak,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from gputui.analysis.leaks import snapshot_leak_verdict
 from gputui.model import Headroom, MemoryCategories, ProbeDevice, ProbeReport, Snapshot, StepRecord, WhatIf
 from gputui.model.verdicts import (
     LEAK_CACHE_GROWTH,
@@ -125,6 +124,8 @@ def headrooms(report: ProbeReport, snapshot: Snapshot | None, *, leak: LeakVerdi
     if snapshot is None:
         return ()  # no NVML: no free memory, no headroom
     if leak is None and report.steps:
+        from gputui.analysis.leaks import snapshot_leak_verdict  # loaded with the first probe report
+
         leak = snapshot_leak_verdict(report, snapshot)
     growing = growing_toward_oom(leak, trend, snapshot.taken_at)
     found = (headroom(report, device, snapshot, growing) for device in report.devices)

@@ -73,6 +73,9 @@ class Judge:
         return Sample(snapshot, judgements, leaks, trends)
 
     def _leak_verdicts(self, snapshot: Snapshot) -> tuple[Snapshot, dict[int, LeakVerdict]]:
+        if not snapshot.probes:  # nothing to judge; a monitor with no probe never loads the leak analysis
+            self._leaks = None
+            return snapshot, {}
         from gputui.analysis.leaks import judge_leaks
 
         try:
