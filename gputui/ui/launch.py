@@ -170,7 +170,7 @@ def settle_memory() -> None:
     (modules, classes, widgets) counted. That garbage was 1-2 MB of the monitor's memory a minute in
     (bench/bench_rss.py). Frozen, startup's objects are neither counted nor scanned again, so a full
     round reads only the few thousand objects made since (under a millisecond) and comes every few
-    seconds. What startup built and later drops in a cycle stays: the first screen, kept all along."""
+    seconds. What startup built and drops later in a cycle stays for good: the first frame's strips, once."""
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the old objects again, without the frozen ones
