@@ -67,6 +67,13 @@ def loaded_by(module: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def printed_last(code: str) -> object:
+    """The value ``code`` printed last (its repr), run by a fresh Python: only what it imports is loaded."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("module", all_modules())
 def test_module_respects_layering(module):
     assert loaded_by(module) & forbidden(module) == set()
@@ -126,9 +133,7 @@ def test_the_live_monitor_loads_no_stdlib_module_it_can_do_without():
         f"for name in {list(LIVE_MONITOR)!r}: importlib.import_module(name)\n"
         f"print(repr([m for m in {list(NOT_IN_THE_LIVE_MONITOR)!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
+    assert printed_last(code) == []
 
 
 # The live monitor on a machine with no job spread over GPUs and no probe: its app, screens, sampler and the
@@ -152,9 +157,7 @@ def test_the_monitor_alone_loads_no_job_or_probe_analysis():
         f"for name in {list(MONITOR_ALONE)!r}: importlib.import_module(name)\n"
         f"print(repr([m for m in {list(ONLY_WITH_A_JOB_OR_A_PROBE)!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
+    assert printed_last(code) == []
 
 
 # The many-host view's settings and connections (gputui.fleet), loaded only by --hosts or a config file with
@@ -172,9 +175,7 @@ def test_the_monitor_of_this_machine_loads_no_many_host_view():
 
         "print(repr(sorted(m for m in sys.modules if m.startswith('gputui.fleet'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == []
+    assert printed_last(code) == []
 
 
 def test_the_command_line_parser_is_let_go_before_a_mode_runs():
@@ -191,10 +192,8 @@ def test_the_command_line_parser_is_let_go_before_a_mode_runs():
         "cli._dispatch = dispatch\n"
         "sys.exit(cli.main(['--demo', '--interval', '2', '--only', '0', '1']))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
     # their classes and functions, not only the modules' names: the memory is freed
-    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == ("tui", 2.0, ("0", "1"), 0, False)
+    assert printed_last(code) == ("tui", 2.0, ("0", "1"), 0, False)
 
 
 def test_a_monitor_with_no_probe_loads_no_leak_analysis():
@@ -216,6 +215,4 @@ def test_a_monitor_with_no_probe_loads_no_leak_analysis():
         "sample = judge(probed)\n"
         "print(repr((before, sorted(sample.leaks), 'gputui.analysis.leaks' in sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert ast.literal_eval(out.stdout.strip().splitlines()[-1]) == ((6, {}, False), [2000], True)
+    assert printed_last(code) == ((6, {}, False), [2000], True)
