@@ -64,3 +64,5 @@ async def test_the_monitor_settles_once_after_its_first_frame():
         app.accept(snapshots[0])  # the same again: no second settling
         await pilot.pause()
         assert calls == [1]
+        app._first_frame()  # as when two samples came before the first refresh, each asking for it
+        assert calls == [1]

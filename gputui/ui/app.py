@@ -368,8 +368,9 @@ class GpuTuiApp(App[int]):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
-        if self._settle is not None:
-            self._settle()
+        settle, self._settle = self._settle, None  # once, though two samples may each have asked for this
+        if settle is not None:
+            settle()
 
     # -- screens -----------------------------------------------------------------------------
 

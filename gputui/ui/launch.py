@@ -162,7 +162,7 @@ def one_malloc_arena() -> None:
 
 def settle_memory() -> None:
     """Once the first frame is up: set what the monitor has built aside from the garbage collector's
-    rounds (``gc.freeze``), and let a full round come after every young one that follows.
+    rounds (``gc.freeze``), and let a full round come after each round of the middle generation.
 
     Textual's strips point at themselves through their caches, so each line drawn is garbage only a
     collection finds; those that outlive a young round were kept until a full one, which Python runs
