@@ -7,6 +7,7 @@ gradient and AdamW state bytes, and the phase's median step time; from the secon
 gap in the previous hold's loop (the pause an attach or detach there cost the job). At the end: the
 final loss, exactly (float.hex). ATTACH_JOB=loader: the batches come from a DataLoader's two forked
 workers, alive across the holds; ATTACH_JOB=compile: the model is torch.compile'd (aot_eager).
+ATTACH_DEVICE=cuda: the model, its optimizer and each batch on the GPU (bench/validate_gpu_jobs.py).
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ import torch
 from torch import nn
 
 
-def state_bytes(optimizer) -> int:
+def state_bytes(optimizer, device: torch.device) -> int:
+    """The optimizer state on ``device`` (on CUDA, AdamW's step counts stay on the CPU)."""
     return sum(t.untyped_storage().nbytes() for state in optimizer.state.values()
-               for t in state.values() if isinstance(t, torch.Tensor))
+               for t in state.values() if isinstance(t, torch.Tensor) and t.device.type == device.type)
 
 
 def main(hold_dir: str, counts: list[int]) -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    device = torch.device(os.environ.get("ATTACH_DEVICE", "cpu"))
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     inputs, targets = torch.randn(512, 64), torch.randint(0, 10, (512,))
     batches = _batches(inputs, targets, os.environ.get("ATTACH_JOB", ""))
@@ -39,7 +42,7 @@ def main(hold_dir: str, counts: list[int]) -> None:
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            x, y = next(batches)
+            x, y = (t.to(device) for t in next(batches))
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
@@ -53,7 +56,7 @@ def main(hold_dir: str, counts: list[int]) -> None:
                 "hold": phase, "pid": os.getpid(), **figures,
                 "parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                 "gradients": sum(p.grad.untyped_storage().nbytes() for p in model.parameters()),
-                "optimizer_state": state_bytes(optimizer),
+                "optimizer_state": state_bytes(optimizer, device),
             }), flush=True)
             gap, last = 0.0, time.perf_counter()
             while os.path.exists(hold):

@@ -1,5 +1,5 @@
-"""Real framework training jobs on CPU, each run under the probe with the truth summed inside the job, for
-tests/test_frameworks_real.py and bench/frameworks.py.
+"""Real framework training jobs on CPU (on CUDA with FRAMEWORK_JOB_DEVICE=cuda), each run under the probe
+with the truth summed inside the job, for tests/test_frameworks_real.py and bench/frameworks.py.
 
 A job trains a few steps of a small model built from its config (nothing downloaded). ``Truth`` watches
 the job through public hooks (the model's forward, each gradient's accumulation, every optimizer step)
@@ -11,6 +11,7 @@ at each backward's end, and at each optimizer step's end.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -21,14 +22,19 @@ from torch import nn
 from gputui.probe import runtime
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers")
+# Where the jobs train: the CPU (the tests) or "cuda" (bench/frameworks.py --device cuda on a GPU machine).
+DEVICE = torch.device(os.environ.get("FRAMEWORK_JOB_DEVICE", "cpu"))
+ON_CPU = DEVICE.type == "cpu"
 
 
 def state_tensors(optimizer) -> list:
+    """The optimizer state's tensors on the job's device (on CUDA, Adam keeps its step counts on the CPU,
+    which the probe counts on the CPU's row, not the GPU's)."""
     found = []
     for state in optimizer.state.values():
         for value in state.values():
             for item in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(item, torch.Tensor):
+                if isinstance(item, torch.Tensor) and item.device.type == DEVICE.type:
                     found.append(item)
     return found
 
@@ -207,17 +213,16 @@ def hf_trainer(name: str, checked: str, model: nn.Module, kind: str, budget: flo
 
     transformers.logging.set_verbosity_error()
     args = TrainingArguments(output_dir="/nonexistent", per_device_train_batch_size=4,
-                             gradient_accumulation_steps=accumulation, max_steps=steps, use_cpu=True, report_to=[],
+                             gradient_accumulation_steps=accumulation, max_steps=steps, use_cpu=ON_CPU, report_to=[],
                              save_strategy="no", logging_strategy="no", disable_tqdm=True, optim="adamw_torch",
                              dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=text_examples(kind, steps * accumulation))
     truth = None
     if watch:  # the activations of the loss as the Trainer computes it (it divides by a count it makes)
-        batches, count = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), accumulation,
-                                                   torch.device("cpu"))
+        batches, count = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), accumulation, DEVICE)
+        first = {key: value.to(DEVICE) for key, value in batches[0].items()}  # (the Trainer put the model there)
         model.train()
-        truth = Truth(model, saved_bytes(model, lambda: trainer.compute_loss(model, batches[0],
-                                                                             num_items_in_batch=count)))
+        truth = Truth(model, saved_bytes(model, lambda: trainer.compute_loss(model, first, num_items_in_batch=count)))
     return under_probe(name, checked, truth, trainer.train, budget)
 
 
@@ -240,7 +245,8 @@ def peft_lora(budget: float | None = 1.0, watch: bool = True, steps: int = 6) ->
 def plain_gpt2(name: str, checked: str, model: nn.Module, budget: float | None, watch: bool, steps: int) -> Run:
     """A plain loop of GPT-2 ``model`` (compiled or not) with AdamW, one batch of 4 a step."""
     torch.manual_seed(1)
-    tokens = [torch.randint(0, 512, (4, 32)) for _ in range(steps)]  # (not views of one tensor: see Slices)
+    tokens = [torch.randint(0, 512, (4, 32)).to(DEVICE) for _ in range(steps)]  # (not views of one tensor)
+    model.to(DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     truth = Truth(model, saved_bytes(model, lambda: model(input_ids=tokens[0], labels=tokens[0]).loss)) \
@@ -277,7 +283,7 @@ def accelerate_loop(budget: float | None = 1.0, watch: bool = True, steps: int =
 
     model = gpt2()
     loader = torch.utils.data.DataLoader(text_examples("lm", steps * accumulation), batch_size=4)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
+    accelerator = Accelerator(cpu=ON_CPU, gradient_accumulation_steps=accumulation)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     model.train()
@@ -332,7 +338,7 @@ def lightning_closure(budget: float | None = 1.0, watch: bool = True, steps: int
             if truth is not None:
                 truth.backward_starts()
 
-    trainer = lightning.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
+    trainer = lightning.Trainer(max_steps=steps, accelerator=DEVICE.type, devices=1, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=[BackwardStarts()])
     loader = torch.utils.data.DataLoader(data, batch_size=64)

@@ -8,6 +8,9 @@ KIND is "ddp" (``DistributedDataParallel``: each rank the whole model, for bench
 partitioned) or "zero3" (stage 3, nothing kept unpartitioned). The model is
 Linear(64, 128), ReLU, Linear(128, 10) in float32: the first Linear is an FSDP module of its own, the root
 (the whole model) holds the last Linear's parameters.
+
+SHARDED_JOB_DEVICE=cuda (bench/frameworks.py --device cuda): both ranks on cuda:0, still over gloo (NCCL
+refuses two ranks on one GPU), DeepSpeed on its CUDA accelerator.
 """
 
 import json
@@ -29,12 +32,14 @@ BATCH = 32
 # What autograd saves for backward outside the weights: the input (for the first Linear's weight
 # gradient) and ReLU's output (for ReLU and the last Linear, one storage).
 ACTIVATION_BYTES = (BATCH * 64 + BATCH * 128) * 4
+DEVICE = torch.device(os.environ.get("SHARDED_JOB_DEVICE", "cpu"))
+DEVICE = torch.device("cuda", 0) if DEVICE.type == "cuda" else DEVICE  # (both ranks on the one GPU)
 
 
 def build_fsdp2():
     from torch.distributed.fsdp import fully_shard
 
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(DEVICE)
     fully_shard(model[0])
     fully_shard(model)
     return model
@@ -44,12 +49,13 @@ def build_fsdp1():
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    model[0] = FullyShardedDataParallel(model[0], device_id=torch.device("cpu"))
-    return FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+    model[0] = FullyShardedDataParallel(model[0], device_id=DEVICE)
+    return FullyShardedDataParallel(model, device_id=DEVICE)
 
 
 def build_ddp():
-    return nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)))
+    return nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+                                               .to(DEVICE))
 
 
 BUILDERS = {"fsdp2": build_fsdp2, "fsdp1": build_fsdp1, "ddp": build_ddp}
@@ -71,7 +77,8 @@ def zero3_truth(model, optimizer) -> dict:
     copy, with Adam's two moments of it; the gradient it gets for the step is one partition again."""
     partition = storage_bytes(p.ds_tensor for p in model.parameters())
     master = storage_bytes(optimizer.fp32_partitioned_groups_flat)
-    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values())
+    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values()
+                          if v.device.type == DEVICE.type)
     return {"parameters": partition + master, "gradients": partition, "optimizer_state": state}
 
 
@@ -80,7 +87,8 @@ def zero12_truth(model, optimizer, step_grads: list[int]) -> dict:
     fp32 copy of the rank's partition, with Adam's two moments of it. The gradient is the partition's,
     which DeepSpeed frees when the step is done: ``step_grads`` has it, counted at each step's end."""
     master = storage_bytes(optimizer.single_partition_of_fp32_groups)
-    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values())
+    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values()
+                          if v.device.type == DEVICE.type)
     return {"parameters": storage_bytes(model.parameters()) + master, "gradients": step_grads[-1],
             "optimizer_state": state}
 
@@ -91,20 +99,22 @@ def local_of(tensor):
 
 def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
-                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
+                      LOCAL_RANK=str(rank if DEVICE.type == "cpu" else 0), DS_ACCELERATOR=DEVICE.type)
     torch.set_num_threads(1)
+    if DEVICE.type == "cuda":
+        torch.cuda.set_device(DEVICE)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     from gputui.model.codec import to_jsonable
     from gputui.probe import runtime
 
     torch.manual_seed(0)
     if kind.startswith("zero"):
-        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(DEVICE)
         engine, optimizer = build_zero(model, int(kind[-1]))
     else:
         engine = model = BUILDERS[kind]()
         optimizer = torch.optim.Adam(model.parameters())
-    x, y = torch.randn(BATCH, 64), torch.randint(0, 10, (BATCH,))
+    x, y = torch.randn(BATCH, 64).to(DEVICE), torch.randint(0, 10, (BATCH,)).to(DEVICE)
     step_grads: list[int] = []  # ZeRO-1/2: the gradients the optimizer held at each step's end
     if kind in ("zero1", "zero2"):
         register_optimizer_step_post_hook(lambda opt, args, kwargs: step_grads.append(
@@ -127,7 +137,8 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
         if kind.startswith("zero") else {
         "parameters": storage_bytes(local_of(p) for p in params),
         "gradients": storage_bytes(local_of(p.grad) for p in params),
-        "optimizer_state": storage_bytes(local_of(v) for s in optimizer.state.values() for v in s.values()),
+        "optimizer_state": storage_bytes(local_of(v) for s in optimizer.state.values() for v in s.values()
+                                         if v.device.type == DEVICE.type),  # (Adam's step counts stay on the CPU)
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
         json.dump({"kind": kind, "report": to_jsonable(report), "truth": truth, "pid": os.getpid()}, out)

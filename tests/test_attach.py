@@ -277,7 +277,7 @@ def test_no_gdb_says_how_to_install_it(env, tmp_path):
         assert out.returncode == 2 and out.stderr.count("\n") == 1
         assert out.stderr.startswith(f"gputui: gputui attach needs gdb to reach a Python "
                                      f"{sys.version_info[0]}.{sys.version_info[1]} process, and there is none on "
-                                     f"the PATH: install gdb (`apt-get install gdb`")
+                                     f"the PATH (nor CUDA's cuda-gdb-minimal): install gdb (`apt-get install gdb`")
     finally:
         (tmp_path / "hold").unlink()
         target.wait(timeout=30)
@@ -310,6 +310,27 @@ def fake_proc(root: Path, *, exe: str = "/usr/bin/python3.12", uid: int = 0, tra
 
 def gdb_here(name: str) -> str:
     return "/usr/bin/gdb"
+
+
+def test_gdb_first_then_cuda_gdb_minimal_on_the_path_then_in_the_cuda_toolkit(tmp_path, monkeypatch):
+    """NVIDIA's CUDA images have cuda-gdb and no gdb: its minimal build runs the attach script (H200, CUDA 13)."""
+    on_path = {"gdb": "/usr/bin/gdb", "cuda-gdb-minimal": "/opt/cuda/bin/cuda-gdb-minimal"}
+    assert preflight.find_gdb(on_path.get, {}) == "/usr/bin/gdb"
+    assert preflight.find_gdb({"cuda-gdb-minimal": "/opt/cuda/bin/cuda-gdb-minimal"}.get, {}) \
+        == "/opt/cuda/bin/cuda-gdb-minimal"
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "bin" / "cuda-gdb").write_text("#!/bin/sh\n")  # (the wrapper alone is not taken)
+    (toolkit / "bin" / "cuda-gdb").chmod(0o755)
+    monkeypatch.setattr(preflight, "CUDA_DEFAULT", str(tmp_path / "no-cuda"))
+    assert preflight.find_gdb(lambda name: None, {"CUDA_HOME": str(toolkit)}) is None
+    (toolkit / "bin" / "cuda-gdb-minimal").write_text("#!/bin/sh\n")
+    assert preflight.find_gdb(lambda name: None, {"CUDA_HOME": str(toolkit)}) is None  # (not executable)
+    (toolkit / "bin" / "cuda-gdb-minimal").chmod(0o755)
+    minimal = str(toolkit / "bin" / "cuda-gdb-minimal")
+    assert preflight.find_gdb(lambda name: None, {"CUDA_PATH": str(toolkit)}) == minimal
+    monkeypatch.setattr(preflight, "CUDA_DEFAULT", str(toolkit))
+    assert preflight.find_gdb(lambda name: None, {}) == minimal
 
 
 def refusal(tmp_path, **kwargs) -> str:

@@ -52,7 +52,9 @@ def free_port() -> str:
 
 def run_job(kind: str, out: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("GPUTUI_PROBE",)}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", GPUTUI_PROBE_DIR=str(out))
+    # (the checkout first, then whatever else the caller's path holds: a GPU machine's carried packages)
+    path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update(PYTHONPATH=os.pathsep.join(path), OMP_NUM_THREADS="1", GPUTUI_PROBE_DIR=str(out))
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(Path(sharded_job.__file__)), kind, free_port(), str(out)],
                           env=env, capture_output=True, text=True,

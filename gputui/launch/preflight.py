@@ -13,7 +13,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from gputui.errors import UserError
 from gputui.untrusted import visible
@@ -25,6 +25,12 @@ OTHER_WAYS = ("start the job under the probe instead: `gputui run -- python trai
               "in the script")
 INSTALL_GDB = ("install gdb (`apt-get install gdb`, `dnf install gdb`, `apk add gdb`, "
                "`conda install -c conda-forge gdb`)")
+# NVIDIA's CUDA images ship cuda-gdb but no gdb. Its minimal build (no Python in the debugger) runs our
+# batch script as gdb does (checked on an H200, CUDA 13.0). Not the `cuda-gdb` wrapper: it picks a build
+# by probing which Python the machine has, and fails where it is linked from another folder.
+CUDA_GDB = "cuda-gdb-minimal"
+CUDA_HOMES = ("CUDA_HOME", "CUDA_PATH")
+CUDA_DEFAULT = "/usr/local/cuda"
 # libpython3.12.so.1.0, python3.13t: the version and the free-threaded build's "t"
 _PYTHON = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)(t?)(?:\.so|$|[^/\w])")
 
@@ -61,13 +67,29 @@ def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | 
     method = "remote_exec" if _can_remote_exec(version) else "gdb"
     debugger = None
     if method == "gdb":
-        debugger = which("gdb")
+        debugger = find_gdb(which)
         if debugger is None:
             raise Refused(f"gputui attach needs gdb to reach a Python {version[0]}.{version[1]} process, "
-                          f"and there is none on the PATH: {INSTALL_GDB}, or {OTHER_WAYS}")
+                          f"and there is none on the PATH (nor CUDA's {CUDA_GDB}): {INSTALL_GDB}, or {OTHER_WAYS}")
     check_ptrace_policy(_ptrace_scope(proc), has_cap_sys_ptrace(proc))
     return Target(pid=pid, version=version, uid=uid, torch_loaded="/libtorch" in maps, method=method,
                   debugger=debugger)
+
+
+def find_gdb(which: Callable[[str], str | None] = shutil.which,
+             environ: Mapping[str, str] | None = None) -> str | None:
+    """gdb on the PATH, else cuda-gdb-minimal on the PATH or in the CUDA toolkit's bin folder
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), else None."""
+    found = which("gdb") or which(CUDA_GDB)
+    if found:
+        return found
+    where = os.environ if environ is None else environ
+    homes = [where[name] for name in CUDA_HOMES if where.get(name)] + [CUDA_DEFAULT]
+    for home in homes:
+        candidate = Path(home) / "bin" / CUDA_GDB
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def _status(pid: int, proc: Path) -> dict[str, str]:
