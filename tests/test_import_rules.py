@@ -196,6 +196,22 @@ def test_the_command_line_parser_is_let_go_before_a_mode_runs():
     assert printed_last(code) == ("tui", 2.0, ("0", "1"), 0, False)
 
 
+def test_judging_a_job_loads_no_advice_rules():
+    """A job is judged every sample (its ranks side by side, ranked advice): that needs the order advice
+    is shown in (analysis/ranking.py), not the rules that write a process's advice, which load with the
+    first probed or growing process (issue 31: the monitor's share above a bare Textual app)."""
+    code = (
+        "import sys\n"
+        "from gputui.analysis.jobs import analyse_job\n"
+        "from gputui.collect import open_collector\n"
+        "snapshot = open_collector('dataparallel', clock=lambda: 5.0).sample()\n"
+        "analyses = [analyse_job(job, snapshot) for job in snapshot.jobs]\n"
+        "loaded = [name in sys.modules for name in ('gputui.analysis.ranking', 'gputui.analysis.advice')]\n"
+        "print(repr((len(analyses), *loaded)))\n"
+    )
+    assert printed_last(code) == (1, True, False)
+
+
 def test_a_monitor_with_no_probe_loads_no_leak_analysis():
     """The leak analysis is a quarter of a megabyte of code that judges probe reports: a machine whose
     processes are not probed is judged without it (issue 31: the monitor's share above a bare Textual app);

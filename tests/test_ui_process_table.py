@@ -1,5 +1,6 @@
-"""The process table's drawing caches (gputui/ui/widgets/processes.py): the cells' segments are kept
-least-recently-drawn-first (Textual's LRUCache), and a cell's style is the theme's, as Textual resolves it."""
+"""The drawing caches: the process table's cells' segments (gputui/ui/widgets/processes.py) are kept
+least-recently-drawn-first (Textual's LRUCache), and a cell's style is the theme's, as Textual resolves it;
+the styled lines' segments (gputui/ui/widgets/line.py) stay bounded however many readings they draw."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from still import still_app
 from textual.style import Style as TextualStyle
 from ui_data import settle
 
+from gputui.ui.widgets.devices import DeviceLines
+from gputui.ui.widgets.line import SEGMENTS_KEPT
 from gputui.ui.widgets.processes import PIECES_KEPT, ProcessTable
 
 
@@ -51,3 +54,19 @@ async def test_a_cells_colour_is_the_theme_variable_textual_resolves(theme):
         marker = table.get_cell("51200/0", "probe")
         assert marker.plain == "A" and marker.style == TextualStyle.parse("bold $error").rich_style
         assert marker.style.bold and marker.style.color == expected.color
+
+
+async def test_styled_lines_keep_a_bounded_number_of_segments_as_readings_change():
+    """A reading that changes every sample makes a new segment each time: an hour of them is forgotten
+    in bounds, and the lines still draw what they say."""
+    app = still_app("training-node", seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        lines = app.screen.query(DeviceLines).first()
+        most = 0
+        for second in range(3600):
+            lines.show_lines([("", (("GPU ", "bold"), (f"{second} W", "$success")))])
+            drawn = lines.render_line(0)
+            most = max(most, len(lines._segments))
+        assert most <= SEGMENTS_KEPT + 1
+        assert drawn.text.startswith("GPU 3599 W")

@@ -6,9 +6,10 @@ snippet), and estimates the saving where it can. Healthy processes get no advice
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from gputui.analysis.ranking import ranked
 from gputui.analysis.sites import keeper_text
 from gputui.analysis.whatif import eight_bit_optimizer, step_peaks
 from gputui.model import Device, GpuProcess, LeakKeeper, ProbeDevice, ProbeReport, Snapshot, StepRecord
@@ -19,7 +20,6 @@ from gputui.model.verdicts import (
     LEAK_CLEAN,
     LEAK_FRAGMENTATION,
     LEAK_LEAK,
-    SEVERITIES,
     TREND_GROWING,
     Advice,
     GrowingSite,
@@ -77,21 +77,6 @@ def advise(
         steps = tuple(s for s in report.steps if s.device in (probe.device, None))
     seen = _Seen(snapshot, process, device, report, probe, steps, trend, verdict, tuple(sites))
     return ranked(advice for rule in RULES if (advice := rule(seen)) is not None)
-
-
-def ranked(found: Iterable[Advice]) -> tuple[Advice, ...]:
-    """Advice most urgent and most rewarding first, numbered (``rank`` 1, 2, ...)."""
-    ordered = sorted(found, key=_order)
-    return tuple(replace(a, rank=i + 1) for i, a in enumerate(ordered))
-
-
-# Urgency first, then the rules that fix a leak, then the biggest saving.
-_PRIORITY = {"oom-soon": 0, "keep-graph": 1, "growing-tensors": 1, "model-in-loop": 1, "untracked-growth": 1}
-
-
-def _order(a: Advice) -> tuple:
-    saving = -a.estimated_saving if a.estimated_saving is not None else 1
-    return SEVERITIES.index(a.severity), _PRIORITY.get(a.kind, 2), saving, a.kind
 
 
 def _probe_device(report: ProbeReport | None, device: Device | None,

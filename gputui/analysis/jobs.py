@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gputui.analysis import robust
-from gputui.analysis.advice import ranked
+from gputui.analysis.ranking import ranked
 from gputui.model import BY_DEVICES, Advice, Job, MemoryCategories, ProbeReport, Snapshot
 from gputui.model.job_verdicts import FirstOom, Imbalance, JobAnalysis, ShardedModel, Slot, Straggler
 from gputui.model.verdicts import TREND_GROWING, TREND_STEADY, TREND_WARMING_UP, ProcessTrend

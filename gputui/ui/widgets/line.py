@@ -63,6 +63,11 @@ def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
     return tuple(lines)
 
 
+# Segments a widget keeps for its pieces: a few screens of them. Readings make new ones every sample, so a
+# bigger cache is mostly old readings (at 4096 each widget grew to about 1 MB over a quarter of an hour).
+SEGMENTS_KEPT = 512
+
+
 class StyledLines(Widget):
     """Lines of styled pieces drawn straight into strips, for text that changes every sample.
 
@@ -130,7 +135,7 @@ class StyledLines(Widget):
         key = (background, text, style)
         found = self._segments.get(key)
         if found is None:
-            if len(self._segments) > 4096:  # readings change: forget old ones now and then
+            if len(self._segments) > SEGMENTS_KEPT:  # readings change: forget old ones now and then
                 self._segments.clear()
             found = self._segments[key] = Segment(text, self._style(background, style))
         return found

@@ -35,7 +35,7 @@ FILLER = -1  # the "column" right of the last one, which fills the line to the w
 
 # A cell as the rows give it: its text and a style in Textual's words ("bold $error", "" for none).
 Cell = tuple[str, str]
-PIECES_KEPT = 8192  # cells' drawn segments kept: a screenful of lines in every state many times over
+PIECES_KEPT = 1024  # cells' drawn segments kept: about two screenfuls of cells
 
 
 def fit(text: str, width: int, right: bool) -> str:
