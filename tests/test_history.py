@@ -82,6 +82,21 @@ def test_a_sample_costs_about_eight_bytes_a_value():
         tracemalloc.stop()
     values = processes * samples * (len(PROCESS_METRICS) + 1)  # each metric and the time
     assert kept / values < 10, f"{kept / values:.1f} bytes a value"
+    # a percentage takes one byte: 8 (time) + 8 + 1 + 8 + 8 a process-sample, with the arrays' slack
+    assert kept / (processes * samples) < 39, f"{kept / (processes * samples):.1f} bytes a process-sample"
+
+
+def test_a_percentage_takes_a_byte_and_a_reading_that_does_not_fit_widens_its_column():
+    h = History()
+    for t, (sm, temperature) in enumerate(((97, 40), (300, -5), (12, 41))):
+        h.add(Snapshot(taken_at=float(t), devices=(Device(index=0, temperature=temperature),),
+                       processes=(GpuProcess(pid=7, device_index=0, sm_util=sm),)))
+    assert h.process((7, 0), "sm_util").values == (97, 300, 12)
+    assert h.device(0, "temperature").values == (40, -5, 41)
+    assert [type(v) for v in h.process((7, 0), "sm_util").values] == [int, int, int]
+    fresh = History()
+    fresh.add(snap(0.0, 1, proc_mem=1))
+    assert fresh._processes[(7, 0)].columns["sm_util"].itemsize == 1
 
 
 def test_the_series_of_one_track_share_their_times():

@@ -17,6 +17,13 @@ from gputui.model.record import Record
 DEVICE_METRICS = ("gpu_util", "memory_util", "memory_used", "power_draw", "temperature")
 PROCESS_METRICS = ("gpu_memory", "sm_util", "cpu_percent", "host_memory")
 FRACTIONAL = frozenset({"power_draw", "cpu_percent"})  # the metrics the model keeps as floats, not ints
+# Whole numbers that fit a byte (percentages, °C): one byte a sample, not eight. A reading that does not
+# fit (a driver's odd value) widens that column for good, losing nothing.
+BYTE_SIZED = frozenset({"gpu_util", "memory_util", "sm_util", "temperature"})
+
+
+def _column(metric: str) -> array[Any]:
+    return array("d" if metric in FRACTIONAL else "B" if metric in BYTE_SIZED else "q")
 
 # A GPU process is one pid on one device; a pid on two GPUs has two histories.
 ProcessKey = tuple[int, int]
@@ -42,7 +49,7 @@ class Series(Record):
 class _Track:
     """One entity's samples: shared timestamps and one column per metric.
 
-    The columns are C arrays, 8 bytes a sample: a deque of Python numbers took 32-40, and a 64-slot
+    The columns are C arrays, 8 bytes a sample (1 for a percentage): a deque of Python numbers took 32-40, and a 64-slot
     block from its first sample on (0.5 MB for 64 processes ten seconds in, 6 MB ten minutes in; issue
     31 item 21). An unknown value is kept as 0, its sample number in ``unknown``."""
 
@@ -50,7 +57,7 @@ class _Track:
 
     def __init__(self, metrics: tuple[str, ...], keep_series: bool = True) -> None:
         self.times = array("d")
-        self.columns: dict[str, array[Any]] = {m: array("d" if m in FRACTIONAL else "q") for m in metrics}
+        self.columns: dict[str, array[Any]] = {m: _column(m) for m in metrics}
         self.unknown: dict[str, list[int]] = {}  # metric -> the sample numbers where it was None
         self.dropped = 0  # samples dropped from the front: times[i] is sample number dropped + i
         # Series handed out since the last change: charts ask for the same ones many times per
@@ -70,8 +77,10 @@ class _Track:
                 value = 0
             try:
                 column.append(value)
-            except (TypeError, OverflowError):  # a fraction where whole numbers were kept, or past 64 bits
-                self.columns[metric] = array("d", column)
+            except (TypeError, OverflowError):  # a fraction where whole numbers were kept, or too big
+                wider = "q" if isinstance(value, int) and column.typecode == "B" and -(1 << 63) <= value < 1 << 63 \
+                    else "d"
+                self.columns[metric] = array(wider, column)
                 self.columns[metric].append(value)
 
     def trim(self, oldest: float, max_points: int) -> None:
