@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))  # (the jobs live with their tests)
 from validate_gpu import smi_apps  # noqa: E402 - beside this script
 
 PARTS = ("attach", "alerts", "frameworks")
@@ -55,15 +55,6 @@ def said(job: subprocess.Popen) -> dict:
     if not line:
         raise RuntimeError(f"the job said nothing; its stderr ends: {job.stderr.read()[-2000:]}")
     return json.loads(line)
-
-
-def stop_group(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        child.wait(timeout=10)
 
 
 def fetch(client, pid: int, env: dict, seconds: float = 10):
@@ -141,40 +132,13 @@ def part_attach(work: Path, device: str) -> dict:
 
 
 def part_alerts(work: Path, device: str, within: float = 90) -> dict:
+    from alert_watch import watch_a_leaking_job
+
     env = environment(work / "probes")
     (work / "probes").mkdir(mode=0o700)
-    got = work / "got.ndjson"
-    receiver = work / "receiver.sh"
-    receiver.write_text(f"#!/bin/sh\n{{ cat; echo; }} >> {got}\n")
-    receiver.chmod(0o755)
-    began = time.monotonic()
-    job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable,
-                            str(ROOT / "examples" / "loops.py"), "total_loss", "--steps", "100000000",
-                            "--device", device], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    watch = None
-    result: dict = {}
-    try:
-        while not any((work / "probes").iterdir()) and time.monotonic() - began < within:
-            time.sleep(0.2)
-        result["probe_found_s"] = round(time.monotonic() - began, 1)
-        watch = subprocess.Popen([sys.executable, "-m", "gputui", "--watch", "1", "--alert-command", str(receiver)],
-                                 env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
-        while not got.exists() and time.monotonic() - began < within:
-            time.sleep(0.2)
-        result["alert_s"] = round(time.monotonic() - began, 1) if got.exists() else None
-        time.sleep(0.5)
-        if got.exists():
-            document = json.loads(got.read_text().splitlines()[0])
-            result["first_event"] = document["events"][0]
-    finally:
-        for child in (watch, job):
-            if child is not None:
-                stop_group(child)
-        result["watch_stderr"] = watch.stderr.read()[-1500:] if watch else None
-        result["job_stderr"] = job.stderr.read()[-1500:]
-    return result
+    run = watch_a_leaking_job(env, work, within, device)
+    return {"probe_found_s": run.probe_found, "alert_s": run.alerted, "first_event": run.first,
+            "watch_stderr": run.watch_stderr, "job_stderr": run.job_stderr}
 
 
 def part_frameworks(out: Path, device: str, timeout: float, jobs: list[str]) -> dict:

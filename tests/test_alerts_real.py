@@ -4,12 +4,8 @@ the clean loops of the leak corpus raise no alert at any step, as a monitor watc
 
 import dataclasses
 import gc
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import leak_corpus  # noqa: E402
+from alert_watch import watch_a_leaking_job  # noqa: E402
 
 import gputui.probe  # noqa: E402
 from gputui.alerts.rules import AlertState, evaluate  # noqa: E402
@@ -42,56 +39,14 @@ def env(tmp_path):
     return clean
 
 
-def stop(child, group: bool = False):
-    """Ctrl-C, then SIGKILL after 20 s; ``group``: to the child's whole process group (a job started in
-    a session of its own), so that the leaking job under `gputui run` never outlives the test, whatever
-    stops it (a loaded machine once kept it alive for 15 minutes, growing to 23 GB)."""
-    def send(signum):
-        try:
-            os.killpg(child.pid, signum) if group else child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    if child.poll() is None or group:
-        send(signal.SIGINT)
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-        send(signal.SIGKILL)
-        child.wait(timeout=10)
-
-
 def test_a_job_keeping_its_losses_reaches_the_alert_command_in_time(env, tmp_path):
-    got = tmp_path / "got.ndjson"
-    receiver = tmp_path / "receiver.sh"
-    receiver.write_text(f"#!/bin/sh\n{{ cat; echo; }} >> {got}\n")
-    receiver.chmod(0o755)
-    began = time.monotonic()
-    job = subprocess.Popen([sys.executable, "-m", "gputui", "run", "--", sys.executable,
-                            str(ROOT / "examples" / "loops.py"), "total_loss", "--steps", "1000000"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    watch = None
-    try:
-        # The monitor starts once the job's probe can be found: without a driver, it watches probes.
-        while not any(Path(env["GPUTUI_PROBE_DIR"]).iterdir()) and time.monotonic() - began < WITHIN:
-            time.sleep(0.2)
-        watch = subprocess.Popen([sys.executable, "-m", "gputui", "--watch", "1", "--alert-command", str(receiver)],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        while not got.exists() and time.monotonic() - began < WITHIN:
-            time.sleep(0.2)
-        took = time.monotonic() - began
-    finally:
-        if watch is not None:
-            stop(watch)
-        stop(job, group=True)
-    assert got.exists(), watch.stderr.read() if watch else ""
-    first = json.loads(got.read_text().splitlines()[0])["events"][0]
-    pid = first["alert"]["pid"]  # the job's Python, which `gputui run` started
-    assert (first["change"], first["alert"]["kind"]) == ("started", "leak")
-    assert first["alert"]["title"] == f"process {pid} leaks activations"
-    print(f"leak alert {took:.1f} s after the job started")
-    assert took < WITHIN
+    run = watch_a_leaking_job(env, tmp_path, WITHIN)
+    assert run.first is not None, run.watch_stderr
+    pid = run.first["alert"]["pid"]  # the job's Python, which `gputui run` started
+    assert (run.first["change"], run.first["alert"]["kind"]) == ("started", "leak")
+    assert run.first["alert"]["title"] == f"process {pid} leaks activations"
+    print(f"leak alert {run.alerted:.1f} s after the job started")
+    assert run.alerted < WITHIN
 
 
 @pytest.fixture
