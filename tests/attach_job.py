@@ -19,13 +19,8 @@ import sys
 import time
 
 import torch
+from probe_truth import state_tensors, storage_bytes  # (beside this file: torch alone, no gputui)
 from torch import nn
-
-
-def state_bytes(optimizer, device: torch.device) -> int:
-    """The optimizer state on ``device`` (on CUDA, AdamW's step counts stay on the CPU)."""
-    return sum(t.untyped_storage().nbytes() for state in optimizer.state.values()
-               for t in state.values() if isinstance(t, torch.Tensor) and t.device.type == device.type)
 
 
 def main(hold_dir: str, counts: list[int]) -> None:
@@ -56,7 +51,7 @@ def main(hold_dir: str, counts: list[int]) -> None:
                 "hold": phase, "pid": os.getpid(), **figures,
                 "parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                 "gradients": sum(p.grad.untyped_storage().nbytes() for p in model.parameters()),
-                "optimizer_state": state_bytes(optimizer, device),
+                "optimizer_state": storage_bytes(state_tensors(optimizer, device.type)),
             }), flush=True)
             gap, last = 0.0, time.perf_counter()
             while os.path.exists(hold):

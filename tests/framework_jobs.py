@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from probe_truth import saved_bytes, storage_bytes
+from probe_truth import saved_bytes, state_tensors, storage_bytes
 from torch import nn
 
 from gputui.probe import runtime
@@ -27,25 +27,13 @@ DEVICE = torch.device(os.environ.get("FRAMEWORK_JOB_DEVICE", "cpu"))
 ON_CPU = DEVICE.type == "cpu"
 
 
-def state_tensors(optimizer) -> list:
-    """The optimizer state's tensors on the job's device (on CUDA, Adam keeps its step counts on the CPU,
-    which the probe counts on the CPU's row, not the GPU's)."""
-    found = []
-    for state in optimizer.state.values():
-        for value in state.values():
-            for item in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(item, torch.Tensor) and item.device.type == DEVICE.type:
-                    found.append(item)
-    return found
-
-
 def held(model: nn.Module, optimizers) -> dict[str, int]:
     """Bytes per category the job holds now: every parameter (frozen ones too), their gradients, the
     optimizers' state, the model's buffers."""
     params = list(model.parameters())
     return {"parameters": storage_bytes(params),
             "gradients": storage_bytes(p.grad for p in params if p.grad is not None),
-            "optimizer_state": storage_bytes(t for o in optimizers for t in state_tensors(o)),
+            "optimizer_state": storage_bytes(t for o in optimizers for t in state_tensors(o, DEVICE.type)),
             "buffers": storage_bytes(model.buffers())}
 
 

@@ -16,6 +16,19 @@ def storage_bytes(tensors) -> int:
     return total
 
 
+def state_tensors(optimizer, device_type: str | None = None) -> list:
+    """Every tensor in the optimizer's state, lists and tuples included (LBFGS keeps its history in
+    lists); with ``device_type``, those on that kind of device alone (on CUDA, Adam keeps its step
+    counts on the CPU, which the probe counts on the CPU's row, not the GPU's)."""
+    found = []
+    for state in optimizer.state.values():
+        for value in state.values():
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if torch.is_tensor(item) and device_type in (None, item.device.type):
+                    found.append(item)
+    return found
+
+
 def fresh_reading(probe, forward):
     """Ask for a reading as a monitor would, and let the job's next forward pass (``forward()``,
     run without autograd) take it; the categories it published."""

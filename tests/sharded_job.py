@@ -24,7 +24,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_truth import storage_bytes  # noqa: E402
+from probe_truth import state_tensors, storage_bytes  # noqa: E402
 
 FIRST, LAST = (64 * 128 + 128) * 4, (128 * 10 + 10) * 4  # the two Linears' parameter bytes, unsharded
 PARAMETER_BYTES = FIRST + LAST
@@ -77,8 +77,7 @@ def zero3_truth(model, optimizer) -> dict:
     copy, with Adam's two moments of it; the gradient it gets for the step is one partition again."""
     partition = storage_bytes(p.ds_tensor for p in model.parameters())
     master = storage_bytes(optimizer.fp32_partitioned_groups_flat)
-    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values()
-                          if v.device.type == DEVICE.type)
+    state = storage_bytes(state_tensors(optimizer.optimizer, DEVICE.type))
     return {"parameters": partition + master, "gradients": partition, "optimizer_state": state}
 
 
@@ -87,8 +86,7 @@ def zero12_truth(model, optimizer, step_grads: list[int]) -> dict:
     fp32 copy of the rank's partition, with Adam's two moments of it. The gradient is the partition's,
     which DeepSpeed frees when the step is done: ``step_grads`` has it, counted at each step's end."""
     master = storage_bytes(optimizer.single_partition_of_fp32_groups)
-    state = storage_bytes(v for s in optimizer.optimizer.state.values() for v in s.values()
-                          if v.device.type == DEVICE.type)
+    state = storage_bytes(state_tensors(optimizer.optimizer, DEVICE.type))
     return {"parameters": storage_bytes(model.parameters()) + master, "gradients": step_grads[-1],
             "optimizer_state": state}
 
@@ -137,8 +135,7 @@ def rank_main(rank: int, kind: str, port: str, out_dir: str) -> None:
         if kind.startswith("zero") else {
         "parameters": storage_bytes(local_of(p) for p in params),
         "gradients": storage_bytes(local_of(p.grad) for p in params),
-        "optimizer_state": storage_bytes(local_of(v) for s in optimizer.state.values() for v in s.values()
-                                         if v.device.type == DEVICE.type),  # (Adam's step counts stay on the CPU)
+        "optimizer_state": storage_bytes(local_of(v) for v in state_tensors(optimizer, DEVICE.type)),
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
         json.dump({"kind": kind, "report": to_jsonable(report), "truth": truth, "pid": os.getpid()}, out)

@@ -33,7 +33,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
-from probe_truth import fresh_reading, storage_bytes  # noqa: E402
+from probe_truth import fresh_reading, state_tensors, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gputui.probe import runtime  # noqa: E402
@@ -49,16 +49,6 @@ ACTIVATIONS_TOLERANCE = 0.02
 
 
 # -- the truth ----------------------------------------------------------------------------------------
-
-
-def state_tensors(optimizer) -> Iterator:
-    """Every tensor in the optimizer's state, lists and tuples included (LBFGS keeps its history in
-    lists)."""
-    for state in optimizer.state.values():
-        for value in state.values():
-            for item in value if isinstance(value, (list, tuple)) else (value,):
-                if torch.is_tensor(item):
-                    yield item
 
 
 def _saved_by(node) -> Iterator:

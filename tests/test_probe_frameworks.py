@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import framework_jobs  # noqa: E402
-from probe_truth import saved_bytes, storage_bytes  # noqa: E402
+from probe_truth import saved_bytes, state_tensors, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
@@ -44,7 +44,7 @@ def mlp(width=256):
 def tracked_now(model, optimizer) -> int:
     """Parameters, gradients and optimizer state held now, each storage once (the probe's tally)."""
     tensors = list(model.parameters()) + [p.grad for p in model.parameters() if p.grad is not None]
-    return storage_bytes(tensors + framework_jobs.state_tensors(optimizer))
+    return storage_bytes(tensors + state_tensors(optimizer))
 
 
 def closure_loop(optimizer_of, steps):
