@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from ui_data import T0, make_app, process, settle, table_keys, training_snapshot
+from ui_data import T0, fixture_pids, make_app, process, settle, sleeping_child, table_keys, training_snapshot
 
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import NOTE_GONE
@@ -185,7 +185,7 @@ async def test_detail_screen_shows_command_history_and_probe_hint():
 
 @pytest.fixture
 def sleeper():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = sleeping_child()
     yield child
     if child.poll() is None:
         child.kill()
@@ -314,7 +314,7 @@ async def test_a_probed_job_whose_pid_another_process_took_is_not_killed(sleeper
     """The probed job is sampled, then exits; a new process (the sleeper) has its pid when K is
     pressed. The identity checked is the one sampled, not one read from the pid at the key."""
     time.sleep(0.05)  # a few clock ticks after the sleeper: start times are in ticks
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    job = sleeping_child()
     sampled = probed_only(job.pid)
     job.kill()
     job.wait()
@@ -346,7 +346,7 @@ def spawn_at(pid: int, tries: int = 50) -> subprocess.Popen | None:
 async def test_a_probed_job_killed_and_its_pid_reused_for_real_is_not_signalled():
     """The issue's steps with a real pid reuse: sample the probed job, kill it, start a new process at
     its pid, press K and confirm: the new process lives."""
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    job = sleeping_child()
     sampled = probed_only(job.pid)
     job.kill()
     job.wait()
@@ -604,3 +604,18 @@ async def test_the_header_says_how_long_the_host_has_been_up():
         await settle(pilot)
         header = app.screen.query_one("#header")
         assert "up 3d 02h" in "".join(strip.text for strip in header.render_lines(header.size.region))
+
+
+@pytest.mark.skipif(not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK), reason="needs ns_last_pid (root)")
+def test_a_real_child_never_takes_a_pid_the_hand_built_snapshot_uses():
+    """CI once gave a test's child pid 3200, the fixture's Xorg: the row signalled was Xorg's. The
+    kernel is asked for each fixture pid in turn; the child goes elsewhere."""
+    for pid in sorted(fixture_pids()):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        child = sleeping_child()
+        try:
+            assert child.pid not in fixture_pids()
+        finally:
+            child.kill()
+            child.wait()

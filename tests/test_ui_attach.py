@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ui_data import T0, make_app, process, settle, training_snapshot, wait_for
+from ui_data import T0, make_app, process, settle, sleeping_child, training_snapshot, wait_for
 
 from gputui.model import ProbeReport
 from gputui.ui.main_screen import MainScreen
@@ -34,7 +34,7 @@ class Runner:
 @pytest.fixture
 def job():
     """A real process to stand for the training job: its pid and start time are its identity."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = sleeping_child()
     yield child
     child.kill()
     child.wait()

@@ -8,14 +8,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
-import subprocess
-import sys
 
 import pytest
 import ui_data
 from plain_data import judged_document, once_text, probe_text
 from still import still_app
-from ui_data import GIB, MIB, T0, ReplaySource, training_snapshot
+from ui_data import GIB, MIB, T0, ReplaySource, sleeping_child, training_snapshot
 
 from gputui.errors import UserError
 from gputui.model import (
@@ -371,15 +369,13 @@ async def test_probed_rows_nvml_does_not_list_are_counted():
 
 async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
     import signal
-    import subprocess
-    import sys
 
     import psutil
 
     from gputui.collect.probed import ProbedProcesses
     from gputui.ui.screens.confirm import ConfirmSignal
 
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    job = sleeping_child()
     try:
         # The collector reads what /proc says of it (its start time: the identity the key checks).
         snap = ProbedProcesses(psutil).add_to(
@@ -417,7 +413,7 @@ async def test_demo_probed_rows_are_not_signalled():
 
 async def test_a_probed_process_nvml_does_not_list_shows_what_proc_knows():
     # A real CPU-only job (this test's own child), known to the monitor through its probe only.
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    job = sleeping_child()
     try:
         source = NoDriverSource("no driver", clock=lambda: T0, hostname="laptop")
         app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job(job.pid)])), me="bob",

@@ -7,6 +7,8 @@ Fixed values and a fixed clock: whatever the tests draw is the same on every run
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 from gputui.model import Device, Driver, GpuProcess, Host, HostProcess, Snapshot
 from gputui.ui.app import GpuTuiApp
@@ -68,6 +70,32 @@ def training_snapshot(t: float = T0, *, lost: bool = False, extra=()) -> Snapsho
                   memory_used=128 * GIB, swap_total=8 * GIB, swap_used=0, load_average=(3.5, 3.1, 2.9)),
         source="nvml",
     )
+
+
+def fixture_pids() -> frozenset[int]:
+    """The pids the hand-built training snapshot uses, for its GPU processes and their parents."""
+    snap = training_snapshot()
+    return frozenset(p.pid for p in snap.processes) | frozenset(p.pid for p in snap.parents)
+
+
+def sleeping_child() -> subprocess.Popen:
+    """A real process to stand for a job, at a pid none of the training snapshot's processes has.
+
+    A fresh machine hands out pids in the low thousands, so the kernel may give the child 2000 or 3200:
+    its row would then be the fixture's rank or Xorg, not the real process the test means.
+    """
+    taken = fixture_pids()
+    strays: list[subprocess.Popen] = []
+    try:
+        while True:
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            if child.pid not in taken:
+                return child
+            strays.append(child)
+    finally:
+        for stray in strays:
+            stray.kill()
+            stray.wait()
 
 
 class ReplaySource:
