@@ -236,7 +236,7 @@ async def test_the_replay_refuses_with_a_message(tmp_path):
         await pilot.press("A")
         await pilot.pause()
         assert said(app)[-1] == "A recording: there is no process to attach a probe to or detach one from."
-        assert len(app.screen_stack) == 2  # no confirmation asked
+        assert app.screen_stack == [app.main]  # no confirmation asked
 
 
 async def test_screens_without_a_process_do_not_offer_the_key():

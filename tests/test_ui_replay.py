@@ -130,7 +130,7 @@ async def test_signals_and_probe_requests_are_refused(tmp_path):
         said = [n.message for n in app._notifications]
         assert any("no process to send SIGKILL" in m for m in said)
         assert any("no process to send a request" in m for m in said)
-        assert len(app.screen_stack) == 2  # no confirmation asked: nothing to confirm
+        assert app.screen_stack == [app.main]  # no confirmation asked: nothing to confirm
 
 
 async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
@@ -154,7 +154,7 @@ async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
              "warning"),
             ("Allocation sites", "A recording: there is no process to send a request to.", "warning"),
         ]
-        assert len(app.screen_stack) == 2  # nothing to confirm
+        assert app.screen_stack == [app.main]  # nothing to confirm
 
 
 async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_path):

@@ -58,6 +58,11 @@ Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
+# When the monitor settles its memory (launch.settle_memory): once its first frame is up, and again when
+# the third sample is drawn. Startup's one-off work goes on a moment past the first frame (the footer
+# is composed twice more for the first bindings): settled once only, what it then dropped was set aside
+# from the collector for good, 20 footer keys and the first frames' strips, about 350 kB.
+SETTLE_AFTER_SAMPLES = (1, 3)
 
 
 class SnapshotReady(Message):
@@ -149,8 +154,8 @@ class GpuTuiApp(App[int]):
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
         ``as_root``: gputui runs as root (the header says so: its signals reach every process);
         ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none;
-        ``settle``: run once after the first frame (``launch.settle_memory``: in the monitor's own process
-        only, never in a test's)."""
+        ``settle``: run after the first frame and again a few samples in (``launch.settle_memory``: in the
+        monitor's own process only, never in a test's)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -188,6 +193,7 @@ class GpuTuiApp(App[int]):
         self._next: Timer | None = None
         self._first_sample = first_sample
         self._settle = settle
+        self._settles_due = list(SETTLE_AFTER_SAMPLES) if settle is not None else []
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
         self.theme = THEMES.get(theme, theme)
@@ -205,10 +211,6 @@ class GpuTuiApp(App[int]):
         if self.ascii:
             self.add_class("-ascii")
             self._use_ascii_scrollbars()
-        self.main = self.make_main_screen()
-        if self.banner is not None:
-            self.main.charts_on = False  # no driver: there is no GPU history to chart
-        self.push_screen(self.main)
         if self.no_color:
             self.add_class("-nocolor")
         if self.handle_signals:
@@ -221,6 +223,14 @@ class GpuTuiApp(App[int]):
             self._stop_guard = StopGuard(functools.partial(loop.call_soon_threadsafe, self._reclaim_terminal))
             self._stop_guard.install()
         self.source.start(self)
+
+    def get_default_screen(self) -> Screen:
+        """The main screen is the bottom of the stack itself: a plain screen of Textual's under it would
+        cost a screen's widgets (its tooltip, its toasts' rack) and never be seen."""
+        self.main = self.make_main_screen()
+        if self.banner is not None:
+            self.main.charts_on = False  # no driver: there is no GPU history to chart
+        return self.main
 
     def make_main_screen(self) -> MainScreen:
         return self.source.main_screen(self)
@@ -342,11 +352,11 @@ class GpuTuiApp(App[int]):
 
     def show_latest(self) -> None:
         """Draw the latest sample on whichever screen is showing."""
-        # The first snapshot can arrive before the main screen is on the stack (it is taken while
-        # Textual starts): the screen then draws it when it first shows (it starts stale).
+        # The first snapshot can arrive before the main screen is mounted (it is taken while Textual
+        # starts): the screen then draws it when it mounts (it starts stale).
         stack = self.screen_stack
         screen = stack[-1] if stack else None
-        if screen is self.main:
+        if screen is self.main and self.main.is_mounted:
             self.main.render_snapshot()
         else:
             self.main.stale = True
@@ -360,6 +370,8 @@ class GpuTuiApp(App[int]):
                 screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
+        if self._settles_due and self.samples >= self._settles_due[0]:
+            self.call_after_refresh(self._settle_due)
 
     @property
     def position(self) -> str | None:
@@ -367,10 +379,14 @@ class GpuTuiApp(App[int]):
         return self.source.position_words(self)
 
     def _first_frame(self) -> None:
-        self.first_frame_at = time.monotonic()
-        settle, self._settle = self._settle, None  # once, though two samples may each have asked for this
-        if settle is not None:
-            settle()
+        if self.first_frame_at is None:
+            self.first_frame_at = time.monotonic()
+
+    def _settle_due(self) -> None:
+        # Once for each of SETTLE_AFTER_SAMPLES, though two samples may each have asked for it.
+        if self._settle is not None and self._settles_due and self.samples >= self._settles_due[0]:
+            del self._settles_due[0]
+            self._settle()
 
     # -- screens -----------------------------------------------------------------------------
 

@@ -170,7 +170,9 @@ def settle_memory() -> None:
     (modules, classes, widgets) counted. That garbage was 1-2 MB of the monitor's memory a minute in
     (bench/bench_rss.py). Frozen, startup's objects are neither counted nor scanned again, so a full
     round reads only the few thousand objects made since (under a millisecond) and comes every few
-    seconds. What startup built and drops later in a cycle stays for good: the first frame's strips, once."""
+    seconds. What was set aside and dropped since is garbage no round finds: settling again (the app does,
+    a few samples in) first puts it all back, so a full round finds it."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the old objects again, without the frozen ones
