@@ -533,17 +533,57 @@ async def test_wide_history_box_is_closed_on_all_four_sides():
         assert charts.region.right <= 200 and charts.region.height >= 6  # 4 charts inside a top and a bottom edge
 
 
-async def test_footer_at_80x24_shows_every_key_whole():
-    from textual.widgets._footer import FooterKey  # (the footer's own key widget: no public name)
+def key_bar_text(app) -> str:
+    from gputui.ui.widgets.key_bar import KeyBar
 
+    bar = app.screen.query_one(KeyBar)
+    return "".join(text for text, _ in bar.lines[0][1])
+
+
+async def test_footer_at_80x24_shows_every_key_whole():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        keys = list(app.screen.query(FooterKey))
-        last = next(k for k in keys if k.description == "Attach")  # the last key shown
-        assert last.region.width >= len("A Attach") and last.region.right <= 80, last.region
-        # The palette's hint gave way below 100 columns (ctrl+p still opens it: the help says so).
-        assert not any(k.has_class("-command-palette") for k in keys)
+        # Compact, and the palette's hint gave way below 100 columns (ctrl+p still opens it: the help says so).
+        assert key_bar_text(app) == "⏎ Details / Filter > Sort t Tree u Mine q Quit ? Help p Pause A Attach "
+        assert len(key_bar_text(app)) <= 80
+
+
+async def test_footer_at_120x40_spaces_its_keys_and_puts_the_palette_at_the_right():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = key_bar_text(app)
+        assert text.startswith(" ⏎ Details  / Filter  > Sort  t Tree  u Mine  q Quit  ? Help  p Pause  A Attach ")
+        assert text.endswith(" ▏^p palette ") and len(text) == 120
+
+
+async def test_a_click_on_a_footer_key_presses_it_and_hovering_tells_what_it_does():
+    from gputui.ui.widgets.key_bar import KeyBar
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        bar = app.screen.query_one(KeyBar)
+        x = key_bar_text(app).index("? Help")
+        assert bar.key_at(x) == ("question_mark", "This list of keys")
+        assert bar.key_at(x - 1) == ("question_mark", "This list of keys")  # the key's own space
+        assert bar.key_at(x - 2) == ("q", "Leave gputui")  # the space after the words of the key before
+        await pilot.click(KeyBar, offset=(x + 2, 0))
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+
+
+async def test_the_footer_shows_the_keys_of_the_screen_on_top_and_a_remapped_key_as_remapped():
+    app = make_app(keymap={"quit": "x"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert " x Quit " in key_bar_text(app) and " q Quit " not in key_bar_text(app)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessDetail)
+        text = key_bar_text(app)
+        assert text.startswith(" esc Back  s Record sites  ? Help ") and " x Quit " in text and "q Quit" not in text
 
 
 async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():

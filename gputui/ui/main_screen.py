@@ -12,7 +12,7 @@ from textual.containers import Container
 from textual.content import Content
 from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from gputui.analysis.vocabulary import command_line
 from gputui.model import GpuProcess, Snapshot
@@ -28,6 +28,7 @@ from gputui.ui.state import MonitorState
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader
+from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -85,7 +86,7 @@ class MainScreen(Screen):
         box.display = False  # until `/`
         yield box
         yield ProcessTable(id="processes")
-        yield Footer()
+        yield KeyBar()
 
     def compose_top(self) -> ComposeResult:
         """What stands above the process table: the header, the devices and their charts."""
@@ -117,7 +118,7 @@ class MainScreen(Screen):
         self.add_class(f"-{mode}")
         # Below 100 columns the footer's usual spacing cuts its last key short ("p Paus"), and the
         # palette's hint leaves no room for the last (A Attach): ctrl+p still opens it, as the help says.
-        footer = self.query_one(Footer)
+        footer = self.query_one(KeyBar)
         footer.compact = mode in ("compact", "tiny")
         footer.show_command_palette = mode not in ("compact", "tiny")
         self.pane_width = width

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputui import units
 from gputui.analysis.history import History
@@ -32,6 +32,7 @@ from gputui.ui.requests import RecordSites
 from gputui.ui.signals import Target
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
+from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.probe_panel import ProbePanel
 
 # (metric, title, how to word a value, top of its scale: 100 for percentages, None: its largest value)
@@ -86,7 +87,7 @@ class ProcessDetail(Screen):
             yield ProbePanel(ascii=self.ascii, id="detail-probe")
             yield Static("Analysis", classes="detail-section")
             yield AnalysisPanel(id="detail-analysis")
-        yield Footer()
+        yield KeyBar()
 
     def on_resize(self) -> None:
         # One chart per row in a narrow pane (an inline style: it must win over the app's sheet).

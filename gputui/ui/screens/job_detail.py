@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputui import units
 from gputui.analysis.breakdown import explain
@@ -30,6 +30,7 @@ from gputui.ui.cells import trend_text
 from gputui.ui.job_rows import job_analysis
 from gputui.ui.widgets.analysis_panel import AdviceList
 from gputui.ui.widgets.bars import meter
+from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.memory_bar import STYLES, bar, swatch
 from gputui.ui.widgets.probe_panel import probe_device
 
@@ -68,7 +69,7 @@ class JobDetail(Screen):
             yield Static("Ranks side by side", classes="detail-section")
             yield Static(id="job-ranks")
             yield AdviceList("nothing to suggest: its ranks look alike", id="job-advice")
-        yield Footer()
+        yield KeyBar()
 
     def show(self, snapshot: Snapshot, history: History | None = None, trends: Mapping | None = None,
              leaks: Mapping | None = None, judgements: Judgements | None = None) -> None:

@@ -14,12 +14,13 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputui.analysis.waste import across_hosts
 from gputui.model.waste import Waste
 from gputui.plain.waste import ACROSS_TITLE, TITLE, across_table, rules_words, table
 from gputui.ui import bindings
+from gputui.ui.widgets.key_bar import KeyBar
 from gputui.untrusted import visible
 
 
@@ -41,7 +42,7 @@ class WasteScreen(Screen):
             yield Static(id="waste-title")
             yield Static(id="waste-rules")
             yield Static(id="waste-table")
-        yield Footer()
+        yield KeyBar()
 
     def show(self, views: Sequence[tuple[str | None, Waste | None]]) -> None:
         """Render the latest judgements: (None, this machine's), or in the many-host view (host, its own)
