@@ -10,6 +10,7 @@ anonymous memory against each shared library's pages.
 
     python bench/bench_rss.py --baseline main --runs 3
     python bench/bench_rss.py --maps
+    python bench/bench_rss.py --keys g g        # after the user touched the keyboard
 bench_vs_nvitop.py remains the figure of record (installed venvs, byte-code compiled by pip).
 """
 
@@ -61,8 +62,9 @@ def resident_mb(pid: int) -> float:
 
 
 def run_tree(python: Path, tree: Path, env: dict[str, str], seconds: float, pids: set[str],
-             maps: bool, trace: bool) -> float:
-    """Peak RSS (MiB) of gputui from ``tree`` after ``seconds`` on screen; its maps printed if asked."""
+             maps: bool, trace: bool, keys: list[str]) -> float:
+    """Peak RSS (MiB) of gputui from ``tree`` after ``seconds`` on screen, ``keys`` pressed (tmux's
+    names) once the first frame is up; its maps printed if asked."""
     session = f"rss-{os.getpid()}"
     exports = " ".join(f"{k}={v}" for k, v in {**env, "PYTHONPATH": str(tree)}.items())
     tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40",
@@ -75,6 +77,9 @@ def run_tree(python: Path, tree: Path, env: dict[str, str], seconds: float, pids
                 raise RuntimeError(f"{tree}: no full frame within 60 s")
             time.sleep(0.05)
         started = time.monotonic()
+        for key in keys:
+            tmux("send-keys", "-t", session, key)
+            time.sleep(0.5)
         while (left := seconds - (time.monotonic() - started)) > 0:
             time.sleep(min(left, 10.0))
             if trace:
@@ -100,6 +105,9 @@ def main() -> int:
                         help="set in gputui's environment (repeatable), e.g. PYTHONMALLOC=malloc")
     parser.add_argument("--trace", action="store_true", help="print VmRSS every 10 s on screen")
     parser.add_argument("--maps", action="store_true", help="print the checkout's largest mappings")
+    parser.add_argument("--keys", nargs="*", default=[], metavar="KEY",
+                        help="press these once the first frame is up (tmux's key names), e.g. g g: the first "
+                             "key press reads Textual's key names (unicodedata's pages) into memory")
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -126,14 +134,16 @@ def main() -> int:
                 show = args.maps and name == "checkout" and run == args.runs - 1
                 if show:
                     print(f"{name}'s largest mappings (resident kB):")
-                peaks[name].append(run_tree(args.python, tree, env, args.seconds, pids, show, args.trace))
+                peaks[name].append(run_tree(args.python, tree, env, args.seconds, pids, show, args.trace,
+                                            args.keys))
     finally:
         feed.send_signal(signal.SIGTERM)
         feed.wait(timeout=30)
         tmux("kill-server")
         shutil.rmtree(work, ignore_errors=True)
     floor = framework_floor_mb(args.python)
-    print(f"\n{args.processes} processes on 8 GPUs, {args.runs} run(s), {args.seconds:g} s on screen; "
+    pressed = f", keys pressed: {' '.join(args.keys)}" if args.keys else ""
+    print(f"\n{args.processes} processes on 8 GPUs, {args.runs} run(s), {args.seconds:g} s on screen{pressed}; "
           f"floor (Textual's App, pynvml, psutil imported): {floor:.1f} MiB")
     for name, values in peaks.items():
         peak = statistics.median(values)

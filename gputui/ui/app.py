@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -606,6 +607,18 @@ class GpuTuiApp(App[int]):
         # Not str.format: a refusal may quote outside words (a host's name), braces and all.
         self.notify(why.replace("{signal}", signal), title=title, severity="warning", timeout=8, markup=False)
         return True
+
+    def get_key_display(self, binding: Binding) -> str:
+        """A key as Textual shows it (``^p``, ``?``, ``⏎``), without Textual's lookup in Unicode's
+        table of names for punctuation, letters and digits (bindings.PUNCTUATION_KEYS says why)."""
+        modifiers, key = binding.parse_key()
+        shown = bindings.PUNCTUATION_KEYS.get(key, key if len(key) == 1 else None)
+        if binding.key_display or shown is None:
+            return super().get_key_display(binding)
+        if "ctrl" in modifiers:
+            modifiers.remove("ctrl")
+            shown = f"^{shown}"
+        return "+".join([*modifiers, shown])
 
     # -- attaching and detaching the probe -----------------------------------------------------
 

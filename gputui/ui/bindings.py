@@ -8,6 +8,21 @@ from collections.abc import Iterable
 
 from textual.binding import Binding, BindingType
 
+# The punctuation keys by the names Textual gives them, and the character each shows as. Textual finds
+# the character by looking the name up in Unicode's table of names (unicodedata.lookup), which reads
+# about 0.8 MiB of that table into the monitor's memory for the footer's ten keys; the app's
+# get_key_display shows these (and letters and digits) without it, as Textual would (a test checks).
+PUNCTUATION_KEYS = {
+    "exclamation_mark": "!", "quotation_mark": '"', "number_sign": "#", "dollar_sign": "$",
+    "percent_sign": "%", "ampersand": "&", "apostrophe": "'", "left_parenthesis": "(",
+    "right_parenthesis": ")", "asterisk": "*", "plus": "+", "comma": ",", "minus": "-", "full_stop": ".",
+    "slash": "/", "colon": ":", "semicolon": ";", "less_than_sign": "<", "equals_sign": "=",
+    "greater_than_sign": ">", "question_mark": "?", "at": "@", "left_square_bracket": "[",
+    "backslash": "\\", "right_square_bracket": "]", "circumflex_accent": "^", "underscore": "_",
+    "grave_accent": "`", "left_curly_bracket": "{", "vertical_line": "|", "right_curly_bracket": "}",
+    "tilde": "~",
+}
+
 RECORD_STEPS = 16  # steps of allocation-site recording one press of the key asks for
 REPLAY_KEYS = "Replay (gputui replay)"
 

@@ -5,6 +5,7 @@ with both named, instead of one of them going quiet.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding
@@ -51,11 +52,11 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     from gputui.ui.screens.waste import WasteScreen
     from gputui.ui.widgets.processes import ProcessTable
 
-    everywhere = _class_bindings(GpuTuiApp)  # the monitor's app: its keys, the replay's too
+    everywhere = class_bindings(GpuTuiApp)  # the monitor's app: its keys, the replay's too
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
                ("the job detail", (JobDetail,)), ("the idle view", (WasteScreen,)), ("a confirmation", (Confirm,)),
                ("the help screen", (HelpScreen,))]
-    return [(where, [b for cls in classes for b in _class_bindings(cls)] + everywhere)
+    return [(where, [b for cls in classes for b in class_bindings(cls)] + everywhere)
             for where, classes in screens]
 
 
@@ -64,7 +65,7 @@ def _shared_keys(keymap: Mapping[str, str]) -> Iterable[tuple[str, str, Binding,
     applied; ``binding`` is a remapped one where either is."""
     for where, bindings in key_scopes():
         by_key: dict[str, list[Binding]] = {}
-        for binding in _remapped(bindings, keymap):
+        for binding in remapped(bindings, keymap):
             by_key.setdefault(binding.key, []).append(binding)
         for key, on_key in by_key.items():
             for i, one in enumerate(on_key):
@@ -76,7 +77,7 @@ def _shared_keys(keymap: Mapping[str, str]) -> Iterable[tuple[str, str, Binding,
                     yield where, key, one, other
 
 
-def _remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
+def remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
     """``bindings`` with those ``keymap`` names on its keys instead (one Binding per key, as Textual
     expands them, single characters by their names: "?" is question_mark)."""
     out: list[Binding] = []
@@ -86,12 +87,11 @@ def _remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Bindin
             out.append(binding)
         elif binding.id not in done:
             done.add(binding.id)
-            out.extend(Binding.make_bindings([Binding(keymap[binding.id], binding.action, binding.description,
-                                                      id=binding.id)]))
+            out.extend(Binding.make_bindings([dataclasses.replace(binding, key=keymap[binding.id])]))
     return out
 
 
-def _class_bindings(cls: type) -> list[Binding]:
+def class_bindings(cls: type) -> list[Binding]:
     """The bindings of ``cls`` and the classes it inherits them from (Textual merges BINDINGS along
     the class's bases), one per key."""
     found = [cls.__dict__.get("BINDINGS", ()) for cls in cls.__mro__]

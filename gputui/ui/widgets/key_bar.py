@@ -9,13 +9,27 @@ one line; a click on a key presses it, and hovering over one shows what it does,
 from __future__ import annotations
 
 from rich.cells import cell_len
+from textual.actions import parse as parse_action
+from textual.binding import Binding
 from textual.events import MouseDown, MouseMove
 from textual.reactive import reactive
 
+from gputui.ui.bindings import PUNCTUATION_KEYS
+from gputui.ui.keys import class_bindings, remapped
 from gputui.ui.widgets.line import Piece, StyledLines
 
 KEY = "bold $footer-key-foreground"
 DESCRIPTION = "$footer-description-foreground"
+
+
+def key_character(key: str) -> str | None:
+    """The character a key types, as Textual's key_to_character says, without its lookup by Unicode
+    name: None for a chord (ctrl+p) and for keys that type nothing (f1, enter)."""
+    if "+" in key[1:]:
+        return None
+    if len(key) == 1:
+        return key
+    return " " if key == "space" else PUNCTUATION_KEYS.get(key)
 
 
 class KeyBar(StyledLines):
@@ -79,26 +93,41 @@ class KeyBar(StyledLines):
 
     def keys(self) -> list[tuple[str, str, str, bool, str]]:
         """(key, how it is shown, description, enabled, tooltip) of each action the screen shows a key
-        for, the first of its keys where it has several."""
-        seen: set[str] = set()
+        for, the first of its keys where it has several: its focused widget's first, then its own,
+        then the app's, as Textual's Footer lists them.
+
+        Worked out from the classes' bindings (remapped by the config's [keys]) rather than from
+        Screen.active_bindings, which asks Textual for every key's character by its Unicode name
+        (bindings.PUNCTUATION_KEYS)."""
+        focused = self.screen.focused
+        chain = list(focused.ancestors_with_self) if focused is not None else [self.screen, self.app]
+        keymap = getattr(self.app, "keymap", {})
+        taken: set[str] = set()
+        shown: set[str] = set()
         found = []
-        for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
-            if not binding.show or binding.action in seen:
-                continue
-            seen.add(binding.action)
-            found.append((binding.key, self.app.get_key_display(binding), binding.description, enabled,
-                          tooltip or binding.tooltip or binding.description))
+        for depth, node in enumerate(chain):
+            for binding in remapped(class_bindings(type(node)), keymap):
+                character = key_character(binding.key)
+                if binding.key in taken or any(inner.check_consume_key(binding.key, character)
+                                               for inner in chain[:depth]):
+                    continue  # a widget nearer the focus has this key, or types it (the filter box)
+                _, action, parameters = parse_action(binding.action)
+                enabled = node.check_action(action, parameters)
+                if enabled is False:
+                    continue  # hidden, as check_action may say: the key stays free for an outer one
+                taken.add(binding.key)
+                if binding.show and binding.action not in shown:
+                    shown.add(binding.action)
+                    found.append((binding.key, self.app.get_key_display(binding), binding.description,
+                                  enabled is True, binding.tooltip or binding.description))
         return found
 
     def palette_key(self) -> tuple[str, str, str] | None:
-        """The command palette's (key, how it is shown, description), where it is shown and bound."""
+        """The command palette's (key, how it is shown, description), where it is shown."""
         if not (self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE):
             return None
-        active = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
-        if active is None:
-            return None
-        binding = active.binding
-        return binding.key, self.app.get_key_display(binding), binding.description
+        key = self.app.COMMAND_PALETTE_BINDING
+        return key, self.app.get_key_display(Binding(key, "command_palette")), "palette"
 
     def key_at(self, x: int) -> tuple[str, str] | None:
         """The (key, tooltip) drawn at column ``x``, if any."""
