@@ -10,7 +10,7 @@ from textual.style import Style as TextualStyle
 from ui_data import settle
 
 from gputui.ui.widgets.devices import DeviceLines
-from gputui.ui.widgets.line import SEGMENTS_KEPT
+from gputui.ui.widgets.line import SEGMENTS_KEPT, cell_width
 from gputui.ui.widgets.processes import PIECES_KEPT, ProcessTable
 
 
@@ -70,3 +70,29 @@ async def test_styled_lines_keep_a_bounded_number_of_segments_as_readings_change
             most = max(most, len(lines._segments))
         assert most <= SEGMENTS_KEPT + 1
         assert drawn.text.startswith("GPU 3599 W")
+
+
+def test_a_width_in_cells_is_rich_s():
+    from rich.cells import cell_len
+
+    for text in ("", "58.7G/79.6G", "▆▆▆▅▅▇", "GPU 0 history ─ last 2m", "日本語のジョブ", "ok ✓ ✗ 🙂",
+                 "tab\there", "bell\a", "é (e\u0301)", "\x1b[31m", "ｆｕｌｌ", "\u200b zero width"):
+        assert cell_width(text) == cell_len(text), text
+
+
+async def test_readings_drawn_leave_rich_s_cache_of_strings_alone():
+    """Rich caches the width of each string it measures, 4096 of them: readings that change every sample
+    filled it with old ones. The widgets measure their own pieces."""
+    from rich.cells import cached_cell_len
+
+    app = still_app("training-node", seconds=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        lines = app.screen.query(DeviceLines).first()
+        cached = cached_cell_len.cache_info().currsize
+        for second in range(300):
+            lines.show_lines([("", (("GPU ", "bold"), (f"{second} W ▆▅▇{second}", "$success")))])
+            lines.render_line(0)
+        grown = cached_cell_len.cache_info().currsize - cached
+        assert grown < 10, grown
+        assert lines.render_line(0).cell_length == len("GPU 299 W ▆▅▇299")

@@ -7,7 +7,6 @@ the layout or the width changes.
 
 from __future__ import annotations
 
-from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.events import Click, Resize
@@ -19,7 +18,7 @@ from gputui.analysis import vocabulary as vocab
 from gputui.model import Device, MigInstance, Snapshot, mig_name
 from gputui.ui import format as fmt
 from gputui.ui.widgets.bars import Words, assemble, join, label, merged, meter, plain, styled, value
-from gputui.ui.widgets.line import StyledLines
+from gputui.ui.widgets.line import StyledLines, cell_width
 
 # One device's lines as drawn: (background style, words) each; and what they were drawn from.
 _Lines = tuple[tuple[str, Words], ...]
@@ -190,7 +189,7 @@ class DeviceLines(StyledLines):
             for i, words in enumerate(cells):
                 line.extend(words)
                 if i < len(cells) - 1:  # pad to the next cell
-                    line.append((" " * max(1, cell - cell_len(plain(words))), ""))
+                    line.append((" " * max(1, cell - cell_width(plain(words))), ""))
             lines.append(("", merged(line)))
             self.line_devices.append(tuple(d.index for d in group))
         self._rows = {}

@@ -8,7 +8,6 @@ one line; a click on a key presses it, and hovering over one shows what it does,
 
 from __future__ import annotations
 
-from rich.cells import cell_len
 from textual.actions import parse as parse_action
 from textual.binding import Binding
 from textual.events import MouseDown, MouseMove
@@ -16,7 +15,7 @@ from textual.reactive import reactive
 
 from gputui.ui.bindings import PUNCTUATION_KEYS
 from gputui.ui.keys import class_bindings, remapped
-from gputui.ui.widgets.line import Piece, StyledLines
+from gputui.ui.widgets.line import Piece, StyledLines, cell_width
 
 KEY = "bold $footer-key-foreground"
 DESCRIPTION = "$footer-description-foreground"
@@ -77,7 +76,7 @@ class KeyBar(StyledLines):
             dim = "" if enabled else " dim"
             shown = (display, f" {description} ") if self.compact else (f" {display} ", f"{description} ")
             pieces += [(shown[0], KEY + dim), (shown[1], DESCRIPTION + dim)]
-            width = cell_len(shown[0]) + cell_len(shown[1])
+            width = cell_width(shown[0]) + cell_width(shown[1])
             self._spans.append((x, x + width, key, tooltip))
             x += width
         palette = self.palette_key()
@@ -85,7 +84,7 @@ class KeyBar(StyledLines):
             key, display, description = palette
             rule = "|" if getattr(self.app, "ascii", False) else "▏"
             hint: list[Piece] = [(rule, "$foreground-muted"), (display, KEY), (f" {description} ", DESCRIPTION)]
-            room = self.size.width - x - sum(cell_len(text) for text, _ in hint)
+            room = self.size.width - x - sum(cell_width(text) for text, _ in hint)
             if room >= 0:
                 pieces += [(" " * room, ""), *hint]
                 self._spans.append((x + room, self.size.width, key, "Open the command palette"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rich.cells import cell_len
+from rich.cells import get_character_cell_size
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.content import Content
@@ -15,6 +15,15 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
+
+
+def cell_width(text: str) -> int:
+    """The cells ``text`` takes on a terminal, as Rich's cell_len says, without Rich's cache of whole
+    strings: readings change every sample, so its 4096 places filled with old ones within minutes
+    (about 0.5 MB). Characters are cached, and they are few."""
+    if text.isascii() and text.isprintable():
+        return len(text)
+    return sum(map(get_character_cell_size, text))
 
 
 class Line(Widget):
@@ -105,7 +114,7 @@ class StyledLines(Widget):
         return Content("\n").join(Content.assemble(*pieces) for _, pieces in self.lines)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
-        return max((sum(cell_len(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
+        return max((sum(cell_width(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
@@ -119,8 +128,8 @@ class StyledLines(Widget):
             self._segments_for = key
         segment = self._segment
         segments = [segment(background, text, style) for text, style in pieces]
-        strip = Strip(segments)
-        length = strip.cell_length
+        length = sum(cell_width(text) for text, _ in pieces)
+        strip = Strip(segments, length)
         if length > width:
             # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does.
             kept = strip.crop(0, max(0, width - 1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import set_cell_size
 from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
@@ -27,6 +27,7 @@ from textual.style import Style as TextualStyle
 from gputui.ui import bindings
 from gputui.ui.columns import COLUMNS, PADDING, column_widths, fixed_width
 from gputui.ui.rows import Row
+from gputui.ui.widgets.line import cell_width
 
 # What a line is drawn as, besides its cells: bits of the state in the cache keys.
 SELECTED, HOVERED, HEADER = 1, 2, 4
@@ -41,7 +42,7 @@ PIECES_KEPT = 1024  # cells' drawn segments kept: about two screenfuls of cells
 def fit(text: str, width: int, right: bool) -> str:
     """``text`` made exactly ``width`` cells wide: justified, or cut with an ellipsis."""
     text = strip_control_codes(text)  # as Rich's Text does: a cell never moves the terminal's cursor
-    length = cell_len(text)
+    length = cell_width(text)
     if length > width:
         return set_cell_size(text, width - 1) + "…" if width > 0 else ""
     if length < width:
