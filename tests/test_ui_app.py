@@ -715,3 +715,11 @@ async def test_the_footer_looks_up_no_unicode_names(monkeypatch):
         assert "? Help" in key_bar_text(app) and "^p palette" in key_bar_text(app)
     textual.keys.format_key.cache_clear()
     assert names.looked_up == []
+
+
+async def test_the_ascii_look_names_the_keys_textual_shows_by_a_symbol():
+    app = make_app(ascii=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = key_bar_text(app)
+        assert text.isascii() and text.startswith(" enter Details  / Filter ") and text.endswith(" |^p palette ")

@@ -610,11 +610,13 @@ class GpuTuiApp(App[int]):
 
     def get_key_display(self, binding: Binding) -> str:
         """A key as Textual shows it (``^p``, ``?``, ``⏎``), without Textual's lookup in Unicode's
-        table of names for punctuation, letters and digits (bindings.PUNCTUATION_KEYS says why)."""
+        table of names for punctuation, letters and digits (bindings.PUNCTUATION_KEYS says why); in
+        the ASCII look, a key Textual shows by a symbol (⏎, ↑) by its name."""
         modifiers, key = binding.parse_key()
         shown = bindings.PUNCTUATION_KEYS.get(key, key if len(key) == 1 else None)
         if binding.key_display or shown is None:
-            return super().get_key_display(binding)
+            shown = super().get_key_display(binding)
+            return binding.key if self.ascii and not shown.isascii() else shown
         if "ctrl" in modifiers:
             modifiers.remove("ctrl")
             shown = f"^{shown}"
