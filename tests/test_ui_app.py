@@ -723,3 +723,17 @@ async def test_the_ascii_look_names_the_keys_textual_shows_by_a_symbol():
         await settle(pilot)
         text = key_bar_text(app)
         assert text.isascii() and text.startswith(" enter Details  / Filter ") and text.endswith(" |^p palette ")
+
+
+async def test_the_ascii_look_cuts_long_cells_and_lines_with_three_dots():
+    from gputui.ui.widgets.line import StyledLines
+
+    app = make_app(ascii=True)
+    async with app.run_test(size=(50, 15)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ProcessTable)
+        drawn = [table.render_line(y).text for y in range(table.size.height)]
+        for lines in app.screen.query(StyledLines):
+            drawn += [lines.render_line(y).text for y in range(lines.size.height)]
+        assert all(line.isascii() for line in drawn), [line for line in drawn if not line.isascii()]
+        assert any("..." in line for line in drawn)  # commands cut at 50 columns

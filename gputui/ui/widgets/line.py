@@ -131,11 +131,14 @@ class StyledLines(Widget):
         length = sum(cell_width(text) for text, _ in pieces)
         strip = Strip(segments, length)
         if length > width:
-            # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does.
-            kept = strip.crop(0, max(0, width - 1))
-            last = strip.crop(width - 1, width)
+            # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does
+            # ("..." in the ASCII look, where there is room for it).
+            mark = "..." if getattr(self.app, "ascii", False) else "…"
+            mark = mark if len(mark) < width else ""
+            kept = strip.crop(0, width - len(mark))
+            last = strip.crop(width - len(mark), width)
             style = next((s.style for s in last), None)
-            return Strip([*kept, Segment("…", style)], width).simplify() if width else Strip([], 0)
+            return Strip([*kept, Segment(mark, style)], width).simplify() if width else Strip([], 0)
         if length < width and background:  # a line with a background of its own fills the width
             return Strip([*segments, segment(background, " " * (width - length), "")], width)
         return strip  # Textual pads a short line with the widget's own background

@@ -24,6 +24,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 
+from gputui.analysis.vocabulary import glyphs
 from gputui.ui import bindings
 from gputui.ui.columns import COLUMNS, PADDING, column_widths, fixed_width
 from gputui.ui.rows import Row
@@ -39,12 +40,14 @@ Cell = tuple[str, str]
 PIECES_KEPT = 1024  # cells' drawn segments kept: about two screenfuls of cells
 
 
-def fit(text: str, width: int, right: bool) -> str:
-    """``text`` made exactly ``width`` cells wide: justified, or cut with an ellipsis."""
+def fit(text: str, width: int, right: bool, ellipsis: str = "…") -> str:
+    """``text`` made exactly ``width`` cells wide: justified, or cut with ``ellipsis`` ("..." in the
+    ASCII look) where there is room for it."""
     text = strip_control_codes(text)  # as Rich's Text does: a cell never moves the terminal's cursor
     length = cell_width(text)
     if length > width:
-        return set_cell_size(text, width - 1) + "…" if width > 0 else ""
+        mark = ellipsis if len(ellipsis) < width else ""
+        return set_cell_size(text, width - len(mark)) + mark if width > 0 else ""
     if length < width:
         spaces = " " * (width - length)
         return spaces + text if right else text + spaces
@@ -159,6 +162,10 @@ class ProcessTable(ScrollView, can_focus=True):
         # from one sample to the next while others in their line change; readings that change make
         # new ones, and the least recently drawn go.
         self._pieces: LRUCache[tuple[int, int, Cell], tuple[Segment, ...]] = LRUCache(PIECES_KEPT)
+
+    @property
+    def _ellipsis(self) -> str:
+        return glyphs(getattr(self.app, "ascii", False)).ellipsis
 
     # -- what other code reads ---------------------------------------------------------------
 
@@ -470,7 +477,7 @@ class ProcessTable(ScrollView, can_focus=True):
         """One cell's segments: padded, justified or cut with an ellipsis, in a line of this state."""
         pre = self._pre_style(column, state)
         _, inner, right = self._layout[column]
-        body = fit(text, inner, right)
+        body = fit(text, inner, right, self._ellipsis)
         if style:
             styled = pre + self._own_style(style)  # the line's look under the cell's colour, as DataTable drew it
             if styled != pre:  # the justifying blanks take the cell's style, the padding the line's
