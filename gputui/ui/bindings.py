@@ -4,7 +4,8 @@ and the help screen and the config's [keys] check read them all without importin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding, BindingType
 
@@ -166,3 +167,26 @@ def _bindings(*lists: Iterable[BindingType]) -> list[Binding]:
 def binding_ids() -> set[str]:
     """Every binding id the config's [keys] table may remap."""
     return {b.id for _, bindings in binding_sections() for b in bindings if b.id}
+
+
+def class_bindings(cls: type) -> list[Binding]:
+    """The bindings of ``cls`` and the classes it inherits them from (Textual merges BINDINGS along
+    the class's bases), one per key."""
+    found = [cls.__dict__.get("BINDINGS", ()) for cls in cls.__mro__]
+    return list(Binding.make_bindings([b for bindings in found for b in bindings]))
+
+
+
+def remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
+    """``bindings`` with those ``keymap`` names on its keys instead (one Binding per key, as Textual
+    expands them, single characters by their names: "?" is question_mark)."""
+    out: list[Binding] = []
+    done: set[str] = set()
+    for binding in bindings:
+        if binding.id is None or binding.id not in keymap:
+            out.append(binding)
+        elif binding.id not in done:
+            done.add(binding.id)
+            out.extend(Binding.make_bindings([dataclasses.replace(binding, key=keymap[binding.id])]))
+    return out
+

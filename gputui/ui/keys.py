@@ -5,12 +5,11 @@ with both named, instead of one of them going quiet.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding
 
-from gputui.ui.bindings import binding_ids
+from gputui.ui.bindings import binding_ids, class_bindings, remapped
 from gputui.ui.config import ConfigError, UiConfig, check_binding_ids
 from gputui.untrusted import visible
 
@@ -28,15 +27,15 @@ def first_clash(keymap: Mapping[str, str]) -> str | None:
     """What is wrong with the first key that ``keymap`` gives to two actions on one screen, or None.
     Pairs that share a key by design (``q`` quits, but closes the help screen) may go on sharing one."""
     by_design = {(where, _pair(one, other)) for where, _, one, other in _shared_keys({})}
-    for where, key, remapped, other in _shared_keys(keymap):
-        if (where, _pair(remapped, other)) in by_design:
+    for where, key, moved, other in _shared_keys(keymap):
+        if (where, _pair(moved, other)) in by_design:
             continue
         if other.id is None:
             whose, fix = f"{_name(other)} (built into Textual, not remappable)", "choose another key"
         else:
             whose, fix = f"{_name(other)} (binding {other.id})", "give one of them another key"
-        asked = visible(keymap.get(remapped.id or "", ""))
-        return f'{remapped.id} = "{asked}": {key} is already {whose} on {where}; {fix}'
+        asked = visible(keymap.get(moved.id or "", ""))
+        return f'{moved.id} = "{asked}": {key} is already {whose} on {where}; {fix}'
     return None
 
 
@@ -75,27 +74,6 @@ def _shared_keys(keymap: Mapping[str, str]) -> Iterable[tuple[str, str, Binding,
                     if other.id in keymap and one.id not in keymap:
                         one, other = other, one
                     yield where, key, one, other
-
-
-def remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
-    """``bindings`` with those ``keymap`` names on its keys instead (one Binding per key, as Textual
-    expands them, single characters by their names: "?" is question_mark)."""
-    out: list[Binding] = []
-    done: set[str] = set()
-    for binding in bindings:
-        if binding.id is None or binding.id not in keymap:
-            out.append(binding)
-        elif binding.id not in done:
-            done.add(binding.id)
-            out.extend(Binding.make_bindings([dataclasses.replace(binding, key=keymap[binding.id])]))
-    return out
-
-
-def class_bindings(cls: type) -> list[Binding]:
-    """The bindings of ``cls`` and the classes it inherits them from (Textual merges BINDINGS along
-    the class's bases), one per key."""
-    found = [cls.__dict__.get("BINDINGS", ()) for cls in cls.__mro__]
-    return list(Binding.make_bindings([b for bindings in found for b in bindings]))
 
 
 def _pair(one: Binding, other: Binding) -> frozenset:

@@ -13,8 +13,7 @@ from textual.binding import Binding
 from textual.events import MouseDown, MouseMove
 from textual.reactive import reactive
 
-from gputui.ui.bindings import PUNCTUATION_KEYS
-from gputui.ui.keys import class_bindings, remapped
+from gputui.ui.bindings import PUNCTUATION_KEYS, class_bindings, remapped
 from gputui.ui.widgets.line import Piece, StyledLines, cell_width
 
 KEY = "bold $footer-key-foreground"
