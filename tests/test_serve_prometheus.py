@@ -3,7 +3,8 @@
 
 The demo moves every second, so the two are matched by the sample's time: Prometheus stores
 ``gputui_snapshot_timestamp_seconds`` with the other series of each scrape (a scrape is committed
-whole), and the test keeps every document ``/snapshot`` served, by its ``taken_at``.
+whole), and the test keeps every document ``/snapshot`` served, by its ``taken_at``, and compares the
+latest scrape whose sample it also read.
 """
 
 from __future__ import annotations
@@ -81,10 +82,14 @@ def test_prometheus_stores_what_the_json_document_says(env, tmp_path):
                 except OSError:
                     pass  # not listening yet
             time.sleep(2.5)  # a few more scrapes, and /snapshot polled around them
-            # One query at one instant: the latest scrape's series, all from one sample.
+            # The latest scrape whose sample the poller also read (on a loaded machine it may miss a
+            # sample), then one query at that scrape's instant: its series, all from one sample.
+            scrapes = query(api, 'gputui_snapshot_timestamp_seconds{job="gputui"}[60s]', time.time())[0]["values"]
+            seen = [at for at, taken_at in scrapes if float(taken_at) in documents.found]
+            assert seen, f"no scraped sample was also read from /snapshot: {scrapes}, {sorted(documents.found)}"
             wanted = ("gputui_snapshot_timestamp_seconds", "gputui_device_memory_used_bytes",
                       "gputui_process_memory_bytes", "gputui_probe_memory_bytes")
-            found = query(api, '{__name__=~"%s", job="gputui"}' % "|".join(wanted), time.time())
+            found = query(api, '{__name__=~"%s", job="gputui"}' % "|".join(wanted), seen[-1])
             assert query(api, 'up{job="gputui"}', time.time())[0]["value"][1] == "1"
         finally:
             prometheus.terminate()
