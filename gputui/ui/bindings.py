@@ -176,7 +176,6 @@ def class_bindings(cls: type) -> list[Binding]:
     return list(Binding.make_bindings([b for bindings in found for b in bindings]))
 
 
-
 def remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
     """``bindings`` with those ``keymap`` names on its keys instead (one Binding per key, as Textual
     expands them, single characters by their names: "?" is question_mark)."""
@@ -189,4 +188,3 @@ def remapped(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding
             done.add(binding.id)
             out.extend(Binding.make_bindings([dataclasses.replace(binding, key=keymap[binding.id])]))
     return out
-

@@ -16,6 +16,8 @@ from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
+from gputui.analysis.vocabulary import glyphs
+
 
 def cell_width(text: str) -> int:
     """The cells ``text`` takes on a terminal, as Rich's cell_len says, without Rich's cache of whole
@@ -133,7 +135,7 @@ class StyledLines(Widget):
         if length > width:
             # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does
             # ("..." in the ASCII look, where there is room for it).
-            mark = "..." if getattr(self.app, "ascii", False) else "…"
+            mark = glyphs(getattr(self.app, "ascii", False)).ellipsis
             mark = mark if len(mark) < width else ""
             kept = strip.crop(0, width - len(mark))
             last = strip.crop(width - len(mark), width)
