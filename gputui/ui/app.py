@@ -354,7 +354,7 @@ class GpuTuiApp(App[int]):
     def show_latest(self) -> None:
         """Draw the latest sample on whichever screen is showing."""
         # The first snapshot can arrive before the main screen is mounted (it is taken while Textual
-        # starts): the screen then draws it when it mounts (it starts stale).
+        # starts): the screen then draws it when it mounts (apply_layout draws the latest).
         stack = self.screen_stack
         screen = stack[-1] if stack else None
         if screen is self.main and self.main.is_mounted:

@@ -96,8 +96,6 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.apply_layout(self.app.size.width, self.app.size.height)
         self.query_one(ProcessTable).focus()
-        if self.stale:  # a sample came first
-            self.render_snapshot()
 
     # -- rendering ---------------------------------------------------------------------------
 
