@@ -9,7 +9,9 @@ root to compare):
   every 2 s, a scrape tried meanwhile, and the CPU it spends once they all close at once;
 - rate: 200 scrapes/s, open loop (a late answer does not delay the next request), for a few seconds:
   p50/p99 latency from the moment each was due, and the share reset, refused (503) or timed out (10 s);
-- cost: the exporter's CPU per /metrics, 200 scrapes one after the other, less its idle sampling.
+- cost: the exporter's CPU per /metrics, 200 scrapes one after the other, less its idle sampling;
+- idle: scrapes (4 a second, with basic auth and without) while 128 connections that send nothing are held
+  open, each reopened as soon as it is dropped (25 reopens a second): the share answered 200.
 
     python bench/bench_serve_load.py
     python bench/bench_serve_load.py --root /tmp/old-checkout --seconds 10
@@ -28,13 +30,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench_serve import HEADERS, rss_mb
 from bench_tui import cpu_seconds, machine_load, peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the flood lives with its test
+from idle_flood import IdleFlood  # noqa: E402
+
 TIMEOUT = 10.0  # Prometheus's default scrape timeout
 
 
@@ -86,17 +93,27 @@ def timed(call) -> tuple[float, int]:
     return time.perf_counter() - started, status
 
 
-def auth_phase(root: Path, seconds: float, guessers: int = 64) -> None:
+PASSWORD = "correct horse"
+
+
+@contextmanager
+def users_file(root: Path) -> Iterator[str]:
+    """A users file, made by the checkout's own --hash-password, with user prometheus and PASSWORD."""
     made = subprocess.run([sys.executable, "-m", "gputui", "serve", "--hash-password", "prometheus"],
-                          input="correct horse\n", capture_output=True, text=True, cwd=root,
+                          input=PASSWORD + "\n", capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": str(root)}, check=True)
     with tempfile.NamedTemporaryFile("w", suffix=".users") as users:
         users.write(made.stdout)
         users.flush()
         os.chmod(users.name, 0o600)
-        exporter = Exporter(root, "--basic-auth-file", users.name)
+        yield users.name
+
+
+def auth_phase(root: Path, seconds: float, guessers: int = 64) -> None:
+    with users_file(root) as users:
+        exporter = Exporter(root, "--basic-auth-file", users)
         try:
-            right = basic("prometheus", "correct horse")
+            right = basic("prometheus", PASSWORD)
             quiet = [timed(lambda: request(exporter.address, right)) for _ in range(5)]  # the first pays scrypt
             stop = threading.Event()
             answers: list[int] = []
@@ -214,17 +231,45 @@ def cost_phase(root: Path, scrapes: int = 200) -> None:
         exporter.close()
 
 
+def idle_phase(root: Path, seconds: float) -> None:
+    for auth in (True, False):
+        with users_file(root) as users:
+            exporter = Exporter(root, *(("--basic-auth-file", users) if auth else ()))
+            try:
+                scrapes_beside_idle(exporter, basic("prometheus", PASSWORD) if auth else None, seconds)
+            finally:
+                exporter.close()
+
+
+def scrapes_beside_idle(exporter: Exporter, authorization: str | None, seconds: float) -> None:
+    alone = request(exporter.address, authorization)  # the first pays scrypt
+    with IdleFlood(exporter.address) as flood:
+        time.sleep(1.0)
+        scrapes = []
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            scrapes.append(timed(lambda: request(exporter.address, authorization)))
+            time.sleep(0.25)
+    ok = sum(status == 200 for _, status in scrapes)
+    print(f"idle: {'logged-in' if authorization else 'open'} scrapes (alone: {alone}) beside {flood.count} idle "
+          f"connections ({flood.opened} opened, {flood.dropped} dropped by the exporter): "
+          f"{ok}/{len(scrapes)} answered 200 ({_counts([s for _, s in scrapes])}), "
+          f"{statistics.median(t for t, _ in scrapes) * 1000:.0f} ms median, "
+          f"{max(t for t, _ in scrapes) * 1000:.0f} ms worst")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose gputui is measured")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of the auth and rate phases")
     parser.add_argument("--rate", type=float, default=200.0, help="scrapes a second in the rate phase")
-    parser.add_argument("--only", choices=("auth", "trickle", "rate", "cost"), action="append",
+    parser.add_argument("--only", choices=("auth", "trickle", "rate", "cost", "idle"), action="append",
                         help="run these phases only")
     args = parser.parse_args()
     print(f"gputui serve of {args.root} under load; {os.cpu_count()} CPUs, {machine_load()}")
     phases = {"auth": lambda: auth_phase(args.root, args.seconds), "trickle": lambda: trickle_phase(args.root),
-              "rate": lambda: rate_phase(args.root, args.rate, args.seconds), "cost": lambda: cost_phase(args.root)}
+              "rate": lambda: rate_phase(args.root, args.rate, args.seconds), "cost": lambda: cost_phase(args.root),
+              "idle": lambda: idle_phase(args.root, args.seconds)}
     for name in args.only or phases:
         phases[name]()
     return 0

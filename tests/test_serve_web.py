@@ -420,27 +420,124 @@ def test_a_request_must_come_whole_in_time_and_a_partial_one_never_runs(counted,
             half.close()
 
 
-def test_connections_beyond_the_bound_are_answered_503_at_once(sample, monkeypatch):
-    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 3, raising=False)
-    server = listen(Address("127.0.0.1", 0))
-    server.set_app(app_for(sample))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    silent = [socket.create_connection(server.server_address[:2]) for _ in range(3)]
+def test_a_connection_that_sends_nothing_is_dropped_after_a_second(counted):
+    server, run = counted
+    silent = socket.create_connection(server.server_address[:2])
     try:
-        time.sleep(0.3)  # accepted: each holds a thread, waiting for its request
-        started = time.monotonic()
-        status, headers, body = fetch(server.url + "/metrics")
-        assert (status, headers["Retry-After"], body) == (503, "1", b"gputui: too many connections; try again\n")
-        assert time.monotonic() - started < 1.0
-        for connection in silent:
-            connection.close()
-        time.sleep(0.3)  # their threads see the close and give their places back
-        assert fetch(server.url + "/metrics")[0] == 200
+        ended = until_closed(silent, 4.0)
+        assert ended is not None and ended[0] == pytest.approx(server_module.FIRST_BYTE_TIMEOUT, abs=0.5)
+        assert ended[1] == b"" and run == []
     finally:
-        for connection in silent:
-            connection.close()
-        server.shutdown()
-        server.server_close()
+        silent.close()
+
+
+def soon(condition, seconds: float = 5.0) -> bool:
+    """Whether ``condition()`` comes true within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(condition())
+
+
+@pytest.fixture
+def holding(sample, monkeypatch):
+    """A served app on loopback, three places and one kept; /hold is answered once ``release`` is set.
+    Yields (server, release, the number of /hold requests being held)."""
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 3, raising=False)
+    monkeypatch.setattr(server_module, "KEPT_PLACES", 1, raising=False)
+    app, release, held = app_for(sample), threading.Event(), []
+
+    def hold(environ, start_response):
+        if environ["PATH_INFO"] == "/hold":
+            held.append(environ["PATH_INFO"])
+            release.wait(10)
+        return app(environ, start_response)
+
+    server = listen(Address("127.0.0.1", 0))
+    server.set_app(hold)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, release, held
+    release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_newcomer_takes_the_place_of_the_oldest_connection_still_waiting(holding, monkeypatch):
+    """Every place taken by clients that have not sent their request: a scrape still gets in, in the
+    place of the oldest of them, whatever it has sent; one answering keeps its place."""
+    server, release, held = holding
+    monkeypatch.setattr(server_module, "FIRST_BYTE_TIMEOUT", 30.0, raising=False)
+    holder = threading.Thread(target=fetch, args=(server.url + "/hold",), daemon=True)
+    holder.start()
+    assert soon(lambda: held)
+    trickler = socket.create_connection(server.server_address[:2])
+    trickler.sendall(b"GET /metrics HTTP/1.1\r\n")  # half a request, the oldest waiting
+    silent = socket.create_connection(server.server_address[:2])
+    newer = None
+    try:
+        time.sleep(0.3)  # all three places taken
+        assert fetch(server.url + "/metrics")[0] == 200
+        assert until_closed(trickler, 1.0) == (pytest.approx(0, abs=0.5), b"")
+        newer = socket.create_connection(server.server_address[:2])  # the scrape's place, taken again
+        time.sleep(0.3)
+        assert fetch(server.url + "/metrics")[0] == 200
+        assert until_closed(silent, 1.0) == (pytest.approx(0, abs=0.5), b"")
+        assert until_closed(newer, 0.5) is None
+        release.set()
+        holder.join(5)
+        assert not holder.is_alive()
+    finally:
+        for connection in (trickler, silent, newer):
+            if connection is not None:
+                connection.close()
+
+
+def test_when_every_place_is_answering_one_kept_place_then_503_at_once(holding):
+    server, release, held = holding
+    holders = [threading.Thread(target=fetch, args=(server.url + "/hold",), daemon=True) for _ in range(4)]
+    for holder in holders:
+        holder.start()
+    assert soon(lambda: len(held) == 4)  # three places and the kept one
+    started = time.monotonic()
+    status, headers, body = fetch(server.url + "/metrics")
+    assert (status, headers["Retry-After"], body) == (503, "1", b"gputui: too many connections; try again\n")
+    assert time.monotonic() - started < 1.0
+    release.set()
+    for holder in holders:
+        holder.join(5)
+    assert fetch(server.url + "/metrics")[0] == 200
+
+
+def test_a_kept_place_lets_in_a_known_password_at_once_and_never_waits_for_a_check(sample, holding, monkeypatch):
+    """Every place held by password guesses waiting for scrypt's turns: Prometheus, whose password passed
+    before, gets in through the kept place; a guess there is not checked (no turn is free) but 503."""
+    server, release, _ = holding
+    monkeypatch.setattr(auth, "CHECK_WAIT", 10.0, raising=False)
+    users = Users({"alice": Hashed.of("s3cret pass")})
+    right = ("alice", "s3cret pass")
+    server.set_app(app_for(sample, users))
+    assert fetch(server.url + "/metrics", auth=right)[0] == 200  # remembered from here on
+    checking = []
+
+    def slow_scrypt(self, password):
+        checking.append(password)
+        release.wait(10)
+        return False
+
+    monkeypatch.setattr(Hashed, "matches", slow_scrypt)
+    guessers = [threading.Thread(target=fetch, args=(server.url + "/metrics",),
+                                 kwargs={"auth": ("alice", f"guess {n}")}, daemon=True) for n in range(3)]
+    for guesser in guessers:
+        guesser.start()
+    assert soon(lambda: len(checking) == auth.CHECKS_AT_ONCE)
+    time.sleep(0.3)  # the third waits for a turn: all three places are answering
+    assert finishes(lambda: fetch(server.url + "/metrics", auth=right)[0], 1.0) == 200
+    status, _, body = finishes(lambda: fetch(server.url + "/metrics", auth=("alice", "guess 4")), 1.0)
+    assert (status, body) == (503, b"gputui: too many passwords being checked; try again\n")
+    assert len(checking) == auth.CHECKS_AT_ONCE
+    release.set()
+    for guesser in guessers:
+        guesser.join(5)
 
 
 def test_ipv4_loopback_written_as_ipv6_is_this_machine_only():
@@ -470,19 +567,25 @@ def certificate(tmp_path_factory):
     return where / "cert.pem", where / "key.pem"
 
 
-def test_tls_serves_https_and_a_silent_client_holds_up_no_one(sample, certificate):
+def test_tls_serves_https_and_a_silent_client_holds_up_no_one(sample, certificate, monkeypatch):
+    """Not its thread (the handshake is in its own), nor its place: with one place only, a client that
+    says nothing gives it up to the next, and is dropped."""
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 1, raising=False)
+    monkeypatch.setattr(server_module, "KEPT_PLACES", 0, raising=False)
     cert, key = certificate
     server = listen(Address("127.0.0.1", 0), tls_context(str(cert), str(key)))
     server.set_app(app_for(sample))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     silent = socket.create_connection(server.server_address[:2])  # connects, never says hello
     try:
+        time.sleep(0.2)  # the only place is the silent client's
         client = ssl.create_default_context(cafile=str(cert))
         client.check_hostname = False
         started = time.monotonic()
         status, _, body = fetch(server.url + "/snapshot", context=client)
         assert status == 200 and json.loads(body)["schema"] == "gputui.snapshot"
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 1
+        assert until_closed(silent, 0.5) == (pytest.approx(0, abs=0.5), b"")
         assert server.url.startswith("https://127.0.0.1:")
         with pytest.raises(OSError):  # plain HTTP to a TLS port gets no answer (URLError, a reset)
             fetch(server.url.replace("https", "http") + "/")

@@ -171,10 +171,10 @@ class Users:
                             "gputui serve --hash-password NAME >> FILE)")
         return cls(hashes)
 
-    def check(self, header: str | None) -> Check:
+    def check(self, header: str | None, wait: bool = True) -> Check:
         """Whether ``header`` (``Basic base64(name:password)``) names a user with that password: at once
         for a header that passed before; else scrypt, when one of CHECKS_AT_ONCE turns comes within
-        CHECK_WAIT seconds, or BUSY."""
+        CHECK_WAIT seconds (at once, without ``wait``), or BUSY."""
         if not header:
             return Check.REFUSED
         digest = hashlib.sha256(header.encode("utf-8", "surrogateescape")).digest()
@@ -182,7 +182,7 @@ class Users:
             if digest in self._passed:
                 self._passed.move_to_end(digest)
                 return Check.ALLOWED
-        if not self._checks.acquire(timeout=CHECK_WAIT):
+        if not self._checks.acquire(timeout=CHECK_WAIT if wait else 0):
             return Check.BUSY
         try:
             name, password = _credentials(header)

@@ -1,17 +1,22 @@
 """Where the exporter listens: the address, TLS, and a thread per connection, up to a bound.
 
 The stdlib's WSGI server, as prometheus_client's own start_http_server uses it, with what that one
-leaves out: at most MAX_CONNECTIONS at once (more are answered 503 and closed), a whole request within
-REQUEST_TIMEOUT or nothing (a client trickling a byte at a time, or closing halfway, never gets its
-request run), the TLS handshake in the connection's thread (a client that connects and says nothing
-holds up no one), and a one-line error instead of a traceback.
+leaves out: at most MAX_CONNECTIONS at once, shared so that idle clients cannot crowd out scrapes
+(Places: a newcomer takes the place of the oldest connection still waiting for its request; when every
+place is answering, KEPT_PLACES more for requests let in without waiting, then 503), a first byte
+within FIRST_BYTE_TIMEOUT and a whole request within REQUEST_TIMEOUT or nothing (a client trickling a
+byte at a time, or closing halfway, never gets its request run), the TLS handshake in the connection's
+thread (a client that connects and says nothing holds up no one), and a one-line error instead of a
+traceback.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
 import io
 import ipaddress
+import select
 import socket
 import ssl
 import sys
@@ -27,13 +32,23 @@ from gputui.files import read_small
 from gputui.model.record import Record
 from gputui.untrusted import visible
 
+# Seconds from the connection to its first byte (a TLS client's hello, or the request's): Prometheus
+# and the kubelet's probes send theirs the moment they connect, so a connection silent this long is
+# dropped, and a flood of idle connections holds each place a second at most.
+FIRST_BYTE_TIMEOUT = 1.0
 # Seconds from the connection to the request's last header, TLS's handshake included: Prometheus
 # sends its request at once; a client that takes longer is cut off without an answer.
 REQUEST_TIMEOUT = 5.0
 SEND_TIMEOUT = 10.0  # seconds for the answer to leave, to a client that reads slowly
-# Connections served at once (a thread and a socket each: 128 trickling clients held cost 2 MB); one
-# more is answered 503 and closed at once. Room for 64 clients guessing passwords and a scraper beside.
+# Connections served at once (a thread and a socket each: 128 trickling clients held cost 2 MB); when
+# they are all taken, a newcomer takes the place of the oldest still waiting for its request. Room for
+# 64 clients guessing passwords and a scraper beside.
 MAX_CONNECTIONS = 128
+# Places beyond MAX_CONNECTIONS, given only when every place is answering a request (clients guessing
+# passwords, each waiting for a check's turn): a request there is answered only if it is let in without
+# waiting (a password that passed before), so a logged-in Prometheus still gets in. More: 503 at once.
+KEPT_PLACES = 8
+KEPT_PLACE = "gputui.kept_place"  # in a request's WSGI environ: True when it came in a kept place
 BACKLOG = 128  # connections the kernel holds for accept(): a burst of scrapes is not reset
 TLS_FILE_LIMIT = 1 << 20  # bytes: a certificate chain or a key is a few kB
 _BUSY_TEXT = b"gputui: too many connections; try again\n"
@@ -88,16 +103,90 @@ class _Deadline(io.RawIOBase):
         return count
 
 
+class Place(enum.Enum):
+    """Where a connection is served: in one of MAX_CONNECTIONS, or one of the KEPT_PLACES."""
+
+    ORDINARY = "ordinary"
+    KEPT = "kept"
+
+
+class Places:
+    """The connections served at once, and which of them are still waiting for their request (oldest
+    first): those a newcomer may push out. A client that reopens idle connections as fast as they are
+    dropped can then only push out its own, never a scrape, whose request comes with its connection."""
+
+    def __init__(self, ordinary: int, kept: int) -> None:
+        self._lock = threading.Lock()
+        self._room = {Place.ORDINARY: ordinary, Place.KEPT: kept}
+        self._held: dict[socket.socket, Place] = {}
+        self._waiting: dict[socket.socket, None] = {}  # in the order they came
+
+    def take(self, connection: socket.socket) -> Place | None:
+        """A place for ``connection``: a free one, else the oldest waiting connection's (dropped), else
+        a kept one; None when every place is answering a request."""
+        with self._lock:
+            place = self._free(Place.ORDINARY)
+            if place is None and self._waiting:
+                place = self._drop(next(iter(self._waiting)))
+            place = place or self._free(Place.KEPT)
+            if place is not None:
+                self._held[connection] = place
+                self._waiting[connection] = None
+            return place
+
+    def answering(self, connection: socket.socket) -> Place | None:
+        """``connection``'s request came whole: from now on it keeps its place. None: it was dropped
+        before (its place is someone else's) and is not to be answered."""
+        with self._lock:
+            if self._waiting.pop(connection, _GONE) is _GONE:
+                return None
+            return self._held[connection]
+
+    def give_back(self, connection: socket.socket) -> None:
+        """``connection`` is done (a dropped one gave its place back already)."""
+        with self._lock:
+            self._held.pop(connection, None)
+            self._waiting.pop(connection, None)
+
+    def _free(self, place: Place) -> Place | None:
+        return place if sum(p is place for p in self._held.values()) < self._room[place] else None
+
+    def _drop(self, connection: socket.socket) -> Place:
+        """End ``connection`` from here: its thread, waiting on it, sees the end and finishes."""
+        del self._waiting[connection]
+        try:
+            # The socket's own shutdown, not SSLSocket's, which would take TLS's state from under the
+            # thread reading it.
+            socket.socket.shutdown(connection, socket.SHUT_RDWR)
+        except OSError:
+            pass  # the client is gone already
+        return self._held.pop(connection)
+
+
+_GONE = object()
+
+
+def _first_byte(connection: socket.socket, seconds: float) -> None:
+    """Wait until ``connection`` has something to read (or has ended); TimeoutError after ``seconds``."""
+    poller = select.poll()
+    poller.register(connection, select.POLLIN)
+    if not poller.poll(seconds * 1000):
+        raise TimeoutError("the client sent nothing")
+
+
 class _Handler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT
+    server: Server
 
     def setup(self) -> None:
-        deadline = time.monotonic() + REQUEST_TIMEOUT
+        started = time.monotonic()
         super().setup()
+        _first_byte(self.connection, FIRST_BYTE_TIMEOUT)
         if isinstance(self.connection, ssl.SSLSocket):
             self.connection.do_handshake()  # here, in this connection's thread, under its timeout
-        self._reader = _Deadline(self.connection, deadline)
+        self._reader = _Deadline(self.connection, started + REQUEST_TIMEOUT)
         self.rfile = io.BufferedReader(self._reader)
+        self._place: Place | None = None
 
     def parse_request(self) -> bool:
         if not super().parse_request():
@@ -107,39 +196,48 @@ class _Handler(WSGIRequestHandler):
             # is not run (the stdlib's parser would take it as whole).
             self.close_connection = True
             return False
+        self._place = self.server.places.answering(self.connection)
+        if self._place is None:  # pushed out by a newcomer while its request came
+            self.close_connection = True
+            return False
         self.connection.settimeout(SEND_TIMEOUT)
         return True
+
+    def get_environ(self) -> dict[str, Any]:
+        environ = super().get_environ()
+        environ[KEPT_PLACE] = self._place is Place.KEPT
+        return environ
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are not logged: Prometheus asks every few seconds, for days."""
 
 
 class Server(ThreadingMixIn, WSGIServer):
-    """The stdlib's WSGI server, a thread per connection, MAX_CONNECTIONS of them at most."""
+    """The stdlib's WSGI server, a thread per connection, in one of its Places."""
 
     daemon_threads = True  # a request in flight does not hold up the exit
     request_queue_size = BACKLOG
 
     def __init__(self, address: Any, family: socket.AddressFamily) -> None:
         self.address_family = family
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.places = Places(MAX_CONNECTIONS, KEPT_PLACES)
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if self.places.take(request) is None:
             self._turn_away(request)
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:  # no thread: the slot is free again
-            self._slots.release()
+        except BaseException:  # no thread: the place is free again
+            self.places.give_back(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.places.give_back(request)
 
     def _turn_away(self, request: socket.socket) -> None:
         """503 and close, in the accepting thread, so without waiting on the client: what it has sent

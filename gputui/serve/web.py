@@ -1,7 +1,8 @@
 """What the exporter answers, as a WSGI app: ``/metrics``, ``/snapshot`` and a small index.
 
 Read-only by design: GET and HEAD only (405 for anything else), no query changes anything, and
-nothing here can send a signal. With a users file, every path asks for basic auth first. /metrics is
+nothing here can send a signal. With a users file, every path asks for basic auth first (a request in
+one of the server's kept places never waits for a check's turn). /metrics is
 rendered once per sample (and format) and those bytes served until the next sample: a scrape costs a
 copy, not a render, however often it comes.
 """
@@ -20,6 +21,7 @@ from gputui import __version__
 from gputui.plain.document import SNAPSHOT, VERSION
 from gputui.serve.auth import Check, Users
 from gputui.serve.sampling import Sample, document
+from gputui.serve.server import KEPT_PLACE
 
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
@@ -94,7 +96,9 @@ def make_app(latest: Callable[[], Sample | None], registry: CollectorRegistry,
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if users is not None:
-            check = users.check(environ.get("HTTP_AUTHORIZATION"))
+            # A kept place is for a client let in at once: held while waiting for a turn, it would be
+            # one more place for guessers.
+            check = users.check(environ.get("HTTP_AUTHORIZATION"), wait=not environ.get(KEPT_PLACE))
             if check is Check.BUSY:
                 return _answer(start_response, "503 Service Unavailable",
                                b"gputui: too many passwords being checked; try again\n", [("Retry-After", "1")])
