@@ -9,7 +9,9 @@ writes each control character as a Python-style escape, and a backslash as ``\\\
 shown is never the same as text that was sent literally. ``visible`` is applied once, to the string
 as it came; ``harmless`` is the last guard over whole lines that may hold parts already made visible.
 ``--json`` needs none of this: JSON escapes control characters itself, and scripts get the strings as
-they were.
+they were. Their length is another matter: ``bounded`` cuts a string a process set itself (an
+environment value, a name in its runtime's state) once, where the collector takes it in, so that no
+output (terminal, JSON, metric labels) carries 128 KiB of it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ def _escape(match: re.Match[str]) -> str:
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
     return f"\\U{code:08x}"
+
+
+TEXT_LIMIT = 256  # characters kept of one name or value a process set: longer than any real pod, unit or job id
+
+
+def bounded(text: str, limit: int = TEXT_LIMIT) -> str:
+    """``text`` cut to its first ``limit`` characters, the cut marked with how much went
+    (``"4444...(cut 130744 characters)"``); the same object when it is short enough."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...(cut {len(text) - limit} characters)"
 
 
 def visible(text: str) -> str:

@@ -25,7 +25,7 @@ from gputui import __version__
 from gputui.alerts.delivery import Channel
 from gputui.cli import parse
 from gputui.collect.host import HOSTNAME_ENV, host_name
-from gputui.collect.owners import CHECKPOINT, HostFiles, OwnerReader
+from gputui.collect.owners import CHECKPOINT, FileStat, HostFiles, OwnerReader
 from gputui.collect.sim import SimulatedMachine, native
 from gputui.collect.sim.library import Nvml
 from gputui.model.alert import Alert, AlertEvent
@@ -280,6 +280,10 @@ class Recorded(HostFiles):
     def listdir(self, path: str) -> list[str]:
         self.asked.append(path)
         return super().listdir(path)
+
+    def lstat(self, path: str) -> FileStat:
+        self.asked.append(path)
+        return super().lstat(path)
 
 
 def test_the_mounts_are_what_gputui_reads_to_name_a_pod(tmp_path):

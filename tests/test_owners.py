@@ -4,11 +4,12 @@ and cgroupfs drivers), Slurm (cgroup v1 and v2) and systemd units, read by gputu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from gputui.collect.owners import HostFiles, OwnerReader, Scontrol, parse_cgroup
+from gputui.collect.owners import FileStat, HostFiles, OwnerReader, Scontrol, parse_cgroup, user_name
 from gputui.model import ContainerOwner, Owner, PodOwner, SlurmOwner
 
 CID = "3f4e9c0d1a2b" + "0" * 52
@@ -60,12 +61,18 @@ def test_docker_container_named_from_its_config(tmp_path: Path, cgroup: str) -> 
 
 
 class Denied(HostFiles):
-    """Docker's and the kubelet's state are root's: gputui run by another user cannot open them."""
+    """Docker's and the kubelet's state are root's (their directories mode 0700): gputui run by another user
+    can neither open nor look up what is in them."""
 
     def read(self, path: str, limit: int) -> bytes:
         if path.startswith(("/var/lib/docker", "/var/lib/kubelet")):
             raise PermissionError(13, "Permission denied")
         return super().read(path, limit)
+
+    def lstat(self, path: str) -> FileStat:
+        if path.startswith(("/var/lib/docker", "/var/lib/kubelet")):
+            raise PermissionError(13, "Permission denied")
+        return super().lstat(path)
 
 
 def test_docker_name_unreadable_says_why_and_shows_the_short_id(tmp_path: Path) -> None:
@@ -78,13 +85,21 @@ def test_docker_name_unreadable_says_why_and_shows_the_short_id(tmp_path: Path) 
 
 
 def test_rootless_podman_named_from_the_users_containers_json(tmp_path: Path) -> None:
+    """gputui's own user's rootless container: named from that user's own store, marked rootless."""
+    me = user_name(os.geteuid())
     cgroup = f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n"
     listed = json.dumps([{"id": "9" * 64, "names": ["other"]}, {"id": CID, "names": ["llama-eval"]}])
     root = tree(tmp_path, cgroup, {
         "home/alice/.local/share/containers/storage/overlay-containers/containers.json": listed})
-    owner = owner_of(root)
-    assert owner.container == ContainerOwner(runtime="podman", id=CID, name="llama-eval")
-    assert owner.unit is None
+    owner = owner_of(root, user=me)
+    assert owner.container == ContainerOwner(runtime="podman", id=CID, name="llama-eval", rootless=True)
+    assert owner.unit is None and owner.note is None
+    assert owner.key == ("container", f"{CID} ({me}'s)")  # its own id, its user's alone
+    # another user's rootless container: its id is its user's choice, so root's state is not asked for a name
+    other = owner_of(root, user="nobody")
+    assert other.container == ContainerOwner(runtime="podman", id=CID, rootless=True)
+    assert other.note == ("a rootless container's name is in its user's own runtime state, which gputui reads for "
+                          "its own user only")
 
 
 def test_podman_v1_unlisted_says_why(tmp_path: Path) -> None:
@@ -145,11 +160,12 @@ def test_kubernetes_pod_logs_unreadable_say_why_once(tmp_path: Path) -> None:
 
 
 def test_slurm_v1_job_and_step_from_the_cgroup_with_the_jobs_environment(tmp_path: Path) -> None:
-    cgroup = ("10:memory:/slurm/uid_1000/job_81234/step_0\n7:devices:/slurm/uid_1000/job_81234/step_0\n"
+    cgroup = ("10:memory:/slurm/uid_65534/job_81234/step_0\n7:devices:/slurm/uid_65534/job_81234/step_0\n"
               "1:name=systemd:/system.slice/slurmd.service\n")
     environ = {"SLURM_JOB_ID": "81234", "SLURM_STEP_ID": "0", "SLURM_JOB_USER": "bob", "SLURM_JOB_NAME": "pretrain"}
-    owner = owner_of(tree(tmp_path, cgroup), environ)
-    assert owner.slurm == SlurmOwner(job="81234", step="0", user="bob", name="pretrain")
+    owner = owner_of(tree(tmp_path, cgroup), environ, user="nobody")
+    # the job's user from slurmd's uid_65534, not the environment's SLURM_JOB_USER
+    assert owner.slurm == SlurmOwner(job="81234", step="0", user="nobody", name="pretrain")
     assert owner.unit is None  # slurmd's unit is not the job's owner
     assert owner.most_specific() == "slurm 81234.0"
 
@@ -161,10 +177,14 @@ def test_slurm_v2_another_users_job_from_the_cgroup_alone(tmp_path: Path) -> Non
     assert owner.key == ("slurm", "81235")
 
 
-def test_slurm_from_the_environment_alone(tmp_path: Path) -> None:
+def test_slurm_from_the_environment_alone_is_marked_and_kept_to_its_user(tmp_path: Path) -> None:
     owner = owner_of(tree(tmp_path, "0::/user.slice/user-1000.slice/session-3.scope\n"),
                      {"SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "x"})
-    assert owner.slurm == SlurmOwner(job="9", name="x")
+    assert owner.slurm == SlurmOwner(job="9", name="x", source="environment")
+    assert owner.note == "its Slurm job is its environment's word only (SLURM_JOB_ID; no cgroup of slurmd's holds it)"
+    assert owner.most_specific() == "slurm 9 (env)"
+    assert owner.key == ("slurm", "9 (alice's environment)")  # never the key of job 9 as slurmd made it
+    assert "Slurm job 9 (from its environment only, name x)" in owner.describe()
 
 
 @pytest.mark.parametrize("path, unit", [
@@ -208,7 +228,8 @@ def test_slurm_another_users_job_named_by_scontrol_once(tmp_path: Path) -> None:
     root = tree(tmp_path, "0::/system.slice/slurmstepd.scope/job_81236/step_0/user/task_0\n", {
         "proc/4243/cgroup": "0::/system.slice/slurmstepd.scope/job_81236/step_0/user/task_1\n"})
     reader = OwnerReader(HostFiles(root), lambda pid: None, scontrol=Scontrol(scontrol))
-    owners = reader.owners({PID: (1.0, "dana"), 4243: (1.0, "dana")})
+    # no passwd entry for uid 1004 here: psutil calls its processes' user "1004", as scontrol's (1004) reads
+    owners = reader.owners({PID: (1.0, "1004"), 4243: (1.0, "1004")})
     assert owners[PID].slurm == owners[4243].slurm == SlurmOwner(job="81236", step="0", user="dana",
                                                                    name="pretrain-70b")
     assert owners[PID].note is None
@@ -216,7 +237,7 @@ def test_slurm_another_users_job_named_by_scontrol_once(tmp_path: Path) -> None:
 
 
 def test_slurm_without_scontrol_says_why(tmp_path: Path) -> None:
-    owner = owner_of(tree(tmp_path, "4:memory:/slurm/uid_1004/job_7/step_batch\n"), environ=None)
+    owner = owner_of(tree(tmp_path, "0::/system.slice/slurmstepd.scope/job_7/step_batch/user/task_0\n"), environ=None)
     assert owner.slurm == SlurmOwner(job="7", step="batch")
     assert owner.note == ("the Slurm job's user and name: its environment is another user's and scontrol is not "
                           "here")
@@ -224,8 +245,8 @@ def test_slurm_without_scontrol_says_why(tmp_path: Path) -> None:
 
 def test_scontrol_that_fails_is_asked_once_and_said(tmp_path: Path) -> None:
     calls = []
-    reader = OwnerReader(HostFiles(tree(tmp_path, "0::/slurm/job_5/step_0\n")), lambda pid: None,
-                         scontrol=Scontrol(lambda job: calls.append(job)))
+    root = tree(tmp_path, "0::/system.slice/slurmstepd.scope/job_5/step_0\n")
+    reader = OwnerReader(HostFiles(root), lambda pid: None, scontrol=Scontrol(lambda job: calls.append(job)))
     owner = reader.read(PID, "x")
     reader.read(PID, "x")
     assert owner.note == "the Slurm job's user and name: its environment is another user's and scontrol does not " \

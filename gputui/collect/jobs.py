@@ -1,15 +1,18 @@
 """Training jobs: the processes of one run grouped across their ranks and GPUs.
 
 The evidence, strongest first: children of one launcher process (torchrun, deepspeed, accelerate,
-mpirun), then what the ranks' environments share (one Slurm step, one TORCHELASTIC_RUN_ID, one
-MASTER_ADDR:MASTER_PORT: ``Placement.rendezvous``); a single process on several GPUs (DataParallel)
-is a job of one process. ``find_jobs`` is pure; ``JobFinder`` reads what it needs from psutil, each
-environment once per process life, since a /proc read per process per sample would add up.
+mpirun: the kernel's parent links), then what the ranks' environments share (one Slurm step, one
+TORCHELASTIC_RUN_ID, one MASTER_ADDR:MASTER_PORT: ``Placement.rendezvous``), which any process can set
+itself, so it groups only processes of one user; a single process on several GPUs (DataParallel) is a
+job of one process. ``find_jobs`` is pure; ``JobFinder`` reads what it needs from psutil, each
+environment once per process life (its values bounded as they come in), since a /proc read per
+process per sample would add up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -34,6 +37,7 @@ from gputui.model import (
 )
 from gputui.model.job import launcher_of
 from gputui.model.record import Record
+from gputui.untrusted import bounded
 
 DENIED: Final = "denied"  # the environment could not be read (another user's process)
 LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
@@ -51,6 +55,7 @@ class _Member(Record):
     devices: list[JobDevice]
     environment: Environment
     probed: bool
+    user: str | None
 
 
 def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess] = (),
@@ -70,36 +75,55 @@ def find_jobs(processes: Sequence[GpuProcess], *, parents: Sequence[HostProcess]
             on_gpus[pid].append(p)
         else:
             on_gpus[pid] = [p]
-    seen = [(pid, ps[0].ppid, ps[0].command, ps) for pid, ps in on_gpus.items()]
-    seen += [(h.pid, h.ppid, h.command, []) for h in probed if h.pid not in on_gpus]
+    seen = [(pid, ps[0].ppid, ps[0].command, ps[0].user, ps) for pid, ps in on_gpus.items()]
+    seen += [(h.pid, h.ppid, h.command, h.user, []) for h in probed if h.pid not in on_gpus]
 
     hosts = {h.pid: h for h in parents} | {h.pid: h for h in probed}
     # the launchers among the ancestors, looked for once (there are few; processes may be thousands)
     launchers = {h.pid: kind for h in hosts.values() if (kind := launcher_of(h.command)) is not None}
-    groups: dict[str, list[_Member]] = {}
-    evidence: dict[str, GroupedBy] = {}
-    started_by: dict[str, tuple[str, int]] = {}
-    for pid, ppid, command, gpu_processes in seen:
+    groups: dict[tuple[str, str | None], list[_Member]] = {}
+    evidence: dict[tuple[str, str | None], GroupedBy] = {}
+    started_by: dict[tuple[str, str | None], tuple[str, int]] = {}
+    for pid, ppid, command, user, gpu_processes in seen:
         environment = environments.get(pid)
         report = reports.get(pid)
         if environment is None and report is not None:
             environment = report.placement  # the probe read its own environment
         found = _launcher_above(ppid, hosts, launchers, on_gpus) if launchers else None
         by: GroupedBy
+        key: tuple[str, str | None]
         if found is not None:
-            key, by = f"{BY_LAUNCHER} {found[1]}", BY_LAUNCHER
+            key, by = (f"{BY_LAUNCHER} {found[1]}", None), BY_LAUNCHER
             started_by[key] = found
-        elif isinstance(environment, Placement) and environment.rendezvous:
-            key, by = environment.rendezvous, _BY_WORD[environment.rendezvous.split(" ", 1)[0]]
+        elif (told := _rendezvous(environment)) is not None:
+            # an environment is its process's word: it joins only its own user's processes
+            key, by = (told[0], user), told[1]
         elif len(gpu_processes) > 1:
-            key, by = f"{BY_DEVICES} {pid}", BY_DEVICES
+            key, by = (f"{BY_DEVICES} {pid}", None), BY_DEVICES
         else:
             continue  # no evidence of a job: the process table's row is all there is
         devices = [JobDevice(index=p.device_index, gpu_memory=p.gpu_memory) for p in gpu_processes]
-        groups.setdefault(key, []).append(_Member(pid, command, devices, environment, report is not None))
+        groups.setdefault(key, []).append(_Member(pid, command, devices, environment, report is not None, user))
         evidence[key] = by
-    jobs = [_job(key, evidence[key], group, started_by.get(key)) for key, group in groups.items()]
+    # Users who share a rendezvous each have a job of their own, named apart by the user.
+    shared = Counter(word for word, _ in groups)
+    jobs = [_job(_key(word, user, shared[word] > 1), evidence[(word, user)], group, started_by.get((word, user)))
+            for (word, user), group in groups.items()]
     return tuple(sorted(jobs, key=lambda j: min(r.pid for r in j.ranks)))
+
+
+def _rendezvous(environment: Environment) -> tuple[str, GroupedBy] | None:
+    """The rendezvous an environment (or a probe's report) names, bounded, and its evidence; None where it
+    names none, or none gputui knows (a report says what its sender likes)."""
+    if not isinstance(environment, Placement) or not environment.rendezvous:
+        return None
+    by = _BY_WORD.get(environment.rendezvous.split(" ", 1)[0])
+    return None if by is None else (bounded(environment.rendezvous), by)
+
+
+def _key(word: str, user: str | None, shared: bool) -> str:
+    """A job's key: its evidence's word, with the user where users share it ("torchelastic 7f3c (alice)")."""
+    return f"{word} ({user or '?'})" if shared else word
 
 
 def _launcher_above(pid: int | None, hosts: Mapping[int, HostProcess], launchers: Mapping[int, str],
@@ -155,7 +179,7 @@ def _job(key: str, grouped_by: GroupedBy, members: list[_Member], launcher: tupl
 
 def _name(ranks: Sequence[JobRank], launcher: str | None, grouped_by: str) -> str:
     """"train.py (torchrun)": the ranks' script, and what started or grouped them."""
-    script = next((s for s in (script_of(r.command) for r in ranks) if s), None) or "a job"
+    script = bounded(next((s for s in (script_of(r.command) for r in ranks) if s), None) or "a job")
     if launcher is not None:
         return f"{script} ({launcher})"
     if grouped_by == BY_DEVICES:
@@ -230,19 +254,24 @@ class JobFinder:
     def _environment(self, pid: int) -> Environment:
         ps = self.psutil
         try:
-            return Placement.from_environ(ps.Process(pid).environ())
+            return Placement.from_environ(self._environ(pid))
         except ps.AccessDenied:
             return DENIED
         except ps.NoSuchProcess:  # gone since the sample (ZombieProcess is one too)
             return None
 
     def environ(self, pid: int) -> Mapping[str, str] | None:
-        """A process's environment; None where it cannot be read (another user's, or gone)."""
+        """A process's environment, its values bounded; None where it cannot be read (another user's, or gone)."""
         ps = self.psutil
         try:
-            return ps.Process(pid).environ()
+            return self._environ(pid)
         except (ps.AccessDenied, ps.NoSuchProcess):
             return None
+
+    def _environ(self, pid: int) -> dict[str, str]:
+        """The environment as it comes in: every value bounded (a process may set 128 KiB in one), once,
+        here, so that no output carries more of it."""
+        return {bounded(name): bounded(value) for name, value in self.psutil.Process(pid).environ().items()}
 
     def _parents_of(self, probed: Iterable[HostProcess], known: Sequence[HostProcess]) -> list[HostProcess]:
         """The parents of probed CPU processes (the collector looks up GPU processes' only)."""
@@ -258,6 +287,8 @@ class JobFinder:
         ps = self.psutil
         try:
             process = ps.Process(pid)
-            return HostProcess(pid=pid, ppid=process.ppid(), command=tuple(process.cmdline()))
+            # its user too: its placement groups it only with its own user's processes
+            return HostProcess(pid=pid, ppid=process.ppid(), command=tuple(process.cmdline()),
+                               user=process.username())
         except (ps.NoSuchProcess, ps.AccessDenied):
             return None

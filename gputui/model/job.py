@@ -154,12 +154,15 @@ class Job(Record):
     """Processes that belong to one training run, or one process on several GPUs."""
 
     key: str = field(metadata=doc(
-        'what identifies the job while it lives, e.g. `"launcher 4242"`, `"torchelastic 7f3c"`, `"devices 913"`'))
+        'what identifies the job while it lives, e.g. `"launcher 4242"`, `"torchelastic 7f3c"`, `"devices 913"`; '
+        'where users\' environments name the same rendezvous, each user\'s job ends in the user: '
+        '`"torchelastic 7f3c (alice)"`'))
     name: str = field(metadata=doc('for people: the script and its launcher, e.g. `"train.py (torchrun)"`'))
     grouped_by: GroupedBy = field(metadata=doc(
         "the evidence that grouped it: `launcher` (children of one launcher process), `slurm` (one Slurm step), "
         "`torchelastic` (one `TORCHELASTIC_RUN_ID`), `master` (one `MASTER_ADDR:MASTER_PORT`), `devices` (one "
-        "process on several GPUs: DataParallel)", enum=GROUPED_BY))
+        "process on several GPUs: DataParallel); the environments' three group processes of one user only",
+        enum=GROUPED_BY))
     launcher: str | None = field(default=None, metadata=doc(
         "the launcher that started it, where one is seen", enum=LAUNCHERS))
     launcher_pid: int | None = field(default=None, metadata=doc("the launcher's PID, where it is on this host",

@@ -27,12 +27,15 @@ from gputui.untrusted import visible
 PREFIX = "gputui_"
 DEVICE = ("index", "uuid", "name")
 MIG = ("index", "uuid", "name", "parent_uuid")
-PROCESS = ("pid", "user", "command", "index", "uuid", "namespace", "pod", "container", "slurm_job")
+# slurm_job is a job slurmd's cgroup holds the process in; claimed_slurm_job one its environment alone names
+# (SLURM_JOB_ID), apart, so that a sum by slurm_job never adds a process's own word to another user's job.
+PROCESS = ("pid", "user", "command", "index", "uuid", "namespace", "pod", "container", "slurm_job",
+           "claimed_slurm_job")
 # Distinct owners (namespace, pod, container, Slurm job) one sample labels at most: each is a new set of
 # series to Prometheus. Processes of owners past it get empty owner labels, counted in
 # owner_labels_left_out, rather than an exporter that grows a scraper's memory without end.
 OWNER_LABEL_SETS = 200
-NO_OWNER = ("", "", "", "")
+NO_OWNER = ("", "", "", "", "")
 PROBE = ("pid", "device", "uuid")
 OWNER = ("kind", "owner")  # who holds GPUs (judgements.waste): pod, container, slurm, unit or user, and its name
 # A training job's rank; not "job", which Prometheus gives each scrape target.
@@ -222,19 +225,20 @@ def _device(device: Device) -> Iterator[Reading]:
         yield "mig_memory_used_bytes", mig_labels, mig.memory_used
 
 
-def owner_labels(owner: Owner | None) -> tuple[str, str, str, str]:
-    """(namespace, pod, container, slurm_job) of a process; "" where it has none."""
+def owner_labels(owner: Owner | None) -> tuple[str, str, str, str, str]:
+    """(namespace, pod, container, slurm_job, claimed_slurm_job) of a process; "" where it has none."""
     if owner is None:
         return NO_OWNER
-    pod, container = owner.pod, owner.container
+    pod, container, slurm = owner.pod, owner.container, owner.slurm
+    job = visible(slurm.job) if slurm is not None else ""
     return (visible((pod.namespace if pod else None) or ""), visible((pod.name or pod.uid) if pod else ""),
             visible((pod.container if pod and pod.container else None) or (container.label if container else "")),
-            visible(owner.slurm.job if owner.slurm else ""))
+            "" if slurm is None or slurm.claimed else job, job if slurm is not None and slurm.claimed else "")
 
 
 def _processes(sample: Sample) -> Iterator[Reading]:
     uuids = {d.index: d.uuid or "" for d in sample.snapshot.devices}
-    owners: set[tuple[str, str, str, str]] = set()
+    owners: set[tuple[str, str, str, str, str]] = set()
     left_out = 0
     for process in sample.snapshot.processes:
         owner = owner_labels(process.owner)
