@@ -6,13 +6,18 @@ the flags it passes, the port it is scraped on, the paths it is probed on, the f
 from __future__ import annotations
 
 import configparser
+import errno
 import json
+import os
 import queue
 import re
 import shlex
 import shutil
 import socket
 import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +35,7 @@ from gputui.collect.sim import SimulatedMachine, native
 from gputui.collect.sim.library import Nvml
 from gputui.model.alert import Alert, AlertEvent
 from gputui.sample.gather import NoDriver
+from gputui.serve.auth import password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sample
 from gputui.serve.server import parse_address
@@ -390,9 +396,130 @@ def test_the_unit_is_root_with_two_powers_and_writes_nothing():
     assert set(service["CapabilityBoundingSet"].split()) == {"CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"}
     assert service["NoNewPrivileges"] == "yes"
     assert service["ProtectSystem"] == "strict"
+    # read-only, not yes: "yes" would hide /run/user, where the probes' sockets are too
     assert service["ProtectHome"] == "read-only"
     # NVML needs /dev/nvidia*; the probes' sockets are in /tmp and /run/user; every process must be seen
-    assert not {"PrivateDevices", "PrivateTmp", "ProtectProc", "PrivatePIDs"} & set(service)
+    left_out = {"PrivateDevices", "PrivateTmp", "ProtectProc", "ProcSubset", "PrivatePIDs", "PrivateUsers"}
+    assert not left_out & set(service)
+
+
+def test_the_unit_allows_the_nvidia_devices_only():
+    service = unit()["Service"]
+    assert service["DevicePolicy"] == "closed"  # /dev/null, /dev/urandom ... and:
+    assert service["DeviceAllow"] == "char-nvidia* rw"  # nvidiactl and nvidiaN are opened read-write
+
+
+def test_the_unit_allows_the_address_families_serve_uses():
+    # TCP to listen on, Unix sockets to reach the probes (gputui/link/paths.py)
+    assert set(unit()["Service"]["RestrictAddressFamilies"].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+# systemd-analyze security's score of the unit: 6.5 MEDIUM before issue 44; lower is safer, and a change
+# that raises it is a change to look at (systemd's bands: under 5.0 is "OK")
+UNIT_EXPOSURE = 2.9
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="no systemd-analyze here (apt-get install systemd)")
+def test_systemd_rates_the_unit_ok():
+    """``systemd-analyze security --offline=yes`` reads the unit as it is, without a running systemd."""
+    result = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--no-pager", str(UNIT)],
+                            capture_output=True, text=True, timeout=60)
+    if "--offline" in result.stderr and "unrecognized" in result.stderr:
+        pytest.skip("systemd-analyze before 250 has no --offline")
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+) (\w+)", result.stdout)
+    assert found is not None, result.stdout[-2000:] + result.stderr
+    assert (float(found[1]), found[2]) == (UNIT_EXPOSURE, "OK"), result.stdout
+
+
+@pytest.fixture
+def env(tmp_path):
+    return serve_env(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None or shutil.which("cc") is None or os.geteuid() != 0,
+                    reason="needs systemd-analyze (the system call groups), cc (the simulated libnvidia-ml) and root")
+def test_serve_runs_under_the_units_restrictions(env, tmp_path, probed_process):
+    """The unit's ExecStart, as it is but for the address, under the unit's own system call filter, address
+    families, write-or-execute memory, personality lock and two capabilities (tests/unit_sandbox.py), on
+    a driver (the simulated libnvidia-ml, loaded through ctypes as a real one is), with a users file
+    (scrypt) and a probed job (its Unix socket): every part of the exporter answers."""
+    state = tmp_path / "state"
+    machine = SimulatedMachine("training-node")
+    machine.freeze(60.0)
+    native.write_state(state, native.state_text(Nvml(machine)))
+    users = tmp_path / "users"
+    users.write_text(password_line("prometheus", "correct horse") + "\n")
+    users.chmod(0o600)
+    program, *args = shlex.split(unit()["Service"]["ExecStart"])
+    at = args.index("--listen") + 1
+    args[at] = f"127.0.0.1:{free_port()}"
+    env.update(LD_LIBRARY_PATH=str(native.build(tmp_path / "lib").parent), **{native.STATE_VARIABLE: str(state)})
+    command = [sys.executable, str(ROOT / "tests" / "unit_sandbox.py"), str(UNIT), "--",
+               sys.executable, "-m", "gputui", *args, "--basic-auth-file", str(users)]
+    with sandboxed_serve(command, env) as (proc, url):
+        auth = ("prometheus", "correct horse")
+        status, _, body = fetch(url + "/metrics", auth=auth)
+        metrics = body.decode()
+        snapshot = json.loads(fetch(url + "/snapshot", auth=auth)[2])
+        assert fetch(url + "/metrics")[0] == 401
+        capabilities = _status_field(proc.pid, "CapBnd")
+        seccomp = _status_field(proc.pid, "Seccomp_filters")
+    assert status == 200
+    assert snapshot["snapshot"]["source"] == "nvml" and len(snapshot["snapshot"]["devices"]) == 8
+    assert metrics.count("gputui_device_memory_used_bytes{") == 8
+    assert f'gputui_probe_steps_total{{device="",pid="{probed_process.pid}",uuid=""}} 7.0' in metrics
+    assert int(capabilities, 16) == (1 << 1) | (1 << 19)  # CAP_DAC_OVERRIDE, CAP_SYS_PTRACE
+    assert int(seccomp) == 4
+
+
+@contextmanager
+def sandboxed_serve(command: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``command`` (gputui serve under tests/unit_sandbox.py, which execs it: the same process);
+    yields (process, base URL); stopped with SIGTERM, which must end it with 143."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline()  # "gputui serve: http://127.0.0.1:PORT/metrics and /snapshot, ..."
+        assert line.startswith("gputui serve: http"), line + proc.stderr.read()
+        yield proc, line.split()[2].removesuffix("/metrics")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert proc.returncode == 143, proc.returncode
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return line.split()[1]
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None or os.geteuid() != 0, reason="needs systemd-analyze and root")
+def test_the_sandbox_enforces_what_the_unit_says():
+    """The restrictions serve ran under are real: each refuses what the unit forbids."""
+    probe = """
+import ctypes, mmap, os, socket
+def refused(call):
+    try:
+        call()
+    except OSError as exc:
+        return exc.errno
+    return 0
+print(refused(lambda: mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC)),
+      refused(lambda: mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_READ)),
+      refused(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)),
+      refused(lambda: socket.socket(socket.AF_INET6).close()),
+      refused(lambda: os.chroot("/")),
+      ctypes.CDLL(None, use_errno=True).personality(0x0040000))
+"""
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "unit_sandbox.py"), str(UNIT), "--",
+                             sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == [str(errno.EPERM), "0", str(errno.EAFNOSUPPORT), "0", str(errno.EPERM), "-1"], \
+        result.stderr
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here to verify the unit")
