@@ -37,10 +37,13 @@ from gputui.model import (
 )
 from gputui.model.job import launcher_of
 from gputui.model.record import Record
-from gputui.untrusted import bounded
+from gputui.untrusted import TEXT_LIMIT, bounded
 
 DENIED: Final = "denied"  # the environment could not be read (another user's process)
 LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
+# A rendezvous holds up to two environment values, each bounded as it was read (their cuts kept as
+# marked); a probe's report is bounded here.
+RENDEZVOUS_LIMIT = 3 * TEXT_LIMIT
 
 Environment = Placement | None | str  # what a process's environment says: a placement, none, or DENIED
 _BY_WORD: dict[str, GroupedBy] = {by: by for by in GROUPED_BY}  # a rendezvous starts with its evidence
@@ -118,7 +121,7 @@ def _rendezvous(environment: Environment) -> tuple[str, GroupedBy] | None:
     if not isinstance(environment, Placement) or not environment.rendezvous:
         return None
     by = _BY_WORD.get(environment.rendezvous.split(" ", 1)[0])
-    return None if by is None else (bounded(environment.rendezvous), by)
+    return None if by is None else (bounded(environment.rendezvous, RENDEZVOUS_LIMIT), by)
 
 
 def _key(word: str, user: str | None, shared: bool) -> str:
