@@ -203,9 +203,10 @@ def test_attach_arms_and_detach_disarms_on_each_python(python, env, tmp_path):
 
 @needs_gdb
 def test_a_job_in_a_long_c_call_gets_the_code_when_it_runs_python_again(env, tmp_path):
-    target = start_target(sys.executable, env, tmp_path / "hold", "4")
+    target = start_target(sys.executable, env, tmp_path / "hold", "8")
     try:
-        (tmp_path / "hold").unlink()  # now in time.sleep(4): no Python runs until it returns
+        (tmp_path / "hold").unlink()  # now in time.sleep(8): no Python runs until it returns (a loaded
+        # machine may take seconds to start gputui and gdb)
         time.sleep(0.5)
         started = time.monotonic()
         out = gputui(env, "attach", str(target.pid))
@@ -291,13 +292,19 @@ def test_no_such_process(env):
 def fake_proc(root: Path, *, exe: str = "/usr/bin/python3.12", uid: int = 0, tracer: int = 0,
               cap_eff: str = "000001ffffffffff", scope: str | None = None, maps: str = "",
               state: str = "S (sleeping)") -> Path:
-    """A /proc with process 4242 in it, as preflight reads it."""
+    """A /proc with process 4242 in it, as preflight reads it; its executable ``exe`` a file under
+    ROOT/files (the link's name ends as ``exe`` does)."""
     (root / "4242").mkdir(parents=True)
     (root / "4242" / "status").write_text(f"Name:\tpython3\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
                                           f"TracerPid:\t{tracer}\n")
+    (root / "4242" / "stat").write_text(f"4242 (python3) {state[0]} 1 4242 4242 0 -1 4194560 1 0 0 0 5 2 0 0 20 0 "
+                                        f"1 0 7331 12345678 2048\n")  # field 22: started 7331 ticks after boot
     (root / "4242" / "comm").write_text("python3\n")
     (root / "4242" / "maps").write_text(maps)
-    os.symlink(exe, root / "4242" / "exe")
+    program = root / "files" / exe.lstrip("/")
+    program.parent.mkdir(parents=True)
+    program.touch()
+    os.symlink(program, root / "4242" / "exe")
     (root / "self").mkdir()
     (root / "self" / "status").write_text(f"CapEff:\t{cap_eff}\n")
     if scope is not None:
@@ -359,10 +366,12 @@ def test_a_ptrace_policy_that_forbids_it(tmp_path, scope, expected):
 
 
 def test_ptrace_scope_1_is_fine_with_cap_sys_ptrace(tmp_path):
-    target = preflight.check(4242, proc=fake_proc(tmp_path / "proc", scope="1", maps="x /opt/lib/libtorch_cpu.so\n"),
-                             which=gdb_here)
+    proc = fake_proc(tmp_path / "proc", scope="1", maps="x /opt/lib/libtorch_cpu.so\n")
+    target = preflight.check(4242, proc=proc, which=gdb_here)
     assert (target.version, target.method, target.debugger, target.torch_loaded) == ((3, 12), "gdb", "/usr/bin/gdb",
                                                                                      True)
+    program = os.stat(proc / "files" / "usr" / "bin" / "python3.12")
+    assert (target.started, target.program) == (7331, (program.st_dev, program.st_ino))
 
 
 def test_another_users_process(tmp_path):
@@ -400,16 +409,19 @@ def test_the_functions_are_found_where_the_process_has_them():
     dynamic linker gave this very process."""
     import ctypes
 
-    from gputui.launch import inject
+    from gputui.launch import elf, inject
 
     where = inject.symbols(os.getpid())
     address = {name: ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
                for name in ("Py_AddPendingCall", "PyRun_SimpleString")}
     address["mmap"] = ctypes.cast(ctypes.CDLL(None).mmap, ctypes.c_void_p).value
-    assert where == address
+    assert {name: function.address for name, function in where.items()} == address
+    # The code read from the files is the code in memory: what gdb checks before each call.
+    assert {name: function.code for name, function in where.items()} == {
+        name: ctypes.string_at(at, elf.CODE_BYTES) for name, at in address.items()}
 
 
-def test_a_program_without_the_symbols_and_gdb_without_permission_say_so():
+def test_a_program_without_the_symbols_says_so():
     from gputui.launch import inject
 
     sleeper = subprocess.Popen(["sleep", "60"])
@@ -423,8 +435,15 @@ def test_a_program_without_the_symbols_and_gdb_without_permission_say_so():
                                      f"gputui attach cannot reach it")
     finally:
         sleeper.kill()
+
+
+@needs_gdb
+def test_gdb_without_permission_says_so():
+    from gputui.launch import inject
+
+    me = preflight.check(os.getpid())  # (a process that runs on: the refusal is ptrace's own)
     with pytest.raises(preflight.Refused, match=r"in a container, run it with --cap-add=SYS_PTRACE"):
-        inject._check_gdb_output(7, "ptrace: Operation not permitted.\n")
+        inject._check_gdb_output(me, "ptrace: Operation not permitted.\n")
 
 
 @needs_gdb

@@ -6,6 +6,11 @@ this gputui's own installation when the job has none), which starts at once if t
 when it imports it; or they stop it. The lines report back through a file in a directory made for
 this one attach, so gputui says what happened inside the job, or that the job has not run Python
 since (a long C call) and the probe is queued.
+
+The job may belong to another user and be hostile: the file it reports to is root's, in a folder of
+root's that the job may enter but not change, and is read back through root's own descriptor, so no
+link or FIFO the job plants is ever opened. The whole command is bounded in time, and a signal that
+stops it removes that folder and lets the job go on its way out (bounds.py).
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ import os
 import shutil
 import tempfile
 import time
+from types import TracebackType
 from typing import Callable
 
 from gputui import __version__
 from gputui.errors import UserError
-from gputui.files import read_small
-from gputui.launch import GPUTUI_HOME, inject, preflight
+from gputui.launch import GPUTUI_HOME, bounds, inject, preflight
 from gputui.launch.preflight import Refused
 from gputui.options import Options
 from gputui.untrusted import visible
@@ -27,7 +32,10 @@ from gputui.untrusted import visible
 QUICK = 2.0  # seconds: a job running Python gets to the queued code well within this
 WAIT_FOR_CODE = 30.0  # seconds gputui waits for a job busy outside Python (the monitor gives the command 60)
 WAIT_FOR_SOCKET = 10.0
+# The whole command: gdb's 20 s (inject.GDB_SECONDS) and the 30 s wait, within the monitor's 60.
+COMMAND_SECONDS = 55.0
 RESULT = "result"
+WORD_LIMIT = 4096  # bytes of the job's answer read: one word, or an error's line
 
 # Both scripts report what became of them through the ACK file, the same way.
 _SAY = """\
@@ -101,6 +109,11 @@ def detach_script(ack: str | None = None) -> str:
 
 def attach(options: Options) -> int:
     pid = _pid(options)
+    with bounds.bounded(COMMAND_SECONDS, f"gputui attach {pid}"):
+        return _attach(pid)
+
+
+def _attach(pid: int) -> int:
     target = preflight.check(pid)
     from gputui.link import client
 
@@ -130,6 +143,11 @@ def attach(options: Options) -> int:
 
 def detach(options: Options) -> int:
     pid = _pid(options)
+    with bounds.bounded(COMMAND_SECONDS, f"gputui detach {pid}"):
+        return _detach(pid)
+
+
+def _detach(pid: int) -> int:
     target = preflight.check(pid)
     from gputui.link import client
 
@@ -160,34 +178,66 @@ def _pid(options: Options) -> int:
 def _run_in_job(target: preflight.Target, script: Callable[..., str]) -> str | None:
     """Queue ``script(ack)`` in the job and return what it reported, or None (said why) while the job
     has not run Python since. The job is never left stopped: only the queueing stops it, briefly."""
-    folder = tempfile.mkdtemp(prefix="gputui-attach-")
-    try:
-        if target.uid != os.geteuid():
-            os.chown(folder, target.uid, -1)  # root attaching to a user's job: the job writes here
-        ack = os.path.join(folder, RESULT)
-        inject.run_code(target, script(ack=ack))
-        word = _wait_for(ack, QUICK)
+    with _Answer(target.uid) as answer:
+        inject.run_code(target, script(ack=answer.path), answer.folder)
+        word = answer.wait(target, QUICK)
         if word is None:
             print(f"process {target.pid} has not run Python since (a long C call?): the probe's code is queued "
                   f"and runs when it next does; waiting up to {WAIT_FOR_CODE:.0f} s (the job is not stopped)",
                   flush=True)
-            word = _wait_for(ack, WAIT_FOR_CODE - QUICK)
+            word = answer.wait(target, WAIT_FOR_CODE - QUICK)
         if word is None:
             print(f"process {target.pid} still has not run Python: the code stays queued and runs when it "
                   f"does; check with `gputui probes`")
         return word
-    finally:
-        inject.clean_up()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait_for(ack: str, seconds: float) -> str | None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if os.path.exists(ack):
-            word = read_small(ack, 4096, "attach result").decode("utf-8", "replace").strip()
+class _Answer:
+    """The file the job writes its one word to. Root makes it, in a folder of root's that the job's
+    user may enter but neither list nor change, gives it to that user, and reads it back through the
+    descriptor it opened: what the job can do to the name is moot, and nothing it plants is opened."""
+
+    def __init__(self, uid: int):
+        self.uid = uid
+        self.folder = ""
+        self.path = ""
+        self._fd = -1
+
+    def __enter__(self) -> _Answer:
+        with bounds.held():  # (made whole, or not at all, whatever signal comes)
+            self.folder = tempfile.mkdtemp(prefix="gputui-attach-")
+            try:
+                os.chmod(self.folder, 0o711)
+                self.path = os.path.join(self.folder, RESULT)
+                flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                self._fd = os.open(self.path, flags, 0o600)
+                if self.uid != os.geteuid():
+                    os.fchown(self._fd, self.uid, -1)  # root attaching to a user's job: the job writes it
+            except BaseException:
+                self._remove()
+                raise
+        return self
+
+    def _remove(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        with bounds.held():
+            self._remove()
+
+    def wait(self, target: preflight.Target, seconds: float) -> str | None:
+        """The job's word, once it has written one within ``seconds``; Refused if it exits or runs
+        another program meanwhile (the queued code then never runs)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            word = os.pread(self._fd, WORD_LIMIT, 0).decode("utf-8", "replace").strip()
             if word:  # (empty: the job has opened the file and not written it yet)
                 return word
-        time.sleep(0.02)
-    return None
-
+            why = preflight.changed(target)
+            if why is not None:
+                raise Refused(f"process {target.pid} {why} before it said what became of the probe")
+            time.sleep(0.02)
+        return None

@@ -49,6 +49,11 @@ class Target:
     torch_loaded: bool  # libtorch is mapped: the probe can start at once
     method: str  # "remote_exec" (PEP 768) or "gdb"
     debugger: str | None  # the gdb to run (method "gdb")
+    # Which process this is, to tell it later from one that exited (its pid reused) or ran another
+    # program (an exec keeps the pid and the start time, not the executable): its start time (clock
+    # ticks after boot) and its executable's (device, inode).
+    started: int
+    program: tuple[int, int]
 
 
 def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | None] = shutil.which) -> Target:
@@ -62,7 +67,10 @@ def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | 
     if status.get("State", "").startswith("T"):
         raise Refused(f"process {pid} is stopped (Ctrl-Z or SIGSTOP) and would run nothing: continue it first "
                       f"(`fg`, or `kill -CONT {pid}`)")
+    started, program = _identity(pid, proc)  # before the interpreter's check: what it checks is this program
     version = interpreter(pid, proc)
+    if program is None:
+        raise Refused(f"process {pid} exited")
     maps = _read(proc / str(pid) / "maps")
     method = "remote_exec" if _can_remote_exec(version) else "gdb"
     debugger = None
@@ -73,7 +81,36 @@ def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | 
                           f"and there is none on the PATH (nor CUDA's {CUDA_GDB}): {INSTALL_GDB}, or {OTHER_WAYS}")
     check_ptrace_policy(_ptrace_scope(proc), has_cap_sys_ptrace(proc))
     return Target(pid=pid, version=version, uid=uid, torch_loaded="/libtorch" in maps, method=method,
-                  debugger=debugger)
+                  debugger=debugger, started=started, program=program)
+
+
+def changed(target: Target, proc: Path = Path("/proc")) -> str | None:
+    """How process ``target.pid`` is no longer the process the preflight chose, in words ("exited",
+    "now runs another program (...)"); None while it is the same."""
+    try:
+        fields = stat_fields(target.pid, proc)
+        state, started = fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return "exited"
+    if state in ("Z", "X") or started != target.started:
+        return "exited"  # (a zombie; or its pid is another process's now)
+    try:
+        info = os.stat(proc / str(target.pid) / "exe")
+    except PermissionError:  # an exec'd setuid program, to a user who is not root
+        return "now runs a program you may not trace, not the Python chosen"
+    except OSError:
+        return "exited"
+    if (info.st_dev, info.st_ino) != target.program:
+        return f"now runs another program ({visible(_exe(target.pid, proc))}), not the Python chosen"
+    return None
+
+
+def stat_fields(pid: int, proc: Path = Path("/proc")) -> list[str]:
+    """The fields of /proc/PID/stat from the third (the state) on: the command name before them, in
+    parentheses, may hold anything, spaces and parentheses included. OSError when it is gone."""
+    with open(proc / str(pid) / "stat", "rb") as f:
+        text = f.read().decode("ascii", "replace")
+    return text[text.rindex(")") + 1:].split()
 
 
 def find_gdb(which: Callable[[str], str | None] = shutil.which,
@@ -90,6 +127,27 @@ def find_gdb(which: Callable[[str], str | None] = shutil.which,
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def _identity(pid: int, proc: Path) -> tuple[int, tuple[int, int] | None]:
+    """Its start time and its executable's (device, inode); None for the executable when it cannot be
+    read (a kernel thread, which the interpreter's check refuses; or it exited)."""
+    try:
+        started = int(stat_fields(pid, proc)[19])
+    except (OSError, IndexError, ValueError):
+        raise Refused(f"no process {pid}") from None
+    try:
+        info = os.stat(proc / str(pid) / "exe")
+    except OSError:
+        return started, None
+    return started, (info.st_dev, info.st_ino)
+
+
+def _exe(pid: int, proc: Path) -> str:
+    try:
+        return os.readlink(proc / str(pid) / "exe")
+    except OSError:
+        return "?"
 
 
 def _status(pid: int, proc: Path) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Union
 
 from gputui.errors import UserError
 from gputui.launch import GPUTUI_HOME
+from gputui.launch.preflight import stat_fields
 from gputui.options import Options
 
 # What signal.signal() returns: the handler that was there (a function, SIG_DFL/SIG_IGN, or None).
@@ -130,12 +131,9 @@ def _descends_from(pid: int, root: int) -> bool:
         if pid <= 1:
             return False
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+            pid = int(stat_fields(pid)[1])  # its parent
+        except (OSError, IndexError, ValueError):
             return False
-        # the command name in parentheses may hold spaces: the fields after it are fixed
-        pid = int(stat[stat.rindex(b")") + 2:].split()[1])
     return False
 
 
