@@ -198,3 +198,73 @@ def test_closing_kills_a_command_still_running_so_none_outlives_the_monitor(tmp_
             open(f"/proc/{sleeper}/stat").read().split()[2] != "Z":
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{sleeper}") or open(f"/proc/{sleeper}/stat").read().split()[2] == "Z"
+
+
+# Linux refuses to start a program with any one argument or environment string over 128 KiB
+# (MAX_ARG_STRLEN): a title quoting a 128 KiB argv[0] once made every --alert-command run fail.
+HUGE = "x" * 131_100
+RAW_KEY = f"job torchelastic \x1b]0;owned\x07\nrun-{HUGE} pid 7"
+
+
+def recording_receiver(folder):
+    """A command that keeps each delivery's stdin and GPUTUI_ALERT_* values, one folder per delivery."""
+    script = folder / "receiver.sh"
+    lines = ["#!/bin/sh", f'd={folder}/got/$(ls {folder}/got | wc -l)', 'mkdir "$d"', 'cat > "$d/stdin"']
+    lines += [f'printf %s "$GPUTUI_ALERT_{name}" > "$d/{name}"'
+              for name in ("KIND", "CHANGE", "SEVERITY", "TITLE", "KEY", "COUNT")]
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    (folder / "got").mkdir()
+    return script
+
+
+def received(folder):
+    """What the recording receiver got, in order: each delivery's variables and its JSON document."""
+    got = []
+    for n in range(len(list((folder / "got").iterdir()))):
+        one = folder / "got" / str(n)
+        variables = {p.name: p.read_text() for p in one.iterdir() if p.name != "stdin"}
+        got.append((variables, json.loads((one / "stdin").read_text())))
+    return got
+
+
+def until(check, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_huge_title_and_key_are_cut_in_the_environment_and_whole_on_stdin(tmp_path):
+    straggler = Alert("straggler", RAW_KEY, "warning", f"rank 1 of {HUGE} (torchelastic) lags the others",
+                      "step time 0.3 against 0.05", pid=7, job=f"torchelastic {HUGE}")
+    free = Alert("gpu_free", "gpu GPU-2", "info", "GPU 2 is free", "80.0 GiB free, no process on it", gpu="GPU-2")
+    reports = Reports()
+    channel = Channel("command", command_channel(str(recording_receiver(tmp_path))), reports)
+    channel.put([started(straggler), started(free)])  # one sample's: one delivery, the huge alert first
+    until(lambda: (tmp_path / "got" / "0" / "COUNT").exists() or not reports.lines.empty())
+    channel.put([started(LOST)])  # a later sample's
+    channel.close(wait=10)
+    assert list(reports.lines.queue) == []
+    got = received(tmp_path)
+    assert len(got) == 2
+    variables, document = got[0]
+    assert len(variables["TITLE"]) <= delivery.ENV_VALUE
+    assert variables["TITLE"].startswith("rank 1 of xxxx")
+    assert variables["TITLE"].endswith(f"...[cut from {len(straggler.title)} characters]")
+    assert len(variables["KEY"]) <= delivery.ENV_VALUE
+    assert variables["KEY"].startswith("job torchelastic \\x1b]0;owned\\x07\\nrun-xxxx")  # made visible
+    assert variables["COUNT"] == "2"
+    assert [(e["alert"]["kind"], e["alert"]["title"], e["alert"]["key"]) for e in document["events"]] == [
+        ("straggler", straggler.title, RAW_KEY), ("gpu_free", "GPU 2 is free", "gpu GPU-2")]  # whole, as it came
+    assert got[1][0]["TITLE"] == "GPU 1 is lost"
+
+
+def test_the_alert_key_is_made_visible_in_the_environment(tmp_path):
+    alert = Alert("straggler", "job torchelastic \x1b]2;title\x07\nrm -rf ~ pid 7", "warning",
+                  "rank 1 of train.py (torchelastic) lags the others", pid=7)
+    channel = Channel("command", command_channel(str(recording_receiver(tmp_path))), Reports())
+    channel.put([started(alert)])
+    channel.close(wait=10)
+    [(variables, document)] = received(tmp_path)
+    assert variables["KEY"] == "job torchelastic \\x1b]2;title\\x07\\nrm -rf ~ pid 7"
+    assert document["events"][0]["alert"]["key"] == "job torchelastic \x1b]2;title\x07\nrm -rf ~ pid 7"
