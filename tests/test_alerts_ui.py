@@ -1,12 +1,18 @@
 """The live monitor's alerts: the leaky demo's leak and coming OOM appear as toasts and ring the bell once;
 a receiver that fails is said in a toast; the desktop notification's escape sequence, per terminal."""
 
+import os
+
 import pytest
-from ui_data import settle
+from ui_data import settle, wait_for
 
 from gputui.alerts.desktop import sequence
+from gputui.alerts.rules import AlertState, Thresholds, evaluate
 from gputui.alerts.settings import AlertSettings
 from gputui.collect import open_collector
+from gputui.options import Options
+from gputui.sample.pipeline import open_pipeline
+from gputui.ui import alert_toasts
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.sampler import Sampler
 
@@ -51,6 +57,73 @@ async def test_a_failing_alert_command_is_said_in_a_toast():
         await settle(pilot)
         failures = [n.message for n in app._notifications if n.title == "Alert not delivered"]
     assert failures == ["alert command: alert command exited 1: pager down"]
+
+
+# The faults demo's GPU 2 runs two jobs whose utilisation swings around 78 %: counted idle at up to 78 %,
+# with no time to wait, it is idle one sample and busy the next, samples 5 s apart.
+FLAPPING = Thresholds(idle_after=0.0, idle_util=78, kinds=frozenset({"gpu_idle"}))
+FLAPS, EVERY = 40, 5.0
+
+
+def flaps_in_the_faults_demo():
+    """How many times GPU 2's gpu_idle starts over the samples the test below takes (the rules alone)."""
+    now, state, starts = [60.0], AlertState(), 0
+    with open_pipeline(Options(mode="once", demo="faults", demo_processes=None), clock=lambda: now[0],
+                       pause=lambda s: None, environ={}) as pipeline:
+        for _ in range(FLAPS + 1):
+            sample = pipeline.sample()
+            state, events = evaluate(state, sample.snapshot, sample.judgements, FLAPPING)
+            starts += sum(e.change == "started" for e in events)
+            now[0] += EVERY
+    return starts
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """A real terminal (a pty) for the desktop notification's escape, which is read back from its other end,
+    on a terminal that shows it (WezTerm), outside tmux."""
+    master, slave = os.openpty()
+    monkeypatch.setattr(alert_toasts, "TERMINAL", os.ttyname(slave))
+    monkeypatch.setenv("TERM_PROGRAM", "WezTerm")
+    monkeypatch.delenv("TMUX", raising=False)
+    os.set_blocking(master, False)
+    written = []
+
+    def read():
+        try:
+            while chunk := os.read(master, 65536):
+                written.append(chunk)
+        except BlockingIOError:
+            pass
+        return b"".join(written).decode()
+
+    yield read
+    os.close(master)
+    os.close(slave)
+
+
+async def test_a_flapping_alert_rings_and_notifies_no_more_often_than_the_other_channels_deliver(terminal):
+    assert flaps_in_the_faults_demo() >= 8  # (the condition does flap)
+    now = [60.0]
+    app = GpuTuiApp(Sampler(open_collector("faults", clock=lambda: now[0], environ={}), watch_probes=False),
+                    interval=30.0, me="ana", alerts=AlertSettings(thresholds=FLAPPING, per_minute=2, desktop="on"))
+    rings = []
+    app.bell = lambda: rings.append(1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for n in range(FLAPS):
+            now[0] += EVERY
+            app.sample_now()
+            await settle(pilot, n + 2)
+        await wait_for(pilot, lambda: rings)
+        await pilot.pause(0.3)  # (anything still on its way)
+        toasts = [n.message for n in app._notifications if n.title in ("Alert", "alerts")]
+    notifications = terminal().count("\x1b]777;notify;gputui;")
+    # Two deliveries a minute, as the command and the webhook get them: the first at once, the second with
+    # what started meanwhile; the rest waits for the next minute.
+    assert 1 <= len(rings) <= 2
+    assert notifications == len(rings)
+    assert 1 <= len(toasts) <= 2 * alert_toasts.TOASTS
 
 
 @pytest.mark.parametrize(("environ", "setting", "passthrough", "expected"), [

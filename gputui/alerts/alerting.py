@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from gputui.alerts.delivery import Channel, Notifier, command_channel
+from gputui.alerts.delivery import Channel, Delivery, Notifier, command_channel
 from gputui.alerts.rules import AlertState, evaluate
 from gputui.alerts.settings import AlertSettings
 from gputui.model import Snapshot
@@ -20,12 +20,17 @@ from gputui.untrusted import visible
 class Alerting:
     """Judges each sample for alerts and hands the events to the channels; never blocks on them."""
 
-    def __init__(self, settings: AlertSettings, report: Callable[[str], None]) -> None:
-        """``report``: where a receiver's failure is said (stderr, a toast, the exporter's log)."""
+    def __init__(self, settings: AlertSettings, report: Callable[[str], None],
+                 show: Callable[[Delivery], None] | None = None) -> None:
+        """``report``: where a receiver's failure is said (stderr, a toast, the exporter's log); ``show``:
+        the live monitor's toasts, bell and desktop notification, a channel grouped and limited as the
+        others are (a flapping alert rings no more often than it pages)."""
         self.settings = settings
         self._report = report
         self._state = AlertState()
         channels = []
+        if show is not None:
+            channels.append(Channel("live monitor", show, report, per_minute=settings.per_minute))
         if settings.command:
             channels.append(Channel("alert command", command_channel(settings.command, settings.timeout), report,
                                     per_minute=settings.per_minute))

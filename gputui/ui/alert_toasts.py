@@ -1,5 +1,6 @@
 """The live monitor's side of alerts: a toast for each alert that starts (one for a crowd), the
-terminal bell, and a desktop notification through the terminal's escape sequence, as [alerts] asks.
+terminal bell, and a desktop notification through the terminal's escape sequence, as [alerts] asks; once
+for each delivery of the monitor's alert channel, which groups and limits them as it does the others'.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ if TYPE_CHECKING:
 
 TOASTS = 3  # alerts started in one sample shown one toast each; more go in one toast
 TOAST_SECONDS = 15
+TERMINAL = "/dev/tty"  # where the desktop notification's escape is written
 SEVERITY = {"critical": "error", "warning": "warning", "info": "information"}
 
 
 def tell(app: App, events: Sequence[AlertEvent], settings: AlertSettings,
          environ: Mapping[str, str] | None = None) -> None:
-    """Shows the alerts ``events`` start; those that end are left to the views, which show the change."""
+    """Shows the alerts ``events`` (one delivery's) start; those that end are left to the views, which show
+    the change."""
     began = [e for e in events if e.change == STARTED]
     if not began:
         return
@@ -48,7 +51,7 @@ def _desktop(began: Sequence[AlertEvent], settings: AlertSettings, environ: Mapp
     # Textual has no public way to write raw bytes: the terminal is written directly, in one write, which
     # lands between two of Textual's frames (each is one write too).
     try:
-        tty = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+        tty = os.open(TERMINAL, os.O_WRONLY | os.O_NOCTTY)
     except OSError:
         return
     try:

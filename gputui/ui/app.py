@@ -26,6 +26,7 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 
 from gputui.alerts.alerting import Alerting
+from gputui.alerts.delivery import Delivery
 from gputui.alerts.settings import AlertSettings
 from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
@@ -67,14 +68,20 @@ SETTLE_AFTER_SAMPLES = (1, 3)
 
 
 class SnapshotReady(Message):
-    """A new judged look (this machine's Sample, the many hosts'), how long it took to take (seconds), and the
-    alerts it started or ended."""
+    """A new judged look (this machine's Sample, the many hosts'), and how long it took to take (seconds)."""
 
-    def __init__(self, sample: Any, took: float, alerts: tuple = ()) -> None:
+    def __init__(self, sample: Any, took: float) -> None:
         super().__init__()
         self.sample = sample
         self.took = took
-        self.alerts = alerts  # the AlertEvents this sample started or ended
+
+
+class AlertsDue(Message):
+    """The monitor's alert channel delivers (alerts/delivery.py: grouped, at most per_minute a minute)."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__()
+        self.delivery = delivery
 
 
 class SampleFailed(Message):
@@ -203,8 +210,8 @@ class GpuTuiApp(App[int]):
             self.set_keymap(self.keymap)
         self.alert_settings = alerts
         self._alert_failures: deque[str] = deque(maxlen=10)  # from the channels' threads, told each sample
-        self._alerting = Alerting(alerts, self._alert_failures.append) if alerts is not None and alerts.enabled \
-            else None
+        self._alerting = Alerting(alerts, self._alert_failures.append, self._alerts_due) \
+            if alerts is not None and alerts.enabled else None
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -280,18 +287,25 @@ class GpuTuiApp(App[int]):
             self.post_message(SampleFailed(visible(f"sampling failed: {type(exc).__name__}: {exc}")))
             return
         judged = source.judge(taken)  # contains its own failures: said among the problems
-        alerts = self._alerting(judged.snapshot, judged.judgements) if self._alerting is not None else ()
-        self.post_message(SnapshotReady(judged, time.monotonic() - started, alerts))
+        if self._alerting is not None:
+            self._alerting(judged.snapshot, judged.judgements)
+        self.post_message(SnapshotReady(judged, time.monotonic() - started))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         cast(Sampled, self.source).accept(self, message.sample)
-        if self.alert_settings is not None:
-            from gputui.ui.alert_toasts import tell
-
-            tell(self, message.alerts, self.alert_settings)
         while self._alert_failures:
             self.notify(self._alert_failures.popleft(), title="Alert not delivered", severity="error", markup=False)
         self._schedule(message.took)
+
+    def _alerts_due(self, delivery: Delivery) -> None:
+        """The monitor's alert channel (on its own thread) hands a delivery to the app's."""
+        self.post_message(AlertsDue(delivery))
+
+    def on_alerts_due(self, message: AlertsDue) -> None:
+        if self.alert_settings is not None:
+            from gputui.ui.alert_toasts import tell
+
+            tell(self, message.delivery.events, self.alert_settings)
 
     def on_delivered(self, message: Delivered) -> None:
         message.show()
