@@ -17,7 +17,7 @@ from gputui.model.alert import STARTED, AlertEvent
 if TYPE_CHECKING:
     from textual.app import App
 
-TOASTS = 3  # alerts started in one sample shown one toast each; more go in one toast
+TOASTS = 3  # alerts started in one delivery shown one toast each; more go in one toast
 TOAST_SECONDS = 15
 TERMINAL = "/dev/tty"  # where the desktop notification's escape is written
 SEVERITY = {"critical": "error", "warning": "warning", "info": "information"}
