@@ -18,7 +18,7 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, NamedTuple, Protocol, TypeVar
+from typing import Callable, Generic, Iterable, Mapping, NamedTuple, Protocol, TypeVar
 
 from gputui.model import ContainerOwner, Owner, PodOwner, SlurmOwner
 from gputui.model.codec import parse_json
@@ -274,31 +274,28 @@ def _job_fields(line: str) -> SlurmJob:
                     name=bounded(fields.get("JobName", "")) or None)
 
 
-T = TypeVar("T")
+Answer = TypeVar("Answer")
 
 
 @dataclass
-class _Kept(Generic[T]):
-    """What was made of a file or directory, and the file as it was then."""
+class _Answers(Generic[Answer]):
+    """What one reading of a file or directory said about each key asked of it, and the file as it was."""
 
     stat: FileStat
-    value: T
     settled: bool  # read over a second after its last change: a later change moves its times
     sample: int
+    said: dict[str, Answer]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class _Checkpoint(Record):
-    """The kubelet's device-plugin checkpoint: each pod's GPU devices by container, or why it is not read."""
-
-    devices: Mapping[str, tuple[tuple[str | None, tuple[str, ...]], ...]]
-    problem: str | None = None
+# What the kubelet's checkpoint says of one pod: each container's GPU devices, or why it was not read.
+PodDevices = tuple[tuple[tuple[str | None, tuple[str, ...]], ...], str | None]
 
 
 class OwnerReader:
-    """Each process's Owner, read once per process life and cached. The runtimes' directories and state
-    files are read once per change (their times), not once per process: a node's /var/log/pods may
-    hold 100,000 entries, the kubelet's checkpoint megabytes."""
+    """Each process's Owner, read once per process life and cached. A sample's new processes are read
+    together: each runtime directory or state file is read once for all of them (a node's /var/log/pods
+    may hold 100,000 entries, the kubelet's checkpoint megabytes), and only what it said of them is
+    kept, until the file changes (its times, inode or size)."""
 
     def __init__(self, files: Files, environ: Callable[[int], Mapping[str, str] | None], proc: str = "/proc",
                  home: str | None = None, scontrol: Scontrol | None = None,
@@ -314,7 +311,7 @@ class OwnerReader:
         self.me = user_name(os.geteuid())
         self.wallclock = wallclock
         self._cache: dict[int, tuple[float | None, Owner]] = {}
-        self._kept: dict[str, _Kept] = {}
+        self._answers: dict[str, _Answers] = {}
         self._sample = 0
 
     def owners(self, processes: Mapping[int, tuple[float | None, str | None]]) -> dict[int, Owner]:
@@ -322,23 +319,33 @@ class OwnerReader:
         self._sample += 1
         for pid in [p for p in self._cache if p not in processes]:
             del self._cache[pid]
-        found = {}
-        for pid, (started, user) in processes.items():
-            cached = self._cache.get(pid)
-            if cached is None or cached[0] != started:
-                cached = self._cache[pid] = (started, self.read(pid, user))
-            found[pid] = cached[1]
-        return found
+        fresh = {pid: user for pid, (started, user) in processes.items()
+                 if (cached := self._cache.get(pid)) is None or cached[0] != started}
+        facts = {pid: self._guarded(self._facts, pid) for pid in fresh}
+        self._read_ahead([f[0] for f in facts.values() if isinstance(f, tuple)])
+        for pid, user in fresh.items():
+            self._cache[pid] = (processes[pid][0], self._owner(pid, user, facts[pid]))
+        return {pid: self._cache[pid][1] for pid in processes}
 
     def read(self, pid: int, user: str | None) -> Owner:
-        """One process's owner, read now. Nothing in what it reads can take the sample down: input no
-        reader expected costs this owner (its user is kept), with a note."""
-        try:
-            return self._read(pid, user)
-        except Exception as exc:  # noqa: BLE001 - one hostile entry costs one owner, never the sample
-            return Owner(user=user, note=f"its owner could not be read ({type(exc).__name__}: {bounded(str(exc))})")
+        """One process's owner, read now."""
+        return self._owner(pid, user, self._guarded(self._facts, pid))
 
-    def _read(self, pid: int, user: str | None) -> Owner:
+    @staticmethod
+    def _guarded(read: Callable[..., Answer], *args: object) -> Answer | str:
+        """``read(*args)``, or what went wrong in words: nothing in what the reader reads can take a sample
+        down; input no reader expected costs that one owner (its user is kept), with a note."""
+        try:
+            return read(*args)
+        except Exception as exc:  # noqa: BLE001 - one hostile entry costs one owner, never the sample
+            return f"its owner could not be read ({type(exc).__name__}: {bounded(str(exc))})"
+
+    def _owner(self, pid: int, user: str | None, facts: tuple[CgroupFacts, list[str]] | str) -> Owner:
+        owner = self._guarded(self._named, pid, user, facts) if isinstance(facts, tuple) else facts
+        return owner if isinstance(owner, Owner) else Owner(user=user, note=owner)
+
+    def _facts(self, pid: int) -> tuple[CgroupFacts, list[str]]:
+        """What its cgroup path says, and the notes that go with it."""
         notes: list[str] = []
         try:
             text = self.files.read(f"{self.proc}/{pid}/cgroup", 64 << 10).decode(errors="replace")
@@ -350,6 +357,20 @@ class OwnerReader:
             agent = "the kubelet" if facts.refused == "pod" else "slurmd"
             notes.append(f"its cgroup is named like a {facts.refused}'s, but not one {agent} made (its user made it, "
                          "or it is out of place): not taken as one")
+        return facts, notes
+
+    def _read_ahead(self, facts: list[CgroupFacts]) -> None:
+        """Read the kubelet's directories and checkpoint once for all of a sample's new pod processes; each
+        process's own reading then finds its answer (or its error) kept."""
+        pods = {f.pod_uid for f in facts if f.pod_uid is not None}
+        containers = {f.container_id for f in facts if f.pod_uid is not None and f.container_id is not None}
+        for path, keys, scan in ((POD_LOGS, pods, self._scan_pod_logs), (CHECKPOINT, pods, self._scan_checkpoint),
+                                 (CONTAINER_LOGS, containers, self._scan_container_logs)):
+            if keys:
+                self._guarded(self._lookup, path, keys, scan)
+
+    def _named(self, pid: int, user: str | None, found: tuple[CgroupFacts, list[str]]) -> Owner:
+        facts, notes = found[0], list(found[1])
         pod = self._pod(facts, notes) if facts.pod_uid is not None else None
         container = None
         if facts.container_id is not None:
@@ -374,18 +395,22 @@ class OwnerReader:
                 continue
         return None
 
-    def _keep(self, path: str, make: Callable[[str], T]) -> T:
-        """``make(path)``, made again only once ``path`` has changed (its times, inode or size)."""
+    def _lookup(self, path: str, keys: Iterable[str],
+                scan: Callable[[str, set[str]], Mapping[str, Answer]]) -> dict[str, Answer]:
+        """What ``path`` says of each key: ``scan(path, keys)`` reads it once for all the keys not answered
+        since it last changed, and what it said of them is kept (not the whole file: 100,000 entries)."""
         now = self.files.lstat(path)
-        kept = self._kept.get(path)
-        if kept is not None and kept.stat == now and (kept.settled or kept.sample == self._sample):
-            return kept.value
-        value = make(path)
-        # Two changes within one tick of the file system's clock leave the same times: what was read within
-        # a second of a change is read again at the next sample (git's "racy" files).
-        settled = self.wallclock() - now.mtime_ns / 1e9 > RACY_SECONDS
-        self._kept[path] = _Kept(now, value, settled, self._sample)
-        return value
+        kept = self._answers.get(path)
+        if kept is None or kept.stat != now or (not kept.settled and kept.sample != self._sample):
+            # Two changes within one tick of the file system's clock leave the same times: what was read within
+            # a second of a change is read again at the next sample (git's "racy" files).
+            settled = self.wallclock() - now.mtime_ns / 1e9 > RACY_SECONDS
+            kept = self._answers[path] = _Answers(now, settled, self._sample, {})
+        wanted = set(keys) - kept.said.keys()
+        if wanted:
+            said = scan(path, wanted)
+            kept.said.update({key: said[key] for key in wanted})
+        return {key: kept.said[key] for key in keys}
 
     def _slurm(self, pid: int, user: str | None, facts: CgroupFacts, notes: list[str]) -> SlurmOwner | None:
         """The Slurm job from slurmd's cgroup, else from the environment (marked so); its user from
@@ -433,7 +458,7 @@ class OwnerReader:
     def _container_name(self, facts: CgroupFacts, user: str | None, notes: list[str]) -> str | None:
         """The name its runtime gave it: root's runtimes' state for a container in a cgroup root made;
         for a rootless one (its user's own cgroup, its user's own id), that user's state alone."""
-        cid = facts.container_id
+        cid = facts.container_id or ""
         if facts.rootless:
             if facts.runtime == "podman" and user == self.me:
                 return self._podman_name(cid, (f"{self.home}/{PODMAN_STORE}",), notes)
@@ -459,41 +484,40 @@ class OwnerReader:
                                      notes)
         return None
 
-    def _podman_name(self, cid: str | None, stores: tuple[str, ...], notes: list[str]) -> str | None:
+    def _podman_name(self, cid: str, stores: tuple[str, ...], notes: list[str]) -> str | None:
         for path in stores:
             try:
-                names = self._keep(path, self._podman_names)
+                name = self._lookup(path, (cid,), self._scan_podman_store)[cid]
             except OSError:
                 continue
-            if cid in names:
-                return names[cid]
+            if name is not None:
+                return name
         notes.append("the container's name: podman's containers.json (root's, or its user's) is not readable "
                      "here or does not list it")
         return None
 
-    def _podman_names(self, path: str) -> dict[str, str]:
-        """Each container's first name in podman's containers.json; {} where it is not JSON."""
+    def _scan_podman_store(self, path: str, ids: set[str]) -> dict[str, str | None]:
+        """Each container's first name in podman's containers.json (none where it is not JSON)."""
         try:
             listed = parse_json(self.files.read(path, NAMES_LIMIT))
         except ValueError:
-            return {}
-        found: dict[str, str] = {}
+            listed = []
+        found: dict[str, str | None] = dict.fromkeys(ids)
         for entry in listed if isinstance(listed, list) else ():
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            if isinstance(entry, dict) and entry.get("id") in found and found[entry["id"]] is None:
                 names = entry.get("names")
                 if isinstance(names, list) and names and isinstance(names[0], str):
-                    found.setdefault(entry["id"], bounded(names[0]))
+                    found[entry["id"]] = bounded(names[0])
         return found
 
     def _pod(self, facts: CgroupFacts, notes: list[str]) -> PodOwner:
         """The pod named by the kubelet's log directories: /var/log/pods/NAMESPACE_POD_UID/CONTAINER/."""
         uid = facts.pod_uid or ""
         try:
-            directories = self._keep(POD_LOGS, self._pod_directories).get(uid, ())
+            named = self._lookup(POD_LOGS, (uid,), self._scan_pod_logs)[uid]
         except OSError as exc:
             notes.append(f"the pod's name: {POD_LOGS} cannot be read ({_why(exc)})")
             return PodOwner(uid=uid)
-        named = next((found for d in directories if (found := _pod_name(d, uid)) is not None), None)
         if named is None:
             notes.append(f"the pod's name: {POD_LOGS} has no NAMESPACE_POD_UID directory for its UID")
             return PodOwner(uid=uid)
@@ -502,56 +526,55 @@ class OwnerReader:
         return PodOwner(uid=uid, namespace=namespace, name=name, container=container,
                         gpus=self._assigned_gpus(uid, container, notes))
 
-    def _pod_directories(self, path: str) -> dict[str, list[str]]:
-        """The log directories by the pod UID their names end with (read once per change of the directory)."""
-        found: dict[str, list[str]] = {}
-        for name in self.files.listdir(path):
-            if len(name) > 37 and name[-37] == "_":
-                found.setdefault(name[-36:], []).append(name)
+    def _scan_pod_logs(self, path: str, uids: set[str]) -> dict[str, tuple[str, str, str] | None]:
+        """(directory, namespace, name) of each pod by its UID, from one listing of the log directories."""
+        found: dict[str, tuple[str, str, str] | None] = dict.fromkeys(uids)
+        for directory in self.files.listdir(path):
+            uid = directory[-36:]
+            if uid in found and found[uid] is None and directory[-37:-36] == "_":
+                found[uid] = _pod_name(directory, uid)
         return found
 
     def _assigned_gpus(self, uid: str, container: str | None, notes: list[str]) -> tuple[str, ...]:
         """The devices the kubelet gave the container, from its device-plugin checkpoint (JSON the kubelet
         writes; the pod-resources socket says the same over gRPC, a dependency this avoids)."""
         try:
-            checkpoint = self._keep(CHECKPOINT, self._checkpoint)
+            devices, problem = self._lookup(CHECKPOINT, (uid,), self._scan_checkpoint)[uid]
         except OSError as exc:
             notes.append(f"the pod's assigned GPUs: {CHECKPOINT} cannot be read ({_why(exc)})")
             return ()
-        if checkpoint.problem is not None:
-            notes.append(f"the pod's assigned GPUs: {CHECKPOINT} {checkpoint.problem}")
+        if problem is not None:
+            notes.append(f"the pod's assigned GPUs: {CHECKPOINT} {problem}")
             return ()
-        found = {i for name, ids in checkpoint.devices.get(uid, ()) if container is None or name == container
-                 for i in ids}
-        return tuple(sorted(found))
+        return tuple(sorted({i for name, ids in devices if container is None or name == container for i in ids}))
 
-    def _checkpoint(self, path: str) -> _Checkpoint:
-        """Each pod's GPU devices, by container, from the checkpoint (parsed once per change)."""
+    def _scan_checkpoint(self, path: str, uids: set[str]) -> dict[str, PodDevices]:
+        """Each pod's GPU devices by container, from one parse of the checkpoint."""
         try:
             checkpoint = parse_json(self.files.read(path, NAMES_LIMIT))
         except ValueError:
-            return _Checkpoint({}, problem="is not JSON")
+            return dict.fromkeys(uids, ((), "is not JSON"))
         data = checkpoint.get("Data") if isinstance(checkpoint, dict) else None
         entries = data.get("PodDeviceEntries") if isinstance(data, dict) else None
-        devices: dict[str, list[tuple[str | None, tuple[str, ...]]]] = {}
+        found: dict[str, list[tuple[str | None, tuple[str, ...]]]] = {uid: [] for uid in uids}
         for entry in entries if isinstance(entries, list) else ():
-            if (isinstance(entry, dict) and isinstance(entry.get("PodUID"), str)
+            if (isinstance(entry, dict) and entry.get("PodUID") in found
                     and str(entry.get("ResourceName")).startswith(GPU_RESOURCE)):
                 ids = entry.get("DeviceIDs")
                 # by NUMA node ({"0": [...]}) since Kubernetes 1.20, a plain list before
                 lists = ids.values() if isinstance(ids, dict) else [ids]
                 container = entry.get("ContainerName")
-                devices.setdefault(entry["PodUID"], []).append((
+                found[entry["PodUID"]].append((
                     container if isinstance(container, str) else None,
                     tuple(bounded(str(i)) for ids_ in lists if isinstance(ids_, list) for i in ids_)))
-        return _Checkpoint({uid: tuple(found) for uid, found in devices.items()})
+        return {uid: (tuple(devices), None) for uid, devices in found.items()}
 
     def _pod_container(self, directory: str, cid: str | None) -> str | None:
         """The container's name: /var/log/containers/POD_NAMESPACE_CONTAINER-ID.log names it by its id;
         without that link, a pod's only container is the one."""
         if cid is not None:
             try:
-                named = self._keep(CONTAINER_LOGS, self._container_logs).get(cid)
+                named = self._lookup(CONTAINER_LOGS, (cid,), self._scan_container_logs)[cid]
             except OSError:
                 named = None
             if named is not None:
@@ -562,12 +585,12 @@ class OwnerReader:
             return None
         return bounded(containers[0]) if len(containers) == 1 else None
 
-    def _container_logs(self, path: str) -> dict[str, str]:
-        """Each container id's name, from the links' names POD_NAMESPACE_CONTAINER-ID.log."""
-        found = {}
+    def _scan_container_logs(self, path: str, ids: set[str]) -> dict[str, str | None]:
+        """Each container's name by its id, from the links' names POD_NAMESPACE_CONTAINER-ID.log."""
+        found: dict[str, str | None] = dict.fromkeys(ids)
         for link in self.files.listdir(path):
             cid = link[-68:-4]
-            if link.endswith(".log") and link[-69:-68] == "-" and re.fullmatch(HEX_ID, cid):
+            if cid in found and link.endswith(".log") and link[-69:-68] == "-":
                 found[cid] = bounded(link[:-69].rsplit("_", 1)[-1])
         return found
 
