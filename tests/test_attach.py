@@ -225,10 +225,12 @@ def test_a_job_in_a_long_c_call_gets_the_code_when_it_runs_python_again(env, tmp
 @needs_gdb
 def test_a_killed_gputui_leaves_the_job_running(env, tmp_path):
     target = start_target(sys.executable, env, tmp_path / "hold")
+    tmp = tmp_path / "tmp"  # gputui's temp directory
+    tmp.mkdir()
     try:
         attach = subprocess.Popen([sys.executable, "-m", "gputui", "attach", str(target.pid)],
-                                  env={**env, "PYTHONPATH": str(HOME)}, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                  env={**env, "PYTHONPATH": str(HOME), "TMPDIR": str(tmp)},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while not _traced(target.pid) and time.monotonic() < deadline and attach.poll() is None:
             time.sleep(0.005)
@@ -239,11 +241,24 @@ def test_a_killed_gputui_leaves_the_job_running(env, tmp_path):
             time.sleep(0.05)
         assert not _traced(target.pid)
         assert _state(target.pid) not in ("T", "t")
+        # SIGKILL runs no clean-up: the attach's folder may stay (root's, the job's answer in it), but
+        # gdb's script never was a file
+        assert [p.name for p in tmp.iterdir() if not p.name.startswith("gputui-attach-")] == []
         (tmp_path / "hold").unlink()
         assert target.wait(timeout=30) == 0  # ran on, and ended as usual
     finally:
         if target.poll() is None:
             target.kill()
+
+
+def _has_socket(pid: int) -> bool:
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd).startswith("socket:"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _traced(pid: int) -> bool:
@@ -466,7 +481,11 @@ def test_the_ranks_of_a_torchrun_job_are_attached_and_detached_and_it_ends_well(
             ranks = [p.pid for p in psutil.Process(job.pid).children()
                      if "torch.distributed.run" not in " ".join(p.cmdline())]
             time.sleep(0.2)
-        time.sleep(3)  # torch imported, training under way
+        # torch imported (attached mid-import, a rank has torch in sys.modules and no probe yet) once
+        # each rank reaches the rendezvous (its TCP connection); on a loaded machine that takes a while.
+        while not all(_has_socket(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # training under way
         out = gputui(env, "attach", str(job.pid))
         assert out.returncode == 2 and out.stderr.startswith(
             f"gputui: the probe did not start in process {job.pid}: a launcher (torchrun, deepspeed) trains nothing")
