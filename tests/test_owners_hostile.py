@@ -168,6 +168,25 @@ def test_scontrol_saying_the_job_is_another_users_refuses_the_claim(tmp_path, cg
 
 
 @need_cgroups
+def test_slurmds_cgroup_wins_over_the_environment_and_must_be_the_processs_users(tmp_path, cgroups):
+    """The environment says job 1, slurmd's cgroup job J: J it is. A process of another user in job J's
+    cgroup (root put it there) is not taken into J: /slurm/uid_4242 says whose J is."""
+    job = str(random.randint(10_000, 99_999))
+    step = cgroups.make(MEMORY, f"slurm/uid_{OWNER}/job_{job}/step_0")
+    ranked = spawn(OWNER, {"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "7", "SLURM_JOB_NAME": "other"})
+    stranger = spawn(OTHER, {})
+    for child in (ranked, stranger):
+        cgroups.move(child.pid, step)
+    try:
+        owner, strange = owners_of(reader_for(tmp_path), ranked, stranger)
+    finally:
+        end([ranked, stranger])
+    assert owner.slurm == SlurmOwner(job=job, step="0", user=str(OWNER))  # not job 1's step 7, nor its name
+    assert strange.slurm is None and strange.key == ("user", "nobody")
+    assert strange.note == f"its cgroup names Slurm job {job}, which is another user's: not taken"
+
+
+@need_cgroups
 def test_a_slurm_job_named_in_a_users_own_cgroup_subtree_is_not_slurmds(tmp_path, cgroups):
     job = str(random.randint(10_000, 99_999))
     manager = cgroups.make(UNIFIED, f"user.slice/user-{OTHER}.slice/user@{OTHER}.service", owner=OTHER)

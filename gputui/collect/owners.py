@@ -5,6 +5,11 @@ runtimes' state on disk (no daemon asked, no gRPC).
 container, pod, Slurm job and unit it names. ``OwnerReader`` reads through a ``Files`` (the host's, or
 the simulated machine's for ``--demo``), names what it can, says once per process why it could not,
 and reads each process once per life (pid and start time).
+
+What a process can set itself is hostile and never outranks what the kernel, the kubelet or slurmd
+set: a pod or Slurm job counts only in a cgroup they made (in their places, not in one its user made),
+a job's user must be the process's own, a job its environment alone names is marked so, every string
+taken in is bounded, and no input can take a sample down (one owner lost, with a note).
 """
 
 from __future__ import annotations
