@@ -9,8 +9,8 @@ since (a long C call) and the probe is queued.
 
 The job may belong to another user and be hostile: the file it reports to is root's, in a folder of
 root's that the job may enter but not change, and is read back through root's own descriptor, so no
-link or FIFO the job plants is ever opened. The whole command is bounded in time, and a signal that
-stops it removes that folder and lets the job go on its way out (bounds.py).
+link or FIFO the job plants is ever opened. The whole command ends within COMMAND_SECONDS, and one
+stopped by a signal still lets the job go and removes that folder first (bounds.py).
 """
 
 from __future__ import annotations

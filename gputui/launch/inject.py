@@ -212,7 +212,7 @@ def _let_go(pid: int) -> None:
     refuses a job that was stopped before, so this never wakes one its owner stopped.)"""
     try:
         state = stat_fields(pid)[0]
-    except (OSError, IndexError):
+    except (OSError, IndexError, ValueError):
         return
     if state in ("T", "t"):
         try:

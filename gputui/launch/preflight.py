@@ -2,6 +2,8 @@
 
 Everything here reads /proc and the PATH; nothing stops or traces the target. Each refusal says what
 is wrong and what to do about it, so the person at the terminal never has to read a debugger's output.
+The Target also says which process was chosen (its start time, its executable), so that the attach
+can tell, later, one that exited or ran another program since (``changed``).
 """
 
 from __future__ import annotations
