@@ -27,7 +27,8 @@ def tell(app: App, events: Sequence[AlertEvent], settings: AlertSettings,
          environ: Mapping[str, str] | None = None) -> None:
     """Shows the alerts ``events`` (one delivery's) start; those that end are left to the views, which show
     the change."""
-    began = [e for e in events if e.change == STARTED]
+    # Each alert once: a delivery that waited for the rate limit may hold a flapping alert's every start.
+    began = list({(e.alert.kind, e.alert.key): e for e in events if e.change == STARTED}.values())
     if not began:
         return
     if len(began) <= TOASTS:
