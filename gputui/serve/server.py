@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import enum
 import errno
+import fcntl
 import io
 import ipaddress
 import select
 import socket
 import ssl
 import sys
+import termios
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from typing import IO, Any, cast
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from gputui.errors import UserError
 from gputui.files import read_small
@@ -83,11 +87,13 @@ def parse_address(text: str) -> Address:
 
 class _Deadline(io.RawIOBase):
     """A connection's incoming bytes under one deadline for all of them (a socket's own timeout is per
-    read, so a byte every few seconds would keep it for ever); ``ended`` once the client closed its side."""
+    read, so a byte every few seconds would keep it for ever); ``ended`` once the client closed its side.
+    Each read is a wait on the client, as ``places`` sees it."""
 
-    def __init__(self, connection: socket.socket, deadline: float) -> None:
+    def __init__(self, connection: socket.socket, deadline: float, places: Places) -> None:
         self._connection = connection
         self._deadline = deadline
+        self._places = places
         self.ended = False
 
     def readable(self) -> bool:
@@ -98,7 +104,8 @@ class _Deadline(io.RawIOBase):
         if left <= 0:
             raise TimeoutError("the request did not come whole in time")
         self._connection.settimeout(left)
-        count = self._connection.recv_into(buffer)
+        with self._places.awaiting(self._connection):
+            count = self._connection.recv_into(buffer)
         self.ended = self.ended or count == 0
         return count
 
@@ -112,33 +119,47 @@ class Place(enum.Enum):
 
 class Places:
     """The connections served at once, and which of them are still waiting for their request (oldest
-    first): those a newcomer may push out. A client that reopens idle connections as fast as they are
-    dropped can then only push out its own, never a scrape, whose request comes with its connection."""
+    first). A newcomer may push out an idle one: its thread waiting on the client, and nothing come (a
+    request that has come, or is being read, is served). A client that reopens idle connections as fast
+    as they are dropped can then only push out its own, never a scrape, whose request comes with its
+    connection."""
 
     def __init__(self, ordinary: int, kept: int) -> None:
         self._lock = threading.Lock()
         self._room = {Place.ORDINARY: ordinary, Place.KEPT: kept}
         self._held: dict[socket.socket, Place] = {}
-        self._waiting: dict[socket.socket, None] = {}  # in the order they came
+        # in the order they came; True while the connection's thread waits on the client
+        self._waiting: dict[socket.socket, bool] = {}
 
     def take(self, connection: socket.socket) -> Place | None:
-        """A place for ``connection``: a free one, else the oldest waiting connection's (dropped), else
-        a kept one; None when every place is answering a request."""
+        """A place for ``connection``: a free one, else the oldest idle connection's (dropped), else a
+        kept one; None when every place is answering a request or reading one."""
         with self._lock:
             place = self._free(Place.ORDINARY)
-            if place is None and self._waiting:
-                place = self._drop(next(iter(self._waiting)))
+            if place is None:
+                idle = next((c for c, waits in self._waiting.items() if waits and not _unread(c)), None)
+                place = None if idle is None else self._drop(idle)
             place = place or self._free(Place.KEPT)
             if place is not None:
                 self._held[connection] = place
-                self._waiting[connection] = None
+                self._waiting[connection] = False  # its thread is yet to start
             return place
+
+    @contextmanager
+    def awaiting(self, connection: socket.socket) -> Iterator[None]:
+        """Around a wait for ``connection``'s client (its first byte, TLS's handshake, a read): the
+        time it may be pushed out, if nothing has come."""
+        self._mark(connection, True)
+        try:
+            yield
+        finally:
+            self._mark(connection, False)
 
     def answering(self, connection: socket.socket) -> Place | None:
         """``connection``'s request came whole: from now on it keeps its place. None: it was dropped
         before (its place is someone else's) and is not to be answered."""
         with self._lock:
-            if self._waiting.pop(connection, _GONE) is _GONE:
+            if self._waiting.pop(connection, None) is None:
                 return None
             return self._held[connection]
 
@@ -147,6 +168,11 @@ class Places:
         with self._lock:
             self._held.pop(connection, None)
             self._waiting.pop(connection, None)
+
+    def _mark(self, connection: socket.socket, waits: bool) -> None:
+        with self._lock:
+            if connection in self._waiting:
+                self._waiting[connection] = waits
 
     def _free(self, place: Place) -> Place | None:
         return place if sum(p is place for p in self._held.values()) < self._room[place] else None
@@ -163,7 +189,15 @@ class Places:
         return self._held.pop(connection)
 
 
-_GONE = object()
+def _unread(connection: socket.socket) -> bool:
+    """Whether bytes have come on ``connection`` that its thread has not read yet (in the kernel's
+    queue: TLS's records unread, not their contents). Asked of the kernel, not with a peeking recv,
+    which Python would make wait for the socket's timeout."""
+    try:
+        queued = fcntl.ioctl(connection.fileno(), termios.FIONREAD, bytes(4))
+    except OSError:  # the client is gone
+        return False
+    return int.from_bytes(queued, sys.byteorder) > 0
 
 
 def _first_byte(connection: socket.socket, seconds: float) -> None:
@@ -181,10 +215,12 @@ class _Handler(WSGIRequestHandler):
     def setup(self) -> None:
         started = time.monotonic()
         super().setup()
-        _first_byte(self.connection, FIRST_BYTE_TIMEOUT)
-        if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()  # here, in this connection's thread, under its timeout
-        self._reader = _Deadline(self.connection, started + REQUEST_TIMEOUT)
+        places = self.server.places
+        with places.awaiting(self.connection):
+            _first_byte(self.connection, FIRST_BYTE_TIMEOUT)
+            if isinstance(self.connection, ssl.SSLSocket):
+                self.connection.do_handshake()  # here, in this connection's thread, under its timeout
+        self._reader = _Deadline(self.connection, started + REQUEST_TIMEOUT, places)
         self.rfile = io.BufferedReader(self._reader)
         self._place: Place | None = None
 
@@ -208,8 +244,39 @@ class _Handler(WSGIRequestHandler):
         environ[KEPT_PLACE] = self._place is Place.KEPT
         return environ
 
+    def handle(self) -> None:
+        """WSGIRequestHandler's, answering through _Answer."""
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        answer = _Answer(self.rfile, cast(IO[bytes], self.wfile), self.get_stderr(), self.get_environ(),
+                         multithread=False)
+        answer.request_handler = self  # type: ignore[attr-defined]  # as the stdlib's sets it, for its logging
+        app = self.server.get_app()
+        assert app is not None  # set before the server serves
+        answer.run(app)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are not logged: Prometheus asks every few seconds, for days."""
+
+
+class _Answer(ServerHandler):
+    """The stdlib's WSGI handler, whose failures are said as the server's are (report_failure): a TLS
+    client gone mid-answer (ssl's SSLEOFError, which it takes for a failure of the app) is no traceback."""
+
+    def log_exception(self, exc_info: Any) -> None:
+        report_failure(exc_info[1])
+
+
+def report_failure(failure: BaseException | None) -> None:
+    """One line on stderr for a request that failed; nothing for a client that went away, timed out or
+    failed TLS's handshake: its own trouble."""
+    if not isinstance(failure, OSError):
+        print(f"gputui serve: a request failed: {type(failure).__name__}: {failure}", file=sys.stderr)
 
 
 class Server(ThreadingMixIn, WSGIServer):
@@ -227,17 +294,12 @@ class Server(ThreadingMixIn, WSGIServer):
         if self.places.take(request) is None:
             self._turn_away(request)
             return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread: the place is free again
-            self.places.give_back(request)
-            raise
+        super().process_request(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.places.give_back(request)
+    def shutdown_request(self, request: Any) -> None:
+        """Every connection's end, served or not: its place is free before its client sees the end."""
+        self.places.give_back(request)
+        super().shutdown_request(request)
 
     def _turn_away(self, request: socket.socket) -> None:
         """503 and close, in the accepting thread, so without waiting on the client: what it has sent
@@ -273,10 +335,7 @@ class Server(ThreadingMixIn, WSGIServer):
         return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        failure = sys.exc_info()[1]
-        if isinstance(failure, OSError):
-            return  # a client that went away, timed out or failed TLS's handshake: its own trouble
-        print(f"gputui serve: a request failed: {type(failure).__name__}: {failure}", file=sys.stderr)
+        report_failure(sys.exc_info()[1])
 
 
 def listen(address: Address, tls: ssl.SSLContext | None = None) -> Server:
