@@ -40,13 +40,12 @@ def held(model: nn.Module, optimizers) -> dict[str, int]:
 @dataclass
 class StepTruth:
     """One optimizer step's truth, at its phase boundaries (the only points a CPU job can be read at):
-    ``forward``, the highest total where a forward pass starts or backward starts; ``backward``, the
-    highest where backward starts or ends; the total before the optimizer's own work and the categories
-    after it. ``forward_end``: the highest total where the model's forward returns, which can be above
-    ``forward`` when the job frees gradients between the two (Lightning's zero_grad)."""
+    ``forward``, the highest total where a forward pass starts, where the model's forward returns (above
+    both others when the job frees gradients between forward and backward: Lightning's zero_grad) or
+    where backward starts; ``backward``, the highest where backward starts or ends; the total before the
+    optimizer's own work and the categories after it."""
 
     forward: int = 0
-    forward_end: int = 0
     backward: int = 0
     before_optimizer: int = 0
     categories: dict[str, int] = field(default_factory=dict)
@@ -89,7 +88,7 @@ class Truth:
         def forward_ends(module, args, output):
             if torch.is_grad_enabled():
                 step = self.steps[-1]
-                step.forward_end = max(step.forward_end, self.total() + self.activations)
+                step.forward = max(step.forward, self.total() + self.activations)
                 if self.backward_follows_forward:
                     self.backward_starts()
 

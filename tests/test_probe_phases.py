@@ -1,12 +1,15 @@
 """The seed question from a real loop: why memory jumps after forward, after backward and at the first
 optimizer.step(). The first steps' records outlive the window of recent steps, and each phase's peak is
-what the probe tracks at its boundaries (CPU). A closure's passes (LBFGS, Lightning): test_probe_frameworks.py."""
+what the probe tracks at its boundaries (CPU) and, for forward, where the forward pass returns: the
+gradients a loop zeroes only after it (Lightning's closure, many plain loops) are alive through it. A
+closure's passes (LBFGS, Lightning): test_probe_frameworks.py."""
 
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from probe_truth import saved_bytes, state_tensors, storage_bytes  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gputui.analysis.phases import headline, phase_account  # noqa: E402
@@ -56,3 +59,66 @@ def test_the_first_step_is_kept_and_says_where_its_peak_comes_from():
     assert later.lines[0] == "started at 225 KiB (the model: 75.0 KiB)"
     assert not any(line.startswith("left behind") for line in later.lines)
 
+
+def zero_grad_after_forward(loop: str, steps: int = 4):
+    """A loop that zeroes the gradients after the forward pass, as Lightning's closure does and many plain
+    loops do: the last step's gradients live through the forward. ``loop``: "plain", "closure"
+    (optimizer.step(closure)) or "evaluated" (plain, a pass without autograd first). Returns the
+    probe's steps and, per step, the truth summed inside the job where the model's forward returns
+    (parameters, live gradients, Adam's state and the activations it saved), with the parameter bytes."""
+    model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 64))
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(256, 64)
+    activations = saved_bytes(model, lambda: model(x))
+    truth: list[int] = []
+
+    def forward_ends(module, args, output):
+        if not torch.is_grad_enabled():
+            return
+        params = list(model.parameters())
+        held = storage_bytes(params + [p.grad for p in params if p.grad is not None] + state_tensors(optimizer))
+        truth.append(held + activations)
+
+    def one_pass():
+        if loop == "evaluated":
+            with torch.no_grad():
+                model(x)  # (opens the forward phase, saves nothing)
+        out = model(x)
+        optimizer.zero_grad()
+        out.square().mean().backward()
+        return out
+
+    model.register_forward_hook(forward_ends)
+    probe = runtime.start(serve=False, budget=1.0)
+    try:
+        for _ in range(steps):
+            if loop == "closure":
+                optimizer.step(one_pass)
+            else:
+                one_pass()
+                optimizer.step()
+        report = probe.report()
+    finally:
+        runtime.stop()
+    assert report.problems == ()
+    return report.steps, truth, activations, param_bytes(model)
+
+
+@pytest.mark.parametrize("loop", ["plain", "closure", "evaluated"])
+def test_the_forward_peak_holds_the_gradients_alive_until_zero_grad_after_it(loop):
+    steps, truth, activations, params = zero_grad_after_forward(loop)
+    assert activations == 256 * 64 * 4 + 256 * 1024 * 4  # the input, and what ReLU keeps: 1.06 MiB
+    state = 2 * params + 4 * 4  # Adam's moments and its 4 step counters
+    assert [s.step for s in steps] == [1, 2, 3, 4] and len(truth) == 4
+    # Step 1 has no gradients yet; then the last step's are alive until zero_grad, after the forward.
+    assert truth == [params + activations] + [2 * params + state + activations] * 3
+    assert [s.peak_forward for s in steps] == truth
+    for s in steps[1:]:
+        # The other phases as before: backward starts after zero_grad, the optimizer ends on the new gradients.
+        assert s.peak_backward == params + state + activations
+        assert s.peak_optimizer == s.allocated == 2 * params + state
+    # (The phase boundaries alone said 2.57 MiB: the gradients, freed before backward started, left out.)
+    account = phase_account(steps[-1], steps[-2], cpu=True)
+    assert headline(account) == "Step 4 peaks in forward at 3.08 MiB"
+    assert account.lines[-1] == ("CPU: tensors the probe tracks, at phase boundaries and where the forward pass "
+                                 "returns (temporaries inside a phase are not seen)")

@@ -30,9 +30,9 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
                   attached: bool = False) -> PhaseAccount | None:
     """The account of ``step``; ``before`` is the measured step before it (None for the first).
 
-    ``cpu``: the figures are the probe's tracked tensors at phase boundaries (CPU has no allocator
-    peak counter), which the last line says. ``attached``: the probe was attached to a running job,
-    so what its first step holds may have been there long before it.
+    ``cpu``: the figures are the probe's tracked tensors at phase boundaries and where the forward pass
+    returns (CPU has no allocator peak counter), which the last line says. ``attached``: the probe was
+    attached to a running job, so what its first step holds may have been there long before it.
     """
     found = peaks(step)
     if not found:
@@ -53,7 +53,8 @@ def phase_account(step: StepRecord, before: StepRecord | None = None, *, cpu: bo
     if step.allocated is not None:
         lines.append(f"ended at {size(step.allocated)}")
     if cpu:
-        lines.append("CPU: tensors the probe tracks, at phase boundaries (temporaries inside a phase are not seen)")
+        lines.append("CPU: tensors the probe tracks, at phase boundaries and where the forward pass returns "
+                     "(temporaries inside a phase are not seen)")
     return PhaseAccount(step.step, tuple(lines), top_name, top)
 
 

@@ -178,7 +178,7 @@ class Stepping:
                     reading.heap = heap
                 else:
                     reading.host = self.resident.read()
-            self.phases.close(previous, phase, reading)
+            self.phases.close(previous, phase, reading, self.activations.bytes_on(self.categories.torch_device))
         finally:
             self.budget.charge(self.clock() - started)
 

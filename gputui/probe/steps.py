@@ -86,29 +86,48 @@ def phase_peak(start: PhaseReading | None, end: PhaseReading | None) -> int | No
 
 
 class PhasePeaks:
-    """In a measured step: the reading at each phase's first boundary and each phase's peak."""
+    """In a measured step: the reading at each phase's first boundary and each phase's peak, the highest of
+    its boundaries' readings (on CUDA, the allocator's peak counter where it rose in between) and, for
+    forward, of what was held where the forward pass returned (``forward_returned``)."""
 
-    __slots__ = ("_marks", "_peaks", "_start")
+    __slots__ = ("_marks", "_peaks", "_start", "forward_base")
 
     def __init__(self):
         self._marks: dict[str, PhaseReading] = {}
         self._peaks: dict[str, int] = {}
         self._start: PhaseReading | None = None  # the reading that opened the running phase
+        # What the reading that opened the running forward phase held beside the activations; None
+        # outside one, and once its forward pass returned.
+        self.forward_base: int | None = None
 
-    def close(self, previous: str, phase: str, reading: PhaseReading) -> None:
-        """A measured boundary: ``previous`` closes at ``reading``, which opens ``phase``."""
+    def close(self, previous: str, phase: str, reading: PhaseReading, saved: int = 0) -> None:
+        """A measured boundary: ``previous`` closes at ``reading``, which opens ``phase``; ``saved``: the
+        activations ``reading`` holds."""
         if previous != IDLE and self._start is not None:
             peak = phase_peak(self._start, reading)
             if peak is not None:
                 self._peaks[previous] = max(self._peaks.get(previous, 0), peak)
         self._start = reading
         self._marks.setdefault(phase, reading)  # a phase's first boundary: where the step started
+        self.forward_base = reading.allocated - saved if phase == FORWARD else None
+
+    def forward_returned(self, saved: int) -> None:
+        """The forward pass that opened the forward phase returned, ``saved`` bytes of activations held now:
+        the phase held what its opening reading held beside the activations, and these. The loop may free
+        part of it before backward starts (the last step's gradients, zeroed after the forward pass, as
+        Lightning's closure does), which the next boundary's reading would miss. No reading is needed: a
+        forward pass leaves parameters, gradients and optimizer state as they were, and the activations
+        are counted as they are saved."""
+        base, self.forward_base = self.forward_base, None
+        if base is not None and base + saved > self._peaks.get(FORWARD, 0):
+            self._peaks[FORWARD] = base + saved
 
     def reset(self, measuring: bool) -> None:
         """A step starts: forget the last one's marks and peaks (if it had any, or this one will)."""
         if measuring or self._peaks:
             self._peaks = {}
             self._marks = {}
+            self.forward_base = None
 
     def mark(self, phase: str) -> PhaseReading | None:
         """The reading at ``phase``'s first boundary in the running step."""

@@ -242,6 +242,13 @@ class Tracker(Stepping):
         if depth <= 0 and getattr(local, "pushed", False):
             local.pushed = False
             self.saved_hooks.pop()
+        phases = self.phases
+        if depth <= 0 and phases.forward_base is not None and torch.is_grad_enabled():
+            # (A pass without autograd saves nothing: an evaluation before the training pass leaves it its turn.)
+            try:
+                phases.forward_returned(self.activations.bytes_on(self.categories.torch_device))
+            except Exception as exc:
+                self.problems.record("forward hook", exc)
         if depth <= 0 and not self.loss_inside:
             try:
                 if carries_loss(output):
