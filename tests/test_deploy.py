@@ -475,9 +475,13 @@ def test_the_auth_patch_gives_serve_the_secrets_files():
     assert mount["readOnly"] is True
     # the files are the Secret's keys, as the patch's kubectl create secret names them
     assert [Path(f).parent for f in given] == [Path(mount["mountPath"])] * 3
-    command = next(line for line in AUTH_PATCH.read_text(encoding="utf-8").splitlines() if "create secret" in line)
-    assert secret["secret"]["secretName"] in command
-    assert {Path(f).name for f in given} == set(re.findall(r"--from-file=(\S+)", command))
+    command = patch_command("kubectl -n gputui create secret generic")
+    assert command[6] == secret["secret"]["secretName"]
+    assert {Path(f).name for f in given} == {w.removeprefix("--from-file=") for w in command[7:]}
+    assert set(patch_command("openssl req")) >= {"tls.key", "tls.crt"}  # the files it makes
+    patching = patch_command("kubectl -n gputui patch")
+    assert patching[4:] == ["daemonset", daemonset()["metadata"]["name"], "--type", "strategic", "--patch-file",
+                            str(AUTH_PATCH.relative_to(ROOT))]
     # root's files, read by the pod's group: 0440 and fsGroup
     assert secret["secret"]["defaultMode"] == 0o440
     assert pod_spec["securityContext"]["fsGroup"] == pod()["securityContext"]["runAsGroup"]
@@ -491,7 +495,8 @@ def test_with_auth_the_probes_knock_on_the_port():
         assert "httpGet" not in patched[kind], kind  # a path answers 401 without a password
         assert patched[kind]["tcpSocket"] == {"port": "metrics"}, kind
         assert patched[kind]["timeoutSeconds"] == container()[kind]["timeoutSeconds"]  # the rest as it was
-    assert with_auth()["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
+    # the annotation-driven scrape job has no password: a job of its own scrapes it
+    assert with_auth()["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("openssl") is None,
@@ -506,9 +511,7 @@ def test_the_pods_uid_reads_the_secret_as_the_kubelet_lays_it_out(tmp_path):
         volume.chmod(0o755)
         data = volume / "..2024_01_01_00_00_00.000000001"
         data.mkdir(mode=0o755)
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gputui",
-                        "-keyout", str(data / "tls.key"), "-out", str(data / "tls.crt")],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(patch_command("openssl req"), cwd=data, check=True, capture_output=True, timeout=60)
         (data / "users").write_text(password_line("prometheus", "correct horse") + "\n")
         for name in ("users", "tls.crt", "tls.key"):
             os.chown(data / name, 0, group)
@@ -521,6 +524,17 @@ def test_the_pods_uid_reads_the_secret_as_the_kubelet_lays_it_out(tmp_path):
         assert "Permission denied" in as_user(user, user + 1, lambda: Users.load(volume / "users"))
     finally:
         shutil.rmtree(volume)
+
+
+def patch_command(start: str) -> list[str]:
+    """The command the auth patch's comment gives that begins with ``start``, its lines joined."""
+    lines = [line.removeprefix("#").strip() for line in AUTH_PATCH.read_text(encoding="utf-8").splitlines()]
+    at = next(i for i, line in enumerate(lines) if line.startswith(start))
+    text = lines[at]
+    while text.endswith("\\"):
+        at += 1
+        text = text[:-1] + " " + lines[at]
+    return shlex.split(text, comments=True)
 
 
 def as_user(uid: int, gid: int, call) -> str:
