@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 
 from gputui.analysis.phases import headline, phase_account  # noqa: E402
 from gputui.probe import runtime  # noqa: E402
+from gputui.probe.steps import BACKWARD, FORWARD, IDLE, PhasePeaks, PhaseReading, phase_peak  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -122,3 +123,23 @@ def test_the_forward_peak_holds_the_gradients_alive_until_zero_grad_after_it(loo
     assert headline(account) == "Step 4 peaks in forward at 3.08 MiB"
     assert account.lines[-1] == ("CPU: tensors the probe tracks, at phase boundaries and where the forward pass "
                                  "returns (temporaries inside a phase are not seen)")
+
+
+def test_on_cuda_the_forward_peak_holds_the_gradients_where_the_allocator_s_peak_no_longer_rises():
+    # CUDA's readings are the allocator's: its current bytes and its all-time peak, never reset (the
+    # job's own max_memory_allocated() stays its own). A phase's peak is exact where that peak rose within
+    # it; from the second step of the loop above on, each forward ends at the same top the first one
+    # set, so the counter says nothing, and the readings where forward starts (the last step's gradients
+    # alive) and where backward starts (zeroed, the activations saved) each miss part of it.
+    params, activations = 528640, 1114112  # (the loop above: its model, and what its forward saves)
+    grads, state = params, 2 * params + 16
+    top = params + grads + state + activations
+    peaks = PhasePeaks()
+    peaks.reset(True)
+    peaks.close(IDLE, FORWARD, PhaseReading(allocated=params + grads + state, peak=top), saved=0)
+    peaks.forward_returned(activations)  # (the Tracker: activations held on the step's device)
+    peaks.close(FORWARD, BACKWARD, PhaseReading(allocated=params + state + activations, peak=top), saved=activations)
+    assert peaks.peak(FORWARD) == top
+    # (The boundaries alone, as before: the gradients left out.)
+    assert phase_peak(PhaseReading(allocated=params + grads + state, peak=top),
+                      PhaseReading(allocated=params + state + activations, peak=top)) == top - grads
