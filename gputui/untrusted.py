@@ -20,6 +20,7 @@ import dataclasses
 import re
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -64,6 +65,36 @@ def bounded(text: str, limit: int = TEXT_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...(cut {len(text) - limit} characters)"
+
+
+MARK_ROOM = len("...(cut  characters)") + 20  # the most a cut's mark adds (a count of up to 20 digits)
+# A command line as /proc has it: longer than any a person types or a launcher writes (a torchrun rank's is
+# a few hundred characters), short of what a process may set itself (argv of 128 KiB and more).
+COMMAND_LIMIT = 4096
+
+
+def bounded_command(arguments: Iterable[str], limit: int = COMMAND_LIMIT) -> tuple[str, ...]:
+    """A command line's arguments, ``limit`` characters of them in all: the argument that crosses it cut
+    (``bounded``), and those after it said in one last argument (``"...(3 more arguments)"``); the same
+    arguments when they fit."""
+    arguments = tuple(arguments)
+    kept: list[str] = []
+    left = limit
+    for index, argument in enumerate(arguments):
+        if len(argument) > left:
+            kept.append(bounded(argument, left))
+            if index + 1 < len(arguments):
+                kept.append(f"...({len(arguments) - index - 1} more arguments)")
+            return tuple(kept)
+        kept.append(argument)
+        left -= len(argument)
+    return arguments
+
+
+def within(text: str, most: int) -> str:
+    """``text`` in at most ``most`` characters, its mark included where it is cut (an environment value, an
+    HTTP header: places with a hard size limit)."""
+    return text if len(text) <= most else bounded(text, max(0, most - MARK_ROOM))
 
 
 def visible(text: str) -> str:

@@ -21,6 +21,7 @@ from alert_watch import stop
 from test_alerts_delivery import received, recording_receiver
 
 from gputui.alerts import delivery
+from gputui.untrusted import MARK_ROOM
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -103,5 +104,5 @@ def test_a_job_with_a_128_kib_argv0_and_run_id_still_reaches_the_alert_command(t
     assert "Argument list too long" not in said.read_text()
 
 
-def cut_mark(text):
-    return f"...[cut from {len(text)} characters]"
+def cut_mark(text, most=delivery.ENV_VALUE):
+    return f"...(cut {len(text) - (most - MARK_ROOM)} characters)"

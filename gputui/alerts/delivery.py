@@ -3,8 +3,8 @@ hangs or fails never slows sampling. Alerts that start or end in one sample go a
 makes at most ``per_minute`` deliveries a minute (what waits goes with the next one), keeps at most
 ``QUEUE`` events waiting (the oldest dropped, and counted in the next delivery), and runs one at a time.
 The live monitor's toasts, bell and desktop notification are one more channel, limited the same way.
-What a receiver gets in fields of bounded size (a command's environment, an HTTP header) is ``cut`` to
-fit, the cut said; the JSON document and the message body carry every alert whole.
+What a receiver gets in fields of bounded size (a command's environment, an HTTP header) is cut to
+fit (``untrusted.within``), the cut said; the JSON document and the message body carry every alert whole.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gputui.collect.host import host_name
 from gputui.model import to_jsonable
 from gputui.model.alert import STARTED, AlertEvent
 from gputui.model.record import Record
-from gputui.untrusted import visible
+from gputui.untrusted import visible, within
 
 QUEUE = 100  # events waiting per channel at most: a receiver down for hours must not grow the monitor
 TIMEOUT = 10.0  # seconds a command or a webhook may take
@@ -62,15 +62,6 @@ def line(event: AlertEvent) -> str:
     return f"[resolved] {alert.title}"
 
 
-def cut(text: str, most: int) -> str:
-    """``text`` if it has at most ``most`` characters, else its start with the cut said, ``most`` in all:
-    ``"rank 1 of xxxx...[cut from 131101 characters]"``."""
-    if len(text) <= most:
-        return text
-    mark = f"...[cut from {len(text)} characters]"
-    return text[:max(0, most - len(mark))] + mark
-
-
 class CommandChannel:
     """Runs ``command`` (by the shell) with the delivery's JSON on stdin and its first event's fields in
     GPUTUI_ALERT_* variables (made visible, each at most ENV_VALUE characters); raises on a failure, kills
@@ -85,7 +76,7 @@ class CommandChannel:
         # The title is visible already (the rules made it so); the key quotes a run id as the job set it.
         fields = {"KIND": first.alert.kind, "CHANGE": first.change, "SEVERITY": first.alert.severity,
                   "TITLE": first.alert.title, "KEY": visible(first.alert.key), "COUNT": str(len(delivery.events))}
-        env = {**os.environ, **{f"GPUTUI_ALERT_{name}": cut(value, ENV_VALUE) for name, value in fields.items()}}
+        env = {**os.environ, **{f"GPUTUI_ALERT_{name}": within(value, ENV_VALUE) for name, value in fields.items()}}
         import json  # here: the live monitor loads this module, and json only where a command is asked for
 
         body = json.dumps(delivery.document()).encode()

@@ -18,7 +18,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from gputui.alerts.delivery import TIMEOUT, Delivery, cut
+from gputui.alerts.delivery import TIMEOUT, Delivery
+from gputui.untrusted import within
 
 HEADER_VALUE = 250  # characters of an ntfy Title at most: servers refuse headers past 4-8 KiB in all (431)
 
@@ -149,7 +150,7 @@ def webhook_body(delivery: Delivery, form: str) -> tuple[bytes, dict[str, str]]:
     if form == "ntfy":
         first = delivery.events[0]
         priority = {"critical": "urgent", "warning": "high"}.get(first.alert.severity, "default")
-        title = cut(f"gputui on {delivery.host}: {first.alert.title}", HEADER_VALUE)
+        title = within(f"gputui on {delivery.host}: {first.alert.title}", HEADER_VALUE)
         # HTTP headers are latin-1: anything else in a title is replaced rather than failing the delivery.
         return delivery.text().encode(), {"Title": title.encode("latin-1", "replace").decode("latin-1"),
                                           "Priority": priority, "Content-Type": "text/plain; charset=utf-8"}
