@@ -227,3 +227,29 @@ def test_pid_exists():
     child.wait()
     assert pid_exists(os.getpid()) is True
     assert pid_exists(child.pid) is False
+
+
+def test_a_real_process_s_huge_command_line_is_bounded_where_it_is_read():
+    # A process sets its own argv: 131,000 characters of argv[0] and 5,000 more arguments (issue 44 item 7,
+    # command lines too). The collector keeps COMMAND_LIMIT characters of it, the cut said.
+    import subprocess
+    import time
+
+    from gputui.untrusted import COMMAND_LIMIT
+
+    huge = "x" * 131_000
+    child = subprocess.Popen(["/bin/sh", "-c", "sleep 30", huge, *["arg"] * 5000])
+    try:
+        inspector = ProcessInspector(psutil, time.monotonic)
+        (found,) = inspector.inspect([child.pid]).values()
+        assert len(psutil.Process(child.pid).cmdline()) == 5004  # as the kernel has it
+        assert found.command[:3] == ("/bin/sh", "-c", "sleep 30")
+        kept = COMMAND_LIMIT - len("/bin/sh-csleep 30")
+        assert found.command[3] == "x" * kept + f"...(cut {131_000 - kept} characters)"
+        assert found.command[4:] == ("...(5000 more arguments)",)
+        assert sum(map(len, found.command)) < COMMAND_LIMIT + 100
+        (parent,) = [p for p in inspector.parents([child.pid], exclude=set()) if p.pid == child.pid]
+        assert parent.command == found.command  # (read as a launcher parent: the same bound)
+    finally:
+        child.kill()
+        child.wait()

@@ -37,7 +37,7 @@ from gputui.model import (
 )
 from gputui.model.job import launcher_of
 from gputui.model.record import Record
-from gputui.untrusted import TEXT_LIMIT, bounded
+from gputui.untrusted import TEXT_LIMIT, bounded, bounded_command
 
 DENIED: Final = "denied"  # the environment could not be read (another user's process)
 LAUNCHER_DEPTH = 2  # a launcher may start its ranks through a shell or a wrapper script
@@ -291,7 +291,7 @@ class JobFinder:
         try:
             process = ps.Process(pid)
             # its user too: its placement groups it only with its own user's processes
-            return HostProcess(pid=pid, ppid=process.ppid(), command=tuple(process.cmdline()),
+            return HostProcess(pid=pid, ppid=process.ppid(), command=bounded_command(process.cmdline()),
                                user=process.username())
         except (ps.NoSuchProcess, ps.AccessDenied):
             return None

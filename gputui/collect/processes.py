@@ -20,6 +20,7 @@ from gputui.model import (
     ProcessState,
 )
 from gputui.model.record import Record
+from gputui.untrusted import bounded_command
 
 NOTE_GONE = "exited before its details could be read"
 NOTE_DENIED = "details hidden: access denied (another user's process)"
@@ -175,7 +176,8 @@ class ProcessInspector:
             except ps.AccessDenied:
                 static.denied = True
                 continue
-            setattr(static, attr, tuple(value) if attr == "command" else value)
+            # (A process sets its own command line: bounded, as every string taken from one.)
+            setattr(static, attr, bounded_command(value) if attr == "command" else value)
         return static
 
     def parents(self, ppids: Iterable[int | None], exclude: set[int]) -> tuple[HostProcess, ...]:
