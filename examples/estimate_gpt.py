@@ -32,6 +32,26 @@ class CausalSelfAttention(nn.Module):
         return self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
 
 
+class GroupedQueryAttention(nn.Module):
+    """Causal attention with a key and value head for every ``groups`` query heads (Llama's, Mistral's),
+    through torch's scaled_dot_product_attention: its kernel, and what it keeps for backward, depend on
+    the device (docs/estimate.md)."""
+
+    def __init__(self, dim: int, heads: int, groups: int = 4):
+        super().__init__()
+        self.heads, self.kv_heads, self.width = heads, heads // groups, dim // heads
+        self.q, self.proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * self.kv_heads * self.width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q = self.q(x).view(b, t, self.heads, self.width).transpose(1, 2)
+        k, v = (z.view(b, t, self.kv_heads, self.width).transpose(1, 2)
+                for z in self.kv(x).split(self.kv_heads * self.width, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
 class Block(nn.Module):
     def __init__(self, dim: int, heads: int, attention: type[nn.Module] = CausalSelfAttention):
         super().__init__()
@@ -79,6 +99,12 @@ def job(model: GPT, batch_size: int, block_size: int, vocab: int):
 def build(batch_size: int = 8):
     """A 0.8M-parameter GPT on 64-token blocks."""
     return job(GPT(vocab=512, block_size=64, dim=128, heads=4, layers=4), batch_size, 64, 512)
+
+
+def gqa(batch_size: int = 8):
+    """The same GPT with grouped-query attention: 8 query heads, 2 key/value heads."""
+    model = GPT(vocab=512, block_size=64, dim=128, heads=8, layers=4, attention=GroupedQueryAttention)
+    return job(model, batch_size, 64, 512)
 
 
 def gpt_850m(batch_size: int = 1):

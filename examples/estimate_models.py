@@ -1,5 +1,6 @@
-"""Five kinds of job for ``gputui estimate``, the ones its accuracy is measured on (docs/estimate.md):
-an MLP, a CNN with BatchNorm, an LSTM language model, a small GPT and a model with frozen parameters.
+"""Six kinds of job for ``gputui estimate``, the ones its accuracy is measured on (docs/estimate.md):
+an MLP, a CNN with BatchNorm, an LSTM language model, a small GPT, the GPT with grouped-query attention
+(torch's scaled_dot_product_attention) and a model with frozen parameters.
 
     gputui estimate examples/estimate_models.py:cnn_batchnorm --batch-size 256 --device-memory 8GiB
 
@@ -68,3 +69,7 @@ def lstm(batch_size: int = 16):
 
 def gpt(batch_size: int = 8):
     return estimate_gpt.build(batch_size)
+
+
+def gqa(batch_size: int = 8):
+    return estimate_gpt.gqa(batch_size)

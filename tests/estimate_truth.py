@@ -1,5 +1,7 @@
-"""The estimate of each example job (examples/estimate_models.py) beside what a real CPU training step
-of the same job measures: the probe's step record, and the live tensor bytes of the real step.
+"""The estimate of each example job (examples/estimate_models.py; examples/estimate_hf.py's Hugging Face
+models where transformers is installed) beside what a real CPU training step of the same job measures:
+the probe's step record, and the live tensor bytes of the real step. The estimate is asked for the CPU
+(``Settings(device="cpu")``): the kernels it assumes (attention's) are the ones the real step runs.
 
 Shared by tests/test_estimate_accuracy.py, which asserts the figures, and bench/estimate_table.py,
 which prints them as docs/estimate.md's table.
@@ -17,7 +19,8 @@ from gputui.estimate.step import Settings, measure, prepare
 from gputui.model import Estimate
 from gputui.probe import runtime
 
-MODELS = ("mlp", "cnn_batchnorm", "lstm", "gpt", "frozen")
+MODELS = ("mlp", "cnn_batchnorm", "lstm", "gpt", "gqa", "frozen")
+HF_MODELS = ("gpt2", "bert", "llama")  # examples/estimate_hf.py's: GPT-2, BERT, Llama with grouped-query attention
 STATIC = ("parameters", "gradients", "optimizer_state", "buffers")
 PHASES = ("forward", "backward", "optimizer")
 STEPS = 3
@@ -25,8 +28,8 @@ STEPS = 3
 
 @dataclass
 class Comparison:
-    """One job: the estimate (meta device), the real step's peaks (CPU, the same count of live
-    tensors), and the probe's record of the real loop's last step."""
+    """One job: the estimate (meta device, for the CPU), the real step's peaks (CPU, the same count of
+    live tensors), and the probe's record of the real loop's last step."""
 
     estimate: Estimate
     real: Estimate
@@ -49,11 +52,12 @@ class Comparison:
 
 
 def spec(kind: str) -> str:
-    return f"{ROOT / 'examples' / 'estimate_models.py'}:{kind}"
+    script = "estimate_hf.py" if kind in HF_MODELS else "estimate_models.py"
+    return f"{ROOT / 'examples' / script}:{kind}"
 
 
 def as_estimate(kind: str, real: bool) -> Estimate:
-    measured = measure(load(spec(kind)), Settings(real=real))
+    measured = measure(load(spec(kind)), Settings(real=real, device="cpu"))
     return Estimate(job=spec(kind), optimizer=measured.optimizer, precision="fp32", checkpointing=False,
                     phases=measured.phases, timeline=measured.timeline,
                     activations_peak=measured.activations_peak)

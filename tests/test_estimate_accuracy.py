@@ -1,8 +1,9 @@
-"""``gputui estimate`` against a real CPU training step of the same job, for five kinds of model (an
-MLP, a CNN with BatchNorm, an LSTM language model, a small GPT, a frozen backbone): the estimate runs on
-the meta device; the same job then trains for real on the CPU under the probe (every step measured),
-and once more with the estimate's own count of live tensors over real tensors (the CPU has no caching
-allocator: allocated tensor bytes are the figure to compare).
+"""``gputui estimate`` against a real CPU training step of the same job, for six kinds of model (an
+MLP, a CNN with BatchNorm, an LSTM language model, a small GPT, the GPT with grouped-query attention
+through torch's scaled_dot_product_attention, a frozen backbone): the estimate runs on the meta device,
+for the CPU (the attention kernel the CPU picks); the same job then trains for real on the CPU under the
+probe (every step measured), and once more with the estimate's own count of live tensors over real
+tensors (the CPU has no caching allocator: allocated tensor bytes are the figure to compare).
 
 Parameters, gradients, optimizer state and buffers must be exact, against the probe's record of the
 real loop's last step; the activations' peak (bytes saved for backward at once) and each phase's peak

@@ -4,7 +4,8 @@ The step is the usual loop's: ``zero_grad()``, forward and loss, ``backward()``,
 The first step allocates the optimizer's state; the second runs with it resident, as every later
 step does. The ledger counts what lives at each phase's peak; the phases' figures are the higher of
 the two steps'. Optimizers run their ``foreach`` implementation, as torch picks on a GPU (on the meta
-device and the CPU it would pick the per-parameter loop, with far smaller temporaries).
+device and the CPU it would pick the per-parameter loop, with far smaller temporaries); attention runs
+the kernel torch would pick on the device the job trains on, ``Settings.device`` (attention.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gputui.errors import UserError
-from gputui.estimate import sharded
+from gputui.estimate import attention, sharded
 from gputui.estimate.fake import fake_tensors
 from gputui.estimate.job import Job, UserCodeError, build
 from gputui.estimate.ledger import HOST, Ledger
@@ -47,6 +48,7 @@ class Settings:
     checkpointing: bool = False
     real: bool = False  # on the CPU with real memory (the accuracy check), not on the meta device
     world_size: int | None = None  # one rank of FSDP2 over this many GPUs (sharded.py), on fake tensors
+    device: str = "cuda"  # what the job trains on, whose attention kernels it runs (attention.py): "cuda" or "cpu"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Measured:
     optimizer: str
     activations_peak: int
     host_state: int  # optimizer state a GPU job keeps on the host, after the second step
+    attention: dict[str, int]  # the attention kernels the step ran (attention.py), each with its calls
 
 
 def measure(function: Callable[..., Any], settings: Settings) -> Measured:
@@ -66,8 +69,10 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
     device: Any = torch.device("meta")
     world: Any = contextlib.nullcontext()
     resizes: Any = contextlib.nullcontext()
-    if settings.real:
-        device = contextlib.nullcontext()
+    kernels = attention.Kernels(settings.device)
+    in_kernels: Any = kernels  # entered for forward and backward only: it sees every torch call, at a cost
+    if settings.real:  # the CPU's own kernels, for real
+        device = in_kernels = contextlib.nullcontext()
     elif settings.precision == "amp" or settings.world_size:
         device = fake_tensors()  # FSDP2 refuses to train parameters on the meta device
     if settings.world_size:
@@ -96,8 +101,8 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
         created = ledger.now()
         for step in (1, 2):
             optimizer.zero_grad()
-            loss = phase(FORWARD, step, functools.partial(_loss, job, ledger))
-            phase(BACKWARD, step, loss.backward)
+            loss = phase(FORWARD, step, functools.partial(_loss, job, ledger, in_kernels))
+            phase(BACKWARD, step, functools.partial(_backward, loss, in_kernels))
             del loss
             phase(OPTIMIZER, step, functools.partial(_optimizer_step, optimizer))
         steady = ledger.now()
@@ -107,16 +112,23 @@ def measure(function: Callable[..., Any], settings: Settings) -> Measured:
         top = max((ledger.peaks[f"{name} {step}"] for step in (1, 2)), key=lambda p: p.total)
         phases.append(_memory(name, ledger.breakdown(top.live)))
     phases.append(_memory(STEADY, steady))
-    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak, host_state)
+    return Measured(tuple(phases), tuple(timeline), type(optimizer).__name__, ledger.activations_peak, host_state,
+                    dict(kernels.chosen))
 
 
-def _loss(job: Job, ledger: Ledger) -> torch.Tensor:
+def _loss(job: Job, ledger: Ledger, kernels: Any) -> torch.Tensor:
     """The forward pass and the loss, with what autograd saves marked as activations."""
-    with torch.autograd.graph.saved_tensors_hooks(ledger.saved, lambda tensor: tensor):
+    with kernels, torch.autograd.graph.saved_tensors_hooks(ledger.saved, lambda tensor: tensor):
         if job.precision == "amp":
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return job.loss_of(job.forward())
         return job.loss_of(job.forward())
+
+
+def _backward(loss: torch.Tensor, kernels: Any) -> None:
+    """The backward pass (``kernels`` sees it: a checkpoint's recomputed forward runs the same kernels)."""
+    with kernels:
+        loss.backward()
 
 
 def _optimizer_step(optimizer: torch.optim.Optimizer) -> Any:
