@@ -1,13 +1,15 @@
 """``gputui estimate`` against a real CPU training step of the same job, as docs/estimate.md's table.
 
-Runs tests/estimate_truth.py's comparison for the five example jobs (examples/estimate_models.py):
-the estimate on the meta device, the real step's live tensor bytes, and the probe's record of it.
+Runs tests/estimate_truth.py's comparison for the six example jobs (examples/estimate_models.py) and,
+where transformers is installed, examples/estimate_hf.py's GPT-2, BERT and Llama: the estimate on the
+meta device for the CPU, the real step's live tensor bytes, and the probe's record of it.
 
-    python bench/estimate_table.py
+    python bench/estimate_table.py [KIND ...]
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -27,12 +29,13 @@ def main() -> int:
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))  # the comparison lives with its test
-    from estimate_truth import MODELS, PHASES, STATIC, compare
+    from estimate_truth import HF_MODELS, MODELS, PHASES, STATIC, compare
 
+    kinds = sys.argv[1:] or [*MODELS, *(HF_MODELS if importlib.util.find_spec("transformers") else ())]
     torch.set_num_threads(1)
     started = time.perf_counter()
     rows = []
-    for kind in MODELS:
+    for kind in kinds:
         c = compare(kind)
         static = c.estimated_static()
         rows += [(kind, name, static[name], c.probe_static[name], None) for name in STATIC]

@@ -1,6 +1,8 @@
 """``gputui estimate`` on models as frameworks hand them over: a Hugging Face model built from a config
 (examples/estimate_hf.py) computing its own loss from the batch's labels, a ModelOutput without one, a
-model taking the batch as keyword arguments; and a script importing a missing library, in one line."""
+model taking the batch as keyword arguments; GPT-2, BERT and Llama (grouped-query attention) against a
+real CPU step and with the attention kernels a GPU would run; and a script importing a missing library,
+in one line."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ torch = pytest.importorskip("torch")
 
 from cli_helpers import ROOT, gputui, no_traceback  # noqa: E402
 
-from gputui.estimate.job import Job  # noqa: E402
+from gputui.estimate.attention import EFFICIENT, FLASH, MATH  # noqa: E402
+from gputui.estimate.job import Job, load  # noqa: E402
 from gputui.estimate.run import estimate  # noqa: E402
-from gputui.estimate.step import Settings  # noqa: E402
+from gputui.estimate.step import Settings, measure  # noqa: E402
 
 HF = str(ROOT / "examples" / "estimate_hf.py")
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -79,6 +82,34 @@ def test_a_hugging_face_model_without_labels_trains_on_its_logits(tmp_path):
     assert without.phase("steady").total == with_labels.phase("steady").total
     # no cross-entropy over the vocabulary: a smaller forward pass
     assert without.phase("forward").total < with_labels.phase("forward").total
+
+
+@needs_transformers
+@pytest.mark.slow  # three real CPU training loops under the probe
+@pytest.mark.parametrize("kind, tolerance", [("llama", 0.01), ("gpt2", 1e-5), ("bert", 1e-5)])
+def test_hugging_face_models_are_estimated_as_a_real_cpu_step_runs_them(kind, tolerance, one_torch_thread):
+    """Issue 45: Llama's grouped-query attention runs the CPU's flash kernel (query, key, value, output
+    and a logsumexp kept for backward); the estimate ran the meta device's math kernel (the attention
+    matrix and the repeated key and value heads kept): 10.8 % too much in the forward pass. GPT-2 and
+    BERT train with attention dropout, which the CPU's flash kernel does not take: math, as before."""
+    from estimate_truth import PHASES, compare
+
+    c = compare(kind)
+    assert c.estimated_static() == c.probe_static
+    assert c.estimated_activations() == pytest.approx(c.probe_activations, rel=tolerance)
+    estimated, real = c.estimated_peaks(), c.real_peaks()
+    for phase in PHASES:
+        assert estimated[phase] == pytest.approx(real[phase], rel=tolerance), phase
+
+
+@needs_transformers
+def test_a_gpu_runs_fused_attention_where_torch_would_pick_it():
+    """fp32 GPT-2 with attention dropout: the memory-efficient kernel (it takes dropout, the CPU's flash
+    does not); Llama's grouped heads in fp32: math (the efficient kernel takes no grouped heads), in bf16
+    flash. Two steps of 2 and 4 layers."""
+    kernels = {(kind, precision): measure(load(f"{HF}:{kind}"), Settings(precision=precision)).attention
+               for kind, precision in (("gpt2", "fp32"), ("llama", "fp32"), ("llama", "bf16"))}
+    assert kernels == {("gpt2", "fp32"): {EFFICIENT: 4}, ("llama", "fp32"): {MATH: 8}, ("llama", "bf16"): {FLASH: 8}}
 
 
 def test_a_model_taking_the_batch_as_keywords(tmp_path):
