@@ -243,7 +243,8 @@ def test_a_cpu_job_growing_untracked_tensors_gets_the_rate_from_host_memory_and_
 
 
 def test_a_leak_read_every_few_steps_says_over_how_many_steps_not_readings():
-    # 40 readings, one every 4 steps (as a probe within its budget reads): the window spans 157 steps.
+    # 40 readings, one every 4 steps (as a probe within its budget reads): the window is the last 64 steps,
+    # 16 readings spanning 61 steps.
     steps = [
         step(s, 4 * GIB + s * 6 * MIB, peak=6 * GIB + s * 6 * MIB, reserved=5 * GIB + s * 6 * MIB,
              categories=cats(activations=s * 6 * MIB))
@@ -251,6 +252,6 @@ def test_a_leak_read_every_few_steps_says_over_how_many_steps_not_readings():
     ]
     report = probe_report(steps, categories=steps[-1].categories)
     verdict = leak_verdict(report)
-    assert verdict.state == "leak" and verdict.window_steps == 157
+    assert verdict.state == "leak" and verdict.window_steps == 61
     fix = advise(snapshot=snap(), process=job(), report=report, verdict=verdict)[0]
-    assert fix.detail.startswith("Allocated memory grows 6.00 MiB per step over 157 steps"), fix.detail
+    assert fix.detail.startswith("Allocated memory grows 6.00 MiB per step over 61 steps"), fix.detail

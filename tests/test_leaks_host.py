@@ -94,10 +94,11 @@ def test_kept_graphs_seen_on_a_few_measured_steps_are_activations():
 
 
 def test_a_leak_between_measured_steps_waits_for_one_to_say_what_grows():
+    # The growth began at step 40, after the latest measured step: that step cannot say what grows.
     steps = [StepRecord(step=1, ended_at=100.0, duration=0.005, device="cpu", allocated=TRACKED,
                         categories=MemoryCategories(1, 1, 1, 0, None), host_allocated=BASE)]
     steps += [StepRecord(step=s, ended_at=100.0 + s * 0.005, duration=0.005, device="cpu",
-                         host_allocated=BASE + s * MIB) for s in range(40, 80)]
+                         host_allocated=BASE + max(0, s - 40) * MIB) for s in range(2, 80)]
     v = leak_verdict(ProbeReport(pid=1, taken_at=steps[-1].ended_at, steps=tuple(steps)))
     assert v.state == "warming_up" and v.category is None
     assert v.reason.endswith("waiting for the probe to measure a step to tell what grows")

@@ -20,12 +20,25 @@ def test_the_window_growth_of_a_steady_leak_is_its_slope_confirmed():
 
 
 def test_a_slow_leak_between_two_increments_is_held_by_the_earlier_evidence():
-    # At step 56 the last 1 MiB step lies 16 steps back: the window alone reads it as flattening.
+    # At step 56 the last 1 MiB step lies 16 steps back: the window alone reads it as flattening (two
+    # increments are no period yet to judge its level by).
     steps, figure = judged(report(56, slow_leak, start=1))
     window = leaks._window_growth(steps, figure)
     assert not window.grows and not window.held
     held = leaks._held(window, steps, figure)
     assert held.grows and held.held and held.slope == window.slope == MIB / 24
+
+
+def test_a_leak_that_grows_in_steps_grows_by_the_rise_of_its_level_over_two_periods():
+    # 1 MiB every 20 steps, read every step, at a step 19 past an increment: the fit of the window's
+    # latest half and its typical step read it as flattening (issue 45: it fell back to "warming up");
+    # over two of its periods, its level rises.
+    steps, figure = judged(report(139, slow_leak, start=1))
+    period = leaks._period(steps, figure)
+    window = leaks._window_growth(steps, figure, period)
+    assert period == 20 and window.span == 4 * period
+    assert window.grows and window.confirmed and not window.held
+    assert not leaks._window_growth(steps, figure, 1).grows  # (judged as if it grew every step)
 
 
 def test_memory_flat_over_the_last_64_steps_is_no_growth():

@@ -10,13 +10,14 @@ at which the job runs out of device memory.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence, TypedDict
 
-from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen
+from gputui.analysis.robust import median, releases, settled_count, spread, theil_sen, trend_z
 from gputui.model import TENSOR_CATEGORIES, Device, ProbeReport, Snapshot, StepRecord
 from gputui.model.record import Record
 from gputui.model.verdicts import (
@@ -38,15 +39,28 @@ CONFIRM_STEPS = 24  # growth must be seen over this many steps before it is call
 CONFIRM_READINGS = 12  # ... in at least this many readings (the probe may read every few steps only)
 CLEAR_MARGIN = 4.0  # ... or in CLEAR_READINGS, where it grows this many times over what noise explains
 CLEAR_READINGS = 6
-WINDOW_STEPS = 64  # the latest steps the slopes are fitted on
+# The window a verdict is judged on is a span of steps, not a count of readings: the last WINDOW_STEPS
+# steps, or four of the leak's own periods where it grows in steps (PERIODS), extended back to the latest
+# CONFIRM_READINGS readings where the probe read fewer within it (a busy machine, or very short steps).
+# So the window is the same whether the probe could read every step or every twentieth.
+WINDOW_STEPS = 64
+PERIODS = 4
+MAX_PERIOD = 150  # steps: a leak's period judged on at most this (four of them fill the probe's 600 steps)
 SETTLE_STEPS = 16  # after growth, flat for this many steps before it is called clean
-READ_GAP = 16  # steps without a reading that break the thread of growth since a measured step
-# A leak, once confirmed, stays one until the figure has grown less than noise over this many steps, and
-# growth that has been flat that long is no leak: longer than a slow leak's gap between two increments.
+# A leak, once confirmed, stays one until the figure has grown less than noise over FLAT_STEPS steps, or
+# three of its own periods where that is longer, and growth that has been flat that long is no leak.
 FLAT_STEPS = 64
+FLAT_PERIODS = 3
+# A measured step taken while the figure grows tells what grows; one this many steps old still does where
+# the figure has grown steadily since (the probe measures a step at least every EVIDENCE_MAX steps while
+# the figure grows: probe/steps.py).
+KNOWN_WITHIN = 512
 MIN_GROWTH = 64 * KIB  # growth over the window below this is noise
 REL_GROWTH = 0.001  # ... and so is growth below this fraction of the level
 NOISE_FACTOR = 3.0  # growth must also stand this many noise spreads above the scatter
+# ... and its readings must rise this surely (robust.trend_z: Mann and Kendall's z): a dozen readings of a
+# figure that goes up and down (a random sequence length each step) can fit a slope past the noise floor.
+TREND_Z = 3.0
 DECELERATION = 0.5  # the latest half growing slower than this fraction of the window: flattening
 MIN_RETRIES = 2  # alloc retries within the window that make fragmentation worth a verdict
 CACHE_WARMUP_STEPS = 100  # the cache may grow until this step before growing cache is a verdict
@@ -72,6 +86,7 @@ class _Figures(TypedDict, total=False):
     step_time: float | None
     host_memory: int | None
     window_steps: int | None
+    period_steps: int | None
     allocated_per_step: float | None
     reserved_per_step: float | None
     inactive_split_per_step: float | None
@@ -121,11 +136,13 @@ def leak_verdict(
         return LeakVerdict(LEAK_COLLECTING, reason=f"{len(steps)} of {min_steps} steps seen",
                            steps_needed=min_steps - len(steps), **base)
     measured = [s for s in steps if s.categories is not None or s.reserved is not None]
-    growth = _held(_window_growth(steps, figure), steps, figure)
+    period = _period(steps, figure)
+    growth = _held(_window_growth(steps, figure, period), steps, figure, period)
     allocator = _allocator_evidence(measured)
-    since, known = _what_grows_from(steps, figure, growth, measured)
+    since, known = _what_grows_from(steps, figure, growth, measured, period)
     categories = _growth_by_category(measured, since, growth, allocator, figure)
     base.update(_growth_figures(growth, allocator, categories, figure))
+    base["period_steps"] = period if period > 1 else None
     room = _Room(device_total, device_free)
     if growth.grows:
         return _growing(steps, figure, growth, allocator, known, categories, room, base)
@@ -160,7 +177,7 @@ class _WindowGrowth(Record):
     @property
     def confirmed(self) -> bool:
         """Whether the growth has been seen over enough steps and readings to call it a leak."""
-        return _confirmed(self.span, len(self.window), self.margin, self.confirm)
+        return _confirmed(self.span, self.totals, self.margin, self.confirm)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -190,22 +207,59 @@ def _step_figures(steps: list[StepRecord], figure: str) -> _Figures:
     return base
 
 
-def _window_growth(steps: list[StepRecord], figure: str) -> _WindowGrowth:
-    """Whether the judged figure grows over the latest WINDOW_STEPS steps, and how fast."""
-    window = steps[-WINDOW_STEPS:]
+def _window_growth(steps: list[StepRecord], figure: str, period: int = 1) -> _WindowGrowth:
+    """Whether the judged figure grows over the window of the latest steps, and how fast."""
+    window = _window(steps, len(steps), period)
     totals = [float(getattr(s, figure)) for s in window]
     floor, confirm = FIGURES[figure]
-    slope, grows, margin, drops = _growth([float(s.step) for s in window], totals, floor)
+    slope, grows, margin, drops = _growth([float(s.step) for s in window], totals, floor, period)
     return _WindowGrowth(window, totals, confirm, slope, grows, margin, drops)
 
 
-def _held(growth: _WindowGrowth, steps: list[StepRecord], figure: str) -> _WindowGrowth:
-    """Hysteresis, from the evidence alone: a leak confirmed at any step of the last FLAT_STEPS stays a
-    leak until memory has been flat over FLAT_STEPS steps, and no growth is a leak once it has."""
-    recent_growth = _recent_growth(steps, figure)
+def _window(steps: list[StepRecord], end: int, period: int) -> list[StepRecord]:
+    """The readings a verdict on ``steps[:end]`` judges: those of its last WINDOW_STEPS steps (or PERIODS of
+    the leak's own period), and at least its last CONFIRM_READINGS."""
+    span = max(WINDOW_STEPS, PERIODS * period)
+    start = bisect.bisect_right(steps, steps[end - 1].step - span, hi=end, key=_step_of)
+    return steps[max(0, min(start, end - CONFIRM_READINGS)):end]
+
+
+def _step_of(step: StepRecord) -> int:
+    return step.step
+
+
+def _period(steps: list[StepRecord], figure: str) -> int:
+    """The leak's own period, in steps, where the judged figure grows in steps (a tensor kept every 20
+    steps): the median distance between its rises, the readings that rose a good part of the noise floor
+    beyond what its steady rate explains over the steps since the one before. 1 where it grows a little
+    every step, where it does not rise at all, or where the readings are too far apart to tell."""
+    floor = FIGURES[figure][0]
+    recent = steps[bisect.bisect_right(steps, steps[-1].step - PERIODS * MAX_PERIOD, key=_step_of):]
+    pairs = [(a.step, b.step, getattr(b, figure) - getattr(a, figure)) for a, b in zip(recent, recent[1:])]
+    if len(pairs) < 4:
+        return 1
+    steady = max(0.0, median(rise / (b - a) for a, b, rise in pairs))
+    gap = median(b - a for a, b, _ in pairs)
+    least = _floor(getattr(recent[-1], figure), floor) / 4
+    # (A rise after a long unread stretch says nothing of steps: steady growth piles up over it too.)
+    rises = [b for a, b, rise in pairs if rise - steady * (b - a) >= least and b - a <= 2 * gap]
+    if len(rises) < 3:
+        return 1
+    period = median(b - a for a, b in zip(rises, rises[1:]))
+    if period < 2 * gap:
+        return 1  # (a rise at most readings: as far as they tell, it grows every step)
+    return min(MAX_PERIOD, int(period))
+
+
+def _held(growth: _WindowGrowth, steps: list[StepRecord], figure: str, period: int = 1) -> _WindowGrowth:
+    """Hysteresis, from the evidence alone: a leak confirmed at any step of the last FLAT_STEPS (or
+    FLAT_PERIODS of its period) stays a leak until memory has been flat over that many steps, and no growth
+    is a leak once it has."""
+    flat = max(FLAT_STEPS, FLAT_PERIODS * period)
+    recent_growth = _recent_growth(steps, figure, flat)
     if recent_growth is None:
         return dataclasses.replace(growth, grows=False)
-    if not (growth.grows and growth.confirmed) and _confirmed_lately(steps, figure):
+    if not (growth.grows and growth.confirmed) and _confirmed_lately(steps, figure, period, flat):
         return dataclasses.replace(growth, grows=True, held=True, slope=max(growth.slope, recent_growth))
     return growth
 
@@ -225,20 +279,36 @@ def _allocator_evidence(measured: list[StepRecord]) -> _AllocatorEvidence:
 
 
 def _what_grows_from(steps: list[StepRecord], figure: str, growth: _WindowGrowth,
-                     measured: list[StepRecord]) -> tuple[int, bool]:
+                     measured: list[StepRecord], period: int) -> tuple[int, bool]:
     """The step from which the measured steps say what grows, and whether one of them was taken while
     it grows (else no category yet, rather than one that changes when the evidence comes)."""
     categorised = [s for s in measured if s.categories is not None]
     since = growth.window[0].step
     if not categorised or categorised[-1].step > since:
         return since, True
-    if growth.grows and _grew_since(steps, figure, categorised[-1].step):
-        # The latest measured step is older than the window, but the figure has grown steadily since:
-        # it was taken while this growth lasts, and still says what grows (a probe whose budget
-        # measures few steps measures one more only as the growth doubles: without this, the verdict
-        # would fall back to "waiting" between them).
-        return categorised[-1].step, True
+    latest = categorised[-1].step
+    if growth.grows and steps[-1].step - latest <= KNOWN_WITHIN and latest >= _growth_start(
+            steps, figure, growth.slope, max(CONFIRM_STEPS, 2 * period)):
+        # The latest measured step is older than the window, but it was taken while this growth lasts,
+        # and still says what grows (a probe whose budget measures few steps measures one more only as
+        # the growth doubles: without this, the verdict would fall back to "waiting" between them).
+        return latest, True
     return since, False
+
+
+def _growth_start(steps: list[StepRecord], figure: str, slope: float, flat: int) -> int:
+    """The step the figure's current growth began at, as far as its readings tell: where the latest
+    stretch of ``flat`` steps or more over which it rose less than a quarter of ``slope`` (bytes per step)
+    ends; the first step judged where there is none."""
+    xs = [s.step for s in steps]
+    ys = [float(getattr(s, figure)) for s in steps]
+    end = len(xs) - 1
+    for start in range(len(xs) - 2, -1, -1):
+        while end > start + 1 and xs[end - 1] - xs[start] >= flat:
+            end -= 1  # (the first reading ``flat`` steps or more after ``start``)
+        if xs[end] - xs[start] >= flat and ys[end] - ys[start] < 0.25 * slope * (xs[end] - xs[start]):
+            return xs[end]
+    return xs[0]
 
 
 def _growth_by_category(measured: list[StepRecord], since: int, growth: _WindowGrowth,
@@ -450,10 +520,11 @@ def _floor(level: float, min_growth: float = MIN_GROWTH) -> float:
     return max(min_growth, REL_GROWTH * level)
 
 
-def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool, float, list[tuple[int, int]]]:
+def _growth(xs: list[float], ys: list[float], floor: float,
+            period: int = 1) -> tuple[float, bool, float, list[tuple[int, int]]]:
     """:func:`_fit` of one window of the judged figure, with a sawtooth judged by its low points:
     (slope per step, whether it grows, its margin over noise, the sawtooth's releases)."""
-    slope, grows, margin = _fit(xs, ys, min_growth=floor)
+    slope, grows, margin = _fit(xs, ys, min_growth=floor, period=period)
     # The garbage collector freeing reference cycles now and then: a sawtooth, not a leak, unless the
     # low points rise too.
     drops = releases(ys, _floor(ys[-1], floor))
@@ -462,55 +533,45 @@ def _growth(xs: list[float], ys: list[float], floor: float) -> tuple[float, bool
     return slope, grows, margin, drops
 
 
-def _grew_since(steps: list[StepRecord], figure: str, since: int) -> bool:
-    """Whether the judged figure grew steadily, clear of noise and with no release, from step ``since``
-    to the latest, read all along (no READ_GAP steps unread; judged on at most WINDOW_STEPS readings
-    spread evenly over that span)."""
-    span = [s for s in steps if s.step >= since]
-    if any(b.step - a.step > READ_GAP for a, b in zip(span, span[1:])):
-        return False  # unread for a while: what grew then, and when, is not known
-    stride = max(1, -(-len(span) // WINDOW_STEPS))
-    picked = span[::stride] if (len(span) - 1) % stride == 0 else span[::stride] + span[-1:]
-    if len(picked) < CLEAR_READINGS:
-        return False
-    ys = [float(getattr(s, figure)) for s in picked]
-    _, grows, margin, drops = _growth([float(s.step) for s in picked], ys, FIGURES[figure][0])
-    return grows and margin >= CLEAR_MARGIN and not drops
+def _confirmed(span: int, totals: list[float], margin: float, confirm: int) -> bool:
+    """Whether growth seen over ``span`` steps in readings ``totals`` is enough to call a leak: growth far
+    clear of noise needs fewer readings (the probe reads fewer steps where its readings cost more), never
+    fewer steps, and the readings must rise surely, a sawtooth's too (TREND_Z)."""
+    readings = len(totals)
+    return (span >= confirm and readings >= (CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS)
+            and trend_z(totals) >= TREND_Z)
 
 
-def _confirmed(span: int, readings: int, margin: float, confirm: int) -> bool:
-    """Whether growth seen over ``span`` steps in ``readings`` readings is enough to call a leak:
-    growth far clear of noise needs fewer readings (the probe reads fewer steps where its readings
-    cost more), never fewer steps."""
-    return span >= confirm and readings >= (CONFIRM_READINGS if margin < CLEAR_MARGIN else CLEAR_READINGS)
-
-
-def _confirmed_lately(steps: list[StepRecord], figure: str) -> bool:
-    """Whether the verdict on the steps up to any earlier reading of the last FLAT_STEPS steps confirmed
+def _confirmed_lately(steps: list[StepRecord], figure: str, period: int, flat: int) -> bool:
+    """Whether the verdict on the steps up to any earlier reading of the last ``flat`` steps confirmed
     a leak: the previous verdicts, derived from the evidence (not remembered), so that every monitor
     judging the same report says the same."""
     floor, confirm = FIGURES[figure]
-    since = steps[-1].step - FLAT_STEPS
+    since = steps[-1].step - flat
     for end in range(len(steps) - 1, MIN_STEPS - 1, -1):  # newest first: a leak is found at once
         if steps[end - 1].step <= since:
             break
-        window = steps[max(0, end - WINDOW_STEPS):end]
+        window = _window(steps, end, period)
         xs = [float(s.step) for s in window]
-        _, grows, margin, _ = _growth(xs, [float(getattr(s, figure)) for s in window], floor)
-        if grows and _confirmed(window[-1].step - window[0].step + 1, len(window), margin, confirm):
+        ys = [float(getattr(s, figure)) for s in window]
+        _, grows, margin, _ = _growth(xs, ys, floor, period)
+        if grows and _confirmed(window[-1].step - window[0].step + 1, ys, margin, confirm):
             return True
     return False
 
 
-def _recent_growth(steps: list[StepRecord], figure: str) -> float | None:
-    """Bytes per step the figure grew over the last FLAT_STEPS steps, or None where that is under its
+def _recent_growth(steps: list[StepRecord], figure: str, flat: int = FLAT_STEPS) -> float | None:
+    """Bytes per step the figure grew over the last ``flat`` steps, or None where that is under its
     noise floor: flat.
 
     Growth is the larger of the robust slope over those steps and the rise from the median of their
     first eighth to that of their last: a leak that grows in steps every 20 steps reads as flat to a
-    slope that takes its jumps for outliers, never to the rise. Fewer than 4 readings say nothing (0.0).
+    slope that takes its jumps for outliers, never to the rise. The readings judged start from the last
+    one at or before those steps (what the figure was as they began, as far as the probe read it), and
+    are at least the last 4: a probe that reads seldom has not seen a flat figure in fewer.
     """
-    recent = [s for s in steps if s.step > steps[-1].step - FLAT_STEPS]
+    start = bisect.bisect_right(steps, steps[-1].step - flat, key=_step_of) - 1
+    recent = steps[max(0, min(start, len(steps) - 4)):]
     if len(recent) < 4:
         return 0.0
     xs = [float(s.step) for s in recent]
@@ -531,13 +592,13 @@ def _recent_growth(steps: list[StepRecord], figure: str) -> float | None:
 
 
 def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
-         min_growth: float = MIN_GROWTH) -> tuple[float, bool, float]:
+         min_growth: float = MIN_GROWTH, period: int = 1) -> tuple[float, bool, float]:
     """Robust slope per step, whether it is a real, continuing growth (not noise, not flattening),
     and how many times over the growth clears what would be noise.
 
     ``floor_of`` sets the noise floor from another figure's level (inactive split is judged against
     reserved memory, not against its own small size); ``min_growth`` is the least growth over the
-    window that counts.
+    window that counts; ``period`` the leak's own period, in steps (it grows in steps).
     """
     slope = theil_sen(xs, ys) or 0.0
     floor = _floor((floor_of or ys)[-1], min_growth)
@@ -546,12 +607,30 @@ def _fit(xs: list[float], ys: list[float], floor_of: list[float] | None = None,
     margin = slope * (xs[-1] - xs[0]) / tolerance if xs else 0.0
     if len(xs) < 4 or margin < 1:
         return slope, False, margin
-    half = len(xs) // 2
-    # Growth in the latest half, by its fit or by its typical step (a leak goes on growing step by
-    # step across one unrelated release, which would bend the fit).
-    latest = max(theil_sen(xs[half:], ys[half:]) or 0.0, _typical_step(xs[half:], ys[half:]))
+    # The latest half of the window's steps, in steps, not readings: after a stretch the probe could not
+    # read, the latest readings are the latest evidence, however few. And from a reading two of the
+    # leak's periods back at least, where it grows in steps: growth judged over less could fall between
+    # two of its increments.
+    half = max(0, min(bisect.bisect_left(xs, xs[-1] - (xs[-1] - xs[0]) / 2),
+                      bisect.bisect_right(xs, xs[-1] - 2 * period) - 1))
+    if len(xs) - half < 2:
+        return slope, False, margin  # (one reading in the latest half: whether it still grows is not known)
+    late_x, late_y = xs[half:], ys[half:]
+    # Growth there, by its fit, by its typical step (a leak goes on growing step by step across one
+    # unrelated release, which would bend the fit) or, where it grows in steps, by the rise of its level
+    # (its fit and its typical step take the increments for outliers; a single jump is no period).
+    latest = max(theil_sen(late_x, late_y) or 0.0, _typical_step(late_x, late_y),
+                 _level_rise(late_x, late_y) if period > 1 else 0.0)
     still = latest >= DECELERATION * slope and latest * (xs[-1] - xs[half]) >= tolerance / 2
     return slope, still, margin
+
+
+def _level_rise(xs: list[float], ys: list[float]) -> float:
+    """Growth per step from the median of the first quarter of the readings to that of the last."""
+    if len(xs) < 2 or xs[-1] <= xs[0]:
+        return 0.0
+    ends = max(1, len(ys) // 4)
+    return (median(ys[-ends:]) - median(ys[:ends])) / (xs[-1] - xs[0])
 
 
 def _typical_step(xs: list[float], ys: list[float]) -> float:

@@ -91,6 +91,9 @@ class LeakVerdict(Record):
     last_step: int | None = field(default=None, metadata=doc("the latest step judged"))
     window_steps: int | None = field(default=None, metadata=doc(
         "steps the slopes were fitted over (the readings may skip some)", minimum=0))
+    period_steps: int | None = field(default=None, metadata=doc(
+        "where the judged figure grows in steps (a tensor kept every 20 steps): the steps between its increments, "
+        "the leak's own period, over which growth is judged; null where it grows a little every step", minimum=2))
     allocated: int | None = field(default=None, metadata=doc(
         "allocated at the end of the latest step (bytes)", minimum=0))
     reserved: int | None = field(default=None, metadata=doc(
