@@ -663,7 +663,8 @@ def slow_leak(steps: int) -> object:
         classify_step(model, optimizer, x, y)
         if step % 20 == 19:
             with torch.no_grad():
-                kept.append(torch.relu(model.wide(x)).repeat(2, 1))  # 256 x 1024 floats: 1 MiB
+                features = torch.relu(model.wide(x)).repeat(2, 1)  # 256 x 1024 floats: 1 MiB  # allocates: slow_leak
+                kept.append(features)  # keeps: slow_leak
     return kept
 
 
@@ -798,6 +799,10 @@ def main(argv=None) -> int:
     parser.add_argument("name", nargs="?", choices=sorted({**PATTERNS, **SLOW_PATTERNS}))
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
+    parser.add_argument("--step-time", type=float, default=0.0, metavar="SECONDS",
+                        help="make each step last at least this long (sleeping at its end), as a bigger model would")
+    parser.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
+                        help="after the last step, hold what the loop kept this long (a monitor's last look)")
     parser.add_argument("--list", action="store_true", help="list the patterns and exit")
     args = parser.parse_args(argv)
     if args.list or args.name is None:
@@ -807,12 +812,31 @@ def main(argv=None) -> int:
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.step_time > 0:
+        pad_steps(args.step_time)
     started = time.perf_counter()
     kept = {**PATTERNS, **SLOW_PATTERNS}[args.name].run(args.steps)
     elapsed = time.perf_counter() - started
     print(f"{args.name}: {args.steps} steps in {elapsed:.1f} s ({1000 * elapsed / args.steps:.1f} ms/step), "
-          f"kept {type(kept).__name__}")
+          f"kept {type(kept).__name__}", flush=True)
+    time.sleep(args.linger)
     return 0
+
+
+def pad_steps(seconds: float) -> None:
+    """Make every optimizer step end at least ``seconds`` after the previous one ended, sleeping (a model
+    that computes longer, without taking more of the CPU)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    last = [time.perf_counter()]
+
+    def pad(optimizer, args, kwargs):
+        left = last[0] + seconds - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        last[0] = time.perf_counter()
+
+    register_optimizer_step_post_hook(pad)
 
 
 if __name__ == "__main__":

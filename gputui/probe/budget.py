@@ -21,6 +21,16 @@ CALIBRATION_STEPS = 31  # steps without readings timed at the start, their media
 # CPU steps: +140 us, then +30, +40, +25 us, fading by the fifth) and after a light reading (+20 us).
 AFTER_MEASURED = 4
 AFTER_LIGHT = 1
+# An aftermath is counted only where it stands this many standard errors of its median above zero.
+SIGNIFICANCE = 2.0
+
+
+def median_error(ordered: list[float], middle: float) -> float:
+    """The standard error of the median of ``ordered`` (sorted samples), from their median absolute
+    deviation: robust to the few steps another process stalled outright."""
+    deviations = sorted(abs(x - middle) for x in ordered)
+    sigma = 1.4826 * deviations[len(deviations) // 2]  # (the MAD of a normal scatter, as its sigma)
+    return 1.2533 * sigma / len(ordered) ** 0.5
 
 
 class Calibrated:
@@ -29,19 +39,26 @@ class Calibrated:
     the CPU away mid-hook (another process's turn) is not the hook's cost, and timed each time on a
     loaded machine the account would hold the other processes' turns."""
 
-    __slots__ = ("per_step", "steps", "_samples")
+    __slots__ = ("per_step", "steps", "_samples", "_differences")
 
-    def __init__(self):
+    def __init__(self, differences: bool = False):
+        """``differences``: the samples are differences between two noisy step times (Aftermath), not
+        times the hook took itself: only what stands clear of their scatter is counted."""
         self.per_step: float | None = None  # seconds one such step end costs, once calibrated
         self.steps = 0  # such step ends since the probe started (counted by the Tracker)
         self._samples: list[float] = []
+        self._differences = differences
 
     def sample(self, seconds: float) -> None:
         """One such step end took ``seconds`` of the hook's own time (what was charged inside left out)."""
         samples = self._samples
         samples.append(seconds)
         if len(samples) >= CALIBRATION_STEPS:
-            self.per_step = sorted(samples)[len(samples) // 2]
+            ordered = sorted(samples)
+            middle = ordered[len(ordered) // 2]
+            if self._differences:
+                middle -= SIGNIFICANCE * median_error(ordered, middle)
+            self.per_step = middle
 
     @property
     def seconds(self) -> float:
@@ -110,7 +127,13 @@ class Aftermath:
 
     def __init__(self, steps: int):
         self.steps = steps
-        self.cost = Calibrated()  # (its ``steps``: the readings counted at the calibrated cost)
+        # (its ``steps``: the readings counted at the calibrated cost). Each sample is the difference of
+        # two step times: on a busy machine their scatter (other processes' turns: tens of milliseconds)
+        # dwarfs what a reading costs the next steps (tens of microseconds), and a median of 31 such
+        # differences lands anywhere within it. Counted whole, that noise was charged as the readings'
+        # cost (7 ms a light reading on a loaded machine, seen): the readings stopped for hundreds of
+        # steps. Only the part that stands clear of the scatter is the readings' (Calibrated(differences)).
+        self.cost = Calibrated(differences=True)
 
 
 class ReadingsBudget:
@@ -128,7 +151,7 @@ class ReadingsBudget:
     __slots__ = ("_share", "clock", "hook_seconds", "elapsed", "light_ok", "measure_from", "light_from", "_since",
                  "_excess", "_light_spent", "_typical", "_at_step_start", "_in_a_row", "_answered", "_light_typical",
                  "_held", "_after", "_window", "_base", "_in_account", "_last_clean", "after_measured",
-                 "after_light")
+                 "after_light", "_diagnosed")
 
     def __init__(self, share: float = DEFAULT_BUDGET, clock=time.perf_counter):
         self.clock = clock
@@ -139,6 +162,7 @@ class ReadingsBudget:
         self._light_spent = 0.0  # seconds the readings of unmeasured steps have cost
         self._light_typical: float | None = None  # smoothed seconds of one such reading
         self._answered = 0.0  # seconds the readings monitors asked for have cost
+        self._diagnosed = 0.0  # seconds charged for diagnostics (charge_diagnostic): not readings
         self._typical: float | None = None  # smoothed duration of unmeasured steps
         self._at_step_start = 0.0  # hook_seconds when the step end that started the running step began
         self.after_measured = Aftermath(AFTER_MEASURED)
@@ -187,7 +211,8 @@ class ReadingsBudget:
         if half <= 0:
             self.measure_from = self.light_from = float("inf")
             return
-        self.measure_from = self._since + (self.hook_seconds + self._excess) / (2 * half) - self.elapsed
+        readings = self.hook_seconds - self._diagnosed + self._excess
+        self.measure_from = self._since + readings / (2 * half) - self.elapsed
         self.light_from = self._since + self._light_spent / half - self.elapsed
 
     @property
@@ -198,6 +223,15 @@ class ReadingsBudget:
     def charge(self, seconds: float) -> None:
         self.hook_seconds += seconds
         self._judge_due()
+
+    def charge_diagnostic(self, seconds: float) -> None:
+        """A diagnostic took ``seconds`` on the training thread: a leak check, or the search for the line
+        that keeps a leak. Charged (the account holds it, and it is timed like a reading), but not against
+        the readings' share: diagnostics have bounds of their own (runtime's LEAK_CHECK_SHARE and
+        AUTO_COOLDOWN), and one keeper search (tens of milliseconds) charged there stopped the measured
+        steps a leak's category rests on for thousands of steps."""
+        self.hook_seconds += seconds
+        self._diagnosed += seconds
 
     def restart(self, now: float) -> None:
         """The hooks were (re)installed at ``now``: time without them is no step of ours."""
@@ -237,7 +271,8 @@ class ReadingsBudget:
         readings as time passes.
         """
         now = self.clock()
-        return self.hook_seconds + self._excess <= self._share * (self.elapsed + now - self._since)
+        readings = self.hook_seconds - self._diagnosed + self._excess
+        return readings <= self._share * (self.elapsed + now - self._since)
 
     def may_answer(self) -> bool:
         """Whether a reading a monitor asked for may be taken now: inside its own ANSWER_SHARE of the
@@ -246,7 +281,7 @@ class ReadingsBudget:
         now = self.clock()
         seen = self.elapsed + now - self._since
         return (self._answered < ANSWER_SHARE * self._share * seen
-                or self.hook_seconds + self._excess <= self._share * seen)
+                or self.hook_seconds - self._diagnosed + self._excess <= self._share * seen)
 
     def charge_answer(self, seconds: float) -> None:
         """A reading a monitor asked for took ``seconds``: charged to the budget and to its own share."""
@@ -266,7 +301,7 @@ class ReadingsBudget:
     def _measure_next(self, first: bool) -> bool:
         # Readings cost time on the training thread: take them only while the probe's share of
         # step time stays inside its budget (every step when steps are long or readings cheap).
-        measuring = self.hook_seconds + self._excess <= self._share * self.elapsed or first
+        measuring = self.hook_seconds - self._diagnosed + self._excess <= self._share * self.elapsed or first
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # now and then a step without readings, to know what one costs
         return measuring
@@ -319,7 +354,7 @@ class ReadingsBudget:
         self._at_step_start = charged + carried
         self._in_account = left_out  # (in the next step's time, no aftermath of the reading)
         self._judge_light()
-        measuring = self.hook_seconds + self._excess <= self._share * self.elapsed
+        measuring = self.hook_seconds - self._diagnosed + self._excess <= self._share * self.elapsed
         if measuring and self._in_a_row >= BASELINE_EVERY and self._share < 1.0:
             measuring = False  # (as in _measure_next, inline)
         return measuring

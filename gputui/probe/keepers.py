@@ -191,16 +191,20 @@ def _adds_to(tree, is_holder) -> list[int]:
 
 
 class KeeperFinder:
-    """Two looks some steps apart, on the training thread; the keepers found stay readable."""
+    """Two looks ``span`` steps apart, on the training thread; the keepers found stay readable."""
 
     def __init__(self, problems):
         self.problems = problems
         self.keepers: tuple[LeakKeeper, ...] = ()
         self._first: tuple[int, dict] | None = None
+        self._due = 0  # the step of the second look
 
-    def start(self, step: int, frame=None) -> None:
+    def start(self, step: int, frame=None, span: int = 1) -> None:
+        """The first look, at step ``step``; the second is due ``span`` steps later (at least one): whole
+        periods of a leak that grows in steps, so that its keeper has grown and its rate is right."""
         try:
             self._first = (step, look(frame or sys._getframe(1)))
+            self._due = step + max(1, span)
         except Exception as exc:
             self.problems.record("finding the keeping line", exc)
             self._first = None
@@ -208,6 +212,10 @@ class KeeperFinder:
     @property
     def looking(self) -> bool:
         return self._first is not None
+
+    def due(self, step: int) -> bool:
+        """Whether the second look is due at step ``step``."""
+        return self._first is not None and step >= self._due
 
     def finish(self, step: int, frame=None) -> None:
         first, self._first = self._first, None

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from gputui.analysis.leaks import WINDOW_STEPS, leak_verdict
+from gputui.analysis.leaks import PERIODS, leak_verdict
 from gputui.link import oom_file
 from gputui.link.server import ProbeServer
 from gputui.model import ProbeDevice, ProbeReport, to_jsonable
@@ -99,6 +99,7 @@ class Probe:
         self._checked_elapsed = 0.0
         self._check_cost = 0.0
         self._auto_at: float | None = None
+        self._keeper_span = 0  # steps between the keeper search's two looks, for the recording it asked for
 
     # -- life cycle (the thread that calls start(): the training thread) ------------------------------
 
@@ -189,7 +190,8 @@ class Probe:
             self._step_end_work(step)
         finally:
             sites = self.sites
-            if sites.on or sites.pending or board.reading_wanted > board.reading.monotonic:
+            if (sites.on or sites.pending or self.keepers.looking
+                    or board.reading_wanted > board.reading.monotonic):
                 board.wanted = True  # still to do at the next step end
 
     def _step_end_work(self, step: int) -> None:
@@ -209,20 +211,24 @@ class Probe:
             was_on = sites.on
             sites.step_end(step, durations, tracker.device)
             tracker.activations.saw_tensor = sites.saved if sites.on else None
-            if sites.on != was_on:
+            if sites.on and not was_on:
                 # The keeping line: what the user's frames hold is sized when recording starts and
-                # again when it ends (from here, the frames above are the job's training loop).
+                # again when the keeper's span is over (from here, the frames above are the job's
+                # training loop).
                 started = self.clock()
-                if sites.on:
-                    self.keepers.start(step, sys._getframe(2))
-                else:
-                    self.keepers.finish(step, sys._getframe(2))
-                tracker.budget.charge(self.clock() - started)
+                span, self._keeper_span = max(sites.steps_left, self._keeper_span), 0
+                self.keepers.start(step, sys._getframe(2), span)
+                tracker.budget.charge_diagnostic(self.clock() - started)
             self._publish_sites()
         elif self.auto_sites and tracker.last_measured and (step >= self._next_check or tracker.evidence.last):
             # Right after a measured step, with its reading in; always after one measured because
             # memory grew (rare: their gaps double), since that is when a verdict may have come.
             self._maybe_check_for_leak(step, always=tracker.evidence.last)
+        if self.keepers.due(step):
+            started = self.clock()
+            self.keepers.finish(step, sys._getframe(2))
+            tracker.budget.charge_diagnostic(self.clock() - started)
+            self._publish_sites()
         if step & 31 == 1:
             self._now_and_then()
 
@@ -339,12 +345,15 @@ class Probe:
             return
         started = self.clock()
         try:
-            recent = tuple(e.to_record() for e in self.board.entries()[-4 * WINDOW_STEPS:])
+            recent = tuple(e.to_record() for e in self.board.entries())
             verdict = leak_verdict(ProbeReport(pid=self.pid, taken_at=time.time(), steps=recent))
             self.leak_state = verdict.state
             if verdict.state == LEAK_LEAK:
                 self._auto_at = time.monotonic()
                 self.sites.request(AUTO_SITES_STEPS)
+                # A leak that grows in steps (a tensor kept every 20 steps) is sized over whole periods
+                # of it: over fewer, the keeper may not have grown at all, and its rate is off.
+                self._keeper_span = PERIODS * (verdict.period_steps or 1)
                 self._publish_sites()
         except Exception as exc:
             self.problems.record("leak check", exc)
@@ -352,7 +361,7 @@ class Probe:
             self._next_check = step + AUTO_CHECK_STEPS
             self._checked_elapsed = tracker.elapsed
             self._check_cost = self.clock() - started
-            tracker.budget.charge(self._check_cost)
+            tracker.budget.charge_diagnostic(self._check_cost)
 
     # -- the report (any thread: from the board) -------------------------------------------------------
 

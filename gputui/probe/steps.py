@@ -25,7 +25,7 @@ NO_LIGHT = (None, None, None)
 # measured whatever the budget, after at least this many steps, a gap that doubles while the growth
 # lasts (up to EVIDENCE_MAX), so that a long leak costs a handful of extra steps, not one in sixteen.
 EVIDENCE_STEPS = 16
-EVIDENCE_MAX = 512
+EVIDENCE_MAX = 256  # (half of leaks.KNOWN_WITHIN: a measured step always tells what grows)
 
 
 class StepEntry(NamedTuple):
