@@ -458,3 +458,59 @@ def test_a_request_is_taken_at_the_next_lean_step_end():
         assert p.board.sites.recording and p.board.wanted  # (recording: every step end does its part)
     finally:
         runtime.stop()
+
+
+@pytest.mark.parametrize("seed", [2, 5, 6, 10])
+def test_a_busy_machine_s_scatter_is_never_charged_as_what_readings_cost_the_steps_after_them(monkeypatch, seed):
+    # Issue 45: on a loaded machine the median of 31 differences between the step after a light reading and
+    # the step before came to 7.4 ms (steps of 130 ms, other processes' turns): charged as each reading's
+    # aftermath, it stopped the light readings for 900 steps. Here every step loses up to 100 ms to other
+    # processes, and the readings cost the next steps nothing: nothing is charged for it, and the light
+    # readings go on. (With these seeds the median came to +1 to +17 ms, and 0 to 2 of the last 400 steps
+    # were read.)
+    import random
+
+    rng = random.Random(seed)
+    clock = [0.0]
+    real_train_step = loops.train_step
+
+    def busy_train_step(job, *batch):
+        clock[0] += rng.uniform(0.0, 0.100)  # other processes' turns, in this step
+        return real_train_step(job, *batch)
+
+    monkeypatch.setattr(loops, "train_step", busy_train_step)
+    tracker = _fake_clock_job(0.004, 30e-6, 50e-6, 800, monkeypatch, light=35e-6, clock=clock)
+    after = tracker.budget.after_light.cost
+    assert after.per_step is not None and after.per_step <= 0.0, after.per_step
+    late = [e for e in tracker.board.entries() if e.step > 400 and e.record is None]
+    read = [e for e in late if e.host_allocated is not None or e.host_memory is not None]
+    assert len(read) >= 0.8 * len(late), (len(read), len(late))
+
+
+def test_a_keeper_search_does_not_hold_off_the_measured_steps(monkeypatch):
+    # A monitor asks for allocation sites (or a leak is called): the keeper search looks at the job's
+    # frames twice, 70 ms each here. Charged to the readings budget (0.4 % of 5 ms steps), that stopped
+    # the measured steps for some 7,000 steps; a diagnostic is in the account, not the readings' share.
+    from gputui.probe import keepers
+
+    real_look = keepers.look
+
+    def slow_look(frame=None, **kwargs):
+        clock.now += 0.070
+        return real_look(frame, **kwargs)
+
+    monkeypatch.setattr(keepers, "look", slow_look)
+    with JobClock().charging(monkeypatch) as clock:
+        probe = runtime.start(serve=False, clock=clock, auto_sites=False)
+        try:
+            job = loops.make_job()
+            loops.clean(job, 200)
+            probe.board.want_sites(12, True)
+            loops.clean(job, 1800)
+            report = probe.report()
+        finally:
+            runtime.stop()
+    assert report.recorded_steps  # (the search ran: the sites were recorded around it)
+    measured = [s.step for s in report.steps if s.categories is not None and s.step > 400]
+    assert len(measured) >= 10, measured
+    assert report.probe_cpu_seconds >= 0.140  # (both looks are in the probe's account)
