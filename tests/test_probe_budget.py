@@ -460,14 +460,14 @@ def test_a_request_is_taken_at_the_next_lean_step_end():
         runtime.stop()
 
 
-@pytest.mark.parametrize("seed", [2, 5, 6, 10])
+@pytest.mark.parametrize("seed", [1, 4, 5, 8])
 def test_a_busy_machine_s_scatter_is_never_charged_as_what_readings_cost_the_steps_after_them(monkeypatch, seed):
     # Issue 45: on a loaded machine the median of 31 differences between the step after a light reading and
     # the step before came to 7.4 ms (steps of 130 ms, other processes' turns): charged as each reading's
     # aftermath, it stopped the light readings for 900 steps. Here every step loses up to 100 ms to other
     # processes, and the readings cost the next steps nothing: nothing is charged for it, and the light
-    # readings go on. (With these seeds the median came to +1 to +17 ms, and 0 to 2 of the last 400 steps
-    # were read.)
+    # readings go on. (With these seeds the old estimate charged each reading milliseconds, and the light
+    # readings stopped; with half of 16 seeds, the old estimate failed this test.)
     import random
 
     rng = random.Random(seed)
