@@ -185,14 +185,20 @@ def test_the_whole_attach_is_bounded_in_time(tmp_path):
 
 def test_a_crafted_elf_costs_gputui_little(env):
     """The job maps a crafted ELF named like libpython (65,535 section headers over a sparse 64 MiB
-    symbol table): gputui skips it in a moment and attaches through the real interpreter."""
-    job = start_hostile(env, "crafted")
-    try:
-        out, cpu, peak_mib = measured(env, "attach", str(job.pid))
-        assert (out.returncode, out.stdout, out.stderr) == (0, armed(job.pid), "")
-        assert cpu < 5 and peak_mib < 100, (cpu, peak_mib)
-    finally:
-        stop(job)
+    symbol table): gputui skips it in a moment and attaches through the real interpreter, at the cost of
+    attaching to a plain job (measured in the same run: gdb's own share differs from machine to machine,
+    55 MiB on one, 590 MiB on another). Before the reader was bounded: 2.7-33 CPU s and +100-170 MiB."""
+    costs = {}
+    for mode in ("plain", "crafted"):
+        job = start_hostile(env, mode)
+        try:
+            out, cpu, peak_mib = measured(env, "attach", str(job.pid))
+            assert (out.returncode, out.stdout, out.stderr) == (0, armed(job.pid), "")
+            costs[mode] = cpu, peak_mib
+        finally:
+            stop(job)
+    (plain_cpu, plain_mib), (cpu, peak_mib) = costs["plain"], costs["crafted"]
+    assert cpu < plain_cpu + 2 and peak_mib < plain_mib + 40, costs
 
 
 def measured(env: dict, *args: str, limit: float = 60) -> tuple[subprocess.CompletedProcess, float, float]:

@@ -240,9 +240,14 @@ def test_a_real_process_s_huge_command_line_is_bounded_where_it_is_read():
     huge = "x" * 131_000
     child = subprocess.Popen(["/bin/sh", "-c", "sleep 30", huge, *["arg"] * 5000])
     try:
+        # Popen returns once the exec has begun; the kernel sets the new argv a moment later (the longer the
+        # argv, the longer the moment), and until then /proc/PID/cmdline reads empty.
+        deadline = time.monotonic() + 10
+        while not psutil.Process(child.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(psutil.Process(child.pid).cmdline()) == 5004  # as the kernel has it
         inspector = ProcessInspector(psutil, time.monotonic)
         (found,) = inspector.inspect([child.pid]).values()
-        assert len(psutil.Process(child.pid).cmdline()) == 5004  # as the kernel has it
         assert found.command[:3] == ("/bin/sh", "-c", "sleep 30")
         kept = COMMAND_LIMIT - len("/bin/sh-csleep 30")
         assert found.command[3] == "x" * kept + f"...(cut {131_000 - kept} characters)"

@@ -100,7 +100,9 @@ def _config(tmp_path: Path) -> Path:
     remote = f"cd {ROOT} && {sys.executable} -m gputui"
     commands = "".join(f'{alias} = "{remote} --demo {scenario}"\n' for alias, scenario in SCENARIOS.items())
     path = tmp_path / "config.toml"
-    path.write_text(f'[hosts]\ncommand = "{remote} --demo workstation"\nwait = 30\n'
+    # wait: how long --json waits for the hosts that have not answered. All of them answer within seconds;
+    # the margin is for a loaded CI machine (one run saw nogputui's ssh still connecting at 30 s).
+    path.write_text(f'[hosts]\ncommand = "{remote} --demo workstation"\nwait = 90\n'
                     f'[hosts.commands]\n{commands}nogputui = "gputui-is-not-installed-here"\n')
     return path
 
