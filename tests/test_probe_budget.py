@@ -514,3 +514,27 @@ def test_a_keeper_search_does_not_hold_off_the_measured_steps(monkeypatch):
     measured = [s.step for s in report.steps if s.categories is not None and s.step > 400]
     assert len(measured) >= 10, measured
     assert report.probe_cpu_seconds >= 0.140  # (both looks are in the probe's account)
+
+
+def test_the_light_figure_is_read_every_16_steps_whatever_the_budget(monkeypatch):
+    # Issue 45: on a loaded machine a job's light readings stopped at step 66 (its budget overcharged) and
+    # its warm-up, flat from step 100, was still called a leak at step 500 on the readings of step 66.
+    # Here the budget is overcharged outright (a 2 s stall charged whole at step 50): the light figure is
+    # still read at least every LIGHT_EVERY steps.
+    from gputui.probe.steps import LIGHT_EVERY
+
+    real_light = stepping.Stepping._light_reading
+
+    def light_reading(self):
+        if self.step_count == 50:
+            self.budget.charge(2.0)  # (as a stall inside a reading, charged whole)
+        return real_light(self)
+
+    monkeypatch.setattr(stepping.Stepping, "_light_reading", light_reading)
+    tracker = _fake_clock_job(0.004, 5e-6, 50e-6, 600, monkeypatch, light=10e-6)
+    assert tracker.budget.charged > 0.004 * tracker.elapsed  # (the budget says no reading at all)
+    read = [e.step for e in tracker.board.entries()
+            if e.step > 60 and (e.record is not None or e.host_allocated is not None or e.host_memory is not None)]
+    assert read and read[0] <= 60 + LIGHT_EVERY, read
+    assert max(b - a for a, b in zip(read, read[1:])) <= LIGHT_EVERY, read
+    assert read[-1] >= 600 - LIGHT_EVERY, read

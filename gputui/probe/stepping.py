@@ -29,6 +29,7 @@ from gputui.probe.steps import (
     BACKWARD,
     FORWARD,
     IDLE,
+    LIGHT_EVERY,
     LIGHT_FIGURES,
     NO_LIGHT,
     OPTIMIZER,
@@ -98,6 +99,7 @@ class Stepping:
         self._measuring = True
         self._lean = False  # the next step end may take the lean path (see _optimizer_post)
         self._lean_steps = 0  # steps that took it since the budget last saw one (see _add_lean_steps)
+        self._last_light = 0  # the latest step whose light figure (or whole reading) was read
         self._calibrating = True  # the lean steps' cost is still being timed (HookCost)
         self._wall_offset = 0.0  # wall clock less the step clock, at the latest full step end
         self.resident = ResidentMemory()
@@ -216,7 +218,8 @@ class Stepping:
             budget = self.budget
             # (A step's light reading is judged on the time seen up to its start, as light_ok.)
             started = self._step_started
-            if self._lean and now < budget.measure_from and started is not None and started < budget.light_from:
+            if (self._lean and now < budget.measure_from and started is not None and started < budget.light_from
+                    and self.step_count - self._last_light < LIGHT_EVERY - 1):
                 self._lean_step_end(now, started, budget)
             else:
                 self._end_step(now)
@@ -257,17 +260,19 @@ class Stepping:
             if end is not None:
                 self.board.add_measured(entry)
             self.last_measured = end is not None
+            self._last_light = count
             light, light_seconds, light_path = None, 0.0, 0.0
             # Saved tensors are seen only in measured steps (the hooks are pushed only then): their
             # calls are charged to the step that starts now, as its readings' own.
             carried = self.activations.take_packs() * PACK_COST
         else:
             self.phase = IDLE
-            if budget.light_ok:
+            if budget.light_ok or count - self._last_light >= LIGHT_EVERY:
                 light_started = self.clock()
                 light = self._light_reading()
                 light_seconds = self.clock() - light_started
                 light_path = self.hook_cost.beyond_lean  # (a light reading's step end is never lean)
+                self._last_light = count
             else:
                 light, light_seconds, light_path = NO_LIGHT, 0.0, 0.0
             self.board.steps.append(light_entry(StepEntry, (count, self._wall_offset + now, duration,

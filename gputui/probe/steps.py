@@ -26,6 +26,12 @@ NO_LIGHT = (None, None, None)
 # lasts (up to EVIDENCE_MAX), so that a long leak costs a handful of extra steps, not one in sixteen.
 EVIDENCE_STEPS = 16
 EVIDENCE_MAX = 256  # (half of leaks.KNOWN_WITHIN: a measured step always tells what grows)
+# The light figure is read at least every LIGHT_EVERY steps whatever the budget says: a verdict rests on
+# it, and a budget overcharged once (a stall timed inside a reading, a busy machine's scatter taken for a
+# reading's cost) must not freeze the evidence. On a loaded machine the light readings of a job stopped
+# at step 66 and its warm-up, flat from step 100, was still called a leak at step 500 (issue 45). Cheap:
+# a light reading is microseconds (mallinfo2, or the CUDA allocator's counters), one in 16 steps.
+LIGHT_EVERY = 16
 
 
 class StepEntry(NamedTuple):
