@@ -7,7 +7,6 @@ mode of the monitor ever loads torch.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import re
 import sys
@@ -23,9 +22,6 @@ from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Option
 
 if TYPE_CHECKING:
     import argparse
-
-# What only parsing loads: main() lets them go once the arguments are read (_let_the_parser_go).
-PARSING_ONLY = ("argparse", "gettext")
 
 
 def _invalid(message: str) -> Exception:
@@ -94,8 +90,8 @@ DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
 def _argparse_classes() -> tuple[type[argparse.ArgumentParser], type[argparse.Action]]:
-    """gputui's parser and its list action, made when a parser is built: as module-level subclasses they
-    would keep argparse loaded after parsing (see _let_the_parser_go)."""
+    """gputui's parser and its list action, made when a parser is built (argparse is imported for parsing,
+    not with this module)."""
     import argparse
 
     class Parser(argparse.ArgumentParser):
@@ -464,9 +460,7 @@ def _current_user() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    loaded = set(sys.modules)
     options = parse(argv)  # argparse writes --help to stderr when stdout is closed
-    _let_the_parser_go(loaded)
     if sys.stdout is None and not _quiet(options):  # started with stdout closed (gputui >&-)
         if sys.stderr is not None:
             print("gputui: standard output is closed: nothing to show on", file=sys.stderr)
@@ -487,18 +481,6 @@ def main(argv: list[str] | None = None) -> int:
         # `gputui --json | head` closed the pipe: not an error worth a traceback.
         sys.stderr.close()
         return 0
-
-
-def _let_the_parser_go(loaded: set[str]) -> None:
-    """Unload what parsing alone loaded (argparse and its gettext, unless ``loaded`` had them) and free it,
-    with the garbage the start has made so far: 0.5 MiB of the live monitor's RSS, which the Textual it
-    loads next reuses (issue 31 item 21). Nothing of gputui keeps a reference to argparse (the parser's
-    classes are made per parser). A full collection: the younger ones leave most of it (0.6 MiB) to a
-    later one; it takes 3 ms here, before the first frame."""
-    for name in PARSING_ONLY:
-        if name not in loaded:
-            sys.modules.pop(name, None)
-    gc.collect()
 
 
 def _quiet(options: Options) -> bool:

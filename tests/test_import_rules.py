@@ -178,24 +178,6 @@ def test_the_monitor_of_this_machine_loads_no_many_host_view():
     assert printed_last(code) == []
 
 
-def test_the_command_line_parser_is_let_go_before_a_mode_runs():
-    """argparse (and the gettext it loads) read the arguments, then are unloaded and collected with the rest of
-    the start's garbage: the live monitor runs for hours without them, and Textual loads into their memory
-    (issue 31 item 21: 0.5 MiB of the monitor's RSS)."""
-    code = (
-        "import gc, sys\n"
-        "from gputui import cli\n"
-        "def dispatch(options):\n"
-        "    left = [o for o in gc.get_objects() if getattr(o, '__module__', None) in ('argparse', 'gettext')]\n"
-        "    print(repr((options.mode, options.interval, options.only, len(left), 'argparse' in sys.modules)))\n"
-        "    return 0\n"
-        "cli._dispatch = dispatch\n"
-        "sys.exit(cli.main(['--demo', '--interval', '2', '--only', '0', '1']))\n"
-    )
-    # their classes and functions, not only the modules' names: the memory is freed
-    assert printed_last(code) == ("tui", 2.0, ("0", "1"), 0, False)
-
-
 def test_judging_a_job_loads_no_advice_rules():
     """A job is judged every sample (its ranks side by side, ranked advice): that needs the order advice
     is shown in (analysis/ranking.py), not the rules that write a process's advice, which load with the

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import platform
 import pty
 import re
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -19,9 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from gputui.collect.sim import SimulatedMachine, native
-from gputui.collect.sim.library import Nvml
 
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = (b"\x1b[?1049l", b"\x1b[?1000l")  # left the alternate screen, mouse reporting off
@@ -187,52 +182,6 @@ def test_ctrl_c_exits_0_with_the_terminal_restored(env):
     assert term.wait() == 0
     assert all(code in bytes(term.out[-400:]) for code in RESTORED)
     assert b"Traceback" not in term.out
-
-
-def test_the_running_monitor_has_no_openssl_loaded(env, tmp_path):
-    """OpenSSL is 4-8 MB of RSS that the monitor has no use for: asyncio imports ssl to offer TLS
-    (ui/launch.py's leave_out_tls), the probe's server imports secrets (link/peers.py keeps the client
-    apart from it). The monitor as on a real driver (the simulated libnvidia-ml), probes watched."""
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("no C compiler for the simulated libnvidia-ml")
-    library = native.build(tmp_path / "nvmlsim")
-    state = tmp_path / "state"
-    machine = SimulatedMachine("training-node")
-    machine.freeze(1000.0)
-    native.write_state(state, native.state_text(Nvml(machine)))
-    term = Terminal({**env, "LD_LIBRARY_PATH": str(library.parent), native.STATE_VARIABLE: str(state)})
-    term.drawn()
-    maps = Path(f"/proc/{term.pid}/maps").read_text()
-    os.write(term.fd, b"q")
-    assert term.wait() == 0
-    assert "nvmlsim" in maps or "libnvidia-ml" in maps  # the monitor's own maps, on the driver's path
-    assert "_ssl." not in maps and "libssl" not in maps and "libcrypto" not in maps
-
-
-def thread_arenas(maps: str) -> list[str]:
-    """glibc's per-thread malloc arenas in a /proc/PID/maps text: an anonymous reservation of
-    64 MiB (HEAP_MAX_SIZE) at an address aligned to it, its unused tail mapped without access."""
-    found = []
-    for line in maps.splitlines():
-        fields = line.split()
-        start, end = (int(part, 16) for part in fields[0].split("-"))
-        if len(fields) == 5 and fields[1] == "---p" and end % (64 << 20) == 0 and end - start > (1 << 20):
-            found.append(line)
-    return found
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
-def test_the_running_monitor_keeps_to_one_malloc_arena(env):
-    """The monitor's threads (the opening thread, Textual's writer and input threads, the sampling
-    worker) allocate little: each in an arena of its own held 0.5-1.9 MB more of resident memory
-    (ui/launch.py's one_malloc_arena)."""
-    term = Terminal(env, "--demo")
-    term.drawn()
-    time.sleep(1.5)  # a few samples taken by the worker thread
-    maps = Path(f"/proc/{term.pid}/maps").read_text()
-    os.write(term.fd, b"q")
-    assert term.wait() == 0
-    assert thread_arenas(maps) == []
 
 
 def run_on_a_terminal(env, command: str) -> tuple[subprocess.CompletedProcess, bytes]:

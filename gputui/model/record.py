@@ -5,9 +5,6 @@ class: about 4 KB per class, 0.17 MB of resident memory for the model's classes 
 item 21). A record is ``@dataclass(frozen=True, eq=False, repr=False)`` over :class:`Record`, whose three
 mean what dataclass's do: equal when of the same class with equal fields, hashed by those fields, shown as
 ``Name(field=value, ...)``.
-
-A frozen dataclass also compiles a ``__setattr__`` and a ``__delattr__`` of its own (2.5 KB a class, 0.2 MB in
-the live monitor): :func:`share_frozen_methods` swaps them for one pair that says the same.
 """
 
 from __future__ import annotations
@@ -52,28 +49,3 @@ def _compared(cls: type) -> Callable[[Any], tuple]:
 @cache
 def _shown(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.repr)
-
-
-def _assign(self: object, name: str, value: object) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-
-def _delete(self: object, name: str) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def share_frozen_methods() -> int:
-    """Give every record class loaded so far the one ``__setattr__`` and ``__delattr__`` above in place of the
-    pair its frozen dataclass compiled (which, on a class of its own, refuse every name as these do); the
-    compiled pairs are freed. Returns how many classes were changed; classes loaded later keep their own."""
-    changed = 0
-    pending = Record.__subclasses__()
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        own = vars(cls)
-        if "__setattr__" in own and own["__setattr__"] is not _assign:  # only frozen dataclasses define one
-            type.__setattr__(cls, "__setattr__", _assign)
-            type.__setattr__(cls, "__delattr__", _delete)
-            changed += 1
-    return changed

@@ -60,11 +60,6 @@ Requester = Callable[[int, str, dict[str, Any]], Any]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
-# When the monitor settles its memory (launch.settle_memory): once its first frame is up, and again when
-# the third sample is drawn. Startup's one-off work goes on a moment past the first frame (the footer
-# is composed twice more for the first bindings): settled once only, what it then dropped was set aside
-# from the collector for good, 20 footer keys and the first frames' strips, about 350 kB.
-SETTLE_AFTER_SAMPLES = (1, 3)
 
 
 class SnapshotReady(Message):
@@ -153,17 +148,14 @@ class GpuTuiApp(App[int]):
                  history: History | None = None, autostart: bool = True,
                  requester: Requester | None = None, banner: str | None = None,
                  first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None,
-                 settle: Callable[[], None] | None = None) -> None:
+                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
         """``source``: this machine's Sampler, the many-host view's HostsSampler, a recording's Replay;
         ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
         ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
         ``as_root``: gputui runs as root (the header says so: its signals reach every process);
-        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none;
-        ``settle``: run after the first frame and again a few samples in (``launch.settle_memory``: in the
-        monitor's own process only, never in a test's)."""
+        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
@@ -200,8 +192,6 @@ class GpuTuiApp(App[int]):
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
         self._first_sample = first_sample
-        self._settle = settle
-        self._settles_due = list(SETTLE_AFTER_SAMPLES) if settle is not None else []
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
         self.theme = THEMES.get(theme, theme)
@@ -385,8 +375,6 @@ class GpuTuiApp(App[int]):
                 screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
-        if self._settles_due and self.samples >= self._settles_due[0]:
-            self.call_after_refresh(self._settle_due)
 
     @property
     def position(self) -> str | None:
@@ -396,12 +384,6 @@ class GpuTuiApp(App[int]):
     def _first_frame(self) -> None:
         if self.first_frame_at is None:
             self.first_frame_at = time.monotonic()
-
-    def _settle_due(self) -> None:
-        # Once for each of SETTLE_AFTER_SAMPLES, though two samples may each have asked for it.
-        if self._settle is not None and self._settles_due and self.samples >= self._settles_due[0]:
-            del self._settles_due[0]
-            self._settle()
 
     # -- screens -----------------------------------------------------------------------------
 

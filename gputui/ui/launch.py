@@ -10,9 +10,7 @@ imports Textual before the sampler is on its way.
 
 from __future__ import annotations
 
-import gc
 import os
-import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
@@ -20,7 +18,6 @@ from typing import TYPE_CHECKING, Callable
 from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.model import Snapshot
-from gputui.model.record import share_frozen_methods
 from gputui.options import Options
 from gputui.ui.ahead import Ahead
 from gputui.ui.config import UiConfig
@@ -30,7 +27,6 @@ from gputui.ui.sampler import NoDriverSource, Sampler, Source
 if TYPE_CHECKING:  # the many-host view's: not loaded by the live monitor of this machine
     from gputui.fleet.entries import HostEntry
 
-M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most arenas malloc may make
 EARLY_WAIT = 0.3  # seconds the first sample is waited for before Textual is imported (about its import time)
 NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed processes are shown "
                     "from their probes.")
@@ -53,8 +49,6 @@ def checked_config(options: Options) -> UiConfig:
 def run_tui(options: Options) -> int:
     """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
     drawing."""
-    leave_out_tls()
-    one_malloc_arena()
     config = checked_config(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
@@ -64,8 +58,6 @@ def run_tui(options: Options) -> int:
             # it the early frame; a driver slow to open is left to overlap the import after all.
             first_sample.done(timeout=EARLY_WAIT)
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
-
-        share_frozen_methods()  # the records' classes are loaded: one pair of frozen methods for all (0.2 MB)
 
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
         app = GpuTuiApp(
@@ -82,7 +74,6 @@ def run_tui(options: Options) -> int:
             banner=banner,
             first_sample=first_sample,
             alerts=options.alerts if isinstance(options.alerts, AlertSettings) else None,
-            settle=settle_memory,
         )
     try:
         app.run()
@@ -96,9 +87,6 @@ def run_tui(options: Options) -> int:
 def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     """Open the many-host monitor (``--hosts``): every host's connection starts at once, and the
     monitor draws each host as its first snapshot comes in."""
-    if not any(entry.url and entry.url.startswith("https:") for entry in entries):
-        leave_out_tls()
-    one_malloc_arena()
     config = checked_config(options)
     interval = options.interval or config.interval or 1.0
     from gputui.fleet.fleet import Fleet
@@ -111,7 +99,7 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
         fleet.start()
         app = GpuTuiApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
                         theme=options.theme or config.theme or "dark", columns=config.columns,
-                        keymap=config.keys, handle_signals=True, settle=settle_memory)
+                        keymap=config.keys, handle_signals=True)
         app.run()
     finally:
         sampler.close()  # every ssh child ends with the monitor
@@ -120,7 +108,6 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
 
 def run_replay(options: Options) -> int:
     """Open the monitor on the recording ``options.extra["file"]`` (``gputui replay FILE``)."""
-    leave_out_tls()
     config = checked_config(options)
     from gputui.record.run import open_recording
     from gputui.ui.app import GpuTuiApp
@@ -128,56 +115,9 @@ def run_replay(options: Options) -> int:
 
     recording = open_recording(str(options.extra["file"]))
     app = GpuTuiApp(Replay(recording), ascii=options.ascii, theme=options.theme or config.theme or "dark",
-                    columns=config.columns, keymap=config.keys, handle_signals=True, settle=settle_memory)
+                    columns=config.columns, keymap=config.keys, handle_signals=True)
     app.run()
     return app.return_code or 0
-
-
-def leave_out_tls() -> None:
-    """Keep OpenSSL out of the monitor's process: it never opens a TLS connection, but asyncio (under
-    Textual) imports ``ssl`` to offer them, and that import maps libcrypto and libssl: 4.2 MB of a
-    46 MB process (bench/bench_vs_nvitop.py). A None entry in sys.modules is the import system's own
-    way to say a module is absent; asyncio then goes without TLS, as on a Python built without
-    OpenSSL. Where something has imported ``ssl`` already, it stays; a many-host view reading an
-    https URL keeps it."""
-    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
-
-
-def one_malloc_arena() -> None:
-    """Have the monitor's threads share the main thread's malloc arena (glibc's M_ARENA_MAX, 1).
-
-    glibc gives each thread that allocates an arena of its own, and what one thread frees stays in
-    its arena for that thread: the opening thread (which imports the collectors and takes the first
-    sample), Textual's writer and input threads and the sampling worker held 0.5-1.9 MB of resident
-    memory in arenas of their own (bench/bench_vs_nvitop.py). They allocate little and seldom, so one
-    lock for all costs nothing here. Called before the monitor starts a thread; never in the probe,
-    which lives in someone else's process. Elsewhere than glibc (no mallopt) nothing changes."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
-    except (OSError, AttributeError):  # no C library to open by that name, or one without mallopt
-        pass
-
-
-def settle_memory() -> None:
-    """Once the first frame is up: set what the monitor has built aside from the garbage collector's
-    rounds (``gc.freeze``), and let a full round come after each round of the middle generation.
-
-    Textual's strips point at themselves through their caches, so each line drawn is garbage only a
-    collection finds; those that outlive a young round were kept until a full one, which Python runs
-    when the old objects have grown by a quarter: a minute or more with the 65,000 objects of startup
-    (modules, classes, widgets) counted. That garbage was 1-2 MB of the monitor's memory a minute in
-    (bench/bench_rss.py). Frozen, startup's objects are neither counted nor scanned again, so a full
-    round reads only the few thousand objects made since (under a millisecond) and comes every few
-    seconds. What was set aside and dropped since is garbage no round finds: settling again (the app does,
-    a few samples in) first puts it all back, so a full round finds it."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-    gc.collect()  # counts the old objects again, without the frozen ones
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, 1)
 
 
 def open_sampler(options: Options) -> tuple[Sampler, str | None]:
