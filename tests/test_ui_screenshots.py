@@ -1,5 +1,6 @@
-"""The README's pictures: every picture scripts/screenshots.py makes is linked from README.md, exists,
-and is the size of a terminal a user has (none taller than 40 rows or wider than 120 columns)."""
+"""The pictures of README.md and docs/: every picture scripts/screenshots.py makes is linked from one of
+them, exists, and is the size of a terminal a user has (none taller than 40 rows or wider than 120
+columns)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,16 @@ def pictures() -> tuple:
     raise AssertionError("scripts/screenshots.py has no PICTURES")
 
 
-def test_readme_links_every_picture_the_script_makes():
+def linked_pictures() -> set[str]:
+    """The screenshots README.md (screenshots/NAME.png) and the pages of docs/ (../screenshots/) show."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    return {name for page in pages
+            for name in re.findall(r"\]\((?:\.\./)?screenshots/([\w-]+)\.png\)", page.read_text())}
+
+
+def test_the_docs_link_every_picture_the_script_makes():
     made = {name for name, *_ in pictures()}
-    linked = set(re.findall(r"\]\(screenshots/([\w-]+)\.png\)", (ROOT / "README.md").read_text()))
+    linked = linked_pictures()
     assert made == linked, {"not linked": made - linked, "not made": linked - made}
     for name in made:
         assert (ROOT / "screenshots" / f"{name}.png").is_file(), name
