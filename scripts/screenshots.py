@@ -1,4 +1,4 @@
-"""Render the README's pictures of the live monitor into screenshots/ (SVG, and PNG via rsvg-convert).
+"""Render the live monitor's pictures for README.md and docs/ into screenshots/ (SVG, and PNG via rsvg-convert).
 
 Deterministic: simulated scenarios on a fixed clock (tests/still.py), times shown in UTC. Run after
 a change to the monitor's look:  python scripts/screenshots.py [NAME ...]  (PICTURES' names; none: all)
@@ -32,7 +32,7 @@ OUT = ROOT / "screenshots"
 # screen to scroll to the top (None: the top of the screen). Every picture is a size a terminal
 # shows; the detail screen is taller than that, so its top, its probe view and its analysis are
 # pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
-# README.md links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
+# README.md or a docs/ page links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
 # table of host names, the picture is the many-host view (None: a host that does not answer); where
 # it is "replay:SCENARIO", gputui replay of that scenario recorded for 180 s, paused at 2:00. An optional
 # seventh item "alerts": the app raises alerts, shown as toasts (no bell, no desktop notification).
