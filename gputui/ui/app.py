@@ -192,6 +192,7 @@ class GpuTuiApp(App[int]):
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
         self._first_sample = first_sample
+        self._screens_opened = False  # a process's, a job's or the waste screen: their modules are loaded
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
         self.theme = THEMES.get(theme, theme)
@@ -365,14 +366,16 @@ class GpuTuiApp(App[int]):
             self.main.render_snapshot()
         else:
             self.main.stale = True
-            from gputui.ui.screens.detail import ProcessDetail
-            from gputui.ui.screens.job_detail import JobDetail
-            from gputui.ui.screens.waste import WasteScreen
+            # Never opened, none of them shows: not imported just to ask (2.5 MB with the plotting library).
+            if self._screens_opened:
+                from gputui.ui.screens.detail import ProcessDetail
+                from gputui.ui.screens.job_detail import JobDetail
+                from gputui.ui.screens.waste import WasteScreen
 
-            if isinstance(screen, (ProcessDetail, JobDetail)):
-                self.show_detail(screen)
-            elif isinstance(screen, WasteScreen):
-                screen.show(self.waste_views())
+                if isinstance(screen, (ProcessDetail, JobDetail)):
+                    self.show_detail(screen)
+                elif isinstance(screen, WasteScreen):
+                    screen.show(self.waste_views())
         if self.first_frame_at is None:
             self.call_after_refresh(self._first_frame)
 
@@ -399,6 +402,7 @@ class GpuTuiApp(App[int]):
             screen = ProcessDetail(pid, None, ascii=self.ascii, host=host)
         else:
             raise TypeError("open_detail: give a process or a pid")
+        self._screens_opened = True
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
 
@@ -407,6 +411,7 @@ class GpuTuiApp(App[int]):
         from gputui.ui.screens.job_detail import JobDetail
 
         screen = JobDetail(key, ascii=self.ascii, host=host)
+        self._screens_opened = True
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
 
@@ -417,6 +422,7 @@ class GpuTuiApp(App[int]):
         if isinstance(self.screen, WasteScreen):
             return
         screen = WasteScreen()
+        self._screens_opened = True
         self.push_screen(screen)
         self.call_after_refresh(lambda: screen.show(self.waste_views()))
 
