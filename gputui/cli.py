@@ -1,4 +1,5 @@
-"""Command line: parse arguments and hand over to one mode (tui, once, json, watch, run, attach ...).
+"""Command line: parse arguments, read the config file once (the modes that use it), and hand over to
+one mode (tui, once, json, watch, run, attach ...).
 
 Each mode's module is imported only when chosen, so ``gputui --once`` never loads Textual and no
 mode of the monitor ever loads torch.
@@ -6,6 +7,7 @@ mode of the monitor ever loads torch.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -17,23 +19,31 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gputui import __version__, units
 from gputui.errors import UserError
+from gputui.model.alert import WEBHOOK_FORMATS
 from gputui.model.estimate import OPTIMIZER_CHOICES, PRECISIONS
-from gputui.options import SCENARIOS, SERVE_INTERVAL, SERVE_LISTEN, Mode, Options
+from gputui.options import (
+    SCENARIOS,
+    SERVE_INTERVAL,
+    SERVE_LISTEN,
+    THEMES,
+    DemoTrainOptions,
+    EstimateOptions,
+    Mode,
+    Options,
+    RecordOptions,
+    ReplayOptions,
+    ServeOptions,
+)
 
 if TYPE_CHECKING:
-    import argparse
+    from gputui.config import Config
 
-
-def _invalid(message: str) -> Exception:
-    """argparse's error for an option's bad value (argparse is imported while parsing only)."""
-    from argparse import ArgumentTypeError
-
-    return ArgumentTypeError(message)
+_invalid = argparse.ArgumentTypeError  # an option's bad value: argparse says which option, then why
 
 
 def _seconds(text: str) -> float:
     """An interval in seconds, checked by the same rule as the config file's ``interval``."""
-    from gputui.ui.config import interval_problem
+    from gputui.config import interval_problem
 
     try:
         value = float(text)
@@ -89,46 +99,37 @@ COMMANDS = ("run", "attach", "detach", "probes", "probe", "demo-train", "serve",
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
-def _argparse_classes() -> tuple[type[argparse.ArgumentParser], type[argparse.Action]]:
-    """gputui's parser and its list action, made when a parser is built (argparse is imported for parsing,
-    not with this module)."""
-    import argparse
+class Parser(argparse.ArgumentParser):
+    """argparse with a useful word for a stray argument instead of "invalid choice: '1'"."""
 
-    class Parser(argparse.ArgumentParser):
-        """argparse with a useful word for a stray argument instead of "invalid choice: '1'"."""
-
-        def error(self, message: str) -> NoReturn:
-            stray = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
-            if stray:
-                word = stray.group(1)
-                if re.fullmatch(r"\d+(\.\d*)?", word):
-                    message = (f"unexpected {word!r}: for seconds between samples use --interval {word} "
-                               f"(live monitor) or --watch {word} (printing); for GPUs, --only {word}")
-                else:
-                    message = f"{word!r} is not a command (commands: {', '.join(COMMANDS)})"
-            super().error(message)
-
-    class Joined(argparse.Action):
-        """Values given space-separated (nvitop, gpustat) or comma-separated, as one tuple."""
-
-        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                     values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
-            assert isinstance(values, list)  # nargs="+": a list of the tuples _name_list or _pid_list made
-            items = tuple(item for value in values for item in value)
-            command = next((item for item in items if item in COMMANDS), None)
-            if command is not None:  # `--only 0 run -- ...`: the list swallowed the command
-                parser.error(f"{option_string} {' '.join(items)}: {command!r} is a command, not a GPU; "
-                             f"before a command, write the list with commas ({option_string} 0,1)")
-            setattr(namespace, self.dest, items)
-
-    return Parser, Joined
+    def error(self, message: str) -> NoReturn:
+        stray = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
+        if stray:
+            word = stray.group(1)
+            if re.fullmatch(r"\d+(\.\d*)?", word):
+                message = (f"unexpected {word!r}: for seconds between samples use --interval {word} "
+                           f"(live monitor) or --watch {word} (printing); for GPUs, --only {word}")
+            else:
+                message = f"{word!r} is not a command (commands: {', '.join(COMMANDS)})"
+        super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import argparse
+class Joined(argparse.Action):
+    """Values given space-separated (nvitop, gpustat) or comma-separated, as one tuple."""
 
-    parser_class, joined = _argparse_classes()
-    parser = parser_class(
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        assert isinstance(values, list)  # nargs="+": a list of the tuples _name_list or _pid_list made
+        items = tuple(item for value in values for item in value)
+        command = next((item for item in items if item in COMMANDS), None)
+        if command is not None:  # `--only 0 run -- ...`: the list swallowed the command
+            parser.error(f"{option_string} {' '.join(items)}: {command!r} is a command, not a GPU; "
+                         f"before a command, write the list with commas ({option_string} 0,1)")
+        setattr(namespace, self.dest, items)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="gputui",
         description="Terminal monitor for NVIDIA GPUs, with a PyTorch memory probe.",
         epilog="Without a GPU, try: gputui --demo",
@@ -158,19 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--demo-processes", type=_count("process", "processes"), metavar="N", help=argparse.SUPPRESS)
     filters = parser.add_argument_group("filters")
     filters.add_argument("--only", type=_name_list, default=(), metavar="GPUS", nargs="+",
-                         action=joined,
+                         action=Joined,
                          help="only these GPUs: NVML indices or UUIDs (--only 0,2 or --only 0 2)")
     filters.add_argument("--only-visible", action="store_true",
                          help="only the GPUs CUDA_VISIBLE_DEVICES exposes")
     filters.add_argument("--user", type=_name_list, default=(), metavar="USERS", nargs="?",
                          const=None, help="only processes of these users (default: you)")
     filters.add_argument("--pid", type=_pid_list, default=(), metavar="PIDS", nargs="+",
-                         action=joined, help="only these processes (--pid 1,2 or --pid 1 2)")
+                         action=Joined, help="only these processes (--pid 1,2 or --pid 1 2)")
     look = parser.add_argument_group("looks and safety")
     look.add_argument("--ascii", action="store_true", help="no box-drawing or braille characters")
     look.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
     look.add_argument("--readonly", action="store_true", help="disable sending signals")
-    look.add_argument("--theme", choices=("dark", "light"), help="colour theme of the live monitor")
+    look.add_argument("--theme", choices=THEMES, help="colour theme of the live monitor")
     look.add_argument("--config", metavar="PATH", help="config file (default: XDG config dir)")
 
     _add_alert_options(parser.add_argument_group("alerts (the monitor, --watch, serve, record)"))
@@ -249,7 +250,8 @@ def _add_alert_options(group: Any, default: Any = None) -> None:
     group.add_argument("--alert-command", metavar="CMD", default=default,
                        help="run CMD for each alert delivery: the alerts as JSON on stdin, GPUTUI_ALERT_* set")
     group.add_argument("--alert-webhook", metavar="URL", default=default, help="POST each alert delivery to URL")
-    group.add_argument("--alert-webhook-format", choices=("json", "slack", "ntfy"), default=default,
+    group.add_argument("--alert-webhook-format", choices=WEBHOOK_FORMATS,
+                       default=default,
                        help="the webhook's body (default json)")
     group.add_argument("--alert-oom-within", type=_duration, metavar="D", default=default,
                        help="alert when memory runs out within D (default 30m)")
@@ -303,8 +305,6 @@ def _duration(text: str) -> float:
 
 
 def _add_record_commands(sub: Any) -> None:
-    import argparse
-
     record = sub.add_parser("record", help="record what the monitor sees to FILE, for gputui replay")
     record.add_argument("file", metavar="FILE")
     _add_alert_options(record, argparse.SUPPRESS)
@@ -404,31 +404,32 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.subcommand == "probe":
         return Options(mode="probe", pid=args.target, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "oom":
-        return Options(mode="oom", extra={"file": args.file}, **{**common, "json": args.sub_json or args.json})
+        return Options(mode="oom", file=args.file, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "record":
         interval = args.interval if args.record_interval is None else args.record_interval
-        return Options(mode="record", extra={"file": args.file, "duration": args.duration,
-                                             "max_size": args.max_size}, **{**common, "interval": interval})
+        record = RecordOptions(file=args.file, duration=args.duration, max_size=args.max_size)
+        return Options(mode="record", record=record, **{**common, "interval": interval})
     if args.subcommand == "replay":
         printing = args.sub_once or args.sub_json or args.once or args.json
         if args.at is not None and not printing:
             parser.error("replay: --at goes with --once or --json (in the monitor, seek with its keys)")
-        return Options(mode="replay", extra={"file": args.file, "at": args.at, "print": printing},
-                       **{**common, "json": args.sub_json or args.json})
+        replay = ReplayOptions(file=args.file, at=args.at, print=printing)
+        return Options(mode="replay", replay=replay, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
-        return Options(mode="demo-train", extra={"steps": args.steps, "leak": args.leak}, **common)
+        return Options(mode="demo-train", demo_train=DemoTrainOptions(args.steps, args.leak), **common)
     if args.subcommand == "estimate":
-        extra = {key: getattr(args, key) for key in (
-            "job", "batch_size", "optimizer", "precision", "checkpointing", "device_memory", "gpu",
-            "max_batch", "zero_gpus", "fsdp2", "no_what_if")}
-        return Options(mode="estimate", extra=extra, **{**common, "json": args.sub_json or args.json})
+        estimate = EstimateOptions(
+            job=args.job, batch_size=args.batch_size, optimizer=args.optimizer, precision=args.precision,
+            checkpointing=args.checkpointing, device_memory=args.device_memory, gpu=args.gpu,
+            max_batch=args.max_batch, zero_gpus=args.zero_gpus, fsdp2=args.fsdp2, what_if=not args.no_what_if)
+        return Options(mode="estimate", estimate=estimate, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
         if args.tls_key and not args.tls_cert:
             parser.error("serve: --tls-key goes with --tls-cert")
         interval = args.interval if args.serve_interval is None else args.serve_interval
-        extra = {key: getattr(args, key) for key in (
-            "listen", "basic_auth_file", "tls_cert", "tls_key", "hash_password")}
-        return Options(mode="serve", extra=extra, **{**common, "interval": interval})
+        serve = ServeOptions(listen=args.listen, basic_auth_file=args.basic_auth_file, tls_cert=args.tls_cert,
+                             tls_key=args.tls_key, hash_password=args.hash_password)
+        return Options(mode="serve", serve=serve, **{**common, "interval": interval})
     if args.watch is not None:
         return Options(mode="watch", watch=args.watch, **common)
     if args.json:
@@ -466,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             print("gputui: standard output is closed: nothing to show on", file=sys.stderr)
         return 2
     try:
-        return _dispatch(options)
+        options, config = _configured(options)
+        return _dispatch(options, config)
     except UserError as exc:
         from gputui.untrusted import harmless
 
@@ -486,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
 def _quiet(options: Options) -> bool:
     """Whether the mode writes nothing on standard output: ``gputui serve`` (under systemd, or
     ``>&-``) says where it listens on stderr and answers over HTTP; only --hash-password prints."""
-    return options.mode == "serve" and options.extra.get("hash_password") is None
+    return options.mode == "serve" and options.serve.hash_password is None
 
 
 def _no_live_monitor(terminal: ModuleType) -> str | None:
@@ -507,37 +509,25 @@ def _stdin_is_terminal() -> bool:
         return False
 
 
-def _check_config(options: Options) -> None:
-    """The monitor's check of the config file, so every mode fails alike on a missing or bad one."""
-    from gputui.ui.config import load_config
+# The modes that read the config file: the monitor's and those that sample. The others run a job, reach a
+# probe, read a report or measure a step, and use none of its settings.
+CONFIGURED = ("tui", "once", "json", "watch", "serve", "record", "replay")
 
+
+def _configured(options: Options) -> tuple[Options, Config]:
+    """``options`` with the config file under them, and the file's settings (--hosts reads its [hosts]).
+    Read here, once a run, by the modes that use it; its key remaps checked against the monitor's keys,
+    so every such mode fails alike on a bad file, before it starts."""
+    from gputui.config import Config, load_config, resolve
+
+    if options.mode not in CONFIGURED:
+        return options, Config()
     config = load_config(options.config)
     if config.keys:  # the bindings live with the app's screens (imports Textual)
         from gputui.ui.keys import check_keymap
 
         check_keymap(config)
-
-
-def _alert_settings(options: Options) -> object:
-    """The config's [alerts] with the --alert-* flags over it."""
-    from gputui.alerts.settings import with_values
-    from gputui.ui.config import load_config
-
-    def bad(key: str, why: str) -> UserError:
-        return UserError(f"--alert-{key.replace('_', '-')} {why}")
-
-    return with_values(load_config(options.config).alerts, dict(options.alert_flags), bad)
-
-
-def _waste_rules(options: Options) -> object:
-    """The config's [waste] with the --idle-* and --waste-window flags over it."""
-    from gputui.analysis.waste_rules import FLAGS, with_values
-    from gputui.ui.config import load_config
-
-    def bad(key: str, why: str) -> UserError:
-        return UserError(f"{FLAGS[key]} {why}")
-
-    return with_values(load_config(options.config).waste, dict(options.idle_flags), bad)
+    return resolve(options, config), config
 
 
 def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
@@ -553,12 +543,11 @@ def _mode_here(options: Options, terminal: ModuleType, instead: str) -> Mode:
     return "once"
 
 
-def _many_hosts(options: Options, terminal: ModuleType) -> int:
+def _many_hosts(options: Options, config: Config, terminal: ModuleType) -> int:
     """``--hosts``: the hosts' first answers printed (--once, --json), or the live monitor over them."""
     from gputui.fleet.entries import HostsSettings, host_entries
-    from gputui.ui.config import load_config
 
-    settings = load_config(options.config).hosts or HostsSettings()
+    settings = config.hosts or HostsSettings()
     entries = host_entries(options.hosts or (), settings)
     mode = _mode_here(options, terminal, "one snapshot of each host instead")
     if mode in ("once", "json"):
@@ -577,35 +566,27 @@ def _record_or_replay(options: Options, terminal: ModuleType) -> int:
 
     if options.mode == "record":
         return run.record(options)
-    if options.extra["print"] or _no_live_monitor(terminal) is not None:
+    if options.replay.print or _no_live_monitor(terminal) is not None:
         return run.print_at(options)
     from gputui.ui.launch import run_replay
 
     return run_replay(options)
 
 
-def _dispatch(options: Options) -> int:
+def _dispatch(options: Options, config: Config) -> int:
     from gputui.plain import terminal
 
-    mode = options.mode
     if options.hosts is not None:
-        return _many_hosts(options, terminal)
+        return _many_hosts(options, config, terminal)
     mode = _mode_here(options, terminal,
                       "one snapshot instead (gputui --watch repeats it; --json for scripts)")
-    if mode in ("watch", "serve", "record", "tui"):
-        options = dataclasses.replace(options, alerts=_alert_settings(options))
-    if mode in ("once", "json", "watch", "serve", "record", "tui"):
-        options = dataclasses.replace(options, waste=_waste_rules(options))
     if mode in ("once", "json", "watch"):
         from gputui.plain import modes
-
-        _check_config(options)
 
         return getattr(modes, mode)(options)
     if mode == "serve":
         from gputui.serve.run import serve
 
-        _check_config(options)
         return serve(options)
     if mode in ("probes", "probe"):
         from gputui.plain import probes
@@ -651,8 +632,8 @@ def _estimate(options: Options) -> int:
     from gputui.plain.document import dumps, estimate_document
     from gputui.plain.terminal import show
 
-    extra = options.extra
-    total, name = shown.device(options, extra["device_memory"], extra["gpu"])  # type: ignore[arg-type]
+    asked = options.estimate
+    total, name = shown.device(options, asked.device_memory, asked.gpu)
     try:
         # torch's own warnings while it loads ("Failed to initialize NumPy" where NumPy is missing, which
         # the estimate never uses) are about torch's environment, not the job: left out, so an error stays
@@ -663,9 +644,8 @@ def _estimate(options: Options) -> int:
             from gputui.estimate.step import Settings
     except ImportError as exc:
         raise UserError(f"gputui estimate needs PyTorch: {exc}") from None
-    settings = Settings(batch_size=extra["batch_size"], optimizer=extra["optimizer"],  # type: ignore[arg-type]
-                        precision=extra["precision"], checkpointing=extra["checkpointing"])  # type: ignore[arg-type]
-    result = estimate(str(extra["job"]), settings, total, name, what_if=not extra["no_what_if"],
-                      max_batch=bool(extra["max_batch"]), gpus=extra["zero_gpus"],  # type: ignore[arg-type]
-                      fsdp2=bool(extra["fsdp2"]))
+    settings = Settings(batch_size=asked.batch_size, optimizer=asked.optimizer, precision=asked.precision,
+                        checkpointing=asked.checkpointing)
+    result = estimate(asked.job, settings, total, name, what_if=asked.what_if, max_batch=asked.max_batch,
+                      gpus=asked.zero_gpus, fsdp2=asked.fsdp2)
     return show(dumps(estimate_document(result)) + "\n" if options.json else shown.text(result))

@@ -1,19 +1,25 @@
-"""Options: everything the user asked for on the command line, parsed and checked by ``gputui.cli``.
+"""Options: everything the user asked for, on the command line (parsed and checked by ``gputui.cli``)
+and in the config file (``gputui.config.resolve`` puts it under the flags), typed per mode.
 
-A bottom-layer module so that every mode (plain, ui, launch, the probe's demo job) can name the type
-it is handed without importing the CLI above it. Pure data.
+Low in the layers, over the vocabulary only, so that every mode (plain, ui, launch, the probe's demo job)
+can name the type it is handed without importing the CLI or the config above it. Pure data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from gputui.model.alert import AlertSettings
+from gputui.model.waste import WasteRules
 
 # The simulated machines `--demo` offers (each is built in gputui/collect/sim/scenarios.py). Here, not
 # there, so the CLI can list them without importing the simulator.
 SCENARIOS = ("workstation", "training-node", "leaky", "mig", "faults", "dataparallel", "torchrun",
              "shared-k8s")
+
+THEMES = ("dark", "light")  # the live monitor's colour themes (--theme, the config's theme)
 
 # `gputui serve`'s defaults, here so the CLI can say them without importing the exporter: this
 # machine only, unless told (9403, near NVIDIA's DCGM exporter's 9400). Prometheus scrapes every 15 s
@@ -28,14 +34,70 @@ Mode = Literal["tui", "once", "json", "watch", "run", "attach", "detach", "probe
 
 
 @dataclass(frozen=True)
+class ServeOptions:
+    """``gputui serve``'s own flags."""
+
+    listen: str | None = None  # ADDR:PORT; None: SERVE_LISTEN
+    basic_auth_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    hash_password: str | None = None  # NAME: print a users file's line for NAME and exit
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """``gputui record FILE``'s."""
+
+    file: str = ""
+    duration: float | None = None  # seconds; None: until interrupted
+    max_size: int | None = None  # bytes before FILE rotates; None: the recorder's default
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """``gputui replay FILE``'s."""
+
+    file: str = ""
+    at: str | None = None  # --at TIME: the sample printed (None: the last)
+    print: bool = False  # --once or --json: print one sample instead of opening the monitor
+
+
+@dataclass(frozen=True)
+class EstimateOptions:
+    """``gputui estimate SCRIPT:FUNCTION``'s."""
+
+    job: str = ""
+    batch_size: int | None = None
+    optimizer: str | None = None  # None: FUNCTION's, else adam
+    precision: str = "fp32"
+    checkpointing: bool = False
+    device_memory: int | None = None  # bytes, --device-memory
+    gpu: int | None = None  # --gpu INDEX: that GPU's memory
+    max_batch: bool = False
+    zero_gpus: int = 8
+    fsdp2: bool = False
+    what_if: bool = True  # False: --no-what-if
+
+
+@dataclass(frozen=True)
+class DemoTrainOptions:
+    """``gputui demo-train``'s."""
+
+    steps: int | None = None  # None: until interrupted
+    leak: str | None = None  # graph, outputs or cache; None: no leak
+
+
+@dataclass(frozen=True)
 class Options:
-    """Everything the user asked for, parsed and checked."""
+    """Everything the user asked for, parsed and checked; what the config file adds is filled in by
+    gputui.config.resolve for the modes that read it (the monitor's and those that sample)."""
 
     mode: Mode = "tui"
     demo: str | None = None  # simulated scenario, None for the real NVML
     seed: int = 0
     demo_processes: int | None = None  # override the scenario's process count (benchmarks)
-    interval: float | None = None  # seconds between samples; None = config or default
+    # Seconds between samples: the flag's, else the config's (the live monitor's only); None: the mode's default.
+    interval: float | None = None
     watch: float | None = None  # --watch period
     json: bool = False
     only: tuple[str, ...] = ()  # NVML indices or UUIDs
@@ -45,20 +107,25 @@ class Options:
     ascii: bool = False
     color: bool | None = None  # None: decide from the terminal and NO_COLOR
     readonly: bool = False
-    theme: str | None = None
-    config: str | None = None
+    theme: str | None = None  # the flag's, else the config's; None: the monitor's default (dark)
+    config: str | None = None  # --config PATH
+    columns: tuple[str, ...] | None = None  # the config's process table columns; None: the default set
+    keys: Mapping[str, str] = field(default_factory=dict)  # the config's [keys]: binding id -> key(s)
     command: tuple[str, ...] = ()  # for `run`
     pid: int | None = None  # for `attach` and `probe`
+    file: str | None = None  # for `oom`: the report (None: the latest)
     hosts: tuple[str, ...] | None = None  # --hosts: None = this machine; () = the config's [hosts] list
     alert_flags: tuple[tuple[str, object], ...] = ()  # the --alert-* flags given: ("oom_within", 600.0), ...
-    # What alerts to raise and where to send them: a gputui.alerts.settings.AlertSettings the CLI makes of
-    # the config's [alerts] and alert_flags for the modes that sample; None for the others.
-    alerts: object = None
+    # What alerts to raise and where to send them: the config's [alerts] with alert_flags over them.
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     idle_flags: tuple[tuple[str, object], ...] = ()  # --idle-* and --waste-window as given: ("idle_after", "30m")
-    # When a held GPU counts as idle: a gputui.model.waste.WasteRules the CLI makes of the config's [waste] and
-    # idle_flags for the modes that sample; None for the others (the defaults).
-    waste: object = None
-    extra: dict[str, object] = field(default_factory=dict)  # mode-specific options (demo-train, serve, estimate)
+    # When a held GPU counts as idle: the config's [waste] with idle_flags over it.
+    waste: WasteRules = field(default_factory=WasteRules)
+    serve: ServeOptions = field(default_factory=ServeOptions)
+    record: RecordOptions = field(default_factory=RecordOptions)
+    replay: ReplayOptions = field(default_factory=ReplayOptions)
+    estimate: EstimateOptions = field(default_factory=EstimateOptions)
+    demo_train: DemoTrainOptions = field(default_factory=DemoTrainOptions)
 
 
 def settings_table(table: object, name: str, known: Collection[str], bad: Callable[[str, str], Exception],

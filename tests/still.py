@@ -114,7 +114,7 @@ def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0,
                      **options: Any) -> GpuTuiApp:
     """``gputui replay`` of ``scenario`` recorded for ``seconds`` (every 2 s, on a fake clock, into
     ``path``), paused ``at`` seconds in."""
-    from gputui.options import Options
+    from gputui.options import Options, RecordOptions
     from gputui.record.reader import Recording
     from gputui.record.run import record
     from gputui.ui.replay import Replay
@@ -125,7 +125,7 @@ def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0,
         now[0] += seconds
 
     recorded = Options(mode="record", demo=scenario, interval=2.0,
-                       extra={"file": str(path), "duration": float(seconds)})
+                       record=RecordOptions(file=str(path), duration=float(seconds)))
     record(recorded, clock=lambda: now[0], pause=pause, quiet=True)
     recording = Recording(path)
     options.setdefault("me", "lena")

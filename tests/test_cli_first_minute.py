@@ -221,8 +221,8 @@ def test_demo_train_steps_is_a_number_of_steps_not_a_process_id(capsys, steps, s
         cli.parse(["demo-train", "--steps", steps])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"gputui demo-train: error: argument --steps: {said}"
-    assert cli.parse(["demo-train", "--steps", "1"]).extra["steps"] == 1
-    assert cli.parse(["demo-train"]).extra["steps"] is None  # until interrupted
+    assert cli.parse(["demo-train", "--steps", "1"]).demo_train.steps == 1
+    assert cli.parse(["demo-train"]).demo_train.steps is None  # until interrupted
 
 
 # ------------------------------------------------------------------------------------ empty screens

@@ -73,7 +73,7 @@ def listen_port(args: list[str]) -> int:
     """The port of serve's --listen, as gputui's own parser reads the args."""
     options = parse(args)
     assert options.mode == "serve"
-    return parse_address(options.extra["listen"]).port
+    return parse_address(options.serve.listen).port
 
 
 # ------------------------------------------------------------------------------------------ schema
@@ -120,7 +120,7 @@ def test_the_container_runs_gputui_serve_with_flags_gputui_has():
     assert container()["command"] == ["gputui"]  # [project.scripts], the image's ENTRYPOINT too
     options = parse(container()["args"])
     assert options.mode == "serve"
-    assert parse_address(options.extra["listen"]).host == "0.0.0.0"  # the pod's IP, not only its loopback
+    assert parse_address(options.serve.listen).host == "0.0.0.0"  # the pod's IP, not only its loopback
     assert options.interval == 5.0
 
 
@@ -469,7 +469,7 @@ def test_the_auth_patch_gives_serve_the_secrets_files():
     (patched,) = pod_spec["containers"]
     options = parse(patched["args"])
     assert options.mode == "serve" and listen_port(patched["args"]) == listen_port(container()["args"])
-    given = [options.extra[k] for k in ("basic_auth_file", "tls_cert", "tls_key")]
+    given = [options.serve.basic_auth_file, options.serve.tls_cert, options.serve.tls_key]
     (secret,) = [v for v in pod_spec["volumes"] if "secret" in v]
     (mount,) = [m for m in patched["volumeMounts"] if m["name"] == secret["name"]]
     assert mount["readOnly"] is True
@@ -679,7 +679,7 @@ def test_the_unit_runs_gputui_serve_on_the_manifests_port():
     program, *args = shlex.split(unit()["Service"]["ExecStart"])
     assert program == "/usr/local/bin/gputui"  # where `sudo pip install .` puts it
     assert listen_port(args) == listen_port(container()["args"])
-    assert parse_address(parse(args).extra["listen"]).host == "0.0.0.0"
+    assert parse_address(parse(args).serve.listen).host == "0.0.0.0"
 
 
 def test_the_unit_is_root_with_two_powers_and_writes_nothing():

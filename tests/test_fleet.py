@@ -19,6 +19,7 @@ import pytest
 from cli_helpers import gputui, no_traceback
 from plain_data import SCHEMA, errors, judged, judged_document, workstation
 
+from gputui.config import ConfigError, parse_config
 from gputui.errors import UserError
 from gputui.fleet.entries import HostEntry, HostsSettings, host_entries, name_problem
 from gputui.fleet.fleet import Fleet
@@ -27,7 +28,6 @@ from gputui.fleet.status import HostStatus, retry_delay, state_words
 from gputui.fleet.transport import BURST, MAX_LINE, NO_GPUTUI, Ended, NewestLine, Pace, SshStream, why_ended
 from gputui.model import HostView
 from gputui.plain.document import dumps, hosts_document, read_snapshot_document
-from gputui.ui.config import ConfigError, parse_config
 
 
 def line_of(document) -> bytes:

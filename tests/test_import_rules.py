@@ -53,7 +53,7 @@ TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.b
 
 
 # The live monitor's start: the driver opens and the first sample is taken while Textual loads.
-TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.config", "gputui.ui.early_frame"}
+TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.early_frame"}
 
 
 def loaded_by(module: str) -> set[str]:
@@ -120,7 +120,7 @@ def test_the_first_frame_waits_for_nothing_it_does_not_draw():
 # share above a bare Textual app) for what a few lines of our own do.
 LIVE_MONITOR = FIRST_FRAME + (
     "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
-    "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.ui.config",
+    "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.config",
     "gputui.link.oom_file",
     "gputui.link.client", "gputui.link.protocol",  # the sampler looks for probes (json only where one answers)
 )
@@ -163,14 +163,14 @@ def test_the_monitor_alone_loads_no_job_or_probe_analysis():
 # The many-host view's settings and connections (gputui.fleet), loaded only by --hosts or a config file with
 # [hosts]: the live monitor of this machine reads its config without them (issue 31 item 21: its share above a
 # bare Textual app).
-MONITOR_OF_THIS_MACHINE = MONITOR_ALONE + ("gputui.ui.config", "gputui.ui.alert_toasts")
+MONITOR_OF_THIS_MACHINE = MONITOR_ALONE + ("gputui.config", "gputui.ui.alert_toasts")
 
 
 def test_the_monitor_of_this_machine_loads_no_many_host_view():
     code = (
         "import importlib, sys\n"
         f"for name in {list(MONITOR_OF_THIS_MACHINE)!r}: importlib.import_module(name)\n"
-        "from gputui.ui.config import load_config\n"
+        "from gputui.config import load_config\n"
         "load_config('/dev/null')\n"  # a config read: without [hosts], no fleet
 
         "print(repr(sorted(m for m in sys.modules if m.startswith('gputui.fleet'))))\n"

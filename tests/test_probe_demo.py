@@ -13,6 +13,7 @@ from gputui.cli import Options  # noqa: E402
 from gputui.errors import UserError  # noqa: E402
 from gputui.link import paths  # noqa: E402
 from gputui.model import StepRecord  # noqa: E402
+from gputui.options import DemoTrainOptions  # noqa: E402
 from gputui.probe import demo, runtime  # noqa: E402
 
 
@@ -31,7 +32,7 @@ def quick_and_deterministic(tmp_path, monkeypatch, one_torch_thread):
 def run(leak) -> list[str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert demo.demo_train(Options(mode="demo-train", extra={"steps": 120, "leak": leak})) == 0
+        assert demo.demo_train(Options(mode="demo-train", demo_train=DemoTrainOptions(steps=120, leak=leak))) == 0
     assert runtime.current() is None  # stopped again
     return out.getvalue().splitlines()
 
@@ -59,7 +60,7 @@ def test_without_a_leak_the_verdict_is_clean():
 
 def test_an_unknown_leak_is_a_user_error():
     with pytest.raises(UserError, match="unknown leak 'fast'; choose one of: graph, outputs, cache"):
-        demo.demo_train(Options(mode="demo-train", extra={"steps": 1, "leak": "fast"}))
+        demo.demo_train(Options(mode="demo-train", demo_train=DemoTrainOptions(steps=1, leak="fast")))
 
 
 def test_progress_shows_the_figure_the_verdict_is_judged_on():

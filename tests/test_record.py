@@ -16,6 +16,7 @@ from record_helpers import recorded_demo
 from gputui.cli import main, parse
 from gputui.errors import UserError
 from gputui.model import EndedProcess, LeakVerdict, OomRecord, ProbeReport, Snapshot, StepRecord, to_jsonable
+from gputui.options import RecordOptions
 from gputui.plain import terminal
 from gputui.plain.document import dumps
 from gputui.plain.modes import snapshot_text
@@ -308,7 +309,7 @@ def test_record_takes_interval_duration_and_size():
     options = parse(["--demo", "training-node", "record", "r.rec", "--interval", "2", "--duration", "1h30m",
                      "--max-size", "50M"])
     assert (options.mode, options.interval) == ("record", 2.0)
-    assert options.extra == {"file": "r.rec", "duration": 5400.0, "max_size": 50 << 20}  # M: MiB, as everywhere
+    assert options.record == RecordOptions(file="r.rec", duration=5400.0, max_size=50 << 20)  # M: MiB, as everywhere
     for wrong in (["--duration", "soon"], ["--max-size", "0"], ["--max-size", "lots"]):
         with pytest.raises(SystemExit):
             parse(["record", "r.rec", *wrong])

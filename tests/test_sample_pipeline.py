@@ -16,7 +16,7 @@ from gputui.link import oom_file
 from gputui.model import HOST_LIVE, HostView, to_jsonable
 from gputui.model.judgement import Judgements
 from gputui.model.waste import Waste, WasteRules
-from gputui.options import Options
+from gputui.options import Options, RecordOptions, ReplayOptions
 from gputui.plain import modes, oom, probes
 from gputui.plain.document import dumps, hosts_document
 from gputui.record import run
@@ -162,7 +162,7 @@ def test_oom_json_carries_the_judgement(leaky_at, tmp_path, capsys):
         collector.close()
     path = tmp_path / "oom.json"
     path.write_text(json.dumps({"schema": oom_file.SCHEMA, "version": oom_file.VERSION, "report": to_jsonable(report)}))
-    assert oom.oom(Options(mode="oom", json=True, extra={"file": str(path)})) == 0
+    assert oom.oom(Options(mode="oom", json=True, file=str(path))) == 0
     found = json.loads(capsys.readouterr().out)["judgement"]
     # No GPUs in the file: judged from the steps alone, as `gputui oom` prints it
     assert found["leak"]["state"] == "leak" and found["leak"]["allocated_per_step"] == 48 * MIB
@@ -194,9 +194,9 @@ def test_a_recording_carries_the_judgements_and_replays_them(tmp_path, capsys):
         now[0] += seconds
 
     path = tmp_path / "leaky.rec"
-    options = Options(mode="record", demo="leaky", interval=50.0, extra={"file": str(path), "duration": AT})
+    options = Options(mode="record", demo="leaky", interval=50.0, record=RecordOptions(file=str(path), duration=AT))
     assert run.record(options, clock=lambda: now[0], pause=pause, quiet=True) == 0
-    assert run.print_at(Options(mode="replay", json=True, extra={"file": str(path)})) == 0
+    assert run.print_at(Options(mode="replay", json=True, replay=ReplayOptions(file=str(path)))) == 0
     out = capsys.readouterr()
     assert_the_leak_is_judged(leaky_judgement(json.loads(out.out)["judgements"]))
     assert "judged now" not in out.err
@@ -209,12 +209,12 @@ def test_an_older_recording_is_judged_at_replay_and_says_so(tmp_path, capsys):
            "breakdowns": []}  # written before documents carried judgements
     leaks = {str(pid): to_jsonable(v) for pid, v in sample.leaks.items()}
     path = crafted(tmp_path / "old.rec", {"document": old, "leaks": leaks})
-    assert run.print_at(Options(mode="replay", json=True, extra={"file": str(path)})) == 0
+    assert run.print_at(Options(mode="replay", json=True, replay=ReplayOptions(file=str(path)))) == 0
     out = capsys.readouterr()
     assert out.err.splitlines()[-1] == ("gputui: a recording from before samples carried their judgements: "
                                         "judged now from its leak verdicts, without memory trends")
     assert_the_leak_is_judged(leaky_judgement(json.loads(out.out)["judgements"]))
-    assert run.print_at(Options(mode="replay", extra={"file": str(path)})) == 0
+    assert run.print_at(Options(mode="replay", replay=ReplayOptions(file=str(path)))) == 0
     assert "advice 2: Each step's autograd graph is kept alive" in capsys.readouterr().out
 
 

@@ -59,11 +59,11 @@ class Alerting:
 
 
 def alerting_for(options: Options, report: Callable[[str], None]) -> Alerting | None:
-    """The alerting the CLI resolved for ``options`` (None where it resolved none, or alerts are off)."""
-    settings = options.alerts
-    if not isinstance(settings, AlertSettings) or not settings.enabled:
+    """The alerting ``options`` ask for (gputui.config.resolve: the config's [alerts], the flags over
+    them), or None where alerts are off."""
+    if not options.alerts.enabled:
         return None
-    return Alerting(settings, report)
+    return Alerting(options.alerts, report)
 
 
 def to_stderr(text: str) -> None:

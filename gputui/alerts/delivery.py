@@ -20,17 +20,14 @@ from dataclasses import dataclass
 
 from gputui.collect.host import host_name
 from gputui.model import to_jsonable
-from gputui.model.alert import STARTED, AlertEvent
+from gputui.model.alert import PER_MINUTE, STARTED, TIMEOUT, AlertEvent
 from gputui.model.record import Record
 from gputui.untrusted import visible, within
 
 QUEUE = 100  # events waiting per channel at most: a receiver down for hours must not grow the monitor
-TIMEOUT = 10.0  # seconds a command or a webhook may take
-PER_MINUTE = 6  # deliveries a minute per channel
 # Characters of one GPUTUI_ALERT_* value at most: Linux refuses to start a command whose environment holds
 # any one string over 128 KiB (E2BIG), and a title may quote a job name or a run id that long.
 ENV_VALUE = 1000
-WEBHOOK_FORMATS = ("json", "slack", "ntfy")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

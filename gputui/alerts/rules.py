@@ -11,22 +11,13 @@ from dataclasses import dataclass, field
 
 from gputui import units
 from gputui.model import Device, Snapshot
-from gputui.model.alert import ALERT_KINDS, ENDED, STARTED, Alert, AlertEvent, AlertKind
+from gputui.model.alert import ENDED, STARTED, Alert, AlertEvent, Thresholds
 from gputui.model.judgement import Judgements, ProcessJudgement
 from gputui.model.record import Record
 from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING
 from gputui.untrusted import visible
 
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Thresholds(Record):
-    """When a finding is worth an alert; the defaults are README's."""
-
-    oom_within: float = 30 * 60.0  # seconds to OOM below which `oom_soon` fires
-    idle_after: float = 60 * 60.0  # seconds a GPU holds memory while idle before `gpu_idle`
-    idle_util: int = 0  # percent of GPU utilisation at most that counts as idle
-    free_after: float = 60.0  # seconds a once-busy GPU has been free before `gpu_free`
-    kinds: frozenset[AlertKind] = frozenset(ALERT_KINDS)  # the kinds asked for
+DEFAULTS = Thresholds()  # README's
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -41,7 +32,7 @@ class AlertState(Record):
 
 
 def evaluate(state: AlertState, snapshot: Snapshot, judgements: Judgements,
-             thresholds: Thresholds = Thresholds()) -> tuple[AlertState, tuple[AlertEvent, ...]]:
+             thresholds: Thresholds = DEFAULTS) -> tuple[AlertState, tuple[AlertEvent, ...]]:
     """The new state and the alerts that started or ended with this sample."""
     now = snapshot.taken_at
     state = _timed(state, snapshot, thresholds)

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from gputui import units
-from gputui.alerts.delivery import PER_MINUTE, TIMEOUT, WEBHOOK_FORMATS
-from gputui.alerts.rules import Thresholds
-from gputui.model.alert import ALERT_KINDS
-from gputui.model.record import Record
+from gputui.model.alert import ALERT_KINDS, WEBHOOK_FORMATS, AlertSettings
 from gputui.options import settings_table
 
 DESKTOP = ("auto", "on", "off")  # the live monitor's desktop notification (OSC 777/9)
@@ -30,20 +26,6 @@ bell = true                    # the live monitor rings the terminal bell
 desktop = "auto"               # desktop notification: auto (where the terminal has one), on, off
 tmux_passthrough = false       # wrap it for tmux (needs `set -g allow-passthrough on`)
 """
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class AlertSettings(Record):
-    enabled: bool = True
-    thresholds: Thresholds = Thresholds()
-    command: str | None = None
-    webhook: str | None = None
-    webhook_format: str = "json"
-    per_minute: int = PER_MINUTE
-    timeout: float = TIMEOUT
-    bell: bool = True
-    desktop: str = "auto"
-    tmux_passthrough: bool = False
 
 
 _DURATIONS = ("oom_within", "idle_after", "free_after", "timeout")

@@ -23,7 +23,7 @@ from gputui.untrusted import visible
 
 def oom(options: Options) -> int:
     """Print the given OOM report, or this user's latest."""
-    path = _which(options.extra.get("file"))
+    path = _which(options.file)
     try:
         report = from_jsonable(ProbeReport, oom_file.read(path))
     except UserError:

@@ -53,13 +53,13 @@ class Leak:
 
 
 def demo_train(options) -> int:
-    kind = leak_kind(options.extra.get("leak"))
+    kind = leak_kind(options.demo_train.leak)
     import torch
     from torch import nn
 
     from gputui.probe import runtime
 
-    steps = options.extra.get("steps")
+    steps = options.demo_train.steps
     device = "cuda" if torch.cuda.is_available() else "cpu"
     probe = runtime.start(via="demo")
     where = probe.server.path if probe.server is not None else "no socket (see problems)"

@@ -34,12 +34,10 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
     ``clock`` and ``pause`` replace the real ones (tests: a fake clock that ``pause`` moves on);
     ``quiet`` leaves out the line that says where the recording goes.
     """
-    path = str(options.extra["file"])
+    path = options.record.file
     interval = options.interval or 1.0
-    duration = options.extra.get("duration")
-    assert duration is None or isinstance(duration, float)
-    max_size = options.extra.get("max_size") or MAX_SIZE
-    assert isinstance(max_size, int)
+    duration = options.record.duration
+    max_size = options.record.max_size or MAX_SIZE
     # The live monitor's pipeline (OOM endings, judgements): a replay shows what it showed.
     alerting = alerting_for(options, to_stderr)
     with open_pipeline(options, lasting=True, clock=clock, pause=pause) as pipeline:
@@ -73,10 +71,10 @@ def record(options: Options, *, clock: Callable[[], float] | None = None,
 def print_at(options: Options) -> int:
     """``--once`` or ``--json`` as printed at ``--at`` (the recording's last sample without it), saying
     which sample it is: ``--once`` in a heading, ``--json`` in the document's ``replay`` field."""
-    path = str(options.extra["file"])
+    path = options.replay.file
     recording = open_recording(path)
-    at = options.extra.get("at")
-    index = len(recording) - 1 if at is None else sample_at(str(at), recording)
+    at = options.replay.at
+    index = len(recording) - 1 if at is None else sample_at(at, recording)
     try:  # the CRCs vouch for what was written, not for who wrote it: a crafted sample is refused here
         sample = recording.sample(index)
         judgements = recorded_judgements(sample)

@@ -10,7 +10,6 @@ from typing import Protocol
 
 from gputui.collect import NvmlUnavailable
 from gputui.model import Snapshot
-from gputui.model.waste import WasteRules
 from gputui.options import Options
 from gputui.sample.gather import Filters, Gatherer, NoDriver
 from gputui.sample.judge import Judge, Sample
@@ -79,12 +78,7 @@ def open_pipeline(options: Options, *, lasting: bool = False, clock: Callable[[]
     reports = report_sources(machine, simulated=options.demo is not None, lasting=lasting, watcher=watcher)
     gatherer = Gatherer(machine, reports=reports, filters=Filters.of(options), probed=probed, jobs=jobs,
                         cpu_window=CPU_WINDOW, pause=pause or time.sleep)
-    return Pipeline(gatherer, Judge(waste=waste_rules(options)), unavailable=unavailable)
-
-
-def waste_rules(options: Options) -> WasteRules | None:
-    """When a held GPU counts as idle, as the CLI worked it out (None: the defaults)."""
-    return options.waste if isinstance(options.waste, WasteRules) else None
+    return Pipeline(gatherer, Judge(waste=options.waste), unavailable=unavailable)
 
 
 def report_sources(machine: object, *, simulated: bool, lasting: bool,

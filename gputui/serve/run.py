@@ -31,15 +31,13 @@ NO_DRIVER_WARNING = ("gputui serve: warning: no NVIDIA driver (NVML could not be
 def serve(options: Options) -> int:
     """Serve /metrics and /snapshot until SIGINT or SIGTERM; ``--hash-password`` prints a users
     file's line instead."""
-    name = _setting(options, "hash_password")
-    if name is not None:
-        print(password_line(name, _read_password()))
+    asked = options.serve
+    if asked.hash_password is not None:
+        print(password_line(asked.hash_password, _read_password()))
         return 0
-    address = parse_address(_setting(options, "listen") or SERVE_LISTEN)
-    auth_file = _setting(options, "basic_auth_file")
-    users = Users.load(auth_file) if auth_file else None
-    certificate = _setting(options, "tls_cert")
-    tls = tls_context(certificate, _setting(options, "tls_key")) if certificate else None
+    address = parse_address(asked.listen or SERVE_LISTEN)
+    users = Users.load(asked.basic_auth_file) if asked.basic_auth_file else None
+    tls = tls_context(asked.tls_cert, asked.tls_key) if asked.tls_cert else None
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop) are taken by sigwait() below, and by nothing
     # else: a handler raising wherever the main thread happens to be can land inside threading's own
     # locks (a Thread.start() of the sampler or of a request) and break them. Blocked before any
@@ -102,8 +100,3 @@ def _read_password() -> str:
         return password
     line = sys.stdin.readline() if sys.stdin is not None else ""
     return line.rstrip("\r\n")
-
-
-def _setting(options: Options, name: str) -> str | None:
-    value = options.extra.get(name)
-    return value if isinstance(value, str) else None

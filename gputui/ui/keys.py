@@ -9,12 +9,12 @@ from collections.abc import Iterable, Mapping
 
 from textual.binding import Binding
 
+from gputui.config import Config, ConfigError, check_binding_ids
 from gputui.ui.bindings import binding_ids, class_bindings, remapped
-from gputui.ui.config import ConfigError, UiConfig, check_binding_ids
 from gputui.untrusted import visible
 
 
-def check_keymap(config: UiConfig) -> None:
+def check_keymap(config: Config) -> None:
     """Refuse [keys] remaps that name no binding, or bind a key that another action uses on the same
     screen (one of gputui's, or one built into Textual that cannot be remapped)."""
     check_binding_ids(config, binding_ids())

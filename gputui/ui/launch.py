@@ -15,12 +15,10 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
 
-from gputui.alerts.settings import AlertSettings
 from gputui.collect.users import running_as_root
 from gputui.model import Snapshot
 from gputui.options import Options
 from gputui.ui.ahead import Ahead
-from gputui.ui.config import UiConfig
 from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
 from gputui.ui.sampler import NoDriverSource, Sampler, Source
 
@@ -32,24 +30,16 @@ NO_DRIVER_BANNER = ("No NVIDIA driver (NVML is missing): no GPUs to show; probed
                     "from their probes.")
 
 
-def checked_config(options: Options) -> UiConfig:
-    """The config file, its key remaps checked; NO_COLOR set where --no-color asks."""
-    from gputui.ui.config import load_config
-
-    config = load_config(options.config)
-    if config.keys:  # checking remaps needs every screen's bindings (imports the detail screen)
-        from gputui.ui.keys import check_keymap
-
-        check_keymap(config)
+def colour_as_asked(options: Options) -> None:
+    """NO_COLOR set where --no-color asks: Textual reads it when the app starts."""
     if options.color is False:
-        os.environ["NO_COLOR"] = "1"  # Textual reads it when the app starts
-    return config
+        os.environ["NO_COLOR"] = "1"
 
 
 def run_tui(options: Options) -> int:
-    """Open the live monitor. Bad config, or no driver and no probe to show: UserError before
-    drawing."""
-    config = checked_config(options)
+    """Open the live monitor (``options`` resolved with the config file by the CLI). No driver and no
+    probe to show: UserError before drawing."""
+    colour_as_asked(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
         opened, first_sample = open_ahead(lambda: open_sampler(options), early.draw if early else None)
@@ -62,18 +52,18 @@ def run_tui(options: Options) -> int:
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
         app = GpuTuiApp(
             sampler,
-            interval=options.interval or config.interval or 1.0,
+            interval=options.interval or 1.0,
             readonly=options.readonly,
             simulated=options.demo is not None,
             ascii=options.ascii,
-            theme=options.theme or config.theme or "dark",
-            columns=config.columns,
-            keymap=config.keys,
+            theme=options.theme or "dark",
+            columns=options.columns,
+            keymap=dict(options.keys),
             handle_signals=True,
             as_root=running_as_root(),
             banner=banner,
             first_sample=first_sample,
-            alerts=options.alerts if isinstance(options.alerts, AlertSettings) else None,
+            alerts=options.alerts,
         )
     try:
         app.run()
@@ -87,8 +77,8 @@ def run_tui(options: Options) -> int:
 def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     """Open the many-host monitor (``--hosts``): every host's connection starts at once, and the
     monitor draws each host as its first snapshot comes in."""
-    config = checked_config(options)
-    interval = options.interval or config.interval or 1.0
+    colour_as_asked(options)
+    interval = options.interval or 1.0
     from gputui.fleet.fleet import Fleet
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.hosts_sampler import HostsSampler
@@ -98,8 +88,8 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     try:
         fleet.start()
         app = GpuTuiApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
-                        theme=options.theme or config.theme or "dark", columns=config.columns,
-                        keymap=config.keys, handle_signals=True)
+                        theme=options.theme or "dark", columns=options.columns,
+                        keymap=dict(options.keys), handle_signals=True)
         app.run()
     finally:
         sampler.close()  # every ssh child ends with the monitor
@@ -107,15 +97,15 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
 
 
 def run_replay(options: Options) -> int:
-    """Open the monitor on the recording ``options.extra["file"]`` (``gputui replay FILE``)."""
-    config = checked_config(options)
+    """Open the monitor on the recording ``options.replay.file`` (``gputui replay FILE``)."""
+    colour_as_asked(options)
     from gputui.record.run import open_recording
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.replay import Replay
 
-    recording = open_recording(str(options.extra["file"]))
-    app = GpuTuiApp(Replay(recording), ascii=options.ascii, theme=options.theme or config.theme or "dark",
-                    columns=config.columns, keymap=config.keys, handle_signals=True)
+    recording = open_recording(options.replay.file)
+    app = GpuTuiApp(Replay(recording), ascii=options.ascii, theme=options.theme or "dark",
+                    columns=options.columns, keymap=dict(options.keys), handle_signals=True)
     app.run()
     return app.return_code or 0
 
@@ -123,7 +113,6 @@ def run_replay(options: Options) -> int:
 def open_sampler(options: Options) -> tuple[Sampler, str | None]:
     """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
     from gputui.collect import NvmlUnavailable, open_collector
-    from gputui.sample.pipeline import waste_rules
 
     banner = None
     collector: Source
@@ -138,7 +127,7 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
         collector = NoDriverSource(str(exc))
     sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
                       users=options.users, pids=options.pids, watch_probes=options.demo is None,
-                      waste=waste_rules(options))
+                      waste=options.waste)
     return sampler, banner
 
 

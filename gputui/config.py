@@ -1,12 +1,14 @@
-"""The monitor's settings file: $XDG_CONFIG_HOME/gputui/config.toml (interval, theme, columns, keys,
-hosts, alerts, waste).
+"""gputui's configuration, read once: the settings file ($XDG_CONFIG_HOME/gputui/config.toml: interval,
+theme, columns, keys, hosts, alerts, waste), then the command line's flags over it, resolved into the typed
+Options every mode reads (``resolve``). ``gputui.cli.main`` reads the file once, before a mode starts.
 
-Read and checked before the app starts, so a bad value is a clear UserError naming the file and the key,
-never a traceback halfway through drawing the screen.
+Read and checked before anything is drawn or sampled, so a bad value is one line naming the file, the key
+and what is allowed, never a traceback halfway through drawing the screen.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -14,18 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gputui.alerts.settings import AlertSettings, parse_alerts_table
-from gputui.analysis.waste_rules import parse_waste_table
+from gputui.alerts import settings as alert_settings
+from gputui.analysis import waste_rules
+from gputui.analysis.vocabulary import COLUMNS
 from gputui.errors import UserError
 from gputui.files import read_small
+from gputui.model.alert import AlertSettings
 from gputui.model.record import Record
 from gputui.model.waste import WasteRules
+from gputui.options import THEMES, Options
 from gputui.untrusted import visible
 
 if TYPE_CHECKING:  # the many-host view's settings: loaded where a config file has [hosts] or --hosts runs
     from gputui.fleet.entries import HostsSettings
 
-THEMES = ("dark", "light")
 # Seconds between samples, for the config file and --interval/--watch alike: below 0.1 s sampling
 # costs a CPU core and shows nothing new; above an hour it is not a monitor.
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
@@ -34,50 +38,34 @@ KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts", "alerts", "waste"
 # until memory runs out.
 CONFIG_LIMIT = 1 << 20
 
-EXAMPLE = """\
-interval = 2.0                 # seconds between samples
-theme = "light"                # "dark" or "light"
-columns = ["pid", "user", "gpu", "gpu_memory", "sm", "command"]
-[keys]                         # binding id = key(s), see the help screen (?)
-quit = "q,ctrl+q"
-[hosts]                        # gputui --hosts: the machines to watch over ssh, or serve URLs
-names = ["node1", "node2", "https://node3:9403"]
-command = "~/venv/bin/gputui"  # the remote gputui (default: gputui)
-[alerts]                       # see README's Alerts
-oom_within = "30m"
-command = "~/bin/page-me"
-[waste]                        # when a held GPU counts as idle (the w view)
-idle_after = "30m"
-"""
 
 
 class ConfigError(UserError):
-    """The config file is unreadable or holds a value the monitor cannot use."""
-
-    multiline = True
+    """The config file is unreadable or holds a value gputui cannot use."""
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class UiConfig(Record):
+class Config(Record):
     """What the config file asks for; None means "not set, use the default"."""
 
     path: Path | None = None
     interval: float | None = None
     theme: str | None = None
     columns: tuple[str, ...] | None = None
-    keys: dict = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
+    keys: Mapping[str, str] = field(default_factory=dict)  # binding id -> key string ("q,ctrl+q")
     hosts: HostsSettings | None = None  # the many-host view's [hosts] (None: none set)
     alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts], before the --alert-* flags
     waste: WasteRules = field(default_factory=WasteRules)  # [waste], before the --idle-* flags
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the config file is looked for when --config names none: XDG's config directory."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "gputui" / "config.toml"
 
 
-def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> UiConfig:
+def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
     """Read the config file; a missing default file means defaults, a missing explicit one an error."""
     explicit = path is not None
     file = Path(path) if path is not None else default_path(environ)
@@ -87,7 +75,7 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
     if _missing(file):
         if explicit:
             raise ConfigError(f"config file {shown} does not exist")
-        return UiConfig()
+        return Config()
     try:
         # read_small: never blocks on a FIFO, refuses devices and anything over CONFIG_LIMIT.
         data = read_small(file, CONFIG_LIMIT, "config file")
@@ -133,11 +121,12 @@ def interval_problem(seconds: float) -> str | None:
     return None
 
 
-def parse_config(data: dict, file: Path | None = None) -> UiConfig:
+def parse_config(data: dict, file: Path | None = None) -> Config:
+    """The parsed TOML ``data`` of ``file`` checked, key by key: the first bad value is a ConfigError."""
     where = visible(str(file)) if file else "config"
 
     def bad(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{where}: `{visible(key)}` {visible(why)}\nExample of a valid file:\n{EXAMPLE}")
+        return ConfigError(f"{where}: `{visible(key)}` {visible(why)}")
 
     unknown = sorted(set(data) - set(KNOWN_KEYS))
     if unknown:
@@ -160,9 +149,6 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
     if columns is not None:
         if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns) or not columns:
             raise bad("columns", "must be a non-empty list of column names")
-        # Imported here: --once checks the config too and should not load the table's code for it.
-        from gputui.ui.columns import COLUMNS
-
         wrong = [c for c in columns if c not in COLUMNS]
         if wrong:
             raise bad("columns", f"has unknown column {wrong[0]!r} (known: {', '.join(COLUMNS)})")
@@ -178,16 +164,39 @@ def parse_config(data: dict, file: Path | None = None) -> UiConfig:
         from gputui.fleet.entries import parse_hosts_table
 
         hosts = parse_hosts_table(data["hosts"], bad)
-    alerts = parse_alerts_table(data["alerts"], bad) if "alerts" in data else AlertSettings()
-    waste = parse_waste_table(data["waste"], bad) if "waste" in data else WasteRules()
-    return UiConfig(file, interval, theme, columns, dict(keys), hosts, alerts, waste)
+    alerts = alert_settings.parse_alerts_table(data["alerts"], bad) if "alerts" in data else AlertSettings()
+    waste = waste_rules.parse_waste_table(data["waste"], bad) if "waste" in data else WasteRules()
+    return Config(file, interval, theme, columns, dict(keys), hosts, alerts, waste)
 
 
-def check_binding_ids(config: UiConfig, known: set[str]) -> None:
+def check_binding_ids(config: Config, known: set[str]) -> None:
     """Key remaps must name bindings that exist (the help screen lists their ids)."""
     wrong = sorted(set(config.keys) - known)
     if wrong:
         raise ConfigError(
-            f"{config.path or 'config'}: [keys] names unknown binding {wrong[0]!r} "
+            f"{visible(str(config.path or 'config'))}: [keys] names unknown binding {wrong[0]!r} "
             f"(known: {', '.join(sorted(known))})"
         )
+
+
+def resolve(options: Options, config: Config) -> Options:
+    """``options`` with ``config`` under them: a flag given wins over the file's value, which wins over each
+    mode's own default (left to the mode). The file's ``interval`` is the live monitor's; serve, record and
+    --watch sample at their own pace unless told on the command line."""
+
+    def alert_flag(key: str, why: str) -> UserError:
+        return UserError(f"--alert-{key.replace('_', '-')} {why}")
+
+    def waste_flag(key: str, why: str) -> UserError:
+        return UserError(f"{waste_rules.FLAGS[key]} {why}")
+
+    live = options.mode == "tui"
+    return dataclasses.replace(
+        options,
+        interval=options.interval or (config.interval if live else None),
+        theme=options.theme or config.theme,
+        columns=config.columns,
+        keys=config.keys,
+        alerts=alert_settings.with_values(config.alerts, dict(options.alert_flags), alert_flag),
+        waste=waste_rules.with_values(config.waste, dict(options.idle_flags), waste_flag),
+    )

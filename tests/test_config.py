@@ -1,14 +1,19 @@
-"""The monitor's config file: defaults, valid settings, and a clear error for every bad value."""
+"""gputui's config file: defaults, valid settings, the flags over it, and one clear line for every bad
+value."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT
 
+from gputui.cli import parse
+from gputui.config import CONFIG_LIMIT, Config, ConfigError, check_binding_ids, default_path, load_config, resolve
 from gputui.errors import UserError
-from gputui.ui.config import CONFIG_LIMIT, ConfigError, UiConfig, check_binding_ids, default_path, load_config
 
 
 def write(tmp_path, text):
@@ -75,7 +80,7 @@ def test_a_device_as_config_is_refused_without_reading_it():
         load_config("/dev/zero")
     assert str(caught.value) == "config file /dev/zero is not a regular file"
     # but /dev/null, the usual way to ask for no settings, still means the defaults
-    assert load_config(os.devnull) == UiConfig(path=Path(os.devnull))
+    assert load_config(os.devnull) == Config(path=Path(os.devnull))
 
 
 def test_a_fifo_as_config_is_refused_at_once(tmp_path):
@@ -154,10 +159,59 @@ def test_a_remap_onto_a_key_in_use_is_refused_with_both_named(tmp_path, keys, sa
     assert str(caught.value) == f"{path}: [keys] {said}"
 
 
-def test_run_tui_stops_on_a_bad_config_before_drawing(tmp_path):
-    from gputui.cli import parse
-    from gputui.ui.launch import run_tui
+def test_the_live_monitor_stops_on_a_bad_config_before_drawing(tmp_path, capsys, monkeypatch):
+    from gputui import cli
 
+    def draw(options):
+        raise AssertionError("the monitor started")
+
+    monkeypatch.setattr("gputui.ui.launch.run_tui", draw)
     path = write(tmp_path, 'theme = "pink"')
-    with pytest.raises(ConfigError, match="theme"):
-        run_tui(parse(["--demo", "--config", str(path)]))
+    assert cli.main(["--demo", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == f"gputui: {path}: `theme` must be one of dark, light, not 'pink'\n"
+
+
+@pytest.mark.parametrize("text, said", [
+    ("interval = 0", "`interval` must be a positive number of seconds (0.1 or more), not 0"),
+    ('theme = "pink"', "`theme` must be one of dark, light, not 'pink'"),
+    ('[alerts]\noom_within = "soon"',
+     '`alerts.oom_within` must be a duration such as "30m", "1h", "90s", not \'soon\''),
+    ("[waste]\nidle_util = 300", "`waste.idle_util` must be a percentage above 0 and at most 100, not 300"),
+    ('columns = ["pid", "colour"]', "`columns` has unknown column 'colour' (known: host, pid, probe, user, owner, gpu, "
+                                     "type, gpu_memory, trend, trend_mark, sm, memory_util, cpu, host_memory, elapsed, "
+                                     "started, command)"),
+])
+def test_a_bad_value_is_one_line_naming_the_file_the_key_and_what_is_allowed(tmp_path, text, said):
+    """End to end: the line and nothing else (the whole example file followed it, 16 lines in all)."""
+    path = write(tmp_path, text + "\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "gputui", "--demo", "--config", str(path), "--once"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert (result.returncode, result.stderr, result.stdout) == (2, f"gputui: {path}: {said}\n", "")
+
+
+def test_the_flags_win_over_the_file_and_the_file_over_the_defaults(tmp_path):
+    config = load_config(write(tmp_path, 'interval = 2\ntheme = "light"\ncolumns = ["pid", "command"]\n'
+                                         '[keys]\ntree = "y"\n[alerts]\noom_within = "20m"\nfree_after = "5m"\n'
+                                         '[waste]\nidle_after = "5m"\nidle_util = 3\n'))
+    given = resolve(parse(["--theme", "dark", "--alert-oom-within", "1h", "--idle-util", "7"]), config)
+    assert (given.interval, given.theme, given.columns, dict(given.keys)) == (2.0, "dark", ("pid", "command"),
+                                                                              {"tree": "y"})
+    assert (given.alerts.thresholds.oom_within, given.alerts.thresholds.free_after) == (3600.0, 300.0)
+    assert (given.waste.idle_after, given.waste.max_util) == (300.0, 7.0)
+    plain = resolve(parse([]), Config())
+    assert (plain.interval, plain.theme, plain.alerts.thresholds.oom_within, plain.waste.max_util) == (
+        None, None, 1800.0, 5.0)
+
+
+def test_the_file_interval_is_the_live_monitors_only(tmp_path):
+    config = load_config(write(tmp_path, "interval = 2\n"))
+    assert resolve(parse(["--demo", "serve"]), config).interval is None  # serve's own default (5 s)
+    assert resolve(parse(["--demo", "record", "r.rec"]), config).interval is None
+    assert resolve(parse(["--demo", "--interval", "3", "serve"]), config).interval == 3.0
+
+
+def test_a_bad_flag_over_the_file_names_the_flag(tmp_path):
+    with pytest.raises(UserError) as caught:
+        resolve(parse(["--idle-util", "300"]), Config())
+    assert str(caught.value) == "--idle-util must be a percentage above 0 and at most 100, not '300'"
