@@ -275,12 +275,14 @@ def _state(pid: int) -> str:
 # -- refusals: one line each, before anything touches the job ---------------------------------------
 
 
-def test_a_process_that_is_not_python_is_refused(env):
+@pytest.mark.parametrize("command", ["attach", "detach"])
+def test_a_process_that_is_not_python_is_refused(env, command):
+    # Each command names itself (issue 47 item 4: detach said "gputui attach works on ...").
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        out = gputui(env, "attach", str(sleeper.pid))
+        out = gputui(env, command, str(sleeper.pid))
         assert out.returncode == 2
-        assert out.stderr == (f"gputui: process {sleeper.pid} (sleep) is not a CPython process: gputui attach "
+        assert out.stderr == (f"gputui: process {sleeper.pid} (sleep) is not a Python process: gputui {command} "
                               f"works on CPython 3.10 or newer\n")
     finally:
         sleeper.kill()
@@ -407,6 +409,19 @@ def test_a_stopped_job_is_not_woken(tmp_path):
 def test_a_free_threaded_build(tmp_path):
     assert refusal(tmp_path, exe="/usr/bin/python3.13t").startswith(
         "process 4242 runs a free-threaded CPython 3.13t build, which the probe does not support: start the job")
+
+
+def test_pypy_is_named(tmp_path):
+    assert refusal(tmp_path, exe="/opt/pypy3.10/bin/pypy3.10") == (
+        "process 4242 (python3) runs PyPy: gputui attach works on CPython 3.10 or newer")
+
+
+def test_detach_names_itself_in_its_refusals(tmp_path):
+    with pytest.raises(preflight.Refused) as caught:
+        preflight.check(4242, command="detach", proc=fake_proc(tmp_path / "proc", uid=os.geteuid() + 4321,
+                                                              cap_eff=NO_CAP), which=gdb_here)
+    assert str(caught.value) == (f"process 4242 belongs to user {os.geteuid() + 4321}: run gputui detach as that "
+                                 f"user (or as root)")
 
 
 def test_a_python_older_than_the_probe(tmp_path):

@@ -148,7 +148,7 @@ def detach(options: Options) -> int:
 
 
 def _detach(pid: int) -> int:
-    target = preflight.check(pid)
+    target = preflight.check(pid, command="detach")
     from gputui.link import client
 
     socket = client.find_socket(pid)

@@ -58,10 +58,12 @@ class Target:
     program: tuple[int, int]
 
 
-def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | None] = shutil.which) -> Target:
-    """The target as far as attaching goes, or Refused with the first reason it cannot be done."""
+def check(pid: int, *, command: str = "attach", proc: Path = Path("/proc"),
+          which: Callable[[str], str | None] = shutil.which) -> Target:
+    """The target as far as reaching into it goes, or Refused with the first reason it cannot be done
+    (``command``: the gputui command that asks, "attach" or "detach", as the reasons name it)."""
     status = _status(pid, proc)
-    uid = _owner(pid, status, proc)
+    uid = _owner(pid, status, proc, command)
     tracer = int(status.get("TracerPid", "0") or 0)
     if tracer:
         raise Refused(f"process {pid} is already traced by process {tracer} ({_name(tracer, proc)}), "
@@ -70,7 +72,7 @@ def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | 
         raise Refused(f"process {pid} is stopped (Ctrl-Z or SIGSTOP) and would run nothing: continue it first "
                       f"(`fg`, or `kill -CONT {pid}`)")
     started, program = _identity(pid, proc)  # before the interpreter's check: what it checks is this program
-    version = interpreter(pid, proc)
+    version = interpreter(pid, proc, command)
     if program is None:
         raise Refused(f"process {pid} exited")
     maps = _read(proc / str(pid) / "maps")
@@ -79,7 +81,7 @@ def check(pid: int, *, proc: Path = Path("/proc"), which: Callable[[str], str | 
     if method == "gdb":
         debugger = find_gdb(which)
         if debugger is None:
-            raise Refused(f"gputui attach needs gdb to reach a Python {version[0]}.{version[1]} process, "
+            raise Refused(f"gputui {command} needs gdb to reach a Python {version[0]}.{version[1]} process, "
                           f"and there is none on the PATH (nor CUDA's {CUDA_GDB}): {INSTALL_GDB}, or {OTHER_WAYS}")
     check_ptrace_policy(_ptrace_scope(proc), has_cap_sys_ptrace(proc))
     return Target(pid=pid, version=version, uid=uid, torch_loaded="/libtorch" in maps, method=method,
@@ -160,16 +162,16 @@ def _status(pid: int, proc: Path) -> dict[str, str]:
     return {key: value.strip() for key, _, value in fields}
 
 
-def _owner(pid: int, status: dict[str, str], proc: Path) -> int:
+def _owner(pid: int, status: dict[str, str], proc: Path, command: str) -> int:
     """The target's user; Refused when it is another user's and we are not allowed to trace it."""
     uid = int((status.get("Uid", "") or "-1").split()[0])
     if uid != os.geteuid() and not has_cap_sys_ptrace(proc):
-        raise Refused(f"process {pid} belongs to {visible(_user(uid))}: run gputui attach as that user "
+        raise Refused(f"process {pid} belongs to {visible(_user(uid))}: run gputui {command} as that user "
                       f"(or as root)")
     return uid
 
 
-def interpreter(pid: int, proc: Path = Path("/proc")) -> tuple[int, int]:
+def interpreter(pid: int, proc: Path = Path("/proc"), command: str = "attach") -> tuple[int, int]:
     """The CPython version that process ``pid`` runs, from its executable and mapped libpython."""
     try:
         exe = os.readlink(proc / str(pid) / "exe")
@@ -179,8 +181,11 @@ def interpreter(pid: int, proc: Path = Path("/proc")) -> tuple[int, int]:
     names = [exe] + [line.rsplit(" ", 1)[-1] for line in maps.splitlines() if "libpython" in line]
     found = [m for m in (_PYTHON.search(name) for name in names) if m is not None]
     name = visible(_name(pid, proc))
-    if not found or "pypy" in exe.lower():
-        raise Refused(f"process {pid} ({name}) is not a CPython process: gputui attach works on "
+    if "pypy" in exe.lower():
+        raise Refused(f"process {pid} ({name}) runs PyPy: gputui {command} works on "
+                      f"CPython {OLDEST[0]}.{OLDEST[1]} or newer")
+    if not found:
+        raise Refused(f"process {pid} ({name}) is not a Python process: gputui {command} works on "
                       f"CPython {OLDEST[0]}.{OLDEST[1]} or newer")
     major, minor, free_threaded = int(found[-1][1]), int(found[-1][2]), found[-1][3]
     if free_threaded:
