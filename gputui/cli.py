@@ -55,6 +55,17 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """An argparse type: one of ``choices``, or the same line on every Python (argparse's own quotes the
+    choices up to 3.11 and not in later versions)."""
+    def one_of(text: str) -> str:
+        if text not in choices:
+            raise _invalid(f"invalid choice: {text!r} (choose from {', '.join(choices)})")
+        return text
+
+    return one_of
+
+
 def _pid(text: str) -> int:
     try:
         value = int(text)
@@ -100,7 +111,13 @@ DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a useful word for a stray argument instead of "invalid choice: '1'"."""
+    """argparse that answers a mistake as git and cargo do: the line that says what is wrong, then where
+    to read more (not a screen of usage above it); and a useful word for a stray argument instead of
+    "invalid choice: '1'"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # the subcommands' parsers (build_parser)
 
     def error(self, message: str) -> NoReturn:
         stray = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
@@ -111,7 +128,7 @@ class Parser(argparse.ArgumentParser):
                            f"(live monitor) or --watch {word} (printing); for GPUs, --only {word}")
             else:
                 message = f"{word!r} is not a command (commands: {', '.join(COMMANDS)})"
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {message}\nsee '{self.prog} --help'\n")
 
 
 class Joined(argparse.Action):
@@ -147,7 +164,7 @@ def build_parser() -> Parser:
                        help="seconds between samples in the live monitor (default 1)")
     source = parser.add_argument_group("where the data comes from")
     source.add_argument(
-        "--demo", nargs="?", const=DEFAULT_SCENARIO, choices=SCENARIOS, metavar="SCENARIO",
+        "--demo", nargs="?", const=DEFAULT_SCENARIO, type=_one_of(SCENARIOS), metavar="SCENARIO",
         help=f"use simulated GPUs instead of the driver: {', '.join(SCENARIOS)} (default workstation)",
     )
     source.add_argument(
@@ -171,7 +188,7 @@ def build_parser() -> Parser:
     look.add_argument("--ascii", action="store_true", help="no box-drawing or braille characters")
     look.add_argument("--no-color", action="store_true", help="no colour (also: NO_COLOR=1)")
     look.add_argument("--readonly", action="store_true", help="disable sending signals")
-    look.add_argument("--theme", choices=THEMES, help="colour theme of the live monitor")
+    look.add_argument("--theme", type=_one_of(THEMES), choices=THEMES, help="colour theme of the live monitor")
     look.add_argument("--config", metavar="PATH", help="config file (default: XDG config dir)")
 
     _add_alert_options(parser.add_argument_group("alerts (the monitor, --watch, serve, record)"))
@@ -198,7 +215,7 @@ def build_parser() -> Parser:
     demo_train.add_argument("--steps", type=_count("step", "steps", until), default=None, metavar="N",
                             help="stop after N steps (default: train until interrupted)")
     demo_train.add_argument(
-        "--leak", nargs="?", const="graph", choices=("graph", "outputs", "cache"), metavar="KIND",
+        "--leak", nargs="?", const="graph", type=_one_of(("graph", "outputs", "cache")), metavar="KIND",
         help="add a classic leak: graph (total_loss += loss, the default), outputs (kept with their "
              "graph) or cache (a growing dict of tensors)",
     )
@@ -207,9 +224,9 @@ def build_parser() -> Parser:
                           help="FUNCTION in SCRIPT returns (model, batch[, optimizer[, loss]]): see README")
     estimate.add_argument("--batch-size", type=_count("sample", "samples"), metavar="N",
                           help="call FUNCTION(batch_size=N) (default: FUNCTION's own batch)")
-    estimate.add_argument("--optimizer", choices=OPTIMIZER_CHOICES,
+    estimate.add_argument("--optimizer", type=_one_of(OPTIMIZER_CHOICES), choices=OPTIMIZER_CHOICES,
                           help="step this optimizer (default: FUNCTION's, else adam); sgd has momentum")
-    estimate.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    estimate.add_argument("--precision", type=_one_of(PRECISIONS), choices=PRECISIONS, default="fp32",
                           help="cast the model and batch (bf16, fp16) or run the forward under autocast (amp)")
     estimate.add_argument("--checkpointing", action="store_true",
                           help="checkpoint the activations of the model's blocks")
@@ -241,6 +258,8 @@ def build_parser() -> Parser:
     serve.add_argument("--hash-password", metavar="NAME",
                        help="read a password (terminal or standard input), print NAME:HASH for "
                             "--basic-auth-file, and exit")
+    # Each command's parser, for the mistakes parse() finds once argparse is done: see 'gputui run --help'.
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -250,7 +269,7 @@ def _add_alert_options(group: Any, default: Any = None) -> None:
     group.add_argument("--alert-command", metavar="CMD", default=default,
                        help="run CMD for each alert delivery: the alerts as JSON on stdin, GPUTUI_ALERT_* set")
     group.add_argument("--alert-webhook", metavar="URL", default=default, help="POST each alert delivery to URL")
-    group.add_argument("--alert-webhook-format", choices=WEBHOOK_FORMATS,
+    group.add_argument("--alert-webhook-format", type=_one_of(WEBHOOK_FORMATS), choices=WEBHOOK_FORMATS,
                        default=default,
                        help="the webhook's body (default json)")
     group.add_argument("--alert-oom-within", type=_duration, metavar="D", default=default,
@@ -395,7 +414,7 @@ def parse(argv: list[str] | None = None) -> Options:
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            parser.error("run: give the command to run, e.g. gputui run -- python train.py")
+            parser.commands["run"].error("give the command to run, e.g. gputui run -- python train.py")
         return Options(mode="run", command=tuple(command), **common)
     if args.subcommand in ("attach", "detach"):
         return Options(mode=args.subcommand, pid=args.target, **common)
@@ -412,7 +431,7 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.subcommand == "replay":
         printing = args.sub_once or args.sub_json or args.once or args.json
         if args.at is not None and not printing:
-            parser.error("replay: --at goes with --once or --json (in the monitor, seek with its keys)")
+            parser.commands["replay"].error("--at goes with --once or --json (in the monitor, seek with its keys)")
         replay = ReplayOptions(file=args.file, at=args.at, print=printing)
         return Options(mode="replay", replay=replay, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
@@ -425,7 +444,7 @@ def parse(argv: list[str] | None = None) -> Options:
         return Options(mode="estimate", estimate=estimate, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
         if args.tls_key and not args.tls_cert:
-            parser.error("serve: --tls-key goes with --tls-cert")
+            parser.commands["serve"].error("--tls-key goes with --tls-cert")
         interval = args.interval if args.serve_interval is None else args.serve_interval
         serve = ServeOptions(listen=args.listen, basic_auth_file=args.basic_auth_file, tls_cert=args.tls_cert,
                              tls_key=args.tls_key, hash_password=args.hash_password)

@@ -110,8 +110,10 @@ def test_a_negative_or_zero_interval_has_its_own_message(env, args, option, said
     result = gputui(env, "--demo", *args)
     no_traceback(result)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines()[-1].endswith(
-        f"error: argument {option}: must be a positive number of seconds (0.1 or more), not {said}")
+    command = "gputui serve" if "serve" in args else "gputui"
+    assert result.stderr.splitlines() == [
+        f"{command}: error: argument {option}: must be a positive number of seconds (0.1 or more), not {said}",
+        f"see '{command} --help'"]
 
 
 def test_a_negative_number_after_run_is_the_commands_own(env):
@@ -200,13 +202,14 @@ def test_dash_one_is_once(env):
 def test_a_stray_number_gets_a_helpful_error(env):
     result = gputui(env, "--demo", "--once", "1")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == (
+    assert result.stderr.splitlines() == [
         "gputui: error: unexpected '1': for seconds between samples use --interval 1 (live monitor) "
-        "or --watch 1 (printing); for GPUs, --only 1")
+        "or --watch 1 (printing); for GPUs, --only 1", "see 'gputui --help'"]
     word = gputui(env, "--demo", "--once", "top")
-    assert word.stderr.splitlines()[-1] == (
+    assert word.stderr.splitlines() == [
         "gputui: error: 'top' is not a command "
-        "(commands: run, attach, detach, probes, probe, demo-train, serve, estimate, oom, record, replay)")
+        "(commands: run, attach, detach, probes, probe, demo-train, serve, estimate, oom, record, replay)",
+        "see 'gputui --help'"]
 
 
 @pytest.mark.parametrize("steps, said", [
@@ -220,7 +223,8 @@ def test_demo_train_steps_is_a_number_of_steps_not_a_process_id(capsys, steps, s
     with pytest.raises(SystemExit) as stopped:
         cli.parse(["demo-train", "--steps", steps])
     assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"gputui demo-train: error: argument --steps: {said}"
+    assert capsys.readouterr().err.splitlines() == [f"gputui demo-train: error: argument --steps: {said}",
+                                                    "see 'gputui demo-train --help'"]
     assert cli.parse(["demo-train", "--steps", "1"]).demo_train.steps == 1
     assert cli.parse(["demo-train"]).demo_train.steps is None  # until interrupted
 
@@ -293,9 +297,9 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
 def test_a_space_separated_list_that_swallows_a_command_says_so(env):
     result = gputui(env, "--only", "0", "run", "--", "true")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == (
+    assert result.stderr.splitlines() == [
         "gputui: error: --only 0 run: 'run' is a command, not a GPU; before a command, write the "
-        "list with commas (--only 0,1)")
+        "list with commas (--only 0,1)", "see 'gputui --help'"]
 
 
 @pytest.mark.parametrize("argv, demo, mode", [

@@ -55,11 +55,13 @@ def test_without_nvml_a_clear_message_and_exit_2(env, args):
     ["--watch", "-1"], ["--watch", "soon"], ["--demo", "nosuch"], ["--pid", "abc"], ["--pid", "0"],
     ["--once", "--json"], ["--frobnicate"], ["probe"], ["probe", "x"],
 ])
-def test_bad_arguments_exit_2_with_usage(env, args):
+def test_bad_arguments_exit_2_with_the_error_and_where_to_read_more(env, args):
     result = gputui(env, *args)
     no_traceback(result)
     assert result.returncode == 2
-    assert "usage: gputui" in result.stderr and "error:" in result.stderr
+    error, hint = result.stderr.splitlines()  # no usage above them (tests/test_cli_errors.py)
+    command = "gputui probe" if args[0] == "probe" else "gputui"
+    assert error.startswith(f"{command}: error: ") and hint == f"see '{command} --help'"
 
 
 # ------------------------------------------------------------------------------------ every scenario
