@@ -56,8 +56,8 @@ def _seconds(text: str) -> float:
 
 
 def _one_of(choices: Sequence[str]) -> Callable[[str], str]:
-    """An argparse type: one of ``choices``, or the same line on every Python (argparse's own quotes the
-    choices up to 3.11 and not in later versions)."""
+    """An argparse type: one of ``choices``, or the same line on every Python (argparse's own line quotes
+    the choices in some versions and not in others: CPython gh-117766, gh-144983)."""
     def one_of(text: str) -> str:
         if text not in choices:
             raise _invalid(f"invalid choice: {text!r} (choose from {', '.join(choices)})")

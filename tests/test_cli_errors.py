@@ -44,8 +44,8 @@ def test_a_wrong_argument_is_one_line_and_a_hint(env, words, said):
      "gputui demo-train: error: argument --leak: invalid choice: 'memory' (choose from graph, outputs, cache)"),
 ])
 def test_every_choice_is_listed_the_same_way(env, words, said):
-    """Each Python words argparse's own "invalid choice" its way ('dark', 'light' up to 3.12, dark, light
-    since): gputui's choices are checked by gputui, so the line is the same on every Python."""
+    """Pythons word argparse's own "invalid choice" two ways ('dark', 'light' or dark, light: CPython
+    gh-117766, gh-144983): gputui's choices are checked by gputui, so the line is the same on every Python."""
     result = gputui(env, *words)
     assert (result.returncode, result.stderr.splitlines()[0]) == (2, said)
 
