@@ -1,6 +1,7 @@
-"""gputui's configuration, read once: the settings file ($XDG_CONFIG_HOME/gputui/config.toml: interval,
-theme, columns, keys, hosts, alerts, waste), then the command line's flags over it, resolved into the typed
-Options every mode reads (``resolve``). ``gputui.cli.main`` reads the file once, before a mode starts.
+"""gputui's configuration, read once: the settings file (--config, else $XDG_CONFIG_HOME/gputui/config.toml
+or ~/.config/gputui/config.toml: interval, theme, columns, keys, hosts, alerts, waste), then the command
+line's flags over it, resolved into the typed Options every mode reads (``resolve``). ``gputui.cli.main``
+reads the file once, before a mode starts.
 
 Read and checked before anything is drawn or sampled, so a bad value is one line naming the file, the key
 and what is allowed, never a traceback halfway through drawing the screen.
@@ -37,7 +38,6 @@ KNOWN_KEYS = ("interval", "theme", "columns", "keys", "hosts", "alerts", "waste"
 # Bytes read at most: a real config is a few hundred; a path to /dev/zero or a log must not be read
 # until memory runs out.
 CONFIG_LIMIT = 1 << 20
-
 
 
 class ConfigError(UserError):
