@@ -6,6 +6,7 @@ from gputui.analysis.advice import advise
 from gputui.analysis.leaks import leak_verdict
 from gputui.analysis.sites import growing_sites
 from gputui.model import (
+    Advice,
     AllocationSite,
     AllocatorStats,
     Device,
@@ -255,3 +256,32 @@ def test_a_leak_read_every_few_steps_says_over_how_many_steps_not_readings():
     assert verdict.state == "leak" and verdict.window_steps == 61
     fix = advise(snapshot=snap(), process=job(), report=report, verdict=verdict)[0]
     assert fix.detail.startswith("Allocated memory grows 6.00 MiB per step over 61 steps"), fix.detail
+
+
+def _cpu_leak_kept_by(keeper: LeakKeeper) -> Advice:
+    steps = [StepRecord(step=s, ended_at=1000.0 + s * 0.005, duration=0.005, device="cpu", allocated=6 * MIB,
+                        categories=MemoryCategories(MIB, MIB, 4 * MIB, 0, None),
+                        host_allocated=300 * MIB + s * 64 * 1024) for s in range(1, 81)]
+    report = ProbeReport(pid=42, taken_at=1000.4, devices=(ProbeDevice("cpu"),), steps=tuple(steps),
+                         keepers=(keeper,))
+    (advice,) = advise(snapshot=snap(), process=None, report=report, verdict=leak_verdict(report))
+    return advice
+
+
+def test_the_fix_is_written_for_the_keepers_kind_and_name():
+    # Issue 47 item 7: `losses.append(loss)` was shown a dict's example (`cache[key] = value.detach()`).
+    losses = LeakKeeper(name="losses", scope="local", what="a list", size=80, per_step=1.0,
+                        where=("train.py:40 in train",))
+    assert _cpu_leak_kept_by(losses).action == (
+        "Bound it, or keep numbers instead of tensors:\n"
+        "    losses.append(loss.item())   # a number; not: losses.append(loss)\n"
+        "    losses.append(loss.detach())   # to keep a tensor, without its graph\n"
+        "    del losses[:-LIMIT]   # and keep only the latest")
+    cache = LeakKeeper(name="self.cache", scope="attribute", what="a dict", size=80, per_step=1.0,
+                       where=("model.py:15 in forward",))
+    assert _cpu_leak_kept_by(cache).action == (
+        "Bound it, or keep numbers instead of tensors:\n"
+        "    self.cache[key] = value.item()   # a number; or value.detach() to keep a tensor\n"
+        "    if len(self.cache) > LIMIT: self.cache.pop(next(iter(self.cache)))")
+    kept = LeakKeeper(name="seen", scope="global", what="a set", size=80, per_step=1.0, where=("a.py:3 in f",))
+    assert _cpu_leak_kept_by(kept).action.endswith("if len(cache) > LIMIT: cache.pop(next(iter(cache)))")

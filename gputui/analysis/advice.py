@@ -142,17 +142,42 @@ def _site_text(seen: _Seen) -> str:
     return kept + f" Allocated at: {top.where} (+{size(top.bytes_per_step)}/step)."
 
 
+def _keeper(seen: _Seen) -> LeakKeeper | None:
+    """The name that keeps the leak, where the probe found its lines."""
+    keepers = [k for k in (seen.report.keepers if seen.report is not None else ()) if k.where]
+    return keepers[0] if keepers else None
+
+
 def _keeper_text(seen: _Seen) -> str:
     """Where the job keeps the leak: the line to change."""
-    keepers = [k for k in (seen.report.keepers if seen.report is not None else ()) if k.where]
-    return f" Kept at: {keepers[0].where[0]} ({keeper_text(keepers[0])})." if keepers else ""
+    keeper = _keeper(seen)
+    return f" Kept at: {keeper.where[0]} ({keeper_text(keeper)})." if keeper is not None else ""
 
 
 def _graph_keeper(seen: _Seen) -> LeakKeeper | None:
     """The keeper, if it is one tensor whose autograd graph grows: a running total of losses
     (``total_loss += loss``) that links every step's graph to the next."""
-    keepers = [k for k in (seen.report.keepers if seen.report is not None else ()) if k.where]
-    return keepers[0] if keepers and keepers[0].what == KEEPER_GRAPH else None
+    keeper = _keeper(seen)
+    return keeper if keeper is not None and keeper.what == KEEPER_GRAPH else None
+
+
+def _keep_less(keeper: LeakKeeper | None, on_gpu: bool) -> str | None:
+    """The fix written for the keeper's own kind (a list appended to, a dict assigned into), with its
+    name: a list of losses is told ``losses.append(loss.item())``, not a dict's example. None where the
+    kind has no one way of adding (a tensor, a set, a closure): the general example then."""
+    if keeper is None:
+        return None
+    name = keeper.name
+    item = "loss" if "loss" in name.rsplit(".", 1)[-1].lower() else "value"
+    tensor = f"{item}.detach().cpu()" if on_gpu else f"{item}.detach()"
+    if keeper.what in ("a list", "a deque"):
+        return (f"    {name}.append({item}.item())   # a number; not: {name}.append({item})\n"
+                f"    {name}.append({tensor})   # to keep a tensor, without its graph\n"
+                f"    del {name}[:-LIMIT]   # and keep only the latest")
+    if keeper.what == "a dict":
+        return (f"    {name}[key] = {item}.item()   # a number; or {tensor} to keep a tensor\n"
+                f"    if len({name}) > LIMIT: {name}.pop(next(iter({name})))")
+    return None
 
 
 def _leak(seen: _Seen) -> Advice | None:
@@ -187,9 +212,10 @@ def _leak(seen: _Seen) -> Advice | None:
             detail=f"{head}, in tensors saved for backward ({size(level or 0)} now, where a finished step "
             f"should hold none): a loss or output that still carries its graph is being kept."
             + _site_text(seen),
-            action="Keep numbers, not graphs, across steps:\n"
-            "    total_loss += loss.item()          # not: total_loss += loss\n"
-            "    outputs.append(out.detach())       # not: outputs.append(out)",
+            action="Keep numbers, not graphs, across steps:\n" + (
+                _keep_less(_keeper(seen), on_gpu=False) or
+                "    total_loss += loss.item()          # not: total_loss += loss\n"
+                "    outputs.append(out.detach())       # not: outputs.append(out)"),
             # (on CPU, the graphs of the steps the probe did not measure are in the untracked growth)
             estimated_saving=((level or 0) + v.untracked_growth) if v.untracked_growth else level,
         )
@@ -200,9 +226,10 @@ def _leak(seen: _Seen) -> Advice | None:
             detail=f"Host memory beyond parameters, gradients, optimizer state and activations grows "
             f"{per_step} per step over {over} steps: a list, dict or cache of tensors that is never "
             f"emptied." + _site_text(seen),
-            action="Bound it, or keep numbers instead of tensors:\n"
-            "    cache[key] = value.detach()          # no graph; or value.item() for a number\n"
-            "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+            action="Bound it, or keep numbers instead of tensors:\n" + (
+                _keep_less(_keeper(seen), on_gpu=False) or
+                "    cache[key] = value.detach()          # no graph; or value.item() for a number\n"
+                "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))"),
             estimated_saving=v.untracked_growth,
         )
     if v.category == "other":
@@ -212,9 +239,10 @@ def _leak(seen: _Seen) -> Advice | None:
             detail=f"{head}, in tensors that are neither parameters, gradients, optimizer state nor "
             f"activations ({size(level or 0)} now): a list, dict or cache that is never emptied."
             + _site_text(seen),
-            action="Bound it or move it off the GPU:\n"
-            "    cache[key] = value.detach().cpu()   # or keep .item() numbers\n"
-            "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))",
+            action="Bound it or move it off the GPU:\n" + (
+                _keep_less(_keeper(seen), on_gpu=True) or
+                "    cache[key] = value.detach().cpu()   # or keep .item() numbers\n"
+                "    if len(cache) > LIMIT: cache.pop(next(iter(cache)))"),
         )
     if v.category in ("parameters", "gradients", "optimizer_state"):
         return Advice(
