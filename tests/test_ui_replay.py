@@ -198,3 +198,19 @@ async def test_ctrl_c_quits_the_replay(tmp_path):
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert app.return_code == 0
+
+
+async def test_the_footer_offers_only_the_keys_a_replay_takes(tmp_path):
+    # Issue 47 item 5: replay's footer listed "A Attach", which replay refuses. Left out of the footer, the
+    # key still says why when pressed (test_what_a_recording_cannot_do_is_refused_alike).
+    from test_ui_app import key_bar_text
+
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        text = key_bar_text(app)
+        assert "Attach" not in text and "Pause" in text and "Speed" in text, text
+        await pilot.press("enter")  # the detail screen: its "Record sites" is refused too
+        await pilot.pause()
+        text = key_bar_text(app)
+        assert "Record sites" not in text and "Back" in text, text

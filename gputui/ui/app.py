@@ -45,7 +45,7 @@ from gputui.ui.main_screen import MainScreen
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
-from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL, Player, Sampled, Source
+from gputui.ui.sources import ASKS, INTERVAL, PROBE, RECORD_SITES, SIGNAL, Player, Sampled, Source
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
@@ -599,6 +599,14 @@ class GpuTuiApp(App[int]):
         if why is None and what == PROBE and self.readonly:
             return "Read-only mode (--readonly): gputui attaches and detaches no probe."
         return why
+
+    def refuses_in_mode(self, action: str) -> bool:
+        """Whether this mode refuses ``action`` whatever is selected (replay: attach, signals, sites,
+        the interval; --readonly: attach): the footer leaves its key out; pressed, it still says why."""
+        what = ASKS.get(action)
+        if what is None or self.source is None:
+            return False
+        return self.source.cannot(what, None) is not None or (what == PROBE and self.readonly)
 
     def refused(self, what: str, *, title: str = "", signal: str = "") -> bool:
         """Whether this monitor cannot do ``what``, having said why: every refusal of a source's is

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 # What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
 SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"
+# The app's actions that ask a source for one of those (a footer leaves out the keys a mode refuses).
+ASKS = {"signal": SIGNAL, "probe": PROBE, "record_sites": RECORD_SITES, "interval": INTERVAL}
 
 # The help's sections that open on a source's keys: ui/bindings.py's titles (it imports nothing of gputui, so
 # it cannot take them from here; tests/test_ui_app.py's help tests hold the two to the same words).

@@ -116,6 +116,9 @@ class KeyBar(StyledLines):
                 if enabled is False:
                     continue  # hidden, as check_action may say: the key stays free for an outer one
                 taken.add(binding.key)
+                refuses = getattr(self.app, "refuses_in_mode", None)
+                if refuses is not None and refuses(action):
+                    continue  # a key this mode refuses (replay's A): still live, to say why, but not offered
                 if binding.show and binding.action not in shown:
                     shown.add(binding.action)
                     found.append((binding.key, self.app.get_key_display(binding), binding.description,
