@@ -258,3 +258,136 @@ def test_a_real_process_s_huge_command_line_is_bounded_where_it_is_read():
     finally:
         child.kill()
         child.wait()
+
+
+# -- /proc/PID/stat read in one go, against psutil's reading of the same processes ---------------------
+
+def _stopped_children():
+    """Real processes whose figures stand still while both ways read them: two that burned some CPU and
+    stopped themselves (one named "a) b (c", as a process may name itself), one sleeping, one zombie."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    burn = ("import os, signal, sys\n"
+            "open('/proc/self/comm', 'w').write(sys.argv[1])\n"
+            "x = sum(range(3_000_000)); keep = bytearray(20 << 20)\n"
+            "os.kill(os.getpid(), signal.SIGSTOP)\n")
+    burners = [subprocess.Popen([sys.executable, "-c", burn, name]) for name in ("burner", "a) b (c")]
+    sleeper = subprocess.Popen(["sleep", "60"])
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # never waited for until the end: a zombie
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        states = [psutil.Process(p.pid).status() for p in burners] + [psutil.Process(zombie.pid).status()]
+        if states == [psutil.STATUS_STOPPED] * 2 + [psutil.STATUS_ZOMBIE]:
+            break
+        time.sleep(0.02)
+    children = [*burners, sleeper, zombie]
+
+    def end():
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
+            child.wait()
+    return children, end
+
+
+def test_stat_reads_what_psutil_reads_of_real_processes():
+    import subprocess
+    import sys
+
+    from gputui.collect.processes import read_stat
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    children, end = _stopped_children()
+    try:
+        pids = [c.pid for c in children] + [gone.pid]
+        now = [100.0]
+        lean = ProcessInspector(psutil, lambda: now[0], stat=read_stat)
+        plain = ProcessInspector(psutil, lambda: now[0])
+        for _ in range(2):  # the first sample, then one with a CPU % (0: they all stand still)
+            assert lean.inspect(pids) == plain.inspect(pids)
+            now[0] += 1.0
+        found = lean.inspect(pids)
+        burner, named, sleeper, zombie = (found[c.pid] for c in children)
+        assert burner.state == named.state == sleeper.state == "ok" and burner.cpu_percent == 0.0
+        assert burner.host_memory > 20 << 20 and named.name == "a) b (c"
+        assert zombie.state == "zombie" and zombie.note == NOTE_ZOMBIE
+        assert found[gone.pid] == ProcessDetails(state="gone", note=NOTE_GONE)
+        stat = read_stat(children[1].pid)  # the name's parentheses do not shift the fields
+        times = psutil.Process(children[1].pid).cpu_times()
+        assert stat == (("T", times.user + times.system, psutil.Process(children[1].pid).memory_info().rss,
+                         stat.started)) and stat.cpu_seconds > 0
+        # the launcher parents: read again only when a pid's start time changes (the same answers)
+        assert lean.parents([c.pid for c in children], exclude=set()) == \
+            plain.parents([c.pid for c in children], exclude=set())
+    finally:
+        end()
+
+
+def test_stat_said_to_move_reads_as_psutil_says_it_moved():
+    # A process that runs between samples: both ways measure its CPU % from their own readings.
+    import os
+    import time
+
+    from gputui.collect.processes import read_stat
+
+    ticks = [0.0]
+    inspector = ProcessInspector(psutil, lambda: ticks[0], stat=read_stat)
+    inspector.inspect([os.getpid()])
+    before = time.process_time()
+    while time.process_time() - before < 0.2:
+        pass
+    ticks[0] = 1.0
+    percent = inspector.inspect([os.getpid()])[os.getpid()].cpu_percent
+    assert 15.0 <= percent <= 100.0  # 0.2 s (and more) of CPU over the clock's 1 s, in 1/100 s ticks
+
+
+def test_stat_a_hidden_process_file_reads_as_denied():
+    # hidepid=1: the entry is listed but its files refuse another user. A real refusal from the kernel: a
+    # forked child running as nobody inspects itself through a /proc of stat files only root may read.
+    import functools
+    import os
+    import shutil
+    import tempfile
+
+    from gputui.collect.processes import read_stat
+
+    root = tempfile.mkdtemp()  # (0700 directories above a pytest tmp_path would refuse nobody sooner)
+    os.chmod(root, 0o755)
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.close(reader)
+            os.mkdir(f"{root}/{os.getpid()}", 0o755)
+            for name in ("stat", "statm"):
+                shutil.copy(f"/proc/self/{name}", f"{root}/{os.getpid()}/{name}")
+                os.chmod(f"{root}/{os.getpid()}/{name}", 0o600)
+            os.setgid(65534)
+            os.setuid(65534)
+            inspector = ProcessInspector(psutil, lambda: 0.0, stat=functools.partial(read_stat, proc_root=root))
+            found = inspector.inspect([os.getpid()])[os.getpid()]
+            os.write(writer, repr((found.state, found.cpu_percent, found.host_memory, found.note)).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    said = os.read(reader, 4096).decode()
+    os.waitpid(child, 0)
+    shutil.rmtree(root)
+    assert said == repr(("denied", None, None, NOTE_DENIED))
+
+
+def test_the_collector_reads_stat_where_the_real_psutil_reads_and_asks_the_simulated_one():
+    from gputui.collect import sim
+    from gputui.collect.collector import _stat_reader
+
+    reader = _stat_reader(psutil)
+    assert reader is not None and reader.keywords == {"proc_root": psutil.PROCFS_PATH}
+    machine = sim.install("workstation", clock=lambda: 0.0)
+    try:
+        assert _stat_reader(machine.psutil) is None
+    finally:
+        sim.uninstall()

@@ -26,7 +26,7 @@ from gputui.collect.own_cpu import OwnCpu
 from gputui.collect.owners import Files, HostFiles, OwnerReader, Scontrol
 from gputui.collect.pidns import HOST_PROCESSES, Located, PidNamespace
 from gputui.collect.probed import ProbedProcesses
-from gputui.collect.processes import ProcessDetails, ProcessInspector
+from gputui.collect.processes import ProcessDetails, ProcessInspector, ProcStat, read_stat
 from gputui.collect.torch_use import torch_mapped
 from gputui.collect.visible import with_cuda_indices
 from gputui.errors import UserError
@@ -98,7 +98,8 @@ class Collector:
         signals_work = self.namespace is not None and not self.namespace.procfs_is_outer
         self.processes = ProcessInspector(
             psutil, clock, exists=pid_exists if signals_work else None,
-            uses_torch=functools.partial(torch_mapped, proc_root=str(proc_root)) if proc_root is not None else None)
+            uses_torch=functools.partial(torch_mapped, proc_root=str(proc_root)) if proc_root is not None else None,
+            stat=_stat_reader(psutil))
         self.host = HostReader(psutil, hostname)
         self.probed = ProbedProcesses(psutil, clock)
         self.jobs = JobFinder(psutil)  # again after the probes are added: see plain's Source
@@ -217,6 +218,13 @@ class Collector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stat_reader(psutil: Psutil) -> Callable[[int], ProcStat] | None:
+    """Each sample's process figures read from the /proc the real psutil reads (its PROCFS_PATH), in
+    one step of our own; None for a psutil without one (the simulated machine's): psutil is asked."""
+    procfs = getattr(psutil, "PROCFS_PATH", None)
+    return functools.partial(read_stat, proc_root=procfs) if isinstance(procfs, str) else None
 
 
 def _gpu_process(raw: RawProcess, local_pid: int | None, info: ProcessDetails,
