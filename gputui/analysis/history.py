@@ -47,33 +47,43 @@ class Series(Record):
 
 
 class _Track:
-    """One entity's samples: shared timestamps and one column per metric.
+    """One entity's samples: the instants of the history it was seen at, and one column per metric.
 
-    The columns are C arrays, 8 bytes a sample (1 for a percentage): a deque of Python numbers took 32-40, and a 64-slot
-    block from its first sample on (0.5 MB for 64 processes ten seconds in, 6 MB ten minutes in; issue
-    31 item 21). An unknown value is kept as 0, its sample number in ``unknown``."""
+    Its instants are runs of the history's instant numbers (one run while it is seen at every sample), not
+    times of its own: every track of a history is sampled at the same instants, and eight bytes a sample
+    for each track's copy of them were a quarter of the live monitor's history, half the judge's (issue 46).
+    The columns are C arrays, 8 bytes a sample (1 for a percentage): a deque of Python numbers took 32-40,
+    and a 64-slot block from its first sample on (issue 31 item 21). An unknown value is kept as 0, its
+    sample number in ``unknown``."""
 
-    __slots__ = ("times", "columns", "unknown", "dropped", "keep_series", "_series")
+    __slots__ = ("runs", "columns", "unknown", "dropped", "keep_series", "_series")
 
     def __init__(self, metrics: tuple[str, ...], keep_series: bool = True) -> None:
-        self.times = array("d")
+        self.runs: list[list[int]] = []  # [first instant number, how many in a row], oldest first
         self.columns: dict[str, array[Any]] = {m: _column(m) for m in metrics}
         self.unknown: dict[str, list[int]] = {}  # metric -> the sample numbers where it was None
-        self.dropped = 0  # samples dropped from the front: times[i] is sample number dropped + i
+        self.dropped = 0  # samples dropped from the front: a column's [i] is sample number dropped + i
         # Series handed out since the last change: charts ask for the same ones many times per
         # refresh, and copying 600-point tuples for 1000 processes adds up. A history read once per
         # sample (the trends') keeps none: kept, they were a third of its memory ten minutes in.
         self.keep_series = keep_series
         self._series: dict[str, Series] = {}
 
-    def add(self, t: float, row: object) -> None:
+    def __len__(self) -> int:
+        return sum(count for _, count in self.runs)
+
+    def add(self, number: int, row: object) -> None:
+        """The readings of ``row``, taken at the history's instant ``number``."""
         self._series.clear()
-        number = self.dropped + len(self.times)
-        self.times.append(t)
+        sample = self.dropped + len(self)
+        if self.runs and sum(self.runs[-1]) == number:
+            self.runs[-1][1] += 1
+        else:
+            self.runs.append([number, 1])
         for metric, column in self.columns.items():
             value = getattr(row, metric)
             if value is None:
-                self.unknown.setdefault(metric, []).append(number)
+                self.unknown.setdefault(metric, []).append(sample)
                 value = 0
             try:
                 column.append(value)
@@ -83,15 +93,20 @@ class _Track:
                 self.columns[metric] = array(wider, column)
                 self.columns[metric].append(value)
 
-    def trim(self, oldest: float, max_points: int) -> None:
-        """Drop the samples past ``max_points``, then those older than ``oldest``, from the front."""
-        drop = max(0, len(self.times) - max_points)
-        while drop < len(self.times) and self.times[drop] < oldest:
-            drop += 1
+    def trim(self, first: int) -> None:
+        """Drop the samples of the instants numbered before ``first``, from the front."""
+        drop = 0
+        while self.runs and self.runs[0][0] < first:
+            start, count = self.runs[0]
+            if start + count <= first:
+                drop += count
+                del self.runs[0]
+            else:
+                drop += first - start
+                self.runs[0] = [first, start + count - first]
         if not drop:
             return
         self._series.clear()
-        del self.times[:drop]
         for column in self.columns.values():
             del column[:drop]
         self.dropped += drop
@@ -100,14 +115,13 @@ class _Track:
             if not numbers:
                 del self.unknown[metric]
 
-    def series(self, metric: str) -> Series:
+    def series(self, metric: str, times: tuple[float, ...]) -> Series:
+        """``metric``'s Series, its samples taken at ``times`` (the history's, for this track's runs)."""
         series = self._series.get(metric)
         if series is None:
             values: list[float | None] = self.columns[metric].tolist()
             for number in self.unknown.get(metric, ()):
                 values[number - self.dropped] = None
-            # One tuple of times for all the series handed out since the last change, as with deques.
-            times = next(iter(self._series.values())).times if self._series else tuple(self.times)
             series = Series(times, tuple(values))
             if self.keep_series:
                 self._series[metric] = series
@@ -115,7 +129,11 @@ class _Track:
 
 
 class History:
-    """Bounded history of every device and GPU process seen in the snapshots added."""
+    """Bounded history of every device and GPU process seen in the snapshots added.
+
+    What it holds stops growing ``span`` seconds in (``max_points`` samples at most): a sample is 8 bytes
+    for its instant, and for each device and each GPU process 8 bytes a metric kept (1 for a percentage or
+    a temperature)."""
 
     def __init__(self, span: float = 600.0, max_points: int = 3600, *,
                  device_metrics: tuple[str, ...] = DEVICE_METRICS,
@@ -128,35 +146,57 @@ class History:
         self.device_metrics = device_metrics
         self.process_metrics = process_metrics
         self.keep_series = keep_series
+        self.times = array("d")  # the instants of the snapshots added, oldest first
+        self.dropped = 0  # instants dropped from the front: times[i] is instant number dropped + i
         self._devices: dict[int, _Track] = {}
         self._processes: dict[ProcessKey, _Track] = {}
+        self._times: dict[tuple[int, int], tuple[float, ...]] = {}  # runs' times handed out since the last add
         self.latest: float | None = None
 
     def add(self, snapshot: Snapshot) -> None:
         """Append one snapshot's readings and forget what is older than the span."""
         t = snapshot.taken_at
         self.latest = t
+        number = self.dropped + len(self.times)
+        self.times.append(t)
+        self._times.clear()
         if self.device_metrics:
             for device in snapshot.devices:
-                self._track(self._devices, device.index, self.device_metrics).add(t, device)
+                self._track(self._devices, device.index, self.device_metrics).add(number, device)
         if self.process_metrics:
             for proc in snapshot.processes:
                 key = (proc.pid, proc.device_index)
-                self._track(self._processes, key, self.process_metrics).add(t, proc)
-        oldest = t - self.span
-        _trim(self._devices, oldest, self.max_points)
-        _trim(self._processes, oldest, self.max_points)
+                self._track(self._processes, key, self.process_metrics).add(number, proc)
+        drop = max(0, len(self.times) - self.max_points)
+        while drop < len(self.times) and self.times[drop] < t - self.span:
+            drop += 1
+        if drop:
+            del self.times[:drop]
+            self.dropped += drop
+            _trim(self._devices, self.dropped)
+            _trim(self._processes, self.dropped)
 
     def device(self, index: int, metric: str) -> Series:
         track = self._devices.get(index)
-        return track.series(metric) if track else Series()
+        return track.series(metric, self._times_of(track)) if track else Series()
 
     def process(self, key: ProcessKey, metric: str) -> Series:
         track = self._processes.get(key)
-        return track.series(metric) if track else Series()
+        return track.series(metric, self._times_of(track)) if track else Series()
 
     def process_keys(self) -> tuple[ProcessKey, ...]:
         return tuple(self._processes)
+
+    def _times_of(self, track: _Track) -> tuple[float, ...]:
+        """The times of ``track``'s samples: one tuple for every track with the same run, until the next add."""
+        times: tuple[float, ...] = ()
+        for start, count in track.runs:
+            run = self._times.get((start, count))
+            if run is None:
+                first = start - self.dropped
+                run = self._times[(start, count)] = tuple(self.times[first:first + count])
+            times = run if not times else times + run
+        return times
 
     def _track(self, tracks: dict[K, _Track], key: K, metrics: tuple[str, ...]) -> _Track:
         track = tracks.get(key)
@@ -165,10 +205,10 @@ class History:
         return track
 
 
-def _trim(tracks: dict[K, _Track], oldest: float, max_points: int) -> None:
-    """Drop the samples older than ``oldest`` or past ``max_points``, and the tracks left with none."""
+def _trim(tracks: dict[K, _Track], first: int) -> None:
+    """Drop the samples of the instants numbered before ``first``, and the tracks left with none."""
     for key in list(tracks):
         track = tracks[key]
-        track.trim(oldest, max_points)
-        if not track.times:
+        track.trim(first)
+        if not track.runs:
             del tracks[key]
