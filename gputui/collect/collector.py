@@ -96,12 +96,13 @@ class Collector:
         self.namespace = PidNamespace(proc_root) if proc_root is not None else None
         # Signal 0 reaches the real machine's processes, and only by /proc's PIDs when /proc is ours.
         signals_work = self.namespace is not None and not self.namespace.procfs_is_outer
+        stat = _stat_reader(psutil)
         self.processes = ProcessInspector(
             psutil, clock, exists=pid_exists if signals_work else None,
             uses_torch=functools.partial(torch_mapped, proc_root=str(proc_root)) if proc_root is not None else None,
-            stat=_stat_reader(psutil))
+            stat=stat)
         self.host = HostReader(psutil, hostname)
-        self.probed = ProbedProcesses(psutil, clock)
+        self.probed = ProbedProcesses(psutil, clock, stat=stat)
         self.jobs = JobFinder(psutil)  # again after the probes are added: see plain's Source
         # The owners are read through the simulated machine's files in --demo: one reading for both.
         files: Files | None = machine.files if machine is not None else (

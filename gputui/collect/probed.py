@@ -8,15 +8,17 @@ import time
 from typing import Callable
 
 from gputui.collect.interfaces import Psutil
-from gputui.collect.processes import ProcessInspector
+from gputui.collect.processes import ProcessInspector, ProcStat
 from gputui.model import PROCESS_OK, HostProcess, Snapshot
 
 
 class ProbedProcesses:
     """Keeps its own CPU % bookkeeping, apart from the GPU processes', between samples."""
 
-    def __init__(self, psutil: Psutil, clock: Callable[[], float] = time.monotonic) -> None:
-        self._inspector = ProcessInspector(psutil, clock)
+    def __init__(self, psutil: Psutil, clock: Callable[[], float] = time.monotonic,
+                 stat: Callable[[int], ProcStat] | None = None) -> None:
+        """``stat``: each sample's figures read as the GPU processes' are (ProcessInspector)."""
+        self._inspector = ProcessInspector(psutil, clock, stat=stat)
 
     def add_to(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with ``probed`` filled in for its probe reports that NVML does not list."""

@@ -131,7 +131,9 @@ class Gatherer:
             snapshot = self._probed.add_to(snapshot)
         if self.filters:
             snapshot = apply_filters(snapshot, self.filters)
-        if self._jobs is not None:  # grouped again with the probes in (CPU ranks) and the filters applied
+        # Grouped again with the probes in (CPU ranks) and the filters applied; a machine's own snapshot with
+        # nothing added is grouped already (the collector groups its processes; NoDriver has none to group).
+        if self._jobs is not None and snapshot is not raw:
             snapshot = self._jobs.add_to(snapshot)
         return self._endings.add_to(snapshot)
 
