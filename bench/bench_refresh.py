@@ -33,6 +33,7 @@ from gputui.collect import open_collector  # noqa: E402
 from gputui.sample.state import HostState  # noqa: E402
 from gputui.ui import main_screen  # noqa: E402
 from gputui.ui.app import GpuTuiApp  # noqa: E402
+from gputui.ui.monitor_options import MonitorOptions  # noqa: E402
 from gputui.ui.sampler import Sampler  # noqa: E402
 from gputui.ui.widgets.charts import DeviceHistory  # noqa: E402
 from gputui.ui.widgets.devices import DeviceList  # noqa: E402
@@ -107,8 +108,8 @@ async def measure(processes: int, refreshes: int, jobs: bool = False) -> tuple[d
     """ms per refresh in each bucket, and the UI thread's median ms per refresh in all; ``jobs``:
     in the job view (the scenario's torchrun job grouped under its line)."""
     taken = snapshots(processes, refreshes + 5)
-    app = GpuTuiApp(Sampler(FrozenSource(taken[0]), watch_probes=False), me="lena",
-                    simulated=True, interval=3600)
+    app = GpuTuiApp(Sampler(FrozenSource(taken[0]), watch_probes=False),
+                    MonitorOptions(me="lena", simulated=True, interval=3600))
     async with app.run_test(size=(120, 40)) as pilot:
         while not app.samples:
             await pilot.pause(0.05)

@@ -510,10 +510,11 @@ def part_tui(svg: Path) -> int:
 
     from gputui.collect import open_collector
     from gputui.ui.app import GpuTuiApp
+    from gputui.ui.monitor_options import MonitorOptions
     from gputui.ui.sampler import Sampler
 
     async def main():
-        app = GpuTuiApp(Sampler(open_collector()), interval=1.0)
+        app = GpuTuiApp(Sampler(open_collector()), MonitorOptions(interval=1.0))
         async with app.run_test(size=(120, 40)) as pilot:
             while app.samples < 3:
                 await pilot.pause(0.1)

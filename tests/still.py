@@ -16,7 +16,8 @@ from gputui.analysis.waste import WasteJudge
 from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Snapshot
 from gputui.sample.judge import Judge
 from gputui.sample.state import HostState
-from gputui.ui.app import GpuTuiApp
+from gputui.ui.app import GpuTuiApp, Requester
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 
 
@@ -61,13 +62,21 @@ def record(scenario: str, *, seconds: float = 120.0, step: float = 2.0, seed: in
     return history, last
 
 
-def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, **options: Any) -> GpuTuiApp:
-    """The monitor showing ``scenario`` as it is ``seconds`` in, with that much history behind it."""
+def monitor_options(options: dict[str, Any]) -> MonitorOptions:
+    """A still picture's MonitorOptions: simulated, "lena"'s, and ``options`` (MonitorOptions' fields)."""
+    return MonitorOptions(**{"me": "lena", "simulated": True, **options})
+
+
+def still_app(scenario: str, *, seconds: float = 120.0, seed: int = 0, requester: Requester | None = None,
+              **options: Any) -> GpuTuiApp:
+    """The monitor showing ``scenario`` as it is ``seconds`` in, with that much history behind it; ``options``:
+    MonitorOptions' fields."""
     waste = WasteJudge()  # who holds GPUs idle, judged over the same seconds
     history, last = record(scenario, seconds=seconds, seed=seed, watch=waste)
-    options.setdefault("me", "lena")
-    return GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False, history=history, waste=waste), history=history,
-                     simulated=True, **options)
+    app = GpuTuiApp(Sampler(FrozenSource(last), watch_probes=False, history=history, waste=waste),
+                    monitor_options(options), requester=requester)
+    app.state = HostState(history)  # the charts' history: the recorded seconds
+    return app
 
 
 class FrozenHosts:
@@ -104,10 +113,8 @@ def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, 
                            cpu_clock=lambda: 0.01 * next(cpu),
                            wall=lambda: max(s.taken_at for _, s in recorded.values()))
     sampler.sample()  # the monitor's cost is measured between two samples
-    options.setdefault("me", "lena")
-    app = GpuTuiApp(sampler, simulated=True, **options)
-    app.states.update((name, HostState(history)) for name, (history, _) in recorded.items())
-    return app
+    sampler.states.update((name, HostState(history)) for name, (history, _) in recorded.items())
+    return GpuTuiApp(sampler, monitor_options(options))
 
 
 def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0, at: float = 120.0,
@@ -128,6 +135,5 @@ def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0,
                        record=RecordOptions(file=str(path), duration=float(seconds)))
     record(recorded, clock=lambda: now[0], pause=pause, quiet=True)
     recording = Recording(path)
-    options.setdefault("me", "lena")
     return GpuTuiApp(Replay(recording, start=recording.index_at(recording.times[0] + at), paused=True),
-                     simulated=True, **options)
+                     monitor_options(options))

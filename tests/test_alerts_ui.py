@@ -15,13 +15,14 @@ from gputui.options import Options
 from gputui.sample.pipeline import open_pipeline
 from gputui.ui import alert_toasts
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 
 
 def leaky_app(settings):
     clock = lambda: 100.0  # noqa: E731 - the leaky scenario's second 100: the leak confirmed, its OOM minutes off
     app = GpuTuiApp(Sampler(open_collector("leaky", clock=clock, environ={}), watch_probes=False),
-                    interval=30.0, me="dev", alerts=settings)
+                    MonitorOptions(interval=30.0, me="dev", alerts=settings))
     rings = []
     app.bell = lambda: rings.append(1)
     return app, rings
@@ -107,7 +108,8 @@ async def test_a_flapping_alert_rings_and_notifies_no_more_often_than_the_other_
     assert flaps_in_the_faults_demo() >= 8  # (the condition does flap)
     now = [60.0]
     app = GpuTuiApp(Sampler(open_collector("faults", clock=lambda: now[0], environ={}), watch_probes=False),
-                    interval=30.0, me="ana", alerts=AlertSettings(thresholds=FLAPPING, per_minute=2, desktop="on"))
+                    MonitorOptions(interval=30.0, me="ana",
+                                   alerts=AlertSettings(thresholds=FLAPPING, per_minute=2, desktop="on")))
     rings = []
     app.bell = lambda: rings.append(1)
     async with app.run_test(size=(120, 40)) as pilot:

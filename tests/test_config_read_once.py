@@ -86,7 +86,7 @@ def test_the_live_monitor_reads_it_once_and_shows_what_it_says(path, reads, monk
     assert cli.main(["--demo", "--config", str(path)]) == 0
     assert reads == [str(path)]
     app = opened[0]
-    assert (app.theme, app.alert_settings.thresholds.oom_within) == ("textual-light", 1200.0)
+    assert (app.theme, app.options.alerts.thresholds.oom_within) == ("textual-light", 1200.0)
 
 
 @pytest.mark.parametrize("words, stop, status", [

@@ -35,6 +35,7 @@ from gputui.collect.collector import open_collector
 from gputui.model import GpuProcess
 from gputui.plain.report import render_probe_list
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.processes import ProcessTable
@@ -277,7 +278,7 @@ def assert_screen_safe(svg: str) -> None:
 
 
 async def test_the_live_monitor_shows_outside_strings_made_visible():
-    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot, tries=200)
         assert_screen_safe(app.export_screenshot())
@@ -299,7 +300,7 @@ async def test_a_probes_answer_to_the_record_key_is_shown_made_visible(answer):
             raise RuntimeError(ATTACK)
         return {"recording": True, "steps": ATTACK, "starts_at_step": ATTACK}
 
-    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), me="bob", requester=requester)
+    app = GpuTuiApp(Sampler(PoisonedSource(), watch_probes=False), MonitorOptions(me="bob"), requester=requester)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot, tries=200)
         app.record_sites(app.snapshot.probes[0].pid, on=True, steps=5)

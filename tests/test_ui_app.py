@@ -20,6 +20,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.bindings import binding_ids
 from gputui.ui.columns import TINY
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail
@@ -52,7 +53,7 @@ async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
     opened, ahead = open_ahead(lambda: (sampler, None))
     assert opened.result(timeout=10) == (sampler, None)
     assert ahead.result(timeout=10) is first and source.calls == 1  # taken before the app runs
-    app = GpuTuiApp(sampler, me="bob", first_sample=ahead, interval=30.0)
+    app = GpuTuiApp(sampler, MonitorOptions(me="bob", interval=30.0), first_sample=ahead)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert app.snapshot is first and source.calls == 1  # not sampled twice
@@ -429,7 +430,7 @@ async def test_pause_stops_sampling_and_interval_keys_step():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("p")
-        assert app.paused
+        assert app.source.paused
         taken = app.samples
         await pilot.pause(0.8)
         assert app.samples == taken
@@ -623,7 +624,7 @@ async def test_replay_help_lists_the_replay_keys_first(tmp_path):
 
     from gputui.ui.replay import Replay
 
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause(0.3)
         await pilot.press("question_mark")

@@ -228,9 +228,10 @@ async def test_the_replay_refuses_with_a_message(tmp_path):
     from test_ui_replay import at, recording
 
     from gputui.ui.app import GpuTuiApp
+    from gputui.ui.monitor_options import MonitorOptions
     from gputui.ui.replay import Replay
 
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("A")

@@ -8,6 +8,7 @@ from ui_data import ReplaySource, settle, training_snapshot
 
 from gputui.model import MonitorCost
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.bars import plain
@@ -18,7 +19,7 @@ COST = MonitorCost(cpu_percent=0.63, nvml_ms=1.234, sample_ms=4.5)
 
 def app_with(cost: MonitorCost | None) -> GpuTuiApp:
     snapshot = dataclasses.replace(training_snapshot(), monitor=cost)
-    return GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), me="bob")
+    return GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), MonitorOptions(me="bob"))
 
 
 async def test_header_says_what_gputui_costs_where_there_is_room():

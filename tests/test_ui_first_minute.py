@@ -13,6 +13,7 @@ from ui_data import make_app, settle, table_keys, training_snapshot
 
 from gputui.errors import UserError
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 
@@ -46,7 +47,7 @@ def screen_text(widget) -> str:
 
 async def test_a_request_that_cannot_be_met_ends_the_monitor_with_exit_2():
     refusal = UserError("--only 99: no such GPU; the GPUs here are 0, 1")
-    app = GpuTuiApp(Sampler(RefusingSource(refusal), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(RefusingSource(refusal), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(100):
             if not app.is_running:
@@ -82,7 +83,7 @@ def test_run_tui_says_what_once_says_for_a_gpu_that_does_not_exist(monkeypatch, 
 
 async def test_a_failure_before_the_first_sample_is_shown_under_the_wait():
     app = GpuTuiApp(Sampler(RefusingSource(RuntimeError("driver went away")), watch_probes=False),
-                    me="bob", interval=30.0)
+                    MonitorOptions(me="bob", interval=30.0))
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(100):
             if app.problem:

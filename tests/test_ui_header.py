@@ -9,6 +9,7 @@ import pytest
 from ui_data import ReplaySource, settle, training_snapshot
 
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.header import HostHeader
 from gputui.units import clock_time
@@ -20,7 +21,7 @@ async def first_line(hostname: str) -> tuple[str, str]:
     """The header's first line as drawn at 50x15, and the snapshot's time of day."""
     base = training_snapshot()
     snapshot = dataclasses.replace(base, host=dataclasses.replace(base.host, hostname=hostname))
-    app = GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([snapshot]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(50, 15)) as pilot:
         await settle(pilot)
         return app.screen.query_one(HostHeader).render_line(0).text, clock_time(snapshot.taken_at)

@@ -50,7 +50,7 @@ async def test_one_table_with_a_host_column_and_pids_that_repeat_across_hosts():
         assert table.column_ids[0] == "host"
         keys = table_keys(app)
         assert "node1//48231/0" in keys and "node4//48231/0" in keys  # the same pid on two hosts
-        every = sum(len(h.snapshot.processes) for h in app.hosts if h.snapshot is not None)
+        every = sum(len(h.snapshot.processes) for h in app.source.hosts if h.snapshot is not None)
         assert len(keys) == len(set(keys)) == every == 23  # every process of every host, once
         assert table.rows_by_key["node4//48231/0"].cells["host"] == "node4"
         status = str(app.screen.query_one("#table-status").render())
@@ -122,7 +122,7 @@ async def test_a_hosts_own_problems_are_on_its_line():
     app = still_hosts_app({"node1": "faults"}, seconds=60, interval=30.0)
     async with app.run_test(size=(200, 40)) as pilot:
         await settle(pilot)
-        problems = app.hosts[0].snapshot.problems
+        problems = app.source.hosts[0].snapshot.problems
         assert problems
         assert f"! {problems[0]}" in lines_of(app)[0]
 

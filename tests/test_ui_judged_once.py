@@ -177,8 +177,8 @@ async def test_the_many_host_view_shows_each_hosts_judgement_and_judges_nothing_
         await more_samples(pilot, SAMPLES)
         assert screen.host == "node1"
         # node1's probed job judged by its host's Judge: its leak and its advice, as on one machine
-        own = next(h for h in app.hosts if h.name == "node1").judgements  # node1's gputui's
-        assert app.states["node1"].leaks[51200] is own.of(51200).leak and own.of(51200).leak.state == "leak"
+        own = next(h for h in app.source.hosts if h.name == "node1").judgements  # node1's gputui's
+        assert app.source.states["node1"].leaks[51200] is own.of(51200).leak and own.of(51200).leak.state == "leak"
         assert "advice 1: Out of memory in about 69 s" in text(screen, "#detail-headline")
         await pilot.press("escape")
         await pilot.press("j")
@@ -202,10 +202,10 @@ async def test_a_replay_shows_the_recorded_judgements_and_judges_nothing_itself(
             await pilot.pause(0.1)
         await pilot.press("left_square_bracket")
         for _ in range(200):
-            if app.index == 24 and app.snapshot is not None:
+            if app.source.index == 24 and app.snapshot is not None:
                 break
             await pilot.pause(0.05)
-        assert app.index == 24  # a minute back from sample 54: the state built again there
+        assert app.source.index == 24  # a minute back from sample 54: the state built again there
         assert app.leaks[51200].state == "leak" and app.leaks[51200].oom_step == 495
         headline = "probe: LEAK in activations  ·  advice 1: Out of memory in about 2 min"
         assert text(screen, "#detail-headline") == headline

@@ -24,6 +24,7 @@ from gputui.model import (
     StepRecord,
 )
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
@@ -273,7 +274,7 @@ def cpu_job(pid: int = 7777, steps: int = 0) -> ProbeReport:
 
 async def test_a_probed_process_nvml_does_not_list_is_a_row_and_has_details():
     snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(steps=12),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         job = row(app, "7777/probe")
@@ -307,7 +308,7 @@ async def test_the_detail_of_a_probed_process_that_exited_says_it_ended_and_when
     job = dataclasses.replace(job, steps=tuple(dataclasses.replace(s, host_memory=900 * MIB, host_allocated=400 * MIB)
                                                for s in job.steps))  # a flat heap: "no leak"
     snap = dataclasses.replace(training_snapshot(), probes=(job,))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("p")  # no more samples: the test hands the next one in
@@ -328,7 +329,7 @@ async def test_the_detail_of_a_probed_process_that_exited_says_it_ended_and_when
 
 async def test_the_detail_of_a_gpu_process_that_exited_with_its_probe_says_it_ended():
     snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("p")
@@ -345,7 +346,7 @@ async def test_the_detail_of_a_gpu_process_that_exited_with_its_probe_says_it_en
 
 
 async def test_the_detail_of_an_unprobed_process_that_left_the_gpu_says_when():
-    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("p")
@@ -358,7 +359,7 @@ async def test_the_detail_of_an_unprobed_process_that_left_the_gpu_says_when():
 
 async def test_probed_rows_nvml_does_not_list_are_counted():
     snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(steps=12),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert "PROCESSES  7  sort" in text(app.screen, "#table-status")  # 6 GPU processes + the job
@@ -380,7 +381,7 @@ async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
         # The collector reads what /proc says of it (its start time: the identity the key checks).
         snap = ProbedProcesses(psutil).add_to(
             dataclasses.replace(training_snapshot(), probes=(cpu_job(pid=job.pid),)))
-        app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob")
+        app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"))
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot)
             table = app.screen.query_one(ProcessTable)
@@ -400,7 +401,7 @@ async def test_a_probed_row_nvml_does_not_list_can_be_signalled():
 
 async def test_demo_probed_rows_are_not_signalled():
     snap = dataclasses.replace(training_snapshot(), probes=(cpu_job(),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", simulated=True)
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob", simulated=True))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         table = app.screen.query_one(ProcessTable)
@@ -416,8 +417,8 @@ async def test_a_probed_process_nvml_does_not_list_shows_what_proc_knows():
     job = sleeping_child()
     try:
         source = NoDriverSource("no driver", clock=lambda: T0, hostname="laptop")
-        app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job(job.pid)])), me="bob",
-                        banner="no driver")
+        app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job(job.pid)])),
+                        MonitorOptions(me="bob"), banner="no driver")
         async with app.run_test(size=(160, 40)) as pilot:
             await settle(pilot)
             app.sample_now()
@@ -447,7 +448,7 @@ class FakeWatcher:
 async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
     source = NoDriverSource("NVML Shared Library Not Found", clock=lambda: T0, hostname="laptop")
     sampler = Sampler(source, watcher=FakeWatcher([cpu_job()]))
-    app = GpuTuiApp(sampler, me="bob", banner="NVML is not available, so no GPU is shown")
+    app = GpuTuiApp(sampler, MonitorOptions(me="bob"), banner="NVML is not available, so no GPU is shown")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         header = drawn_text(app.screen.query_one("#header"))
@@ -475,7 +476,7 @@ async def test_without_a_driver_the_header_still_shows_the_hosts_figures():
 
     source = NoDriverSource("NVML Shared Library Not Found", clock=lambda: T0, hostname="laptop",
                             host=Reader())
-    app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job()])), me="bob", banner="no driver")
+    app = GpuTuiApp(Sampler(source, watcher=FakeWatcher([cpu_job()])), MonitorOptions(me="bob"), banner="no driver")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         header = drawn_text(app.screen.query_one("#header"))
@@ -555,7 +556,7 @@ async def test_record_key_asks_the_probe_from_a_worker_and_shows_the_answer():
         return {"recording": params["on"], "steps": params["steps"], "starts_at_step": 43}
 
     snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", requester=requester)
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"), requester=requester)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         screen = await open_detail_of(pilot, 2000)
@@ -579,7 +580,7 @@ async def test_record_key_stops_a_recording_and_shows_refusals():
         raise ProbeUnavailable(pid, "failed", "the probe could not answer: recording needs torch 2.1")
 
     snap = dataclasses.replace(training_snapshot(), probes=(cuda_job(2000, recording=True),))
-    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), me="bob", requester=refuse)
+    app = GpuTuiApp(Sampler(ReplaySource([snap]), watch_probes=False), MonitorOptions(me="bob"), requester=refuse)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         screen = await open_detail_of(pilot, 2000)
@@ -595,8 +596,8 @@ async def test_record_key_stops_a_recording_and_shows_refusals():
 
 
 async def test_record_key_without_a_probe_says_so():
-    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False), me="bob",
-                    requester=lambda *a: pytest.fail("no probe: nothing to ask"))
+    app = GpuTuiApp(Sampler(ReplaySource([training_snapshot()]), watch_probes=False),
+                    MonitorOptions(me="bob"), requester=lambda *a: pytest.fail("no probe: nothing to ask"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await open_detail_of(pilot, 2000)

@@ -15,6 +15,7 @@ from gputui.model.verdicts import LeakVerdict
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.replay import Replay
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
@@ -55,31 +56,31 @@ def rank0(app) -> str:
 async def at(pilot, index):
     """Wait until the replay shows sample ``index``."""
     for _ in range(200):
-        if pilot.app.index == index and pilot.app.snapshot is not None:
+        if pilot.app.source.index == index and pilot.app.snapshot is not None:
             break
         await pilot.pause(0.02)
-    assert pilot.app.index == index
+    assert pilot.app.source.index == index
     await pilot.pause()
 
 
 
 async def test_it_plays_from_the_start_and_pauses_at_the_end(tmp_path):
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=5)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=5)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
-        assert app.snapshot.taken_at == T0 and not app.paused
+        assert app.snapshot.taken_at == T0 and not app.source.paused
         assert app.position.startswith("replay 0s / 4s  1/5  x1")
         await at(pilot, 4)  # one a second
-        assert app.paused and app.snapshot.taken_at == T0 + 4
+        assert app.source.paused and app.snapshot.taken_at == T0 + 4
         assert app.history.device(0, "gpu_util").times == tuple(T0 + i for i in range(5))
 
 
 async def test_step_jump_seek_and_speed(tmp_path):
-    app = GpuTuiApp(Replay(recording(tmp_path)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("p")
-        assert app.paused
+        assert app.source.paused
         await pilot.press("full_stop", "full_stop")
         await at(pilot, 2)
         await pilot.press("right_square_bracket")
@@ -104,23 +105,23 @@ async def test_step_jump_seek_and_speed(tmp_path):
         assert app.history.process((2000, 0), "gpu_memory").times == (T0,)
         for speed in (2, 4, 8, 1):
             await pilot.press("x")
-            assert app.speed == speed and app.position.endswith(f"x{speed}")
+            assert app.source.speed == speed and app.position.endswith(f"x{speed}")
         assert table_keys(app)  # the process table is there, as live
 
 
 async def test_playing_at_x8_moves_eight_times_as_fast(tmp_path):
-    app = GpuTuiApp(Replay(recording(tmp_path)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         for _ in range(3):
             await pilot.press("x")
-        assert app.speed == 8
+        assert app.source.speed == 8
         await pilot.pause(1.0)
-        assert 4 <= app.index <= 12  # about 8 samples in a second (x1 would be 1)
+        assert 4 <= app.source.index <= 12  # about 8 samples in a second (x1 would be 1)
 
 
 async def test_signals_and_probe_requests_are_refused(tmp_path):
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("K")
@@ -138,7 +139,7 @@ async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
     # warning saying why, and nothing opened (the detail screen asks for sites with a Message).
     from gputui.ui.requests import RecordSites
 
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         for key in ("plus", "K", "A"):
@@ -160,7 +161,7 @@ async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
 async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_path):
     # a crafted file: its CRCs right, a patch not
     path = crafted(tmp_path / "c.rec", KEY_BODY, change({"devices": {"n": 10 ** 9, "i": {}}}), KEY_BODY)
-    app = GpuTuiApp(Replay(Recording(path), paused=True), me="bob")
+    app = GpuTuiApp(Replay(Recording(path), paused=True), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         await pilot.press("full_stop")
@@ -170,7 +171,7 @@ async def test_a_sample_that_does_not_decode_is_said_and_the_replay_stays(tmp_pa
             await pilot.pause(0.02)
         said = [n.message for n in app._notifications]
         assert said == ["sample 1 does not decode: a change to an array of 4 items that asks for 1000000000"]
-        assert app.index == 0 and app.snapshot.taken_at == T0  # still showing what it showed
+        assert app.source.index == 0 and app.snapshot.taken_at == T0  # still showing what it showed
 
 
 @pytest.mark.usefixtures("utc")
@@ -179,7 +180,7 @@ async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkey
     there with its report, as it was in the live monitor."""
     monkeypatch.setenv("GPUTUI_OOM_DIR", str(tmp_path / "oom"))
     recording = Recording(recorded_demo(tmp_path, 198, scenario="leaky", interval=3))
-    app = GpuTuiApp(Replay(recording, start=len(recording) - 1, paused=True), me="bob")
+    app = GpuTuiApp(Replay(recording, start=len(recording) - 1, paused=True), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, len(recording) - 1)
         assert "51200/0" not in table(app).rows_by_key
@@ -191,7 +192,7 @@ async def test_a_process_an_oom_ended_keeps_its_row_in_a_replay(tmp_path, monkey
 
 
 async def test_ctrl_c_quits_the_replay(tmp_path):
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         assert app.return_code is None
@@ -205,7 +206,7 @@ async def test_the_footer_offers_only_the_keys_a_replay_takes(tmp_path):
     # key still says why when pressed (test_what_a_recording_cannot_do_is_refused_alike).
     from test_ui_app import key_bar_text
 
-    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), me="bob")
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         text = key_bar_text(app)

@@ -11,6 +11,7 @@ from gputui.model import HostView
 from gputui.record.reader import Recording
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.hosts_sampler import HostsSampler
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.replay_source import RecordingSource
 from gputui.ui.rows import Row
 from gputui.ui.sampler import Sampler
@@ -97,10 +98,10 @@ async def test_the_replay_keys_are_a_recordings_only(tmp_path):
         assert {"Pause", "Tree"} <= footer_words(live) and not {"-1 min", "+1 min", "Speed"} & footer_words(live)
         assert live.check_action("speed", ()) is False and live.check_action("jump", (60,)) is False
         await pilot.press("x", "right_square_bracket")  # nothing to play: not a key here
-        assert (live.speed, live.index, live.position) == (1, -1, None)
-    replay = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), me="bob")
+        assert (live.player, live.position) == (None, None)  # no recording: nothing plays
+    replay = GpuTuiApp(Replay(recording(tmp_path, samples=5), paused=True), MonitorOptions(me="bob"))
     async with replay.run_test(size=(140, 40)) as pilot:
         await at(pilot, 0)
         assert {"Pause", "-1 min", "+1 min", "Speed"} <= footer_words(replay)
         await pilot.press("x")
-        assert replay.speed == 2 and replay.position.endswith("x2")
+        assert replay.source.speed == 2 and replay.position.endswith("x2")

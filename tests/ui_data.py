@@ -12,6 +12,7 @@ import sys
 
 from gputui.model import Device, Driver, GpuProcess, Host, HostProcess, Snapshot
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.sampler import Sampler
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -121,9 +122,20 @@ class ReplaySource:
 # -- the live monitor on these snapshots, driven by Textual's pilot
 
 
+# GpuTuiApp's own arguments; every other keyword is a MonitorOptions field.
+APP_ARGUMENTS = ("banner", "first_sample", "requester", "attacher")
+
+
+def app_on(source, **asked) -> GpuTuiApp:
+    """The monitor on ``source``, ``asked`` as MonitorOptions' fields and the app's own arguments."""
+    own = {name: asked.pop(name) for name in APP_ARGUMENTS if name in asked}
+    return GpuTuiApp(source, MonitorOptions(**asked), **own)
+
+
 def make_app(snapshots=None, **options) -> GpuTuiApp:
     source = ReplaySource(snapshots or [training_snapshot()])
-    return GpuTuiApp(Sampler(source, watch_probes=False), me="bob", **options)
+    options.setdefault("me", "bob")
+    return app_on(Sampler(source, watch_probes=False), **options)
 
 
 async def settle(pilot, samples: int = 1, *, tries: int = 100) -> None:

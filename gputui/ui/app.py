@@ -27,7 +27,6 @@ from textual.timer import Timer
 
 from gputui.alerts.alerting import Alerting
 from gputui.alerts.delivery import Delivery
-from gputui.alerts.settings import AlertSettings
 from gputui.analysis.history import History, ProcessKey
 from gputui.collect.users import current_user
 from gputui.errors import UserError
@@ -40,8 +39,9 @@ from gputui.sample.state import HostState
 from gputui.ui import attaching, bindings
 from gputui.ui.attaching import Runner, run_command
 from gputui.ui.bindings import binding_sections
-from gputui.ui.columns import COLUMNS, DEFAULT
+from gputui.ui.columns import COLUMNS
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sampler import Sampler
 from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
@@ -50,7 +50,6 @@ from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
-    from gputui.model import HostView, MonitorCost
     from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
@@ -141,53 +140,32 @@ class GpuTuiApp(App[int]):
 
     BINDINGS = bindings.APP + bindings.REPLAY  # the replay's hidden but for a recording (check_action)
 
-    def __init__(self, source: Source, *, interval: float = 1.0, readonly: bool = False,
-                 simulated: bool = False, ascii: bool = False, theme: str = "dark",
-                 columns: tuple[str, ...] | None = None, keymap: dict[str, str] | None = None,
-                 me: str | None = None, handle_signals: bool = False,
-                 history: History | None = None, autostart: bool = True,
-                 requester: Requester | None = None, banner: str | None = None,
-                 first_sample: Ahead[Snapshot] | None = None, as_root: bool = False,
-                 attacher: Runner | None = None, alerts: AlertSettings | None = None) -> None:
-        """``source``: this machine's Sampler, the many-host view's HostsSampler, a recording's Replay;
-        ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
-        ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one);
+    def __init__(self, source: Source, options: MonitorOptions | None = None, *, banner: str | None = None,
+                 first_sample: Ahead[Snapshot] | None = None, requester: Requester | None = None,
+                 attacher: Runner | None = None) -> None:
+        """``source``: this machine's Sampler, the many-host view's HostsSampler, a recording's Replay; it keeps
+        its own state (paused, where a replay is, every host), and the app asks it;
+        ``options``: how the monitor looks and what it may do (``MonitorOptions.of`` the user's Options);
         ``banner`` is a standing problem shown above everything (no NVIDIA driver);
         ``first_sample`` is a first Snapshot already being taken (``launch.open_ahead``);
-        ``as_root``: gputui runs as root (the header says so: its signals reach every process);
-        ``alerts``: the alerts to raise (toasts, bell, desktop) and send (the channels); None: none."""
+        ``requester(pid, op, params) -> dict`` sends a request to a probe (tests inject one);
+        ``attacher(argv, time limit) -> (status, line)`` runs ``gputui attach``/``detach`` (tests inject one)."""
         # NO_COLOR (no-color.org): Textual draws greys unless told the theme is ANSI, in which case
         # it takes every colour out; the selection is then drawn in reverse video (gputui.tcss).
         no_color = bool(os.environ.get("NO_COLOR"))
         super().__init__(ansi_color=True) if no_color else super().__init__()
         self.source = source
+        self.options = options = options or MonitorOptions()
         self.sampler = source if isinstance(source, Sampler) else None  # this machine's, where it is the source
-        self.interval = source.own_interval() or interval  # a recording keeps its own
-        self.readonly = readonly or source.PLAYS
-        self.simulated = simulated
-        self.ascii = ascii
-        self.columns = columns or DEFAULT
-        self.keymap = dict(keymap or {})
-        self.me = me if me is not None else current_user()  # the uid where there is no passwd entry
-        self.handle_signals = handle_signals
-        self.as_root = as_root
-        self.autostart = autostart
-        self.state = HostState(history)  # this machine's history and latest judged sample
-        # The many-host view's (HostsSampler.accept's): every host's latest, each host's HostState by name.
-        self.hosts: tuple[HostView, ...] = ()
-        self.states: dict[str, HostState] = {}
-        self.sampled_at: float | None = None
-        self.cost: MonitorCost | None = None
-        # A replay's (ui/replay.py's): the sample on screen, the one asked for last, the speed; the recording's
-        # player, from its start.
-        self.index, self.wanted, self.speed = -1, 0, 1
-        self.playback: Player | None = None
+        self.interval = source.own_interval() or options.interval  # a recording keeps its own
+        self.readonly = options.readonly or source.PLAYS
+        self.me = options.me if options.me is not None else current_user()  # the uid where there is no passwd entry
+        self.state = HostState()  # the history and latest judged sample shown (the many-host view's: per host)
         self.requester = requester or _link_request
         self.attacher = attacher or run_command
         self.banner = banner
         self.problem: str | None = banner
         self.refusal: UserError | None = None  # why the monitor ended before its first sample
-        self.paused = False
         self.samples = 0  # snapshots received, for tests and the benchmark
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
@@ -195,24 +173,35 @@ class GpuTuiApp(App[int]):
         self._screens_opened = False  # a process's, a job's or the waste screen: their modules are loaded
         self._told: set[str] = set()
         self._stop_guard: StopGuard | None = None
-        self.theme = THEMES.get(theme, theme)
+        self.theme = THEMES.get(options.theme, options.theme)
         self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
-        if self.keymap:
-            self.set_keymap(self.keymap)
-        self.alert_settings = alerts
+        if options.keymap:
+            self.set_keymap(dict(options.keymap))
+        alerts = options.alerts
         self._alert_failures: deque[str] = deque(maxlen=10)  # from the channels' threads, told each sample
         self._alerting = Alerting(alerts, self._alert_failures.append, self._alerts_due) \
             if alerts is not None and alerts.enabled else None
 
+    # What the widgets ask of whichever app they are in (getattr: a test's plain App has neither).
+
+    @property
+    def ascii(self) -> bool:
+        return self.options.ascii
+
+    @property
+    def keymap(self) -> Mapping[str, str]:
+        """The config's [keys]: binding id -> key(s)."""
+        return self.options.keymap
+
     # -- start and stop ----------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        if self.ascii:
+        if self.options.ascii:
             self.add_class("-ascii")
             self._use_ascii_scrollbars()
         if self.no_color:
             self.add_class("-nocolor")
-        if self.handle_signals:
+        if self.options.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in EXIT_SIGNALS:
                 # Asked to stop, SSH dropped, kill -QUIT: leave through exit() so the terminal is
@@ -238,7 +227,7 @@ class GpuTuiApp(App[int]):
         self._restore_scrollbars()
         if self._alerting is not None:
             self._alerting.close()
-        if self.handle_signals:
+        if self.options.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in EXIT_SIGNALS:
                 loop.remove_signal_handler(signum)
@@ -258,10 +247,14 @@ class GpuTuiApp(App[int]):
 
     def sample_now(self) -> None:
         """Take a sample now (the worker is exclusive: a sample in flight is replaced)."""
+        self.stop_sampling()
+        self._sample()
+
+    def stop_sampling(self) -> None:
+        """No next sample until ``sample_now`` (sampling paused)."""
         if self._next is not None:
             self._next.stop()
             self._next = None
-        self._sample()
 
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
@@ -293,10 +286,10 @@ class GpuTuiApp(App[int]):
         self.post_message(AlertsDue(delivery))
 
     def on_alerts_due(self, message: AlertsDue) -> None:
-        if self.alert_settings is not None:
+        if self.options.alerts is not None:
             from gputui.ui.alert_toasts import tell
 
-            tell(self, message.delivery.events, self.alert_settings)
+            tell(self, message.delivery.events, self.options.alerts)
 
     def on_delivered(self, message: Delivered) -> None:
         message.show()
@@ -312,7 +305,7 @@ class GpuTuiApp(App[int]):
         self._schedule(0.0)
 
     def _schedule(self, took: float) -> None:
-        if not self.paused:
+        if not self.source.paused:
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
     def accept(self, sample: Sample | Snapshot) -> None:
@@ -322,7 +315,6 @@ class GpuTuiApp(App[int]):
             assert self.sampler is not None  # (the many-host view and a replay hand in judged samples)
             sample = self.sampler.judge(sample)
         self.state.take(sample)
-        self.samples += 1
         self.problem = self.banner
         for problem in sample.snapshot.problems:
             if problem not in self._told:  # say each problem once, not every second
@@ -358,6 +350,7 @@ class GpuTuiApp(App[int]):
 
     def show_latest(self) -> None:
         """Draw the latest sample on whichever screen is showing."""
+        self.samples += 1
         # The first snapshot can arrive before the main screen is mounted (it is taken while Textual
         # starts): the screen then draws it when it mounts (apply_layout draws the latest).
         stack = self.screen_stack
@@ -397,9 +390,9 @@ class GpuTuiApp(App[int]):
         from gputui.ui.screens.detail import ProcessDetail
 
         if proc is not None:
-            screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.ascii, host=host)
+            screen = ProcessDetail(proc.pid, proc.device_index, ascii=self.options.ascii, host=host)
         elif pid is not None:
-            screen = ProcessDetail(pid, None, ascii=self.ascii, host=host)
+            screen = ProcessDetail(pid, None, ascii=self.options.ascii, host=host)
         else:
             raise TypeError("open_detail: give a process or a pid")
         self._screens_opened = True
@@ -410,7 +403,7 @@ class GpuTuiApp(App[int]):
         """The detail screen of the job with this Job.key; ``host``: the many-host view's host of it."""
         from gputui.ui.screens.job_detail import JobDetail
 
-        screen = JobDetail(key, ascii=self.ascii, host=host)
+        screen = JobDetail(key, ascii=self.options.ascii, host=host)
         self._screens_opened = True
         self.push_screen(screen)
         self.call_after_refresh(self.show_detail, screen)
@@ -433,7 +426,7 @@ class GpuTuiApp(App[int]):
     def show_detail(self, screen: ProcessDetail | JobDetail) -> None:
         """Bring a detail screen (a process's or a job's) up to the latest sample: its host's, in the many-host
         view."""
-        state = self.states.get(screen.host or "") if screen.host is not None else self.state
+        state = self.state if screen.host is None else self.source.host_state(screen.host)
         if state is not None and state.snapshot is not None:
             screen.show(state.snapshot, state.history, state.trends, state.leaks, state.judgements)
 
@@ -458,7 +451,7 @@ class GpuTuiApp(App[int]):
         """Ask ``pid``'s probe to start (or stop) recording allocation sites, off the UI thread."""
         if self.refused(RECORD_SITES, title="Allocation sites"):
             return
-        if self.simulated:
+        if self.options.simulated:
             self.notify("Demo mode: this probe is simulated, so no request was sent. Its allocation "
                         "sites are simulated too (the leaking job records them already).",
                         title="Allocation sites", timeout=8)
@@ -498,7 +491,8 @@ class GpuTuiApp(App[int]):
 
         if isinstance(self.screen, HelpScreen):
             return
-        sections = [(title, describe_bindings(listed, self.keymap, self)) for title, listed in binding_sections()]
+        keymap = dict(self.options.keymap)
+        sections = [(title, describe_bindings(listed, keymap, self)) for title, listed in binding_sections()]
         # This app's own keys come right after those that work everywhere: the first screenful is
         # the keys the user can press here (the live monitor's help opened on the replay's keys).
         own = [s for s in sections if s[0] == self.source.HELP_SECTION]
@@ -507,40 +501,37 @@ class GpuTuiApp(App[int]):
                 "ctrl+p opens the command palette.\nRemap keys in config.toml, e.g.\n"
                 "  [keys]\n  quit = \"q,ctrl+q\"")
         # What gputui itself costs: the header has it only where there is room.
-        self.push_screen(HelpScreen(sections, hint, ascii=self.ascii, cost=self.source.cost_words(self)))
+        self.push_screen(HelpScreen(sections, hint, ascii=self.options.ascii, cost=self.source.cost_words(self)))
 
     # -- actions -----------------------------------------------------------------------------
 
     def action_toggle_pause(self) -> None:
-        if self.playback is not None:  # a replay's pause: stop (or go on) playing
-            self.playback.toggle_pause()
-            return
-        self.paused = not self.paused
-        if self.paused:
-            if self._next is not None:
-                self._next.stop()
-                self._next = None
-        else:
-            self.sample_now()
+        """Sampling paused, or a replay stopped (or going on): the source's."""
+        self.source.toggle_pause(self)
         self.main.render_snapshot()
 
     # A replay's keys: live only where the source plays a recording (check_action).
 
+    @property
+    def player(self) -> Player | None:
+        """The source, where it plays a recording."""
+        return cast(Player, self.source) if self.source.PLAYS else None
+
     def action_step(self, samples: int) -> None:
-        if self.playback is not None:
-            self.playback.step(samples)
+        if self.player is not None:
+            self.player.step(samples)
 
     def action_jump(self, seconds: float) -> None:
-        if self.playback is not None:
-            self.playback.jump_by(seconds)
+        if self.player is not None:
+            self.player.jump_by(seconds)
 
     def action_seek(self, index: int) -> None:
-        if self.playback is not None:
-            self.playback.seek_to(index)
+        if self.player is not None:
+            self.player.seek_to(index)
 
     def action_speed(self) -> None:
-        if self.playback is not None:
-            self.playback.faster()
+        if self.player is not None:
+            self.player.faster()
 
     def action_interval(self, step: int) -> None:
         if self.refused(INTERVAL):
@@ -567,7 +558,7 @@ class GpuTuiApp(App[int]):
         if self.readonly:
             self.notify("Read-only mode (--readonly): signals are disabled.", severity="warning")
             return
-        if self.simulated:
+        if self.options.simulated:
             self.notify(f"Demo mode: process {target.pid} is simulated, no signal sent.",
                         severity="warning")
             return
@@ -626,7 +617,7 @@ class GpuTuiApp(App[int]):
         shown = bindings.PUNCTUATION_KEYS.get(key, key if len(key) == 1 else None)
         if binding.key_display or shown is None:
             shown = super().get_key_display(binding)
-            return binding.key if self.ascii and not shown.isascii() else shown
+            return binding.key if self.options.ascii and not shown.isascii() else shown
         if "ctrl" in modifiers:
             modifiers.remove("ctrl")
             shown = f"^{shown}"
@@ -652,11 +643,11 @@ class GpuTuiApp(App[int]):
         if found is None:
             self.notify("Select a process first.", severity="warning")
             return
-        if self.simulated:
+        if self.options.simulated:
             self.notify(f"Demo mode: process {found.target.pid} is simulated; no probe attached or detached.",
                         severity="warning")
             return
-        detach_key = self.keymap.get("probe.detach", "D").split(",")[0]  # as the config maps it
+        detach_key = self.options.keymap.get("probe.detach", "D").split(",")[0]  # as the config maps it
         why = attaching.why_not(found, attach, detach_key)
         if why is not None:  # said now: asking first would offer a choice there is not
             self.notify(why, title=title, severity="error", markup=False)

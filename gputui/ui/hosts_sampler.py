@@ -1,8 +1,8 @@
 """The many-host monitor's source (``gputui --hosts``): what its worker thread runs, the Fleet's latest view of
 every host, its outside strings made visible, each host's snapshot with the judgements its own sampling
-pipeline made of it (as ``--hosts --once`` prints them), and what the monitor itself costs; the app takes each
-host's judged sample into a HostState of the host's own (so PIDs and GPU indices that repeat across hosts never
-meet), shown on the HostsScreen.
+pipeline made of it (as ``--hosts --once`` prints them), and what the monitor itself costs; each host's judged
+sample is taken into a HostState of the host's own (so PIDs and GPU indices that repeat across hosts never meet),
+kept here with every host's latest view and shown on the HostsScreen (which reads them as ui/state.py's ManyHosts).
 
 No Textual here (the HostsScreen is imported when the app asks for it). Each host's snapshot is made visible
 once, when it is new: with 64 hosts, doing it again at every refresh would be most of the monitor's work.
@@ -54,7 +54,8 @@ class HostsSample(Record):
 
 
 class HostsSampler(Declared):
-    """Turns the Fleet's views into what the app shows. Only the worker thread calls ``sample``.
+    """Turns the Fleet's views into what the app shows, and keeps what it shows (``ManyHosts``). Only the worker
+    thread calls ``sample``; ``accept`` and the screens, on the UI thread, are the only ones to touch the rest.
     The processes are on other machines: no probe is attached there, nor asked anything. (Signals are
     refused by the screen, which names the selected process's host: HostsScreen.why_no_signal_target.)"""
 
@@ -65,17 +66,23 @@ class HostsSampler(Declared):
 
     def __init__(self, hosts: Hosts, *, cpu_clock: Callable[[], float] = time.process_time,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        """The clocks are replaced in still pictures and tests."""
-        self.hosts = hosts
+        """``hosts``: the Fleet; the clocks are replaced in still pictures and tests."""
+        self.fleet = hosts
         self._clock, self._wall = clock, wall
         self._own_cpu = OwnCpu(cpu_clock, clock)
         self._judges: dict[str, Judge] = {}  # host -> a Judge for a view that carries no judgements
         self._judged: dict[str, tuple[Snapshot, Sample]] = {}  # host -> (as received, made visible and judged)
+        # What the screens show (ManyHosts): every host's latest view, each host's HostState by name, when the
+        # latest look was taken and what it cost.
+        self.hosts: tuple[HostView, ...] = ()
+        self.states: dict[str, HostState] = {}
+        self.sampled_at: float | None = None
+        self.cost: MonitorCost | None = None
 
     def sample(self) -> HostsSample:
         started = self._clock()
         views, samples = [], {}
-        for view in self.hosts.view():
+        for view in self.fleet.view():
             name = visible(view.name)
             judged = self._judged_view(name, view.snapshot, view.judgements)
             reason = None if view.reason is None else visible(view.reason)
@@ -105,27 +112,29 @@ class HostsSampler(Declared):
         return taken
 
     def accept(self, app: Any, judged: HostsSample) -> None:
-        """Take every host's latest judged sample into its HostState, then draw the screen showing."""
-        app.hosts, app.cost, app.sampled_at = judged.hosts, judged.monitor, judged.taken_at
-        app.samples += 1
+        """Take every host's latest judged sample into its HostState, then have ``app`` draw the screen showing."""
+        self.hosts, self.cost, self.sampled_at = judged.hosts, judged.monitor, judged.taken_at
         for name, sample in judged.samples.items():
-            app.states.setdefault(name, HostState()).take(sample)
+            self.states.setdefault(name, HostState()).take(sample)
         app.show_latest()
 
     def main_screen(self, app: Any) -> MainScreen:
         from gputui.ui.hosts_screen import HostsScreen
 
-        return HostsScreen(app, ascii=app.ascii, columns=app.columns, me=app.me)
+        return HostsScreen(app, self, ascii=app.options.ascii, columns=app.options.columns, me=app.me)
 
     def waste_views(self, app: Any) -> list[tuple[str | None, Waste | None]]:
         """Each host's judgement of who holds its GPUs idle, as its own gputui made it."""
-        return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in app.hosts]
+        return [(view.name, view.judgements.waste if view.judgements is not None else None) for view in self.hosts]
 
     def cost_words(self, app: Any) -> str:
-        if app.cost is None or app.cost.cpu_percent is None:
+        if self.cost is None or self.cost.cpu_percent is None:
             return ""
-        return (f"gputui itself uses {app.cost.cpu_percent:.1f}% of one CPU core (all its threads, "
+        return (f"gputui itself uses {self.cost.cpu_percent:.1f}% of one CPU core (all its threads, "
                 f"the hosts' readers too), every {app.interval:g} s.")
+
+    def host_state(self, host: str) -> HostState | None:
+        return self.states.get(host)
 
     def cannot(self, what: str, selected: Row | None) -> str | None:
         """The probe's refusal names the selected process's host, and how to attach one there."""
@@ -140,4 +149,4 @@ class HostsSampler(Declared):
         return MonitorCost(cpu_percent=percent, sample_ms=round(1000 * (ended - started), 3))
 
     def close(self) -> None:
-        self.hosts.close()
+        self.fleet.close()

@@ -20,7 +20,7 @@ from gputui.ui.columns import DEFAULT
 from gputui.ui.job_rows import JobSource
 from gputui.ui.main_screen import MainScreen, process_count
 from gputui.ui.signals import Target, kill_command
-from gputui.ui.state import HostsState
+from gputui.ui.state import ManyHosts, MonitorState
 from gputui.ui.widgets.hosts import HostList
 from gputui.ui.widgets.line import Line
 
@@ -30,10 +30,10 @@ NO_CHARTS = "The many-host view has no GPU charts: a process's detail screen (En
 class HostsScreen(MainScreen):
     """Every host's devices and processes at a glance."""
 
-    def __init__(self, hosts: HostsState, *, ascii: bool = False,
+    def __init__(self, monitor: MonitorState, hosts: ManyHosts, *, ascii: bool = False,
                  columns: tuple[str, ...] = DEFAULT, me: str | None = None) -> None:
-        """``hosts``: what the many-host view shows (every host's latest, trends, verdicts)."""
-        super().__init__(hosts, ascii=ascii, columns=columns, me=me)
+        """``hosts``: what the many-host view shows (every host's latest, its HostState), its source's."""
+        super().__init__(monitor, ascii=ascii, columns=columns, me=me)
         self.hosts = hosts
         self.charts_on = False
 
@@ -46,26 +46,26 @@ class HostsScreen(MainScreen):
         return ("host", *(c for c in self.chosen_columns if c != "host"))
 
     def render_snapshot(self) -> None:
-        app = self.hosts
+        hosts = self.hosts.hosts
         self.query_one("#header", Line).show(self.summary())
-        if not app.hosts:
+        if not hosts:
             return
         self.stale = False
-        self.query_one(HostList).show(app.hosts, self.layout_mode)
+        self.query_one(HostList).show(hosts, self.layout_mode)
         self.render_table()
 
     def summary(self) -> Content:
         """The line over every host: how many are up, the time, the interval, the monitor's cost."""
-        app = self.hosts
-        if not app.hosts:
+        view, hosts = self.hosts, self.hosts.hosts
+        if not hosts:
             return Content.styled("gputui · connecting to the hosts…", "$text-muted")
-        states = Counter(h.state for h in app.hosts)
+        states = Counter(h.state for h in hosts)
         counts = ", ".join(f"{states[s]} {s}" for s in HOST_STATES if states[s])
-        state = Content.styled(" PAUSED ", "reverse $warning") if app.paused else Content.styled(
-            f"every {app.interval:g}s", "$text-muted")
-        parts = [Content.styled(f"{len(app.hosts)} host{'s' if len(app.hosts) != 1 else ''}", "bold"),
-                 Content(counts), Content.styled(units.clock_time(app.sampled_at), "bold"), state]
-        cost = fmt.monitor_cost(app.cost)
+        state = Content.styled(" PAUSED ", "reverse $warning") if self.monitor.source.paused else Content.styled(
+            f"every {self.monitor.interval:g}s", "$text-muted")
+        parts = [Content.styled(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}", "bold"),
+                 Content(counts), Content.styled(units.clock_time(view.sampled_at), "bold"), state]
+        cost = fmt.monitor_cost(view.cost)
         if cost and self.layout_mode != "tiny":
             parts.append(Content.styled(cost, "$text-muted"))
         return Content("  ").join(parts)

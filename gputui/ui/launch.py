@@ -48,23 +48,11 @@ def run_tui(options: Options) -> int:
             # it the early frame; a driver slow to open is left to overlap the import after all.
             first_sample.done(timeout=EARLY_WAIT)
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
+        from gputui.ui.monitor_options import MonitorOptions
 
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
-        app = GpuTuiApp(
-            sampler,
-            interval=options.interval or 1.0,
-            readonly=options.readonly,
-            simulated=options.demo is not None,
-            ascii=options.ascii,
-            theme=options.theme or "dark",
-            columns=options.columns,
-            keymap=dict(options.keys),
-            handle_signals=True,
-            as_root=running_as_root(),
-            banner=banner,
-            first_sample=first_sample,
-            alerts=options.alerts,
-        )
+        asked = MonitorOptions.of(options, handle_signals=True, as_root=running_as_root())
+        app = GpuTuiApp(sampler, asked, banner=banner, first_sample=first_sample)
     try:
         app.run()
     finally:
@@ -82,14 +70,15 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     from gputui.fleet.fleet import Fleet
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.hosts_sampler import HostsSampler
+    from gputui.ui.monitor_options import MonitorOptions
 
     fleet = Fleet(entries, interval)
     sampler = HostsSampler(fleet)
     try:
         fleet.start()
-        app = GpuTuiApp(sampler, interval=interval, readonly=True, ascii=options.ascii,
-                        theme=options.theme or "dark", columns=options.columns,
-                        keymap=dict(options.keys), handle_signals=True)
+        # Read-only: the processes are on other machines. The alerts are this machine's monitor's.
+        app = GpuTuiApp(sampler, MonitorOptions.of(options, interval=interval, readonly=True, alerts=None,
+                                                   handle_signals=True))
         app.run()
     finally:
         sampler.close()  # every ssh child ends with the monitor
@@ -101,11 +90,13 @@ def run_replay(options: Options) -> int:
     colour_as_asked(options)
     from gputui.record.run import open_recording
     from gputui.ui.app import GpuTuiApp
+    from gputui.ui.monitor_options import MonitorOptions
     from gputui.ui.replay import Replay
 
     recording = open_recording(options.replay.file)
-    app = GpuTuiApp(Replay(recording), ascii=options.ascii, theme=options.theme or "dark",
-                    columns=options.columns, keymap=dict(options.keys), handle_signals=True)
+    # What was recorded is shown as it was: no alert raised again, nothing simulated to refuse.
+    app = GpuTuiApp(Replay(recording), MonitorOptions.of(options, alerts=None, simulated=False,
+                                                         handle_signals=True))
     app.run()
     return app.return_code or 0
 

@@ -88,7 +88,7 @@ class MainScreen(Screen):
 
     def compose_top(self) -> ComposeResult:
         """What stands above the process table: the header, the devices and their charts."""
-        yield HostHeader(ascii=self.ascii, as_root=self.monitor.as_root, id="header")
+        yield HostHeader(ascii=self.ascii, as_root=self.monitor.options.as_root, id="header")
         with Container(id="top"):
             yield DeviceList(ascii=self.ascii, id="devices")
             yield DeviceHistory(ascii=self.ascii, id="charts")
@@ -141,7 +141,7 @@ class MainScreen(Screen):
         """Bring every widget up to the app's latest snapshot and history."""
         app = self.monitor
         snap = app.snapshot
-        self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.paused,
+        self.query_one(HostHeader).show(snap, interval=app.interval, paused=app.source.paused,
                                         compact=self.layout_mode == "tiny", problem=app.problem,
                                         position=app.position)
         if snap is None:

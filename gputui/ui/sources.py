@@ -1,7 +1,9 @@
 """What feeds a monitor (this machine's sampler, the many-host view's sampler, a recording), and what differs
 by source: what each cannot do, in the user's words (the app refuses in one place, GpuTuiApp.refused), the main
 screen it needs, how its samples come in, its section of the help, where it is and what it costs.
-The monitor is one app (GpuTuiApp): it asks its source.
+The monitor is one app (GpuTuiApp): it asks its source. Each source keeps its own state (whether it stands
+still, where a replay is, every host the many-host view shows); the screens read it through the source, as
+ui/state.py's read-only views type it, and the app holds none of it.
 
 No Textual here: the sources are read by worker threads, and the live one before Textual is imported. The
 screens a source needs are imported when the app asks for them.
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from gputui.model.waste import Waste
+    from gputui.sample.state import HostState
     from gputui.ui.main_screen import MainScreen
     from gputui.ui.rows import Row
 
@@ -33,6 +36,15 @@ class Source(Protocol):
 
     HELP_SECTION: ClassVar[str]  # the section of keys the help lists first, after "Everywhere"
     PLAYS: ClassVar[bool]  # a recording: the replay's keys (play, step, jump, speed) are live, and shown
+
+    @property
+    def paused(self) -> bool:
+        """Whether the monitor stands still (p): sampling paused, a recording not playing."""
+        ...
+
+    def toggle_pause(self, app: Any) -> None:
+        """p: stand still, or go on (the app draws the screen after)."""
+        ...
 
     def cannot(self, what: str, selected: Row | None) -> str | None:
         """Why this source cannot do ``what`` (SIGNAL, PROBE, RECORD_SITES, INTERVAL) at all, or None;
@@ -64,6 +76,10 @@ class Source(Protocol):
         """What the w view shows: (host, its judgement of who holds its GPUs idle); host None: this machine."""
         ...
 
+    def host_state(self, host: str) -> HostState | None:
+        """Host ``host``'s history and latest sample, where the source shows many hosts (None elsewhere)."""
+        ...
+
 
 class Sampled(Source, Protocol):
     """A source the app's sampling worker samples, one look at a time (this machine's, the many hosts')."""
@@ -84,8 +100,6 @@ class Sampled(Source, Protocol):
 class Player(Protocol):
     """A source that plays a recording (PLAYS): the replay's keys, as the app hands them on."""
 
-    def toggle_pause(self) -> None: ...
-
     def step(self, samples: int) -> None: ...
 
     def jump_by(self, seconds: float) -> None: ...
@@ -102,6 +116,15 @@ class Declared:
     CANNOT: ClassVar[Mapping[str, str]] = {}  # this machine's sampler can do everything
     HELP_SECTION: ClassVar[str] = MAIN_KEYS
     PLAYS: ClassVar[bool] = False
+    paused = False  # sampling paused (p): read and set on the UI thread only
+
+    def toggle_pause(self, app: Any) -> None:
+        """Stop sampling, or take a sample now and go on."""
+        self.paused = not self.paused
+        if self.paused:
+            app.stop_sampling()
+        else:
+            app.sample_now()
 
     def cannot(self, what: str, selected: Row | None) -> str | None:
         return self.CANNOT.get(what)
@@ -109,11 +132,10 @@ class Declared:
     def main_screen(self, app: Any) -> MainScreen:
         from gputui.ui.main_screen import MainScreen
 
-        return MainScreen(app, ascii=app.ascii, columns=app.columns, me=app.me)
+        return MainScreen(app, ascii=app.options.ascii, columns=app.options.columns, me=app.me)
 
     def start(self, app: Any) -> None:
-        if app.autostart:
-            app.sample_now()
+        app.sample_now()
 
     def own_interval(self) -> float | None:
         return None
@@ -123,6 +145,9 @@ class Declared:
 
     def waste_views(self, app: Any) -> list[tuple[str | None, Waste | None]]:
         return [(None, app.waste)]
+
+    def host_state(self, host: str) -> HostState | None:
+        return None
 
     def cost_words(self, app: Any) -> str:
         cost = app.snapshot.monitor if app.snapshot is not None else None

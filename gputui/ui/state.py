@@ -1,6 +1,7 @@
-"""What the monitor's screens read of their app, as typed views: the app hands itself to its main
-screen as one of these, so a screen reads the latest sample without knowing which source feeds the app (this
-machine, the many-host view or a replay) and without importing the app.
+"""What the monitor's screens read of their app and its source, as typed read-only views: the app hands itself to
+its main screen as one of these, so a screen reads the latest sample without knowing which source feeds the app
+(this machine, the many-host view or a replay) and without importing the app; what a source keeps (whether it
+stands still, every host the many-host view shows) the screens read of the source.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ if TYPE_CHECKING:
     from gputui.model.judgement import Judgements
     from gputui.model.verdicts import LeakVerdict, ProcessTrend
     from gputui.sample.state import HostState
+    from gputui.ui.monitor_options import MonitorOptions
+
+
+class SourceState(Protocol):
+    """What the screens read of any source."""
+
+    @property
+    def paused(self) -> bool:
+        """Whether the monitor stands still (p): sampling paused, a recording not playing."""
+        ...
 
 
 class MonitorState(Protocol):
@@ -40,13 +51,17 @@ class MonitorState(Protocol):
     def interval(self) -> float: ...
 
     @property
-    def paused(self) -> bool: ...
+    def source(self) -> SourceState:
+        """What feeds the monitor (ui/sources.py): it keeps whether the monitor stands still."""
+        ...
 
     @property
     def problem(self) -> str | None: ...
 
     @property
-    def as_root(self) -> bool: ...
+    def options(self) -> MonitorOptions:
+        """How the monitor was asked to look (as root: the header says so)."""
+        ...
 
     @property
     def position(self) -> str | None:
@@ -54,19 +69,23 @@ class MonitorState(Protocol):
         ...
 
 
-class HostsState(MonitorState, Protocol):
-    """The many-host view's: every host's latest, and each host's HostState (history, judged sample)."""
+class ManyHosts(SourceState, Protocol):
+    """What the many-host view shows, as its screen reads it (ui/hosts_sampler.py's HostsSampler keeps it)."""
 
     @property
-    def hosts(self) -> tuple[HostView, ...]: ...
-
-    @property
-    def sampled_at(self) -> float | None: ...
-
-    @property
-    def cost(self) -> MonitorCost | None: ...
+    def hosts(self) -> tuple[HostView, ...]:
+        """Every host's latest view, in order."""
+        ...
 
     @property
     def states(self) -> Mapping[str, HostState]:
-        """Each host's, by name: the hosts that sent a snapshot."""
+        """Each host's history and latest judged sample, by name: the hosts that sent a snapshot."""
         ...
+
+    @property
+    def sampled_at(self) -> float | None:
+        """When the latest look was taken (seconds since the epoch; None: none yet)."""
+        ...
+
+    @property
+    def cost(self) -> MonitorCost | None: ...
