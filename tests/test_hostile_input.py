@@ -182,7 +182,7 @@ def test_an_error_message_shows_a_config_value_made_visible(env, tmp_path):
     assert result.returncode == 2
     assert b"`hostile\\x1b]0;PWNED\\x07\\r\\nFORGED` is not a setting" in result.stderr
     assert b"\x1b" not in result.stderr and b"\nFORGED" not in result.stderr
-    assert b"\nExample of a valid file:\n" in result.stderr  # the message's own lines are kept
+    assert result.stderr.count(b"\n") == 1  # one line, however many the value tried to add
 
 
 def test_an_error_message_tells_a_literal_backslash_from_an_escape(env, tmp_path):
