@@ -91,3 +91,36 @@ def test_no_driver_without_probes_has_no_jobs_and_with_them_groups_them():
     snapshot = gatherer.sample()
     assert finder.calls == 1 and snapshot.probed
     assert JobFinder(psutil).add_to(snapshot).jobs == snapshot.jobs
+
+
+def _judged_every_second(scenario, seconds, start=60.0):
+    """(sample, the judgements made afresh of it) for each second of a simulated machine's run."""
+    from gputui.sample.judge import Judge, judgements_of
+
+    clock = Clock()
+    collector = open_collector(scenario, clock=clock, environ={})
+    try:
+        gatherer = Gatherer(collector, reports=(FromSimulator(collector),), probed=collector.probed,
+                            jobs=collector.jobs)
+        judge = Judge()
+        for second in range(seconds):
+            clock.now = start + second
+            sample = judge(gatherer.sample())
+            yield sample, judgements_of(sample.snapshot, sample.leaks, sample.trends)
+    finally:
+        collector.close()
+
+
+def test_quiet_processes_keep_their_judgement_and_it_is_the_one_made_afresh():
+    # The training node's processes on 8 GPUs, and the leaky demo (a probed job whose memory grows): past
+    # the trends' first 30 s most processes are quiet (no probe, nothing growing) and are re-judged only when
+    # the trends' cache judges them again; every judgement equals the one made from scratch.
+    for scenario in ("training-node", "leaky"):
+        before: dict = {}
+        kept = 0
+        for sample, fresh in _judged_every_second(scenario, 75):
+            assert sample.judgements.processes == fresh.processes and sample.judgements.jobs == fresh.jobs
+            now = {p.pid: p for p in sample.judgements.processes}
+            kept += sum(1 for pid, judged in now.items() if before.get(pid) is judged)
+            before = now
+        assert kept > 10 * len(before), scenario  # most of them, most seconds after the first 30

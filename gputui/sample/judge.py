@@ -48,6 +48,7 @@ class Judge:
         self._leaks: JudgedLeaks | None = None  # the latest verdicts, with the reports they judged
         self._trend_cache: TrendCache | None = None  # made at the first call: the first frame does without
         self._trends: dict[ProcessKey, ProcessTrend] = {}
+        self._quiet = QuietJudgements()
 
     def __call__(self, snapshot: Snapshot) -> Sample:
         if self._trend_cache is None:
@@ -62,7 +63,7 @@ class Judge:
         snapshot, leaks = self._leak_verdicts(snapshot)
         trends = self._memory_trends(snapshot, history)
         try:
-            judgements = judgements_of(snapshot, leaks, trends)
+            judgements = judgements_of(snapshot, leaks, trends, quiet=self._quiet)
         except Exception as exc:  # noqa: BLE001 - a report the analysis chokes on must not stop sampling
             judgements = Judgements()
             snapshot = _with_problem(snapshot, f"analysis failed: {type(exc).__name__}: {exc}")
@@ -116,12 +117,40 @@ def _with_problem(snapshot: Snapshot, problem: str) -> Snapshot:
     return dataclasses.replace(snapshot, problems=snapshot.problems + (problem,))
 
 
+class QuietJudgements:
+    """The judgements of processes with neither a probe nor a growing trend, kept from the sample before: one
+    made of the same trends (the trends' cache hands back the very same ones until it judges a process
+    again, every few seconds) is the same judgement, and most processes are quiet most of the time."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, ProcessJudgement] = {}
+        self._now: dict[int, ProcessJudgement] = {}
+
+    def get(self, pid: int, started_at: float | None, trends: tuple[tuple[int, ProcessTrend], ...]
+            ) -> ProcessJudgement | None:
+        judged = self._kept.get(pid)
+        if judged is None or judged.started_at != started_at or len(judged.trends) != len(trends) or not all(
+                kept.device == device and kept.trend is trend for kept, (device, trend) in zip(judged.trends, trends)):
+            return None
+        self._now[pid] = judged
+        return judged
+
+    def keep(self, judged: ProcessJudgement) -> ProcessJudgement:
+        self._now[judged.pid] = judged
+        return judged
+
+    def next_sample(self) -> None:
+        """Keep only what this sample judged quiet (a process gone or grown is forgotten)."""
+        self._kept, self._now = self._now, {}
+
+
 def judgements_of(snapshot: Snapshot, leaks: Mapping[int, LeakVerdict],
-                  trends: Mapping[ProcessKey, ProcessTrend]) -> Judgements:
+                  trends: Mapping[ProcessKey, ProcessTrend], *, quiet: QuietJudgements | None = None) -> Judgements:
     """The judgements of every probed process and every GPU process with a trend, and of every job.
 
     Advice is worked out for probed processes and for processes whose memory grows: the others' advice
-    (a probe to attach) is for the live monitor's detail screen to ask for.
+    (a probe to attach) is for the live monitor's detail screen to ask for. ``quiet``: the quiet processes'
+    judgements of the sample before, reused where they are made of the same trends (a Judge's samples).
     """
     from gputui.analysis.jobs import analyse_job
 
@@ -129,21 +158,33 @@ def judgements_of(snapshot: Snapshot, leaks: Mapping[int, LeakVerdict],
     for process in snapshot.processes:
         rows.setdefault(process.own_pid, []).append(process)
     reports = {r.pid: r for r in snapshot.probes}
-    processes = tuple(_process(pid, rows.get(pid, []), reports.get(pid), snapshot, leaks, trends)
+    processes = tuple(_process(pid, rows.get(pid, []), reports.get(pid), snapshot, leaks, trends, quiet)
                       for pid in sorted(rows.keys() | reports.keys()))
+    if quiet is not None:
+        quiet.next_sample()
     jobs = tuple(analyse_job(job, snapshot, trends=trends) for job in snapshot.jobs)
     return Judgements(processes=processes, jobs=jobs)
 
 
 def _process(pid: int, rows: list[GpuProcess], report: ProbeReport | None, snapshot: Snapshot,
-             leaks: Mapping[int, LeakVerdict], trends: Mapping[ProcessKey, ProcessTrend]) -> ProcessJudgement:
+             leaks: Mapping[int, LeakVerdict], trends: Mapping[ProcessKey, ProcessTrend],
+             quiet: QuietJudgements | None = None) -> ProcessJudgement:
     from gputui.analysis.process import analyse
 
-    on_devices = tuple(DeviceTrend(p.device_index, trend) for p in rows
-                       if (trend := trends.get((p.pid, p.device_index))) is not None)
+    found = tuple((p.device_index, trend) for p in rows if (trend := trends.get((p.pid, p.device_index))) is not None)
     started_at = rows[0].started_at if rows else (report.started_at if report is not None else None)
+    still = report is None and quiet is not None and all(t.verdict != TREND_GROWING for _, t in found)
+    if still:
+        assert quiet is not None
+        judged = quiet.get(pid, started_at, found)
+        if judged is not None:
+            return judged
     leak = leaks.get(pid) if report is not None else None
-    judged = ProcessJudgement(pid=pid, started_at=started_at, trends=on_devices, leak=leak)
+    judged = ProcessJudgement(pid=pid, started_at=started_at,
+                              trends=tuple(DeviceTrend(device, trend) for device, trend in found), leak=leak)
+    if still:
+        assert quiet is not None
+        return quiet.keep(judged)
     basis = advice_basis(rows, report, trends)
     if basis is None:
         return judged
