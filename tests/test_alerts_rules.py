@@ -140,3 +140,18 @@ def test_an_alert_quotes_the_judgement_the_json_document_carries_for_the_same_sa
     leak = judged["leak"]
     assert alerts["leak"].title == f"process 51200 leaks {leak['category']}"
     assert alerts["oom_soon"].seconds_to_oom == pytest.approx(leak["oom_at"] - sample.snapshot.taken_at)
+
+
+def test_only_a_leaking_or_growing_process_is_looked_at_and_each_alerts_as_ever():
+    # A quiet process (no leak, no growing trend) is passed over at once (issue 46: 64 of them each sample);
+    # a growing NVML trend alone, without a probe, still says when it runs out, and a leak alone still alerts.
+    from gputui.model import Snapshot
+    from gputui.model.judgement import DeviceTrend, ProcessJudgement
+    from gputui.model.verdicts import LEAK_GROWING, TREND_GROWING, TREND_STEADY, LeakVerdict, ProcessTrend
+
+    growing = ProcessJudgement(pid=7, started_at=1.0, trends=(
+        DeviceTrend(0, ProcessTrend(TREND_STEADY)), DeviceTrend(1, ProcessTrend(TREND_GROWING, time_to_oom=90.0))))
+    quiet = ProcessJudgement(pid=8, started_at=2.0, trends=(DeviceTrend(0, ProcessTrend(TREND_STEADY)),))
+    leaking = ProcessJudgement(pid=9, started_at=3.0, leak=LeakVerdict(sorted(LEAK_GROWING)[0]))
+    _, events = evaluate(AlertState(), Snapshot(taken_at=100.0), Judgements(processes=(growing, quiet, leaking)))
+    assert [(e.alert.kind, e.alert.key) for e in events] == [("oom_soon", "pid 7@1.0"), ("leak", "pid 9@3.0")]

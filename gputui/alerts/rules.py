@@ -118,14 +118,18 @@ def _device_alerts(state: AlertState, snapshot: Snapshot, thresholds: Thresholds
 
 
 def _process_alerts(judged: ProcessJudgement, now: float, thresholds: Thresholds) -> Iterator[Alert]:
-    key = f"pid {judged.pid}@{judged.started_at}"
     leak = judged.leak
-    if leak is not None and leak.state in LEAK_GROWING:
+    leaking = leak is not None and leak.state in LEAK_GROWING
+    if not leaking and all(d.trend.verdict != TREND_GROWING for d in judged.trends):
+        return  # most processes, every sample: nothing here can alert
+    key = f"pid {judged.pid}@{judged.started_at}"
+    if leaking:
+        assert leak is not None
         line = next((where for keeper in judged.keepers for where in keeper.where), None)
         grows = units.size(leak.growth_per_step) if leak.growth_per_step is not None else "?"
         yield Alert("leak", key, "warning", f"process {judged.pid} leaks {leak.category or 'memory'}",
                     f"{leak.state}: {grows} a step" + (f", kept at {visible(line)}" if line else ""), pid=judged.pid)
-    seconds = [t for t in (leak.seconds_to_oom(now) if leak is not None and leak.state in LEAK_GROWING else None,
+    seconds = [t for t in (leak.seconds_to_oom(now) if leaking and leak is not None else None,
                            *(d.trend.time_to_oom for d in judged.trends if d.trend.verdict == TREND_GROWING))
                if t is not None]
     if seconds and min(seconds) < thresholds.oom_within:
