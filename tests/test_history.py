@@ -74,17 +74,18 @@ def test_a_sample_costs_about_eight_bytes_a_value():
         before = tracemalloc.get_traced_memory()[0]
         h = History()
         for t in range(samples):
-            procs = tuple(GpuProcess(pid=100 + i, device_index=i % 8, gpu_memory=2**30 + t, sm_util=50 + t % 40,
-                                     cpu_percent=t / 7, host_memory=2**31 + t) for i in range(processes))
+            procs = tuple(GpuProcess(pid=100 + i, device_index=i % 8, gpu_memory=2**30 + t * 2**20, sm_util=50 + t % 40,
+                                     cpu_percent=t / 7, host_memory=2**31 + t * 4096) for i in range(processes))
             h.add(Snapshot(taken_at=float(t), processes=procs))
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     values = processes * samples * len(PROCESS_METRICS)
     assert kept / values < 10, f"{kept / values:.1f} bytes a value"
-    # a percentage takes one byte: 8 + 1 + 8 + 8 a process-sample, with the arrays' slack; the instant is the
-    # history's, kept once for all its tracks (each track's own copy made it 36.5; issue 46)
-    assert kept / (processes * samples) < 31, f"{kept / (processes * samples):.1f} bytes a process-sample"
+    # a size in KiB takes four bytes, a percentage one: 4 + 1 + 8 + 4 a process-sample, with the arrays' slack;
+    # the instant is the history's, kept once for all its tracks (issue 46: 36.5 with each track's own copy of
+    # the instants and the sizes in bytes)
+    assert kept / (processes * samples) < 21, f"{kept / (processes * samples):.1f} bytes a process-sample"
 
 
 def test_a_percentage_takes_a_byte_and_a_reading_that_does_not_fit_widens_its_column():
@@ -122,6 +123,21 @@ def test_a_process_missing_from_a_sample_has_no_point_at_its_instant():
     assert (series.times, series.values) == ((2.0, 3.0, 5.0), (2, 3, 5))
 
 
+def test_a_size_is_kept_in_kib_and_one_that_is_not_whole_kib_widens_its_column():
+    """NVML gives sizes in MiB and /proc in pages: four bytes a sample in KiB. A size that is not whole KiB, or
+    is too large for four bytes, is kept in bytes from then on, the sizes before it too."""
+    h = History()
+    for t, (used, rss) in enumerate(((2**33, 4096), (2**33 + 1, 2**50), (2**33 + 2**20, 8192))):
+        h.add(Snapshot(taken_at=float(t), devices=(Device(index=0, memory_used=used),),
+                       processes=(GpuProcess(pid=7, device_index=0, host_memory=rss, gpu_memory=2**20 * t),)))
+    assert h.device(0, "memory_used").values == (2**33, 2**33 + 1, 2**33 + 2**20)
+    assert h.process((7, 0), "host_memory").values == (4096, 2**50, 8192)
+    assert h.process((7, 0), "gpu_memory").values == (0, 2**20, 2**21)
+    assert [type(v) for v in h.process((7, 0), "host_memory").values] == [int, int, int]
+    columns = h._processes[(7, 0)].columns
+    assert (columns["gpu_memory"].typecode, columns["host_memory"].typecode) == ("I", "q")
+
+
 def test_the_tracks_seen_at_the_same_instants_share_one_tuple_of_times():
     """Every track of a history is sampled at the history's instants: one tuple of them for all the series
     handed out until the next sample (64 processes' trends read one, not 64 copies)."""
@@ -157,11 +173,12 @@ def test_the_judge_keeps_only_what_the_trends_read():
     assert judge.history.process_metrics == ("gpu_memory",)
 
 
-def test_the_judge_keeps_under_21_bytes_a_process_sample():
+def test_the_judge_keeps_under_16_bytes_a_process_sample():
     """Ten minutes of 64 processes at 1 s: the sampler's judge keeps each process's memory as a C number
-    (8 bytes; the instant is its history's, once for all processes), with the trends' and the idle judge's own
-    state: about 18 bytes. Each process's own copy of the instants made 25.4 (issue 46); a second copy of every
-    metric, and the Series tuples it had read once, made 82 (3 MB of the monitor's memory; issue 31 item 21)."""
+    (4 bytes, in KiB; the instant is its history's, once for all processes), with the trends' and the idle
+    judge's own state: about 13.5 bytes. Each process's own copy of the instants, and its memory in bytes, made
+    25.4 (issue 46); a second copy of every metric, and the Series tuples it had read once, made 82 (3 MB of
+    the monitor's memory; issue 31 item 21)."""
     from gputui.sample.judge import Judge
 
     def sample(t):
@@ -181,4 +198,4 @@ def test_the_judge_keeps_under_21_bytes_a_process_sample():
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert kept / (processes * samples) < 21, f"{kept / (processes * samples):.1f} bytes a process-sample"
+    assert kept / (processes * samples) < 16, f"{kept / (processes * samples):.1f} bytes a process-sample"

@@ -20,10 +20,36 @@ FRACTIONAL = frozenset({"power_draw", "cpu_percent"})  # the metrics the model k
 # Whole numbers that fit a byte (percentages, °C): one byte a sample, not eight. A reading that does not
 # fit (a driver's odd value) widens that column for good, losing nothing.
 BYTE_SIZED = frozenset({"gpu_util", "memory_util", "sm_util", "temperature"})
+# Sizes in bytes that are whole KiB (NVML's in MiB, /proc's in pages): kept in KiB, four bytes a sample, not
+# eight (up to 4 TiB). A size that is not whole KiB, or larger, widens that column to bytes, losing nothing.
+KIB_SIZED = frozenset({"memory_used", "gpu_memory", "host_memory"})
+KIB = 1024
 
 
 def _column(metric: str) -> array[Any]:
-    return array("d" if metric in FRACTIONAL else "B" if metric in BYTE_SIZED else "q")
+    typecode = "d" if metric in FRACTIONAL else "B" if metric in BYTE_SIZED else "I" if metric in KIB_SIZED else "q"
+    return array(typecode)
+
+
+def _stored(column: array[Any], value: float) -> float:
+    """``value`` as ``column`` keeps it: in KiB in an "I" column (ValueError where it is not whole KiB)."""
+    if column.typecode != "I":
+        return value
+    if not isinstance(value, int) or value % KIB:
+        raise ValueError("not whole KiB")
+    return value // KIB
+
+
+def _values(column: array[Any]) -> list[Any]:
+    """The values of ``column`` as they were given: bytes again from KiB."""
+    values = column.tolist()
+    return [value * KIB for value in values] if column.typecode == "I" else values
+
+
+def _widened(column: array[Any], value: float) -> array[Any]:
+    """``column`` as a column that also holds ``value`` (a whole number where it held whole numbers)."""
+    whole = isinstance(value, int) and column.typecode in ("B", "I") and -(1 << 63) <= value < 1 << 63
+    return array("q" if whole else "d", _values(column))
 
 # A GPU process is one pid on one device; a pid on two GPUs has two histories.
 ProcessKey = tuple[int, int]
@@ -52,9 +78,9 @@ class _Track:
     Its instants are runs of the history's instant numbers (one run while it is seen at every sample), not
     times of its own: every track of a history is sampled at the same instants, and eight bytes a sample
     for each track's copy of them were a quarter of the live monitor's history, half the judge's (issue 46).
-    The columns are C arrays, 8 bytes a sample (1 for a percentage): a deque of Python numbers took 32-40,
-    and a 64-slot block from its first sample on (issue 31 item 21). An unknown value is kept as 0, its
-    sample number in ``unknown``."""
+    The columns are C arrays, 8 bytes a sample (4 for a size, 1 for a percentage): a deque of Python numbers
+    took 32-40, and a 64-slot block from its first sample on (issue 31 item 21). An unknown value is kept as
+    0, its sample number in ``unknown``."""
 
     __slots__ = ("runs", "columns", "unknown", "dropped", "keep_series", "_series")
 
@@ -86,11 +112,9 @@ class _Track:
                 self.unknown.setdefault(metric, []).append(sample)
                 value = 0
             try:
-                column.append(value)
-            except (TypeError, OverflowError):  # a fraction where whole numbers were kept, or too big
-                wider = "q" if isinstance(value, int) and column.typecode == "B" and -(1 << 63) <= value < 1 << 63 \
-                    else "d"
-                self.columns[metric] = array(wider, column)
+                column.append(_stored(column, value))
+            except (TypeError, OverflowError, ValueError):  # a fraction where whole numbers were kept, too big
+                self.columns[metric] = _widened(column, value)
                 self.columns[metric].append(value)
 
     def trim(self, first: int) -> None:
@@ -119,7 +143,7 @@ class _Track:
         """``metric``'s Series, its samples taken at ``times`` (the history's, for this track's runs)."""
         series = self._series.get(metric)
         if series is None:
-            values: list[float | None] = self.columns[metric].tolist()
+            values: list[float | None] = _values(self.columns[metric])
             for number in self.unknown.get(metric, ()):
                 values[number - self.dropped] = None
             series = Series(times, tuple(values))
@@ -132,8 +156,8 @@ class History:
     """Bounded history of every device and GPU process seen in the snapshots added.
 
     What it holds stops growing ``span`` seconds in (``max_points`` samples at most): a sample is 8 bytes
-    for its instant, and for each device and each GPU process 8 bytes a metric kept (1 for a percentage or
-    a temperature)."""
+    for its instant, and for each device and each GPU process 8 bytes a metric kept (4 for a size, 1 for a
+    percentage or a temperature): 17 bytes a process, 15 a device, with every metric kept."""
 
     def __init__(self, span: float = 600.0, max_points: int = 3600, *,
                  device_metrics: tuple[str, ...] = DEVICE_METRICS,
