@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.model.alert import AlertSettings
+from gputui.model.record import Record
 from gputui.options import Options
 from gputui.ui.columns import DEFAULT
 
 
-@dataclass(frozen=True)
-class MonitorOptions:
+@dataclass(frozen=True, eq=False, repr=False)
+class MonitorOptions(Record):
     """What the monitor shows and may do; the defaults are a test's monitor."""
 
     interval: float = 1.0  # seconds between samples at the start (x changes it; a recording keeps its own)
