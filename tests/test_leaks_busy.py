@@ -26,13 +26,19 @@ def job(name, **changes):
     return dataclasses.replace(found, **changes)
 
 
-def test_a_slow_leak_on_a_busy_machine_is_called_once_and_stays_called_with_its_keeper():
+def busy_run(name, steps):
+    """One run of a bench job with every core busy: its figures, and every look at it."""
     figures = Figures()
     with Load(True):
-        run = one_run(job("slow_leak", steps=900), "busy", None, 0)
+        run = one_run(job(name, steps=steps), "busy", None, 0)
     judge(run, figures)
     looks = [x for looks in run.looks.values() for x in looks]
     assert figures.polls >= 5, looks
+    return figures, looks
+
+
+def test_a_slow_leak_on_a_busy_machine_is_called_once_and_stays_called_with_its_keeper():
+    figures, looks = busy_run("slow_leak", 900)
     assert figures.flips == 0, [(x.step, x.state, x.reason) for x in looks]
     (first,) = figures.first_calls
     assert first is not None and first <= 300, looks
@@ -40,12 +46,7 @@ def test_a_slow_leak_on_a_busy_machine_is_called_once_and_stays_called_with_its_
 
 
 def test_a_cache_that_warms_up_is_no_leak_once_flat_on_a_busy_machine():
-    figures = Figures()
-    with Load(True):
-        run = one_run(job("warmup_plateau", steps=350), "busy", None, 0)
-    judge(run, figures)
-    looks = [x for looks in run.looks.values() for x in looks]
-    assert figures.polls >= 5, looks
+    figures, looks = busy_run("warmup_plateau", 350)
     assert figures.false_alarms == 0, [(x.step, x.state, x.reason) for x in looks]
     late = [x for x in looks if x.step is not None and x.step >= 100 + 2 * FLAT_STEPS]
     assert late and all(x.state == "clean" for x in late), [(x.step, x.state, x.reason) for x in late]
