@@ -117,6 +117,19 @@ def test_a_live_host_silent_for_three_intervals_is_stale():
     assert state_words(status.view(108.0)) == "unreachable: Connection reset"
 
 
+def test_a_host_that_never_answered_keeps_its_reason_while_tried_again():
+    # CI read a --json view during nogputui's retry and got "connecting" for a host already known down.
+    status = HostStatus("a", 2.0)
+    status.connecting()
+    assert status.view(0.0).state == "connecting"
+    status.failed("no gputui on PATH: set its command in [hosts]")
+    status.connecting()
+    retrying = status.view(3.0)
+    assert (retrying.state, retrying.reason) == ("unreachable", "no gputui on PATH: set its command in [hosts]")
+    status.received(workstation(), at=5.0)
+    assert status.view(5.0).state == "live"
+
+
 def test_documents_of_another_kind_or_a_newer_version_are_refused():
     document = judged_document(workstation())
     assert read_snapshot_document(json.loads(dumps(document))) == workstation()

@@ -30,9 +30,10 @@ class HostStatus:
     failures: int = 0  # failures since the last snapshot
 
     def connecting(self) -> None:
-        if self.state != HOST_UNREACHABLE or self.snapshot is None:
+        # A host that failed keeps showing why while it is tried again (up before or never), until it
+        # answers: a retry is no news, and a view read during one must not unsay the failure.
+        if self.state != HOST_UNREACHABLE:
             self.state = HOST_CONNECTING
-        # A host that was up keeps showing why it went down until it answers again.
 
     def received(self, snapshot: Snapshot, at: float, judgements: Judgements | None = None) -> None:
         self.state, self.reason = HOST_LIVE, None
