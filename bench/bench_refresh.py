@@ -33,8 +33,8 @@ from gputui.collect import open_collector  # noqa: E402
 from gputui.sample.state import HostState  # noqa: E402
 from gputui.ui import main_screen  # noqa: E402
 from gputui.ui.app import GpuTuiApp  # noqa: E402
-from gputui.ui.monitor_options import MonitorOptions  # noqa: E402
-from gputui.ui.sampler import Sampler  # noqa: E402
+from gputui.ui.sources.sampler import Sampler  # noqa: E402
+from gputui.ui.startup.monitor_options import MonitorOptions  # noqa: E402
 from gputui.ui.widgets.charts import DeviceHistory  # noqa: E402
 from gputui.ui.widgets.devices import DeviceList  # noqa: E402
 from gputui.ui.widgets.header import HostHeader  # noqa: E402

@@ -510,8 +510,8 @@ def part_tui(svg: Path) -> int:
 
     from gputui.collect import open_collector
     from gputui.ui.app import GpuTuiApp
-    from gputui.ui.monitor_options import MonitorOptions
-    from gputui.ui.sampler import Sampler
+    from gputui.ui.sources.sampler import Sampler
+    from gputui.ui.startup.monitor_options import MonitorOptions
 
     async def main():
         app = GpuTuiApp(Sampler(open_collector()), MonitorOptions(interval=1.0))

@@ -216,7 +216,7 @@ def part_oom_report(out: Path) -> dict:
 
 def part_ended(out: Path) -> dict:
     from gputui.collect import open_collector
-    from gputui.ui.sampler import Sampler
+    from gputui.ui.sources.sampler import Sampler
 
     work = Path(tempfile.mkdtemp(prefix="gputui-ended-"))
     script = work / "oom_job.py"

@@ -543,7 +543,7 @@ def _configured(options: Options) -> tuple[Options, Config]:
         return options, Config()
     config = load_config(options.config)
     if config.keys:  # the bindings live with the app's screens (imports Textual)
-        from gputui.ui.keys import check_keymap
+        from gputui.ui.startup.keys import check_keymap
 
         check_keymap(config)
     return resolve(options, config), config
@@ -573,7 +573,7 @@ def _many_hosts(options: Options, config: Config, terminal: ModuleType) -> int:
         from gputui.fleet import printing
 
         return getattr(printing, mode)(options, entries, settings.wait)
-    from gputui.ui.launch import run_hosts
+    from gputui.ui.startup.launch import run_hosts
 
     if terminal.use_ascii(options) and not options.ascii:
         options = dataclasses.replace(options, ascii=True)
@@ -587,7 +587,7 @@ def _record_or_replay(options: Options, terminal: ModuleType) -> int:
         return run.record(options)
     if options.replay.print or _no_live_monitor(terminal) is not None:
         return run.print_at(options)
-    from gputui.ui.launch import run_replay
+    from gputui.ui.startup.launch import run_replay
 
     return run_replay(options)
 
@@ -618,7 +618,7 @@ def _dispatch(options: Options, config: Config) -> int:
     if mode in ("record", "replay"):
         return _record_or_replay(options, terminal)
     if mode == "tui":
-        from gputui.ui.launch import run_tui
+        from gputui.ui.startup.launch import run_tui
 
         if terminal.use_ascii(options) and not options.ascii:
             # A terminal whose encoding cannot show bars (LANG=C, latin-1) gets the ASCII look.

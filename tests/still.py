@@ -17,8 +17,8 @@ from gputui.model import HOST_LIVE, HOST_UNREACHABLE, HostView, ProbeReport, Sna
 from gputui.sample.judge import Judge
 from gputui.sample.state import HostState
 from gputui.ui.app import GpuTuiApp, Requester
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 
 
 class FrozenSource:
@@ -98,7 +98,7 @@ DOWN = "connect to host {} port 22: Connection refused"
 def still_hosts_app(hosts: Mapping[str, str | None], *, seconds: float = 120.0, **options: Any) -> GpuTuiApp:
     """The many-host monitor over ``hosts`` (name -> demo scenario, None: unreachable), each
     ``seconds`` into its scenario with that much history, the monitor's own cost shown as 1%."""
-    from gputui.ui.hosts_sampler import HostsSampler
+    from gputui.ui.sources.hosts_sampler import HostsSampler
 
     idle = {name: WasteJudge() for name, scenario in hosts.items() if scenario is not None}  # each host's own
     recorded = {name: record(scenario, seconds=seconds, seed=i, watch=idle[name])
@@ -124,7 +124,7 @@ def still_replay_app(scenario: str, path: str | Path, *, seconds: float = 180.0,
     from gputui.options import Options, RecordOptions
     from gputui.record.reader import Recording
     from gputui.record.run import record
-    from gputui.ui.replay import Replay
+    from gputui.ui.sources.replay import Replay
 
     now = [0.0]
 

@@ -15,8 +15,8 @@ from gputui.options import Options
 from gputui.sample.pipeline import open_pipeline
 from gputui.ui import alert_toasts
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 
 
 def leaky_app(settings):

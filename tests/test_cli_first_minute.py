@@ -272,7 +272,7 @@ def test_without_a_driver_the_host_figures_are_still_read(probed_process, env):
 def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monkeypatch):
     import io
 
-    import gputui.ui.launch
+    import gputui.ui.startup.launch
     from gputui import cli
     from gputui.plain import terminal
 
@@ -281,7 +281,7 @@ def test_the_live_monitor_gets_ascii_on_a_terminal_that_cannot_show_unicode(monk
             return True
 
     seen = []
-    monkeypatch.setattr(gputui.ui.launch, "run_tui", lambda options: seen.append(options.ascii) or 0)
+    monkeypatch.setattr(gputui.ui.startup.launch, "run_tui", lambda options: seen.append(options.ascii) or 0)
     monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)  # a keyboard, as a user has
     monkeypatch.setattr(terminal, "locale_environ", lambda: {"LANG": "en_US.UTF-8"})
     monkeypatch.setenv("TERM", "xterm-256color")

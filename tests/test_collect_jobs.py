@@ -137,7 +137,7 @@ def test_the_finder_reads_each_environment_once_per_process_life():
 
 def test_the_monitors_sampler_groups_after_its_filters():
     from gputui.collect import open_collector
-    from gputui.ui.sampler import Sampler
+    from gputui.ui.sources.sampler import Sampler
 
     now = [0.0]
 

@@ -147,7 +147,7 @@ def test_unknown_binding_id_is_an_error(tmp_path):
     ('"detail.sites" = "t"', None),  # t is the tree on the main screen, not on the detail screen
 ])
 def test_a_remap_onto_a_key_in_use_is_refused_with_both_named(tmp_path, keys, said):
-    from gputui.ui.keys import check_keymap
+    from gputui.ui.startup.keys import check_keymap
 
     path = write(tmp_path, f"[keys]\n{keys}\n")
     config = load_config(path)
@@ -165,7 +165,7 @@ def test_the_live_monitor_stops_on_a_bad_config_before_drawing(tmp_path, capsys,
     def draw(options):
         raise AssertionError("the monitor started")
 
-    monkeypatch.setattr("gputui.ui.launch.run_tui", draw)
+    monkeypatch.setattr("gputui.ui.startup.launch.run_tui", draw)
     path = write(tmp_path, 'theme = "pink"')
     assert cli.main(["--demo", "--config", str(path)]) == 2
     assert capsys.readouterr().err == f"gputui: {path}: `theme` must be one of dark, light, not 'pink'\n"

@@ -584,7 +584,7 @@ def test_the_monitor_shows_hosts_visible_and_judges_each_new_snapshot_once():
     from plain_data import training_report
     from still import FrozenHosts
 
-    from gputui.ui.hosts_sampler import HostsSampler
+    from gputui.ui.sources.hosts_sampler import HostsSampler
 
     snapshot = type(workstation())(**{**workstation().__dict__, "probes": (training_report(pid=1234),)})
     hostile = HostView("evil\x1b]0;pwned\x07", "unreachable", "Permission denied\x1b[2J")

@@ -35,9 +35,9 @@ from gputui.collect.collector import open_collector
 from gputui.model import GpuProcess
 from gputui.plain.report import render_probe_list
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
 from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 

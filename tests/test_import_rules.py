@@ -53,7 +53,7 @@ TORCH_FREE_PROBE_MODULES = {"gputui.probe", "gputui.probe.hook", "gputui.probe.b
 
 
 # The live monitor's start: the driver opens and the first sample is taken while Textual loads.
-TEXTUAL_FREE_UI_MODULES = {"gputui.ui.launch", "gputui.ui.sampler", "gputui.ui.early_frame"}
+TEXTUAL_FREE_UI_MODULES = {"gputui.ui.startup.launch", "gputui.ui.sources.sampler", "gputui.ui.startup.early_frame"}
 
 
 def loaded_by(module: str) -> set[str]:
@@ -89,10 +89,10 @@ def test_rules_catch_a_violation():
 
 
 # What the live monitor's first frame needs: the CLI, the launcher, the sampler opened on the driver, one
-# sample rendered as --once renders it (ui/early_frame.py). Whatever else these load is time before the
+# sample rendered as --once renders it (ui/startup/early_frame.py). Whatever else these load is time before the
 # first frame (issue 31 item 21: nvitop's first frame came sooner), so each of these must wait.
 FIRST_FRAME = (
-    "gputui.cli", "gputui.plain.terminal", "gputui.ui.launch", "gputui.ui.early_frame",
+    "gputui.cli", "gputui.plain.terminal", "gputui.ui.startup.launch", "gputui.ui.startup.early_frame",
     "gputui.collect.collector", "gputui.plain.render",
 )
 NOT_BEFORE_THE_FIRST_FRAME = (
@@ -119,7 +119,7 @@ def test_the_first_frame_waits_for_nothing_it_does_not_draw():
 # the leak and job analyses. The stdlib modules below cost resident memory (issue 31 item 21: gputui's
 # share above a bare Textual app) for what a few lines of our own do.
 LIVE_MONITOR = FIRST_FRAME + (
-    "gputui.ui.app", "gputui.ui.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
+    "gputui.ui.app", "gputui.ui.table.job_rows", "gputui.ui.widgets.step_chart", "gputui.analysis.leaks",
     "gputui.analysis.jobs", "gputui.analysis.process", "gputui.analysis.advice", "gputui.config",
     "gputui.link.oom_file",
     "gputui.link.client", "gputui.link.protocol",  # the sampler looks for probes (json only where one answers)
@@ -140,7 +140,8 @@ def test_the_live_monitor_loads_no_stdlib_module_it_can_do_without():
 # client that looks for probes. A job's analysis (with the advice it ranks) and a probed process's are
 # loaded with the first job or probe: 0.3 MB of resident memory otherwise (issue 31 item 21).
 MONITOR_ALONE = FIRST_FRAME + (
-    "gputui.ui.app", "gputui.ui.main_screen", "gputui.ui.job_rows", "gputui.ui.sampler", "gputui.link.client",
+    "gputui.ui.app", "gputui.ui.main_screen", "gputui.ui.table.job_rows", "gputui.ui.sources.sampler",
+    "gputui.link.client",
     "gputui.analysis.leaks", "gputui.analysis.trends", "gputui.ui.widgets.charts",
 )
 # model.job_verdicts is not among them: the sampling pipeline's Judgements (model/judgement.py) hold the

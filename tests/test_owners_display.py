@@ -10,8 +10,8 @@ from test_plain_golden import sample_at
 from gputui.model import ContainerOwner, Device, GpuProcess, Owner, PodOwner, Snapshot
 from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
-from gputui.ui import rows as table_rows
-from gputui.ui.columns import DEFAULT, columns_for
+from gputui.ui.table import rows as table_rows
+from gputui.ui.table.columns import DEFAULT, columns_for
 
 CID = "ab" * 32
 

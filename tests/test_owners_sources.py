@@ -15,8 +15,8 @@ from gputui.plain.document import dumps, snapshot_document
 from gputui.plain.render import render
 from gputui.plain.waste import table
 from gputui.sample.judge import Judge
-from gputui.ui import rows as table_rows
 from gputui.ui.screens.detail import info_text
+from gputui.ui.table import rows as table_rows
 
 GiB = 1 << 30
 CID = "ab" * 32

@@ -22,7 +22,7 @@ from gputui.plain.document import dumps, hosts_document
 from gputui.record import run
 from gputui.sample.pipeline import open_pipeline
 from gputui.serve.sampling import Sampling, document
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
 
 MIB = 1 << 20
 LEAKY = 51200  # the leaky demo's probed job

@@ -23,7 +23,7 @@ from gputui.sample.probes import Watched
 from gputui.serve import metrics
 from gputui.serve.metrics import FAMILIES, SampleCollector, short_command
 from gputui.serve.sampling import Sample, Sampling
-from gputui.ui.cells import growth_of
+from gputui.ui.table.cells import growth_of
 
 
 def exposition(sample: Sample | None) -> str:

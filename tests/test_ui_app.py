@@ -16,16 +16,16 @@ from ui_data import T0, fixture_pids, make_app, process, settle, sleeping_child,
 from gputui.collect.probed import ProbedProcesses
 from gputui.collect.processes import NOTE_GONE
 from gputui.model import PROCESS_GONE, ProbeReport
+from gputui.ui.actions.signals import Target, send, started_at
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.bindings import binding_ids
-from gputui.ui.columns import TINY
 from gputui.ui.main_screen import MainScreen
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
 from gputui.ui.screens.confirm import ConfirmSignal
 from gputui.ui.screens.detail import ProcessDetail
 from gputui.ui.screens.help import HelpScreen
-from gputui.ui.signals import Target, send, started_at
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
+from gputui.ui.table.columns import TINY
 from gputui.ui.widgets.devices import DeviceLines
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -44,7 +44,7 @@ async def test_a_first_sample_taken_ahead_is_the_first_thing_shown():
 
     from ui_data import ReplaySource
 
-    from gputui.ui.launch import open_ahead
+    from gputui.ui.startup.launch import open_ahead
 
     first = training_snapshot()
     later = dataclasses.replace(first, taken_at=first.taken_at + 1)
@@ -235,7 +235,7 @@ def test_permission_refusal_words(monkeypatch, sleeper):
     def deny(*args):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr("gputui.ui.signals.signal.pidfd_send_signal", deny)
+    monkeypatch.setattr("gputui.ui.actions.signals.signal.pidfd_send_signal", deny)
     mine = Target(sleeper.pid, sleeper.pid, "sleep", started_at(sleeper.pid))
     assert send(mine, "SIGKILL") == f"not permitted to signal process {sleeper.pid} (it belongs to another user)"
     assert send(Target(1, 1, "init"), "SIGKILL") == "refusing to signal process 1"
@@ -271,7 +271,7 @@ async def test_the_kill_key_checks_the_process_is_still_the_one_chosen(sleeper, 
         assert isinstance(app.screen, ConfirmSignal)
         # Between the key and the answer, the pid comes to name a process started later.
         real = started_at(sleeper.pid)
-        monkeypatch.setattr("gputui.ui.signals.started_at", lambda pid: real + 5.0)
+        monkeypatch.setattr("gputui.ui.actions.signals.started_at", lambda pid: real + 5.0)
         await pilot.press("y")
         await pilot.pause()
         assert sleeper.poll() is None
@@ -622,7 +622,7 @@ async def test_help_opens_on_the_keys_of_the_monitor_not_of_the_replay():
 async def test_replay_help_lists_the_replay_keys_first(tmp_path):
     from test_ui_replay import recording
 
-    from gputui.ui.replay import Replay
+    from gputui.ui.sources.replay import Replay
 
     app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(100, 40)) as pilot:

@@ -11,10 +11,10 @@ import pytest
 from ui_data import T0, make_app, process, settle, sleeping_child, training_snapshot, wait_for
 
 from gputui.model import ProbeReport
+from gputui.ui.actions.signals import started_at
 from gputui.ui.main_screen import MainScreen
 from gputui.ui.screens.confirm import ConfirmProbe
 from gputui.ui.screens.detail import ProcessDetail
-from gputui.ui.signals import started_at
 
 
 class Runner:
@@ -228,8 +228,8 @@ async def test_the_replay_refuses_with_a_message(tmp_path):
     from test_ui_replay import at, recording
 
     from gputui.ui.app import GpuTuiApp
-    from gputui.ui.monitor_options import MonitorOptions
-    from gputui.ui.replay import Replay
+    from gputui.ui.sources.replay import Replay
+    from gputui.ui.startup.monitor_options import MonitorOptions
 
     app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
     async with app.run_test(size=(140, 40)) as pilot:

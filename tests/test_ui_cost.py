@@ -8,9 +8,9 @@ from ui_data import ReplaySource, settle, training_snapshot
 
 from gputui.model import MonitorCost
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.bars import plain
 from gputui.ui.widgets.header import HostHeader
 

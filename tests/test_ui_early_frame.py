@@ -1,4 +1,4 @@
-"""The first sample on screen while Textual loads (ui/early_frame.py): what it writes, that it stops
+"""The first sample on screen while Textual loads (ui/startup/early_frame.py): what it writes, that it stops
 once the monitor takes over, and that a signal in between leaves the terminal as it found it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from ui_data import training_snapshot
 
-from gputui.ui.early_frame import DONE, ENTER, LEAVE, EarlyFrame, until_the_monitor_starts
-from gputui.ui.signals import EXIT_SIGNALS
+from gputui.ui.actions.signals import EXIT_SIGNALS
+from gputui.ui.startup.early_frame import DONE, ENTER, LEAVE, EarlyFrame, until_the_monitor_starts
 
 PLAIN = SimpleNamespace(color=False, ascii=False)
 
@@ -92,8 +92,8 @@ def _first_sample_drawn(**filters) -> tuple[list, object]:
     """What the early frame is shown of the first sample of the torchrun demo, in order, with "proc"
     where /proc is read for the processes' details; and the first sample the monitor gets."""
     from gputui.collect import open_collector
-    from gputui.ui.launch import open_ahead
-    from gputui.ui.sampler import Sampler
+    from gputui.ui.sources.sampler import Sampler
+    from gputui.ui.startup.launch import open_ahead
 
     now = [0.0]
     collector = open_collector("torchrun", clock=lambda: now[0])
@@ -136,7 +136,7 @@ def test_a_filter_by_what_proc_says_is_drawn_once_it_is_read():
 def test_a_driver_that_fails_to_open_is_said_at_once():
     """The main thread waits for the first sample before importing Textual: a failed opening ends
     that wait at once, and is raised where the opening's result is asked for."""
-    from gputui.ui.launch import open_ahead
+    from gputui.ui.startup.launch import open_ahead
 
     def opener():
         raise RuntimeError("no driver")

@@ -13,8 +13,8 @@ from ui_data import make_app, settle, table_keys, training_snapshot
 
 from gputui.errors import UserError
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.header import HostHeader
 
 pytestmark = pytest.mark.usefixtures("utc")  # times of day in UTC (conftest.py)

@@ -9,8 +9,8 @@ import pytest
 from ui_data import ReplaySource, settle, training_snapshot
 
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.header import HostHeader
 from gputui.units import clock_time
 

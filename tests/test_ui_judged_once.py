@@ -138,7 +138,7 @@ def judged_by(monkeypatch):
     """Counters of each judging function's calls by the caller's package ("ui", "sample", ...)."""
     import importlib
 
-    import gputui.ui.hosts_sampler  # noqa: F401 - it imported judge_leaks itself before issue 34
+    import gputui.ui.sources.hosts_sampler  # noqa: F401 - it imported judge_leaks itself before issue 34
 
     counters = {}
     for name, module in JUDGING:

@@ -24,9 +24,9 @@ from gputui.model import (
     StepRecord,
 )
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import NoDriverSource, Sampler
 from gputui.ui.screens.detail import ProcessDetail
+from gputui.ui.sources.sampler import NoDriverSource, Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.memory_bar import MemoryBreakdown
 from gputui.ui.widgets.processes import ProcessTable
 
@@ -499,7 +499,7 @@ def test_run_tui_refuses_without_a_driver_only_when_no_probe_is_reachable(monkey
     def no_driver(*args, **kwargs):
         raise NvmlUnavailable("NVML Shared Library Not Found: is the NVIDIA driver installed?")
 
-    from gputui.ui import launch
+    from gputui.ui.startup import launch
 
     monkeypatch.setattr(gputui.collect, "open_collector", no_driver)
     options = _options()

@@ -15,8 +15,8 @@ from gputui.model.verdicts import LeakVerdict
 from gputui.record.reader import Recording
 from gputui.record.writer import Recorder
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.replay import Replay
+from gputui.ui.sources.replay import Replay
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.processes import ProcessTable
 

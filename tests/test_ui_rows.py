@@ -7,9 +7,9 @@ from ui_data import GIB, MIB, T0, process, training_snapshot
 from gputui.analysis import vocabulary as vocab
 from gputui.model.verdicts import ProcessTrend
 from gputui.ui import format as fmt
-from gputui.ui.cells import trend_text
-from gputui.ui.columns import columns_for
-from gputui.ui.rows import build_rows
+from gputui.ui.table.cells import trend_text
+from gputui.ui.table.columns import columns_for
+from gputui.ui.table.rows import build_rows
 
 
 def keys(rows):
@@ -121,7 +121,7 @@ def test_narrow_trend_keeps_the_arrow_and_the_time_to_oom():
 
 
 def test_column_widths_fit_the_sort_mark_and_the_trends_shown():
-    from gputui.ui.columns import column_widths
+    from gputui.ui.table.columns import column_widths
 
     widths = column_widths(("pid", "gpu_memory", "trend", "command"), "gpu_memory", trend_width=0)
     assert widths == {"pid": 7, "gpu_memory": 9, "trend": 5}  # "GPU MEM ▼"; "TREND" alone
@@ -157,7 +157,7 @@ def _probed(snap, pid=2001):
 
 
 def test_probe_column_marks_probed_processes_and_names_what_leaks():
-    from gputui.ui.cells import probe_mark
+    from gputui.ui.table.cells import probe_mark
 
     snap = _probed(training_snapshot())
     rows = {r.key: r for r in build_rows(snap, leaks={2001: _leak(state="clean")})}
@@ -176,7 +176,7 @@ def test_probe_matches_the_pid_in_this_namespace():
 
 
 def test_trend_prefers_the_probes_forecast_and_counts_it_from_now():
-    from gputui.ui.cells import growth_of
+    from gputui.ui.table.cells import growth_of
 
     nvml = ProcessTrend("growing", rate=2 * MIB, level=5 * GIB, time_to_oom=600.0)
     # NVML's rate, the probe's forecast (oom_at - now = 90 s rather than oom_in 84.8 s).

@@ -1,4 +1,4 @@
-"""What a monitor's source cannot do, it declares (ui/sources.py), in the user's words; the app asks its
+"""What a monitor's source cannot do, it declares (ui/sources/__init__.py), in the user's words; the app asks its
 source and refuses in one place (GpuTuiApp.refused), whichever source feeds it (issue 34)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from ui_data import ReplaySource, training_snapshot
 from gputui.model import HostView
 from gputui.record.reader import Recording
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.hosts_sampler import HostsSampler
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.replay_source import RecordingSource
-from gputui.ui.rows import Row
-from gputui.ui.sampler import Sampler
 from gputui.ui.sources import INTERVAL, PROBE, RECORD_SITES, SIGNAL
+from gputui.ui.sources.hosts_sampler import HostsSampler
+from gputui.ui.sources.replay_source import RecordingSource
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
+from gputui.ui.table.rows import Row
 
 EVERYTHING = (SIGNAL, PROBE, RECORD_SITES, INTERVAL)
 
@@ -90,7 +90,7 @@ async def test_the_replay_keys_are_a_recordings_only(tmp_path):
     from test_ui_replay import at, recording
     from ui_data import make_app, settle
 
-    from gputui.ui.replay import Replay
+    from gputui.ui.sources.replay import Replay
 
     live = make_app()
     async with live.run_test(size=(140, 40)) as pilot:

@@ -12,9 +12,9 @@ from ui_data import make_app, settle
 
 from gputui.options import Options
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.columns import DEFAULT
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.replay import Replay
+from gputui.ui.sources.replay import Replay
+from gputui.ui.startup.monitor_options import MonitorOptions
+from gputui.ui.table.columns import DEFAULT
 
 # What the replay and the many-host view wrote into the app, before their sources kept it.
 REPLAYS = {"index", "wanted", "speed", "playback", "paused"}

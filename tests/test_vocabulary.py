@@ -10,8 +10,8 @@ from datetime import timezone
 
 from plain_data import once_text, workstation
 
-from gputui.ui.cells import Context, process_cells
-from gputui.ui.columns import COLUMNS
+from gputui.ui.table.cells import Context, process_cells
+from gputui.ui.table.columns import COLUMNS
 from gputui.ui.widgets.bars import LEVEL_STYLES, meter, plain
 from gputui.ui.widgets.devices import render_device
 

@@ -12,8 +12,8 @@ import sys
 
 from gputui.model import Device, Driver, GpuProcess, Host, HostProcess, Snapshot
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.monitor_options import MonitorOptions
-from gputui.ui.sampler import Sampler
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
 from gputui.ui.widgets.processes import ProcessTable
 
 GIB = 1 << 30

@@ -2,7 +2,7 @@
 
 A sample is taken in two steps, ``outline()`` (NVML: the GPUs and their process lists) and
 ``complete()`` (/proc: each process's user, command and host figures, its launchers, its job), so that
-the live monitor's first frame can show the GPUs before the slower second step (ui/early_frame.py).
+the live monitor's first frame can show the GPUs before the slower second step (ui/startup/early_frame.py).
 
 Everything it touches is injected (the pynvml module, a psutil-like object, clocks, hostname,
 environment, procfs root), so the same code reads a real H100 and the simulated GPUs of ``--demo``.

@@ -61,7 +61,7 @@ def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: b
     lines += _process_table(snapshot, judgements, width, glyphs, tz)
     lines += _unlisted_probes(snapshot, judgements, width, glyphs, tz)
     if snapshot.jobs:
-        # Imported where there is a job: the live monitor's first frame (ui/early_frame.py) is drawn by
+        # Imported where there is a job: the live monitor's first frame (ui/startup/early_frame.py) is drawn by
         # this function and waits on imports.
         from gputui.plain.jobs import job_lines
 

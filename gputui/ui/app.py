@@ -1,6 +1,6 @@
-"""The monitor's Textual app, one for every source (ui/sources.py): this machine's sampler, the many-host
+"""The monitor's Textual app, one for every source (ui/sources/__init__.py): this machine's sampler, the many-host
 view's, a recording. What differs by source is the source's: its main screen, how its samples come in, its
-section of the help, where it is, what it costs, what it cannot do. ui/launch.py opens it.
+section of the help, where it is, what it costs, what it cannot do. ui/startup/launch.py opens it.
 
 A sampled source's samples come from a worker: a chained timer starts one sampling worker at a time (the next
 sample is scheduled only when the last one is in), so slow samples never pile up. Widgets only ever see the
@@ -36,23 +36,24 @@ from gputui.model.verdicts import LeakVerdict, ProcessTrend
 from gputui.model.waste import Waste
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
-from gputui.ui import attaching, bindings
-from gputui.ui.attaching import Runner, run_command
+from gputui.ui import bindings
+from gputui.ui.actions import attaching
+from gputui.ui.actions.attaching import Runner, run_command
+from gputui.ui.actions.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.bindings import binding_sections
-from gputui.ui.columns import COLUMNS
 from gputui.ui.main_screen import MainScreen
-from gputui.ui.monitor_options import MonitorOptions
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
-from gputui.ui.sampler import Sampler
-from gputui.ui.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.sources import ASKS, INTERVAL, PROBE, RECORD_SITES, SIGNAL, Player, Sampled, Source
+from gputui.ui.sources.sampler import Sampler
+from gputui.ui.startup.monitor_options import MonitorOptions
+from gputui.ui.table.columns import COLUMNS
 from gputui.ui.widgets.processes import ProcessTable
 from gputui.untrusted import harmless, visible, visible_all
 
 if TYPE_CHECKING:  # imported when first needed: the first frame does without it
-    from gputui.ui.ahead import Ahead
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.job_detail import JobDetail
+    from gputui.ui.sources.ahead import Ahead
 
 # Sends one request to a probe and returns its answer: JSON off the wire, of whatever shape it has.
 Requester = Callable[[int, str, dict[str, Any]], Any]

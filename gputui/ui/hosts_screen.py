@@ -15,12 +15,12 @@ from gputui import units
 from gputui.model import HOST_STATES
 from gputui.sample.judge import Sample
 from gputui.ui import format as fmt
-from gputui.ui import rows as table_rows
-from gputui.ui.columns import DEFAULT
-from gputui.ui.job_rows import JobSource
+from gputui.ui.actions.signals import Target, kill_command
 from gputui.ui.main_screen import MainScreen, process_count
-from gputui.ui.signals import Target, kill_command
 from gputui.ui.state import ManyHosts, MonitorState
+from gputui.ui.table import rows as table_rows
+from gputui.ui.table.columns import DEFAULT
+from gputui.ui.table.job_rows import JobSource
 from gputui.ui.widgets.hosts import HostList
 from gputui.ui.widgets.line import Line
 

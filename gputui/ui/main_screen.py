@@ -17,14 +17,14 @@ from textual.widgets import Input
 from gputui.analysis.vocabulary import command_line
 from gputui.model import GpuProcess, Snapshot
 from gputui.ui import bindings
-from gputui.ui import rows as table_rows
-from gputui.ui.attaching import ProbeTarget
-from gputui.ui.columns import COLUMNS, DEFAULT, column_widths, columns_for
-from gputui.ui.job_rows import JobSource, group_by_job
-from gputui.ui.owner_rows import group_by_owner
+from gputui.ui.actions.attaching import ProbeTarget
+from gputui.ui.actions.signals import Target, kill_command
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
-from gputui.ui.signals import Target, kill_command
 from gputui.ui.state import MonitorState
+from gputui.ui.table import rows as table_rows
+from gputui.ui.table.columns import COLUMNS, DEFAULT, column_widths, columns_for
+from gputui.ui.table.job_rows import JobSource, group_by_job
+from gputui.ui.table.owner_rows import group_by_owner
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList
 from gputui.ui.widgets.header import HostHeader

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gputui.model.judgement import Judgements
     from gputui.model.verdicts import LeakVerdict, ProcessTrend
     from gputui.sample.state import HostState
-    from gputui.ui.monitor_options import MonitorOptions
+    from gputui.ui.startup.monitor_options import MonitorOptions
 
 
 class SourceState(Protocol):
@@ -52,7 +52,7 @@ class MonitorState(Protocol):
 
     @property
     def source(self) -> SourceState:
-        """What feeds the monitor (ui/sources.py): it keeps whether the monitor stands still."""
+        """What feeds the monitor (ui/sources/__init__.py): it keeps whether the monitor stands still."""
         ...
 
     @property
@@ -70,7 +70,7 @@ class MonitorState(Protocol):
 
 
 class ManyHosts(SourceState, Protocol):
-    """What the many-host view shows, as its screen reads it (ui/hosts_sampler.py's HostsSampler keeps it)."""
+    """What the many-host view shows, as its screen reads it (ui/sources/hosts_sampler.py's HostsSampler keeps it)."""
 
     @property
     def hosts(self) -> tuple[HostView, ...]:

@@ -9,8 +9,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from gputui.ui import bindings
-from gputui.ui.attaching import what_happens
-from gputui.ui.signals import WHAT_IT_DOES
+from gputui.ui.actions.attaching import what_happens
+from gputui.ui.actions.signals import WHAT_IT_DOES
 
 
 class Confirm(ModalScreen[bool]):

@@ -26,10 +26,10 @@ from gputui.plain.report import oom_when
 from gputui.sample.judge import advice_basis
 from gputui.ui import bindings
 from gputui.ui import format as fmt
-from gputui.ui.attaching import ProbeTarget
-from gputui.ui.cells import GROWTH_STATES, probe_device_text, trend_text
+from gputui.ui.actions.attaching import ProbeTarget
+from gputui.ui.actions.signals import Target
 from gputui.ui.requests import RecordSites
-from gputui.ui.signals import Target
+from gputui.ui.table.cells import GROWTH_STATES, probe_device_text, trend_text
 from gputui.ui.widgets.analysis_panel import AnalysisPanel, headline, trend_words
 from gputui.ui.widgets.charts import Chart
 from gputui.ui.widgets.key_bar import KeyBar

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.ui import bindings
-from gputui.ui.job_rows import MARKS
+from gputui.ui.table.job_rows import MARKS
 
 
 def describe_bindings(bindings: list[Binding], keymap: dict[str, str],

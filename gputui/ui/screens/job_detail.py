@@ -26,8 +26,8 @@ from gputui.model.job_verdicts import JobAnalysis, Slot
 from gputui.model.judgement import Judgements
 from gputui.plain.jobs import findings, job_summary, model_line
 from gputui.ui import bindings
-from gputui.ui.cells import trend_text
-from gputui.ui.job_rows import job_analysis
+from gputui.ui.table.cells import trend_text
+from gputui.ui.table.job_rows import job_analysis
 from gputui.ui.widgets.analysis_panel import AdviceList
 from gputui.ui.widgets.bars import meter
 from gputui.ui.widgets.key_bar import KeyBar

@@ -26,8 +26,8 @@ from textual.style import Style as TextualStyle
 
 from gputui.analysis.vocabulary import glyphs
 from gputui.ui import bindings
-from gputui.ui.columns import COLUMNS, PADDING, column_widths, fixed_width
-from gputui.ui.rows import Row
+from gputui.ui.table.columns import COLUMNS, PADDING, column_widths, fixed_width
+from gputui.ui.table.rows import Row
 from gputui.ui.widgets.line import cell_width
 
 # What a line is drawn as, besides its cells: bits of the state in the cache keys.
@@ -55,7 +55,7 @@ def fit(text: str, width: int, right: bool, ellipsis: str = "…") -> str:
 
 
 class ProcessTable(ScrollView, can_focus=True):
-    """Rows from gputui.ui.rows, one line each, under a header; clicking a header asks the app to
+    """Rows from gputui.ui.table.rows, one line each, under a header; clicking a header asks the app to
     sort by it, Enter (or a click on the selected row) asks for the selected process's (or job's)
     details, left and right on a job view's row ask to fold or unfold its job."""
 

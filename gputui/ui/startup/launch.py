@@ -4,7 +4,7 @@ the live monitor.
 Importing Textual and the monitor's screens takes a few hundred milliseconds, and opening NVML can
 take as long on a real driver (nvmlInit without the persistence daemon): they overlap here, in a
 thread of their own, instead of following each other, and the first sample is drawn as ``--once``
-draws it (ui/early_frame.py) until the monitor's own first frame replaces it. Nothing in this module
+draws it (ui/startup/early_frame.py) until the monitor's own first frame replaces it. Nothing in this module
 imports Textual before the sampler is on its way.
 """
 
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Callable
 from gputui.collect.users import running_as_root
 from gputui.model import Snapshot
 from gputui.options import Options
-from gputui.ui.ahead import Ahead
-from gputui.ui.early_frame import EarlyFrame, until_the_monitor_starts
-from gputui.ui.sampler import NoDriverSource, Sampler, Source
+from gputui.ui.sources.ahead import Ahead
+from gputui.ui.sources.sampler import NoDriverSource, Sampler, Source
+from gputui.ui.startup.early_frame import EarlyFrame, until_the_monitor_starts
 
 if TYPE_CHECKING:  # the many-host view's: not loaded by the live monitor of this machine
     from gputui.fleet.entries import HostEntry
@@ -48,7 +48,7 @@ def run_tui(options: Options) -> int:
             # it the early frame; a driver slow to open is left to overlap the import after all.
             first_sample.done(timeout=EARLY_WAIT)
         from gputui.ui.app import GpuTuiApp  # Textual loads while the driver opens
-        from gputui.ui.monitor_options import MonitorOptions
+        from gputui.ui.startup.monitor_options import MonitorOptions
 
         sampler, banner = opened.result()  # raises what opening raised (no driver, no probe to show)
         asked = MonitorOptions.of(options, handle_signals=True, as_root=running_as_root())
@@ -69,8 +69,8 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     interval = options.interval or 1.0
     from gputui.fleet.fleet import Fleet
     from gputui.ui.app import GpuTuiApp
-    from gputui.ui.hosts_sampler import HostsSampler
-    from gputui.ui.monitor_options import MonitorOptions
+    from gputui.ui.sources.hosts_sampler import HostsSampler
+    from gputui.ui.startup.monitor_options import MonitorOptions
 
     fleet = Fleet(entries, interval)
     sampler = HostsSampler(fleet)
@@ -90,8 +90,8 @@ def run_replay(options: Options) -> int:
     colour_as_asked(options)
     from gputui.record.run import open_recording
     from gputui.ui.app import GpuTuiApp
-    from gputui.ui.monitor_options import MonitorOptions
-    from gputui.ui.replay import Replay
+    from gputui.ui.sources.replay import Replay
+    from gputui.ui.startup.monitor_options import MonitorOptions
 
     recording = open_recording(options.replay.file)
     # What was recorded is shown as it was: no alert raised again, nothing simulated to refuse.

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gputui.model.waste import Waste
     from gputui.sample.state import HostState
     from gputui.ui.main_screen import MainScreen
-    from gputui.ui.rows import Row
+    from gputui.ui.table.rows import Row
 
 # What a monitor may be asked that its source may not do (the keys' actions, and the detail screen's request).
 SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "interval"

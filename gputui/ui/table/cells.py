@@ -1,7 +1,7 @@
 """The process table's cells: each row's text and style, column by column (the words themselves are
 analysis/vocabulary.py's), and the trend figures they show.
 
-Pure logic (no Textual): the rows (gputui.ui.rows) work a row's cells out only when the table draws it.
+Pure logic (no Textual): the rows (gputui.ui.table.rows) work a row's cells out only when the table draws it.
 """
 
 from __future__ import annotations

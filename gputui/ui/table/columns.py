@@ -12,7 +12,7 @@ from gputui.analysis import vocabulary as vocab
 from gputui.analysis.vocabulary import command_line, owner_of
 from gputui.model import GpuProcess
 from gputui.model.record import Record
-from gputui.ui.cells import Context, growth_of
+from gputui.ui.table.cells import Context, growth_of
 
 # What a column sorts by (booleans and ints count as numbers); None: unknown, always last.
 SortValue = float | str | tuple[int, int]

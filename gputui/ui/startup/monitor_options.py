@@ -1,7 +1,8 @@
 """How the monitor was asked to look and behave, whatever its source: the user's Options as the app takes them
 (one object, not a keyword argument each), and how the process runs it (as root, owning its exit signals).
 
-No Textual here: the screens read it (ui/state.py's MonitorState) and ui/launch.py builds it before Textual loads.
+No Textual here: the screens read it (ui/state.py's MonitorState) and ui/startup/launch.py builds it before
+Textual loads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from gputui.model.alert import AlertSettings
 from gputui.model.record import Record
 from gputui.options import Options
-from gputui.ui.columns import DEFAULT
+from gputui.ui.table.columns import DEFAULT
 
 
 @dataclass(frozen=True, eq=False, repr=False)

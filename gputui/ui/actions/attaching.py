@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gputui.model.record import Record
-from gputui.ui.signals import SAME_START, Target, started_at
+from gputui.ui.actions.signals import SAME_START, Target, started_at
 
 # Runs a command with a time limit (seconds): its exit status and the line it said (stdout when it
 # succeeded, stderr when not). Raises subprocess.TimeoutExpired past the limit. Tests inject one.

@@ -17,8 +17,8 @@ from gputui.record.reader import Recording
 from gputui.sample.judge import Sample
 from gputui.sample.state import HostState
 from gputui.ui.app import Delivered, GpuTuiApp
-from gputui.ui.replay_source import SPEEDS, RecordingSource
 from gputui.ui.sources import REPLAY_KEYS
+from gputui.ui.sources.replay_source import SPEEDS, RecordingSource
 from gputui.untrusted import visible
 
 if TYPE_CHECKING:

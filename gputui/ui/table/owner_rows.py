@@ -1,7 +1,7 @@
 """The owner view's rows (key ``o``): the process table's rows under one line per owner (pod, container,
 Slurm job, unit or user: ``Owner.key``), each owner collapsible, as the job view groups ranks.
 
-Pure logic over rows already filtered and sorted (gputui.ui.rows): an owner's line takes the place of
+Pure logic over rows already filtered and sorted (gputui.ui.table.rows): an owner's line takes the place of
 its first row, its rows follow in their order. Rows of no GPU process (parents, probe-only) stay as
 they are.
 """
@@ -14,9 +14,9 @@ from gputui import units
 from gputui.analysis import robust
 from gputui.analysis.vocabulary import owner_of
 from gputui.model import GpuProcess
-from gputui.ui.columns import COLUMNS
-from gputui.ui.job_rows import MARKS, group_rows
-from gputui.ui.rows import Row
+from gputui.ui.table.columns import COLUMNS
+from gputui.ui.table.job_rows import MARKS, group_rows
+from gputui.ui.table.rows import Row
 
 
 def owner_row_key(process: GpuProcess, host: str | None = None) -> str:

@@ -1,6 +1,6 @@
 """The job view's rows: the process table's rows grouped under one line per job, each job collapsible.
 
-Pure logic over rows already filtered and sorted (gputui.ui.rows), so sorting and the filter work inside
+Pure logic over rows already filtered and sorted (gputui.ui.table.rows), so sorting and the filter work inside
 the groups as they do outside: a job takes the place of its first row in that order, and its rows follow
 it in theirs. Only jobs spread over several ranks or GPUs (``Job.spread``) get a line: any other
 process is listed as before. A job line's cells, and the analysis they need, are worked out only when
@@ -20,8 +20,8 @@ from gputui.model.job_verdicts import JobAnalysis
 from gputui.model.judgement import Judgements
 from gputui.model.record import Record
 from gputui.model.verdicts import ProcessTrend
-from gputui.ui.columns import COLUMNS
-from gputui.ui.rows import BRANCHES, Row
+from gputui.ui.table.columns import COLUMNS
+from gputui.ui.table.rows import BRANCHES, Row
 
 # A job line's mark: open (its rows shown under it) or folded, by --ascii.
 MARKS = {False: ("▾ ", "▸ "), True: ("v ", "> ")}

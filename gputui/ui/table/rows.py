@@ -2,7 +2,7 @@
 processes NVML does not list and those an OOM ended.
 
 Pure logic over a Snapshot (no Textual), so sorting, filtering and the tree can be tested directly; a row's
-cells are gputui.ui.cells', its columns gputui.ui.columns'; the ProcessTable widget draws the rows.
+cells are gputui.ui.table.cells', its columns gputui.ui.table.columns'; the ProcessTable widget draws the rows.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gputui.analysis.vocabulary import owner_of
 from gputui.model import EndedProcess, GpuProcess, HostProcess, Job, ProbeReport, Snapshot
 from gputui.model.record import Record
 from gputui.model.verdicts import LeakVerdict, ProcessTrend
-from gputui.ui.cells import (
+from gputui.ui.table.cells import (
     Context,
     ended_cells,
     ended_trend,
@@ -26,7 +26,7 @@ from gputui.ui.cells import (
     process_cells,
     trend_text,
 )
-from gputui.ui.columns import COLUMNS
+from gputui.ui.table.columns import COLUMNS
 
 
 @dataclass(slots=True, eq=False)
@@ -48,7 +48,7 @@ class Row:
     report: ProbeReport | None = None  # a probed process's report (the only source when NVML lists it not)
     probed: HostProcess | None = None  # /proc's view of a probed process NVML does not list, as sampled
     trend: str = ""  # the trend cell's text, known up front: the column is as wide as the widest
-    job: Job | None = None  # the job view's line of a job (gputui.ui.job_rows)
+    job: Job | None = None  # the job view's line of a job (gputui.ui.table.job_rows)
     ended: EndedProcess | None = None  # a probed process an OOM ended (its report in ``report``)
     group: str | None = None  # in the job view: the key of the job line this row is (or is under)
     _looked: tuple[dict, dict] | None = field(default=None, init=False, repr=False)

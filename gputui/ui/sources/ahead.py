@@ -1,4 +1,4 @@
-"""A result one thread hands another: the first sample, taken while Textual loads (ui/launch.py),
+"""A result one thread hands another: the first sample, taken while Textual loads (ui/startup/launch.py),
 and waited for by the app's first sampling worker (ui/app.py).
 """
 

@@ -1,7 +1,7 @@
 """A recording as a monitor's source (``gputui replay FILE``): each sample with the judgements the
 recording monitor made of it, and, where the replay seeks, the history of the span before it read again;
 where a step, a jump or a seek lands, how long to wait for the next sample, and where the replay is.
-What a recording cannot do (signal, probe, ask a probe, change the interval) it declares here. ui/replay.py's
+What a recording cannot do (signal, probe, ask a probe, change the interval) it declares here. ui/sources/replay.py's
 Replay plays it on the app, in time.
 
 No Textual here: a worker thread decodes, one at a time.

@@ -21,7 +21,7 @@ from gputui.model import Snapshot
 from gputui.options import Options
 from gputui.plain import terminal
 from gputui.plain.render import render
-from gputui.ui.signals import EXIT_SIGNALS
+from gputui.ui.actions.signals import EXIT_SIGNALS
 
 # alternate screen, no cursor, cleared; lines are not wrapped while the frame is written (a line a
 # column too long must not scroll the screen) and wrapping is back on when it is done

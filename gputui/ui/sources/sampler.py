@@ -1,7 +1,7 @@
 """What the monitor's worker thread runs: the sampling pipeline (gputui/sample/), its results made
 visible for the screens.
 
-No Textual here: the first sample is taken while Textual is still being imported (ui/launch.py).
+No Textual here: the first sample is taken while Textual is still being imported (ui/startup/launch.py).
 """
 
 from __future__ import annotations

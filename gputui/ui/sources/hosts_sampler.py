@@ -27,7 +27,7 @@ from gputui.untrusted import visible, visible_all
 if TYPE_CHECKING:
     from gputui.model.waste import Waste
     from gputui.ui.main_screen import MainScreen
-    from gputui.ui.rows import Row
+    from gputui.ui.table.rows import Row
 
 
 class Hosts(Protocol):
