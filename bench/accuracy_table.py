@@ -1,6 +1,6 @@
 """The probe's breakdown against the truth on eight kinds of training loop, as a Markdown table.
 
-Runs the loops of tests/test_probe_accuracy.py (a CNN with BatchNorm, an LSTM language model, a
+Runs the loops of tests/integration/test_probe_accuracy.py (a CNN with BatchNorm, an LSTM language model, a
 tied-weight LM, a small GPT with gradient accumulation, a GAN with two optimizers, a frozen backbone,
 a loop with no optimizer, LBFGS), each a few tiny steps on the CPU under the probe with every step
 measured, and prints what the probe reported beside the truth computed in the same process:

@@ -2,6 +2,6 @@
 
 import sys
 
-from gputui.cli import main
+from gputui.entry import main
 
 sys.exit(main())

@@ -494,7 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         # Messages quote paths, config values and probes' answers: shown, never obeyed. Most quote
         # them made visible already, so the guard leaves backslashes as they are.
         lines = str(exc).split("\n") if exc.multiline else [str(exc)]
-        print("gputui: " + "\n".join(harmless(line) for line in lines), file=sys.stderr)
+        said = sys.stderr or sys.stdout  # standard error closed (2>&-): said where it can be read
+        if said is not None:
+            print("gputui: " + "\n".join(harmless(line) for line in lines), file=said)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -32,7 +32,7 @@ OUT = ROOT / "screenshots"
 # screen to scroll to the top (None: the top of the screen). Every picture is a size a terminal
 # shows; the detail screen is taller than that, so its top, its probe view and its analysis are
 # pictures of their own. The leaky job holds the most GPU memory, so Enter opens its detail screen.
-# README.md or a docs/ page links every one of them (tests/test_ui_screenshots.py checks). Where the scenario is a
+# README.md or a docs/ page links every one of them (tests/ui/test_ui_screenshots.py checks). Where the scenario is a
 # table of host names, the picture is the many-host view (None: a host that does not answer); where
 # it is "replay:SCENARIO", gputui replay of that scenario recorded for 180 s, paused at 2:00. An optional
 # seventh item "alerts": the app raises alerts, shown as toasts (no bell, no desktop notification).

@@ -62,7 +62,7 @@ SHOWS: dict[str, tuple[tuple[str, Shows], ...]] = {
     ),
     "leaky": (
         ("the probe's leak verdict", printed(r"leak: allocated grows 48\.0 MiB per step")),
-        # The simulator's leaking run fails in step 499, 498 done (tests/test_analysis_sim.py holds the
+        # The simulator's leaking run fails in step 499, 498 done (tests/unit/test_analysis_sim.py holds the
         # forecast to that truth all along the run).
         ("the OOM forecast at the simulator's own step", printed(r"out of memory at step 498 in \d")),
         ("the advice on the kept graphs", printed(r"advice \d: Each step's autograd graph is kept alive")),

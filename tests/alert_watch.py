@@ -1,5 +1,5 @@
 """A job that keeps its losses (examples/loops.py total_loss) under `gputui run`, watched by
-`gputui --watch 1 --alert-command`: the one run that tests/test_alerts_real.py times on the CPU and
+`gputui --watch 1 --alert-command`: the one run that tests/integration/test_alerts_real.py times on the CPU and
 bench/validate_gpu_jobs.py on CUDA."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A hostile job for tests/test_attach_hostile.py and bench/bench_attach.py: a Python process, run by
+"""A hostile job for tests/integration/test_attach_hostile.py and bench/bench_attach.py: a Python process, run by
 another user, that fights the root `gputui attach` reaching into it (issue 44).
 
 ``python attach_hostile_target.py MODE [ARG]`` prints its pid, then runs Python (so code queued in

@@ -82,21 +82,16 @@ def probed_process(env, tmp_path):
 # pytest-timeout's limit for tests marked slow (pyproject's `timeout` is the others'): a real training
 # loop on a loaded 2-core machine may take minutes, and one that hangs must still end.
 SLOW_TIMEOUT = 600
-# Files whose tests are all slow (real training loops, real servers, jobs in subprocesses, soaks):
-# marked here, in one place, rather than in each file. A slow test elsewhere: @pytest.mark.slow.
-SLOW_FILES = {
-    "test_leak_corpus.py", "test_leaks_real.py", "test_leaks_host.py", "test_leaks_sites.py",
-    "test_leaks_untracked.py", "test_frameworks_sharded.py", "test_probe_frameworks.py", "test_probe_compile.py",
-    "test_probe_accuracy.py", "test_probe_breakdown_truth.py", "test_probe_budget.py", "test_probe_threads.py",
-    "test_probe_keepers.py", "test_probe_attach.py", "test_probe_demo.py", "test_oom_report.py",
-    "test_estimate_accuracy.py", "test_serve_prometheus.py", "test_hosts_ssh.py", "test_smoke_script.py",
-    "test_terminal_life.py", "test_estimate.py", "test_ddp_ranks.py", "test_attach.py",
-}
+# Tests by kind, by folder: unit/ (pure logic, our own CLI in a subprocess), ui/ (Textual's pilot and
+# screen snapshots) and integration/ (real programs beside ours: training loops, Prometheus,
+# Alertmanager, sshd, gdb, openssl, systemd-analyze, the frameworks). Every integration test is slow;
+# a slow test elsewhere says so itself (@pytest.mark.slow).
+SLOW_FOLDER = "integration"
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        if item.path.parent.name == SLOW_FOLDER:
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

@@ -1,4 +1,4 @@
-"""A 2-rank DistributedDataParallel job on CPU (gloo), for tests/test_ddp_ranks.py to run under torchrun
+"""A 2-rank DistributedDataParallel job on CPU (gloo), for tests/integration/test_ddp_ranks.py to run under torchrun
 (and bench/validate_gpu_commands.py, with "cuda" as its second argument: both ranks on GPU 0, which gloo
 allows and NCCL does not).
 

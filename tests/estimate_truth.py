@@ -3,7 +3,7 @@ models where transformers is installed) beside what a real CPU training step of 
 the probe's step record, and the live tensor bytes of the real step. The estimate is asked for the CPU
 (``Settings(device="cpu")``): the kernels it assumes (attention's) are the ones the real step runs.
 
-Shared by tests/test_estimate_accuracy.py, which asserts the figures, and bench/estimate_table.py,
+Shared by tests/integration/test_estimate_accuracy.py, which asserts the figures, and bench/estimate_table.py,
 which prints them as docs/estimate.md's table.
 """
 

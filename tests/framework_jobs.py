@@ -1,5 +1,5 @@
 """Real framework training jobs on CPU (on CUDA with FRAMEWORK_JOB_DEVICE=cuda), each run under the probe
-with the truth summed inside the job, for tests/test_frameworks_real.py and bench/frameworks.py.
+with the truth summed inside the job, for tests/integration/test_probe_frameworks.py and bench/frameworks.py.
 
 A job trains a few steps of a small model built from its config (nothing downloaded). ``Truth`` watches
 the job through public hooks (the model's forward, each gradient's accumulation, every optimizer step)

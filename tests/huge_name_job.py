@@ -1,4 +1,4 @@
-"""One CPU rank of a 2-rank job for tests/test_alerts_huge_real.py, the probe started in-process: a step
+"""One CPU rank of a 2-rank job for tests/integration/test_alerts_huge_real.py, the probe started in-process: a step
 every SECONDS (its first argument), for at most 5 minutes; once the file its second argument names exists,
 it keeps each step's validation loss with its graph (examples/loops.py's total_loss leak)."""
 

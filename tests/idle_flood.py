@@ -1,6 +1,6 @@
 """Idle connections held open against a server, each reopened as soon as the server drops it: the attack
 on ``gputui serve`` of issue 44 (128 connections that never send a byte, reopened 25 times a second),
-for tests/test_serve_cli.py and bench/bench_serve_load.py."""
+for tests/unit/test_serve_cli.py and bench/bench_serve_load.py."""
 
 from __future__ import annotations
 

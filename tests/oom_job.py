@@ -1,4 +1,4 @@
-"""A CPU training job that runs out of host memory mid-step, for tests/test_oom_report.py.
+"""A CPU training job that runs out of host memory mid-step, for tests/integration/test_oom_report.py.
 
 It limits its own address space once torch is loaded and warm (RLIMIT_AS: what `ulimit -v` sets),
 then keeps every step's output, as a classic leak does, until a forward pass cannot allocate its

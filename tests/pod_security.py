@@ -1,6 +1,6 @@
 """What Kubernetes' Pod Security Standards (baseline, restricted; the current version of each control)
 would refuse in a pod's spec, under the names the admission controller's warnings use ("host namespaces",
-"hostPath volumes" ...). No cluster here: tests/test_deploy.py checks the DaemonSet's pod with it.
+"hostPath volumes" ...). No cluster here: tests/integration/test_deploy.py checks the DaemonSet's pod with it.
 
 From https://kubernetes.io/docs/concepts/security/pod-security-standards/ (Linux pods; the Windows-only
 control is the hostProcess flag).

@@ -1,5 +1,5 @@
 """A 2-rank sharded job on CPU (gloo), each rank with the probe started in-process, for
-tests/test_frameworks_sharded.py: ``python sharded_job.py KIND PORT OUT_DIR`` trains five steps and writes
+tests/integration/test_frameworks_sharded.py: ``python sharded_job.py KIND PORT OUT_DIR`` trains five steps and writes
 ``rank<N>.json``: the probe's report and the truth summed in the rank itself.
 
 KIND is "ddp" (``DistributedDataParallel``: each rank the whole model, for bench/frameworks.py), "fsdp2"

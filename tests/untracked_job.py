@@ -1,4 +1,4 @@
-"""A CPU training loop under the in-process probe, for tests/test_leaks_untracked.py: run in a process
+"""A CPU training loop under the in-process probe, for tests/integration/test_leaks_untracked.py: run in a process
 of its own, since the verdict reads the whole process's C heap (a test run's earlier garbage hid the
 growth). Prints the probe's report as JSON: python untracked_job.py appending|running_total STEPS"""
 

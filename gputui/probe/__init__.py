@@ -24,7 +24,7 @@ a socket thread during ``zero_grad(set_to_none=True)`` segfaults the job). So:
   plain state only; the probe installs no signal handlers (``gputui run`` forwards signals from its
   own process, outside the job).
 
-``tests/test_probe_threads.py`` checks the rule: the socket thread runs under a guard that fails the
+``tests/integration/test_probe_threads.py`` checks the rule: the socket thread runs under a guard that fails the
 test on any call into torch, and the board is walked for torch objects.
 """
 

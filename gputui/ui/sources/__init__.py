@@ -26,7 +26,7 @@ SIGNAL, PROBE, RECORD_SITES, INTERVAL = "signal", "probe", "record_sites", "inte
 ASKS = {"signal": SIGNAL, "probe": PROBE, "record_sites": RECORD_SITES, "interval": INTERVAL}
 
 # The help's sections that open on a source's keys: ui/bindings.py's titles (it imports nothing of gputui, so
-# it cannot take them from here; tests/test_ui_app.py's help tests hold the two to the same words).
+# it cannot take them from here; tests/ui/test_ui_app.py's help tests hold the two to the same words).
 MAIN_KEYS = "Main screen"
 REPLAY_KEYS = "Replay (gputui replay)"
 

@@ -21,6 +21,7 @@ from gputui.options import Options
 from gputui.ui.sources.ahead import Ahead
 from gputui.ui.sources.sampler import NoDriverSource, Sampler, Source
 from gputui.ui.startup.early_frame import EarlyFrame, until_the_monitor_starts
+from gputui.ui.startup.terminal import drawing_on_the_terminal
 
 if TYPE_CHECKING:  # the many-host view's: not loaded by the live monitor of this machine
     from gputui.fleet.entries import HostEntry
@@ -39,6 +40,11 @@ def colour_as_asked(options: Options) -> None:
 def run_tui(options: Options) -> int:
     """Open the live monitor (``options`` resolved with the config file by the CLI). No driver and no
     probe to show: UserError before drawing."""
+    with drawing_on_the_terminal():
+        return _run_tui(options)
+
+
+def _run_tui(options: Options) -> int:
     colour_as_asked(options)
     early = EarlyFrame.for_terminal(options)
     with until_the_monitor_starts(early):
@@ -65,6 +71,11 @@ def run_tui(options: Options) -> int:
 def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     """Open the many-host monitor (``--hosts``): every host's connection starts at once, and the
     monitor draws each host as its first snapshot comes in."""
+    with drawing_on_the_terminal():
+        return _run_hosts(options, entries)
+
+
+def _run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
     colour_as_asked(options)
     interval = options.interval or 1.0
     from gputui.fleet.fleet import Fleet
@@ -87,6 +98,11 @@ def run_hosts(options: Options, entries: Sequence[HostEntry]) -> int:
 
 def run_replay(options: Options) -> int:
     """Open the monitor on the recording ``options.replay.file`` (``gputui replay FILE``)."""
+    with drawing_on_the_terminal():
+        return _run_replay(options)
+
+
+def _run_replay(options: Options) -> int:
     colour_as_asked(options)
     from gputui.record.run import open_recording
     from gputui.ui.app import GpuTuiApp
