@@ -37,10 +37,15 @@ def env(tmp_path):
 class Terminal:
     """``python -m gputui ARGS`` on a 100x30 pseudo-terminal; everything it writes is kept."""
 
-    def __init__(self, env: dict, *args: str) -> None:
+    def __init__(self, env: dict, *args: str, stderr: str | None = None) -> None:
+        """``stderr``: a file standard error is sent to (``2>FILE``) rather than the terminal, or "closed"."""
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+            if stderr == "closed":
+                os.close(2)
+            elif stderr is not None:
+                os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
             os.execve(sys.executable, [sys.executable, "-m", "gputui", *args], env)
         self.out = bytearray()
         self.modes_after: list | None = None  # the terminal's modes once the monitor has exited
@@ -102,6 +107,32 @@ def test_a_signal_ends_the_monitor_with_the_terminal_restored_and_the_shells_sta
     tail = bytes(term.out[-400:])
     assert all(code in tail for code in RESTORED), tail
     assert b"Traceback" not in term.out
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "log"])
+def test_with_stderr_sent_elsewhere_the_monitor_draws_on_the_terminal_and_keeps_its_clock(env, tmp_path, where):
+    """``gputui --demo 2>/dev/null`` (or ``2>log``) once left the early frame on screen for good: Textual draws
+    on standard error. Now the monitor draws on the terminal, the clock moves, ``q`` quits, and what is said
+    after it has closed goes to the log as asked."""
+    log = str(tmp_path / "log") if where == "log" else where
+    term = Terminal(env, "--demo", stderr=log)
+    term.drawn()
+    drawn = len(term.out)
+    term.read(3)
+    assert len(term.out) - drawn > 100, "nothing redrawn in 3 s: the clock stands still"
+    os.write(term.fd, b"q")
+    assert term.wait() == 0
+    assert all(code in bytes(term.out[-400:]) for code in RESTORED)
+    if where == "log":
+        assert Path(log).read_bytes() == b""  # nothing of the screen went to the log
+
+
+def test_with_stderr_closed_the_monitor_says_why_on_the_terminal_and_exits_2(env):
+    term = Terminal(env, "--demo", stderr="closed")
+    assert term.wait() == 2
+    said = bytes(term.out).decode()
+    assert "gputui: the live monitor draws on standard error, which is closed (2>&-)" in said, said
+    assert "Traceback" not in said and "\x1b[?1049h" not in said  # nothing drawn, no alternate screen
 
 
 def threads(pid: int) -> int:
