@@ -8,8 +8,12 @@ NVML calls are not free on real drivers and serialise through the driver's lock,
 fetches its handle once, reads the fields that never change once, and reads the costly ones on a
 slower cadence than the sample: PCIe throughput (each call blocks ~20 ms by design) every
 ``PCIE_EVERY`` seconds, with the time it was read (``Device.pcie_read_at``), and a graphics-process
-list found empty (as on training servers) every ``GRAPHICS_EVERY`` seconds. Compute-process lists
-are read at every sample: they are the process table and the source of the leak trends.
+list found empty (as on training servers) every ``GRAPHICS_EVERY`` seconds, and the GPU's settings
+(power limit, compute mode, MIG mode, PCIe link, ECC error counts), which an administrator or a fault
+changes now and then, every ``SETTINGS_EVERY`` seconds: each NVML call costs the monitor tens of
+microseconds through pynvml even where the driver answers at once, and these were a third of them.
+Compute-process lists and the readings (memory, utilisation, temperature, power, clocks) are read at
+every sample: they are the process table, the bars and the source of the leak trends.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ _THROTTLE_BITS = (
 
 PCIE_EVERY = 5.0  # seconds between PCIe throughput reads
 GRAPHICS_EVERY = 10.0  # seconds before an empty graphics-process list is asked for again
+SETTINGS_EVERY = 5.0  # seconds between reads of a GPU's settings (_read_settings)
 
 _NOT_AVAILABLE = ctypes.c_ulonglong(-1).value  # usedGpuMemory when the driver cannot tell (WDDM)
 
@@ -159,6 +164,8 @@ class DeviceReader:
         self._pcie_due = float("-inf")  # monotonic second of the next PCIe read
         self._graphics: list[Any] = []
         self._graphics_due = float("-inf")
+        self._settings: dict[str, Any] = {}
+        self._settings_due = float("-inf")  # monotonic second of the next read of the settings
         self._now = self._wall = 0.0
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
@@ -274,16 +281,17 @@ class DeviceReader:
             lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
         ])
         power = ask("power_draw", "nvmlDeviceGetPowerUsage", h)
-        power_limit = ask("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        settings = self._read_settings()
+        power_limit = settings["power_limit"]
         pstate = ask("performance_state", "nvmlDeviceGetPerformanceState", h)
         reasons = self._ask_first("throttle_reasons", [
             lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
             lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h),
         ])
         rx, tx, pcie_read_at = self._read_pcie()
-        mig_mode = ask("mig_mode", "nvmlDeviceGetMigMode", h)
+        mig_mode = settings["mig_mode"]
         mig_enabled = None if mig_mode is None else mig_mode[0] == nv.NVML_DEVICE_MIG_ENABLE
-        compute_mode = ask("compute_mode", "nvmlDeviceGetComputeMode", h)
+        compute_mode = settings["compute_mode"]
 
         device = Device(
             index=self.index,
@@ -309,9 +317,9 @@ class DeviceReader:
             clock_memory_max=static["clock_memory_max"],
             # 32 is NVML_PSTATE_UNKNOWN
             performance_state=pstate if pstate is not None and pstate < 16 else None,
-            pcie_generation=ask("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration", h),
+            pcie_generation=settings["pcie_generation"],
             pcie_generation_max=static["pcie_generation_max"],
-            pcie_width=ask("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", h),
+            pcie_width=settings["pcie_width"],
             pcie_width_max=static["pcie_width_max"],
             pcie_rx=rx * 1024 if rx is not None else None,  # NVML reports KB/s
             pcie_tx=tx * 1024 if tx is not None else None,
@@ -320,10 +328,8 @@ class DeviceReader:
                 tuple(name for bit, name in _THROTTLE_BITS if reasons & bit)
                 if reasons is not None else None
             ),
-            ecc_corrected=ask("ecc_corrected", "nvmlDeviceGetTotalEccErrors", h,
-                              nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
-            ecc_uncorrected=ask("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors", h,
-                                nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            ecc_corrected=settings["ecc_corrected"],
+            ecc_uncorrected=settings["ecc_uncorrected"],
             mig_enabled=mig_enabled,
             mig_instances=self._read_mig() if mig_enabled else (),
             compute_mode=(
@@ -332,6 +338,24 @@ class DeviceReader:
             ),
         )
         return device, self._read_processes()
+
+    def _read_settings(self) -> dict[str, Any]:
+        """The GPU's settings and error counts, asked again once ``SETTINGS_EVERY`` has passed."""
+        if self._now >= self._settings_due:
+            nv, h, ask = self.nvml, self._handle, self._ask
+            self._settings = {
+                "power_limit": ask("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h),
+                "mig_mode": ask("mig_mode", "nvmlDeviceGetMigMode", h),
+                "compute_mode": ask("compute_mode", "nvmlDeviceGetComputeMode", h),
+                "pcie_generation": ask("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration", h),
+                "pcie_width": ask("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", h),
+                "ecc_corrected": ask("ecc_corrected", "nvmlDeviceGetTotalEccErrors", h,
+                                     nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+                "ecc_uncorrected": ask("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors", h,
+                                       nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            }
+            self._settings_due = self._now + SETTINGS_EVERY
+        return self._settings
 
     def _read_pcie(self) -> tuple[Any, Any, float | None]:
         """PCIe rx/tx in KB/s and when they were read, asked again once ``PCIE_EVERY`` has passed."""

@@ -144,6 +144,30 @@ def test_pcie_throughput_is_read_every_few_seconds_with_its_time(driver):
     assert nv.calls["nvmlDeviceGetUtilizationRates"] == 3
 
 
+SETTINGS_CALLS = ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetComputeMode",  # (MIG mode: not on this GPU)
+                  "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth")
+
+
+def test_a_gpus_settings_are_read_every_few_seconds_and_its_readings_every_sample(driver):
+    """Each NVML call costs the monitor tens of microseconds through pynvml; the settings (power limit,
+    compute mode, MIG mode, PCIe link, ECC counts) were a third of a sample's calls. Asked once per
+    SETTINGS_EVERY, the readings at every sample."""
+    from gputui.collect.nvml import SETTINGS_EVERY
+
+    nv = Proxy()
+    reader = DeviceReader(nv, 0)
+    first = reader.read(now=100.0, wall=5000.0).device
+    assert {name: nv.calls[name] for name in SETTINGS_CALLS} == dict.fromkeys(SETTINGS_CALLS, 1)
+    for second in range(1, int(SETTINGS_EVERY)):
+        later = reader.read(now=100.0 + second, wall=5000.0 + second).device
+        assert (later.power_limit, later.compute_mode, later.pcie_width, later.ecc_uncorrected) == (
+            first.power_limit, first.compute_mode, first.pcie_width, first.ecc_uncorrected)
+    assert {name: nv.calls[name] for name in SETTINGS_CALLS} == dict.fromkeys(SETTINGS_CALLS, 1)
+    reader.read(now=100.0 + SETTINGS_EVERY, wall=5000.0 + SETTINGS_EVERY)
+    assert {name: nv.calls[name] for name in SETTINGS_CALLS} == dict.fromkeys(SETTINGS_CALLS, 2)
+    assert nv.calls["nvmlDeviceGetUtilizationRates"] == nv.calls["nvmlDeviceGetPowerUsage"] == int(SETTINGS_EVERY) + 1
+
+
 def test_empty_graphics_list_is_asked_again_only_after_a_while(driver):
     from gputui.collect.nvml import GRAPHICS_EVERY
 

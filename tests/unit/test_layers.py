@@ -27,7 +27,7 @@ LINT = ("import sys\n"
 
 
 def lint_imports(directory: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}  # whole contract names, no escapes
+    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}  # whole contract names on one line, no escapes
     return subprocess.run([sys.executable, "-c", LINT], cwd=directory, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -27,7 +27,7 @@ from gputui.model import (
     to_jsonable,
 )
 
-TESTS = Path(__file__).parents[1]
+HERE = Path(__file__).parent  # this module, imported by the probe script below
 
 
 def sample_report(pid: int) -> ProbeReport:
@@ -50,7 +50,7 @@ def sample_report(pid: int) -> ProbeReport:
 
 PROBE_SCRIPT = f"""
 import os, sys
-sys.path.insert(0, {str(TESTS)!r})
+sys.path.insert(0, {str(HERE)!r})
 from test_link_client import sample_report
 from gputui.link.server import ProbeServer
 from gputui.model import to_jsonable
