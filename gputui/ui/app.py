@@ -2,8 +2,9 @@
 view's, a recording. What differs by source is the source's: its main screen, how its samples come in, its
 section of the help, where it is, what it costs, what it cannot do. ui/startup/launch.py opens it.
 
-A sampled source's samples come from a worker: a chained timer starts one sampling worker at a time (the next
-sample is scheduled only when the last one is in), so slow samples never pile up. Widgets only ever see the
+A sampled source's samples are taken on one thread of their own (SamplingThread) for the app's life: a chained
+timer asks it for one sample at a time (the next is scheduled only when the last one is in), so slow samples never
+pile up. Widgets only ever see the
 immutable Snapshot it delivers, with the analysis's verdicts. Requests to a probe (allocation-site recording)
 go out from a thread worker too, never from the UI thread.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
@@ -122,6 +124,34 @@ def _link_request(pid: int, op: str, params: dict[str, Any]) -> Any:
     return request(pid, op, params)
 
 
+class SamplingThread:
+    """The one thread a sampled source's samples are taken on: it waits to be asked (``take``), runs
+    ``sample`` once, and waits again, until closed. (A Textual thread worker a sample cost a thread, a
+    Worker and its three state messages every second, for no more than this.)"""
+
+    def __init__(self, sample: Callable[[], None]) -> None:
+        self._sample = sample
+        self._asked = threading.Event()
+        self._closed = False
+        threading.Thread(target=self._run, name="gputui-sampler", daemon=True).start()
+
+    def take(self) -> None:
+        self._asked.set()
+
+    def close(self) -> None:
+        """No more samples; a sample in flight is still handed over (the app, ending, ignores it)."""
+        self._closed = True
+        self._asked.set()
+
+    def _run(self) -> None:
+        while True:
+            self._asked.wait()
+            self._asked.clear()
+            if self._closed:
+                return
+            self._sample()
+
+
 class AsciiScrollBarRender(ScrollBarRender):
     """Scrollbar thumbs of whole cells (spaces), no block characters."""
 
@@ -170,6 +200,7 @@ class GpuTuiApp(App[int]):
         self.samples = 0  # snapshots received, for tests and the benchmark
         self.first_frame_at: float | None = None
         self._next: Timer | None = None
+        self._sampling: SamplingThread | None = None  # started with the first sample asked for
         self._first_sample = first_sample
         self._screens_opened = False  # a process's, a job's or the waste screen: their modules are loaded
         self._told: set[str] = set()
@@ -226,6 +257,8 @@ class GpuTuiApp(App[int]):
 
     def on_unmount(self) -> None:
         self._restore_scrollbars()
+        if self._sampling is not None:
+            self._sampling.close()
         if self._alerting is not None:
             self._alerting.close()
         if self.options.handle_signals:
@@ -257,9 +290,15 @@ class GpuTuiApp(App[int]):
             self._next.stop()
             self._next = None
 
-    @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
-        source = cast(Sampled, self.source)  # (only a sampled source starts the worker: Declared.start)
+        """Ask the sampling thread for a sample (one in flight is followed by another)."""
+        if self._sampling is None:
+            self._sampling = SamplingThread(self._take_sample)
+        self._sampling.take()
+
+    def _take_sample(self) -> None:
+        """On the sampling thread: one sample taken, judged, checked for alerts and handed to the UI thread."""
+        source = cast(Sampled, self.source)  # (only a sampled source asks for samples: Declared.start)
         started = time.monotonic()
         ahead, self._first_sample = self._first_sample, None
         try:
@@ -306,6 +345,7 @@ class GpuTuiApp(App[int]):
         self._schedule(0.0)
 
     def _schedule(self, took: float) -> None:
+        self.stop_sampling()  # one next sample at a time, whatever came in meanwhile
         if not self.source.paused:
             self._next = self.set_timer(max(0.05, self.interval - took), self._sample)
 
