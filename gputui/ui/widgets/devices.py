@@ -1,6 +1,7 @@
 """One row per GPU: memory and utilisation bars, temperature, fan, power, clocks, PCIe, codecs and
 why the GPU is being slowed. Two lines in the normal layout, one line in compact and tiny panes, and
-in a tiny pane with more GPUs than lines, as many GPUs a line as the width holds.
+in a tiny pane with more GPUs than lines, as many GPUs a line as the width holds; in a pane too short
+even for that (8 GPUs at 40x10), every GPU folded into one line, or the one GPU picked (g).
 All rows are drawn by one widget; a row is worded again only when its Device (a frozen value),
 the layout or the width changes.
 """
@@ -89,6 +90,38 @@ def render_device(d: Device, mode: str, width: int, *, ascii: bool = False,
     return (first, second, *migs)
 
 
+def tiny_lines(count: int, width: int) -> int:
+    """The lines ``count`` GPUs take in a tiny pane ``width`` wide: one each, or packed where they outnumber
+    TINY_LINES; never more than TINY_LINES (the rest scroll)."""
+    if count > TINY_LINES and width >= 2 * PACKED_CELL:
+        count = -(-count // (width // PACKED_CELL))
+    return min(count, TINY_LINES)
+
+
+def render_summary(devices: tuple[Device, ...], width: int, *, ascii: bool = False) -> Words:
+    """Every GPU in one line: how many, their memory in all, their mean utilisation, the hottest one's
+    temperature, and how many are lost or slowed down."""
+    live = [d for d in devices if not d.lost]
+    known = [d for d in live if d.memory_used is not None and d.memory_total]
+    used = sum(d.memory_used or 0 for d in known) if known else None
+    total = sum(d.memory_total or 0 for d in known) if known else None
+    utils = [d.gpu_util for d in live if d.gpu_util is not None]
+    util = sum(utils) / len(utils) if utils else None
+    hottest = max((d for d in live if d.temperature is not None), key=lambda d: d.temperature or 0, default=None)
+    temp: Words | str = ""
+    if hottest is not None:
+        level = vocab.temperature_level(hottest.temperature, hottest.temperature_slowdown)
+        temp = value(vocab.temperature(hottest.temperature, vocab.glyphs(ascii)), level)
+    lost = len(devices) - len(live)
+    slowed = sum(1 for d in live if vocab.slowdown(d.throttle_reasons))
+    bar_w = max(3, min(20, width - 33))
+    return join([assemble(" ", (f"{len(devices)} GPUs", "bold")),
+                 meter(fmt.fraction(used, total), bar_w, ascii=ascii, thresholds=vocab.GPU_MEMORY),
+                 units.size_pair_short(used, total), f"{units.percent(util):>4}", temp,
+                 styled(f"{lost} LOST", "bold $error") if lost else "",
+                 styled(("! " if ascii else "⚠ ") + f"{slowed} slowed", "bold $warning") if slowed else ""])
+
+
 def render_cell(d: Device, width: int, index_width: int, *, ascii: bool = False,
                 selected: bool = False) -> Words:
     """A device in a cell ``width`` wide of a packed line: its index (right-aligned to
@@ -150,6 +183,9 @@ class DeviceLines(StyledLines):
         """``now``: the snapshot's time, which the age of slower readings is counted from."""
         self.devices = devices
         width = self.width_used = self.content_size.width or self.app.size.width
+        if mode == "folded":
+            self._show_folded(devices, width, selected)
+            return
         if mode == "tiny" and len(devices) > TINY_LINES and width >= 2 * PACKED_CELL:
             self._show_packed(devices, width, selected)
             return
@@ -194,6 +230,15 @@ class DeviceLines(StyledLines):
             self.line_devices.append(tuple(d.index for d in group))
         self._rows = {}
         self.show_lines(lines)
+
+    def _show_folded(self, devices: tuple[Device, ...], width: int, selected: int | None) -> None:
+        """One line: the GPU picked, or every GPU in a summary."""
+        picked = next((d for d in devices if d.index == selected), None)
+        words = (render_summary(devices, width, ascii=self.ascii) if picked is None else
+                 render_device(picked, "tiny", width, ascii=self.ascii, selected=True)[0])
+        self.cell_width, self._rows = 0, {}
+        self.line_devices = [(picked.index,) if picked is not None else tuple(d.index for d in devices)]
+        self.show_lines([("", words)])
 
     def line_of(self, index: int) -> int | None:
         """The first line device ``index`` is drawn on."""
