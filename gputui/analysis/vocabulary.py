@@ -185,10 +185,11 @@ class Glyphs(Record):
     unknown: str  # a bar whose fraction is not known
     ellipsis: str
     degree: str
+    at_most: str  # before an upper bound: an SM% the GPU's utilisation stood in for
 
 
-UNICODE = Glyphs(full="█", empty="░", unknown="·", ellipsis="…", degree="°C")
-ASCII = Glyphs(full="#", empty=".", unknown="?", ellipsis="...", degree="C")
+UNICODE = Glyphs(full="█", empty="░", unknown="·", ellipsis="…", degree="°C", at_most="≤")
+ASCII = Glyphs(full="#", empty=".", unknown="?", ellipsis="...", degree="C", at_most="<=")
 
 
 def glyphs(ascii: bool) -> Glyphs:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gputui.model import GpuProcess, Snapshot
 from gputui.model.record import Record
-from gputui.model.waste import IdleGpu, OwnerAcross, OwnerKind, OwnerUse, Waste, WasteRules
+from gputui.model.waste import IdleGpu, OwnerAcross, OwnerKind, OwnerUse, SmSource, Waste, WasteRules
 
 # A GPU not watched for longer than this (a stopped monitor, a gap in a recording) starts its idle time and
 # the watch again: nobody is called idle for a stretch nobody saw.
@@ -32,6 +32,7 @@ class Reading(Record):
     util: float | None  # its processes' SM utilisation; the GPU's where the driver has none for them
     pids: tuple[int, ...]
     name: str
+    stood_in: bool = False  # util is the GPU's, standing in for its processes': every output marks it
 
 
 # The window's utilisation is kept in this many buckets per owner and GPU, whatever the sampling interval:
@@ -47,10 +48,13 @@ class _Held:
     buckets: deque[list[float]] = field(default_factory=deque)  # [bucket number, sum, count], oldest first
     total: float = 0.0  # the buckets' sums and counts added up
     count: int = 0
+    stood_in_at: float | None = None  # the number of the latest bucket a GPU's utilisation stood in in
 
-    def add(self, now: float, util: float, window: float) -> None:
+    def add(self, now: float, util: float, window: float, stood_in: bool = False) -> None:
         width = window / BUCKETS
         number = now // width
+        if stood_in:
+            self.stood_in_at = number
         if self.buckets and self.buckets[-1][0] == number:
             self.buckets[-1][1] += util
             self.buckets[-1][2] += 1
@@ -70,6 +74,13 @@ class _Held:
     @property
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
+
+    @property
+    def source(self) -> SmSource | None:
+        """Whose utilisation the mean is: "gpu" while a stand-in is in it (it is then at most the mean)."""
+        if not self.buckets:
+            return None
+        return "gpu" if self.stood_in_at is not None and self.stood_in_at >= self.buckets[0][0] else "processes"
 
 
 def who_of(process: GpuProcess) -> tuple[Who, str]:
@@ -101,9 +112,10 @@ def readings(snapshot: Snapshot) -> dict[Key, Reading]:
         sm = [p.sm_util for p in processes]
         # The driver leaves out a process that ran nothing since the last look, and some GPUs have no per-process
         # figures at all: the GPU's utilisation bounds its processes' from above, so it can only spare them.
-        util = float(min(100, sum(s for s in sm if s is not None))) if None not in sm else gpu_util.get(at[2])
+        stood_in = None in sm
+        util = gpu_util.get(at[2]) if stood_in else min(100, sum(s for s in sm if s is not None))
         out[at] = Reading(sum(p.gpu_memory or 0 for p in processes), None if util is None else float(util),
-                          tuple(sorted({p.own_pid for p in processes})), names[at])
+                          tuple(sorted({p.own_pid for p in processes})), names[at], stood_in)
     return out
 
 
@@ -135,7 +147,7 @@ class WasteJudge:
         idle = reading.memory >= rules.min_memory and reading.util is not None and reading.util < rules.max_util
         held.idle_since = (now if held.idle_since is None else held.idle_since) if idle else None
         if reading.util is not None:
-            held.add(now, reading.util, rules.window)
+            held.add(now, reading.util, rules.window, reading.stood_in)
         held.trim(now, rules.window)
         return held
 
@@ -147,11 +159,12 @@ class WasteJudge:
         return tuple(sorted(owners, key=lambda o: (-len(o.idle), -o.memory, o.kind, o.name)))
 
     def _owner(self, who: Who, keys: list[Key], now_held: dict[Key, Reading], now: float) -> OwnerUse:
-        means, idle, idle_for = [], [], 0.0
+        means, sources, idle, idle_for = [], set(), [], 0.0
         for at in keys:
             held, reading = self._held[at], now_held[at]
             if held.mean is not None:
                 means.append(held.mean)
+                sources.add(held.source)
             if held.idle_since is not None:
                 streak = now - held.idle_since
                 idle_for = max(idle_for, streak)
@@ -161,7 +174,16 @@ class WasteJudge:
             kind=who[0], name=now_held[keys[0]].name,
             pids=tuple(sorted({pid for at in keys for pid in now_held[at].pids})),
             gpus=tuple(at[2] for at in keys), memory=sum(now_held[at].memory for at in keys),
-            sm_util=sum(means) / len(means) if means else None, idle_for=idle_for, idle=tuple(idle))
+            sm_util=sum(means) / len(means) if means else None, sm_source=_source(sources), idle_for=idle_for,
+            idle=tuple(idle))
+
+
+def _source(sources: set[SmSource | None]) -> SmSource | None:
+    """Whose utilisation a mean of figures from ``sources`` is: the GPU's if any of them is (the mean is then
+    an upper bound), the processes' if all are; None where none is known."""
+    if "gpu" in sources:
+        return "gpu"
+    return "processes" if sources == {"processes"} else None
 
 
 def across_hosts(views: Sequence[tuple[str, Waste]]) -> tuple[OwnerAcross, ...]:
@@ -177,9 +199,10 @@ def across_hosts(views: Sequence[tuple[str, Waste]]) -> tuple[OwnerAcross, ...]:
         owners = [o for _, o in held]
         weighed = [(o.sm_util, len(o.gpus)) for o in owners if o.sm_util is not None and o.gpus]
         gpus = sum(n for _, n in weighed)
+        sources = {o.sm_source for o in owners if o.sm_util is not None and o.gpus}
         out.append(OwnerAcross(
             kind=owners[0].kind, name=name, hosts=tuple(sorted({host for host, _ in held})),
             gpus=sum(len(o.gpus) for o in owners), memory=sum(o.memory for o in owners),
-            sm_util=sum(sm * n for sm, n in weighed) / gpus if gpus else None,
+            sm_util=sum(sm * n for sm, n in weighed) / gpus if gpus else None, sm_source=_source(sources),
             idle_gpus=sum(len(o.idle) for o in owners), idle_for=max(o.idle_for for o in owners)))
     return tuple(sorted(out, key=lambda o: (-o.idle_gpus, -o.memory, o.kind, o.name)))

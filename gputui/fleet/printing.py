@@ -44,7 +44,7 @@ def once(options: Options, entries: Sequence[HostEntry], wait: float) -> int:
               if v.judgements is not None and v.judgements.waste is not None]
     owners = across_hosts(judged) if len(judged) > 1 else ()
     if owners:  # who holds the GPUs over all the hosts, after each host's own
-        sections.append("\n".join(line.write(color) for line in across_lines(owners, width, glyphs(ascii).ellipsis)))
+        sections.append("\n".join(line.write(color) for line in across_lines(owners, width, glyphs(ascii))))
     return terminal.show("\n".join(sections))
 
 

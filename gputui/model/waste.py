@@ -14,6 +14,10 @@ from gputui.model.record import Record
 
 OwnerKind = Literal["pod", "container", "slurm", "unit", "user"]
 OWNER_KINDS: tuple[OwnerKind, ...] = ("pod", "container", "slurm", "unit", "user")
+# Whose utilisation an owner's SM figure is: its processes' own, or its GPUs' standing in where the driver
+# gives none for the processes (an upper bound, never lower than theirs): every output says which.
+SmSource = Literal["processes", "gpu"]
+SM_SOURCES: tuple[SmSource, ...] = ("processes", "gpu")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -50,8 +54,13 @@ class OwnerUse(Record):
     memory: int = field(default=0, metadata=doc("GPU memory it holds now, on all its GPUs (bytes)", minimum=0))
     sm_util: float | None = field(default=None, metadata=doc(
         "its mean SM utilisation over the window, its GPUs weighted alike (percent; where the driver has no "
-        "figure for its processes, the GPU's own utilisation stands in, as an upper bound); null where unknown",
-        minimum=0))
+        "figure for its processes, the GPU's own utilisation stands in, as an upper bound: see `sm_source`); "
+        "null where unknown", minimum=0))
+    sm_source: SmSource | None = field(default=None, metadata=doc(
+        "whose utilisation `sm_util` is: `processes`, its processes' own figures; `gpu`, the GPU's own "
+        "utilisation stood in for theirs in some or all of the window's samples, where the driver gave no figure "
+        "for them (`sm_util` is then an upper bound, never lower than theirs); null where `sm_util` is, or in a "
+        "document of a gputui older than the field", enum=SM_SOURCES))
     idle_for: float = field(default=0.0, metadata=doc(
         "the longest any of its GPUs has been held idle without a break, as watched, even short of `idle_after` "
         "(seconds); 0 when none is", minimum=0))
@@ -86,6 +95,9 @@ class OwnerAcross(Record):
     memory: int = field(default=0, metadata=doc("GPU memory it holds now, over all those hosts (bytes)", minimum=0))
     sm_util: float | None = field(default=None, metadata=doc(
         "its mean SM utilisation, each GPU weighted alike (percent); null where no host knows it", minimum=0))
+    sm_source: SmSource | None = field(default=None, metadata=doc(
+        "`gpu` where a GPU's own utilisation stood in for some of it on some host (an upper bound), "
+        "`processes` where every host read its processes' own; null where unknown", enum=SM_SOURCES))
     idle_gpus: int = field(default=0, metadata=doc("GPUs it holds idle, by each host's rules", minimum=0))
     idle_for: float = field(default=0.0, metadata=doc(
         "the longest any of its GPUs has been held idle on any host (seconds)", minimum=0))

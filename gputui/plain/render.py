@@ -68,7 +68,7 @@ def render(snapshot: Snapshot, judgements: Judgements | None = None, *, color: b
         lines += job_lines(snapshot, judgements, width, glyphs.ellipsis)
     if worth_a_section(judgements.waste):
         assert judgements.waste is not None  # worth_a_section says so
-        lines += waste_lines(judgements.waste, width, glyphs.ellipsis)
+        lines += waste_lines(judgements.waste, width, glyphs)
     for problem in snapshot.problems:
         lines += flow([text(problem, "warn")], width, first=text("! ", "warn"), indent=2,
                       ellipsis=glyphs.ellipsis)

@@ -114,6 +114,9 @@ FAMILIES = (
     Family("owner_gpus", "GPUs the owner's processes are on", OWNER),
     Family("owner_sm_utilization_ratio", "The owner's mean SM utilisation over idle_window_seconds, its GPUs "
            "weighted alike (0 to 1)", OWNER),
+    # apart from the ratio, not a label on it: a figure that changes source keeps one series
+    Family("owner_sm_utilization_from_gpu", "1 where the GPU's own utilisation stood in for the owner's processes' "
+           "(the driver gave none for them; the ratio is then an upper bound), 0 where it is their own", OWNER),
     Family("owner_idle_gpus", "GPUs the owner has held idle for idle_after_seconds or longer", OWNER),
     Family("owner_idle_seconds", "The longest any of the owner's GPUs has been held idle without a break, "
            "even short of idle_after_seconds (0: none is)", OWNER),
@@ -276,6 +279,8 @@ def _owners(sample: Sample) -> Iterator[Reading]:
         yield "owner_memory_bytes", labels, owner.memory
         yield "owner_gpus", labels, len(owner.gpus)
         yield "owner_sm_utilization_ratio", labels, _ratio(owner.sm_util)
+        from_gpu = None if owner.sm_source is None else int(owner.sm_source == "gpu")  # None: no figure at all
+        yield "owner_sm_utilization_from_gpu", labels, from_gpu
         yield "owner_idle_gpus", labels, len(owner.idle)
         yield "owner_idle_seconds", labels, owner.idle_for
 

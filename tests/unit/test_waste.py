@@ -169,3 +169,66 @@ def test_across_hosts_adds_up_what_each_host_said():
     assert job.sm_util == pytest.approx((3 * 90.0 + 2.0) / 4)  # each GPU weighted alike
     assert (user.hosts, user.sm_util, user.idle_gpus, user.idle_for) == (("a",), None, 0, 30.0)
     assert across_hosts([]) == ()
+
+
+# ------------------------------------------------------------------- the GPU's figure standing in (issue 47 item 6)
+
+def test_a_gpus_utilisation_standing_in_is_marked_as_the_gpus():
+    judge = WasteJudge(RULES)
+    # bob's only process has no figure from the driver; carol's two add up to the GPU's 65 by chance
+    for t in range(0, 60, 10):
+        waste = judge(snap(t, (10, 1, 6 * GiB, None, Owner(user="bob")), (20, 1, 3 * GiB, 58, Owner(user="carol")),
+                           (21, 1, GiB, 7, Owner(user="carol")), (30, 2, 2 * GiB, None, Owner(user="dan")),
+                           gpu_util={1: 65}))
+    by_name = {o.name: o for o in waste.owners}
+    assert (by_name["bob"].sm_util, by_name["bob"].sm_source) == (65.0, "gpu")
+    assert (by_name["carol"].sm_util, by_name["carol"].sm_source) == (65.0, "processes")
+    assert (by_name["dan"].sm_util, by_name["dan"].sm_source) == (None, None)  # GPU 2's utilisation is unknown too
+
+
+def snap_at(t, *uses, gpu_util):
+    return Snapshot(taken_at=T0 + t, devices=tuple(Device(i, gpu_util=u) for i, u in gpu_util.items()),
+                    processes=tuple(GpuProcess(pid=p, device_index=d, gpu_memory=m, sm_util=s, user="sam")
+                                    for p, d, m, s in uses))
+
+
+def test_one_process_without_a_figure_makes_the_owners_the_gpus():
+    # sam on the leaky demo: one process at n/a, one at 6 %, the GPU at 92 %
+    waste = WasteJudge(RULES)(snap_at(0, (52300, 0, 4 * GiB, None), (52410, 0, GiB, 6), gpu_util={0: 92}))
+    assert (waste.owners[0].sm_util, waste.owners[0].sm_source) == (92.0, "gpu")
+
+
+def test_the_mark_lasts_while_a_stand_in_is_in_the_window():
+    judge = WasteJudge(RULES)
+    judge(snap_at(0, (10, 0, 8 * GiB, None), gpu_util={0: 80}))  # one sample the driver left the process out of
+    for t in range(10, 600, 10):
+        waste = judge(snap_at(t, (10, 0, 8 * GiB, 20), gpu_util={0: 80}))
+    assert waste.owners[0].sm_source == "gpu"  # 80 is still in the mean: it is at most the figure shown
+    assert waste.owners[0].sm_util == pytest.approx((80 + 59 * 20) / 60)
+    for t in range(600, 620, 10):
+        waste = judge(snap_at(t, (10, 0, 8 * GiB, 20), gpu_util={0: 80}))
+    assert (waste.owners[0].sm_util, waste.owners[0].sm_source) == (pytest.approx(20.0), "processes")
+
+
+def test_the_workstation_demos_bob_reads_the_gpus_65():
+    from test_plain_golden import sample_at
+
+    waste = sample_at("workstation", 60).judgements.waste
+    by_name = {o.name: (o.sm_util, o.sm_source) for o in waste.owners}
+    assert by_name["bob"] == (65.0, "gpu")  # his ipykernel reads n/a; GPU 1 is at 65 %
+    assert by_name["carol"] == (65.0, "processes")  # blender 58 % and ffmpeg 7 %: her own
+    assert by_name["alice"] == (96.0, "processes")
+
+
+def test_across_hosts_marks_an_owner_any_host_read_from_its_gpu():
+    from gputui.analysis.waste import across_hosts
+    from gputui.model.waste import OwnerUse, Waste
+
+    rules = WasteRules()
+    own = OwnerUse("user", "bob", pids=(10,), gpus=(0,), memory=GiB, sm_util=10.0, sm_source="processes")
+    stood_in = OwnerUse("user", "bob", pids=(11,), gpus=(1,), memory=GiB, sm_util=70.0, sm_source="gpu")
+    unknown = OwnerUse("user", "eve", pids=(12,), gpus=(1,), memory=GiB)
+    both = across_hosts([("a", Waste(rules, 60.0, (own, unknown))), ("b", Waste(rules, 60.0, (stood_in,)))])
+    assert [(o.name, o.sm_util, o.sm_source) for o in both] == [("bob", 40.0, "gpu"), ("eve", None, None)]
+    alone = across_hosts([("a", Waste(rules, 60.0, (own,)))])
+    assert (alone[0].sm_util, alone[0].sm_source) == (10.0, "processes")

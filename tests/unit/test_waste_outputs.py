@@ -39,8 +39,9 @@ def test_once_names_the_idle_pod_with_the_rules_in_view():
     assert section[1:3] == [
         "  idle = 1.00 GiB or more held at under 5% SM for 10 min or longer; SM% = mean over the last 10 min;",
         "  watched 11 min"]
-    assert section[3] == "OWNER                           GPUS  MEMORY SM% IDLE ON IDLE FOR"
-    assert section[4] == "pod team-vision/notebook-sam    5-6  40.0GiB  0% 5-6     11 min"
+    assert section[3] == "OWNER                           GPUS  MEMORY      SM% IDLE ON IDLE FOR"
+    # the notebook's process ran nothing, so the driver gives it no figure: its GPUs' 0 % stands in, marked so
+    assert section[4] == "pod team-vision/notebook-sam    5-6  40.0GiB ≤0 (GPU) 5-6     11 min"
     assert [line.split()[1] for line in section[5:8]] == ["ml-research/llama-ft-0", "inference/vllm-mistral-7d9f",
                                                          "batch/embed-nightly-x2k4p"]
     assert all(line.split()[-2:] == ["-", "-"] for line in section[5:8])
@@ -54,7 +55,7 @@ def test_json_carries_the_idle_pod_and_the_rules():
     assert waste["watched"] == 660.0
     assert waste["owners"][0] == {
         "kind": "pod", "name": "team-vision/notebook-sam", "pids": [83001], "gpus": [5, 6], "memory": 40 * GiB,
-        "sm_util": 0.0, "idle_for": 660.0,
+        "sm_util": 0.0, "sm_source": "gpu", "idle_for": 660.0,
         "idle": [{"device": 5, "memory": 21 * GiB, "idle_for": 660.0},
                  {"device": 6, "memory": 19 * GiB, "idle_for": 660.0}]}
     assert [o["idle"] for o in waste["owners"][1:]] == [[], [], []]
@@ -145,3 +146,117 @@ def test_serve_bounds_the_owners_it_labels(monkeypatch):
     assert {ls for (name, ls), _ in found.items() if name == "gputui_owner_memory_bytes"} == {
         frozenset({("kind", "user"), ("owner", "u4")}), frozenset({("kind", "user"), ("owner", "u3")})}
     assert value(found, "gputui_owners_left_out") == 2
+
+
+# --------------------------------------------------- an SM% the GPU's utilisation stood in for (issue 47 item 6)
+
+def workstation(width=100, ascii=False):
+    """--once's "Who holds the GPUs" on the workstation demo a minute in: bob's only process has no SM figure
+    from the driver (n/a), so GPU 1's 65 % stands in; carol's two processes read 58 and 7 %, her own 65."""
+    from test_plain_golden import sample_at
+
+    sample = sample_at("workstation", 60)
+    text = render(sample.snapshot, sample.judgements, width=width, ascii=ascii, tz=timezone.utc)
+    return text[text.index("Who holds the GPUs"):].splitlines()
+
+
+def test_once_marks_the_gpus_figure_standing_in_as_the_gpus():
+    assert workstation()[3:] == [
+        "OWNER      GPUS  MEMORY       SM% IDLE ON IDLE FOR",
+        "user alice 0    17.1GiB       96% -       -",
+        "user bob   1    6.20GiB ≤65 (GPU) -       -",
+        "user carol 1    3.70GiB       65% -       -",
+        "user root  0     312MiB        2% -       -",
+        "  (GPU): the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this"]
+
+
+def test_once_in_ascii_says_at_most_in_ascii():
+    section = workstation(width=72, ascii=True)
+    assert section[4:9] == [
+        "OWNER      GPUS  MEMORY        SM% IDLE ON IDLE FOR",
+        "user alice 0    17.1GiB        96% -       -",
+        "user bob   1    6.20GiB <=65 (GPU) -       -",
+        "user carol 1    3.70GiB        65% -       -",
+        "user root  0     312MiB         2% -       -"]
+    assert " ".join(section[9:]).split() == (
+        "(GPU): the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this"
+        .split())
+
+
+@pytest.mark.parametrize(("width", "ascii", "bob"), [(40, True, "user bob   6.20GiB <=65* -"),
+                                                      (50, False, "user bob   6.20GiB ≤65* -       -")])
+def test_a_narrow_pane_marks_it_briefly_rather_than_losing_a_column(width, ascii, bob):
+    section = workstation(width=width, ascii=ascii)
+    table = section[section.index(next(line for line in section if line.startswith("OWNER"))):]
+    assert table[2] == bob  # SM% kept: the full "(GPU)" mark would have cost it (40 columns) or IDLE FOR (50)
+    assert all(len(line) <= width for line in table)
+    assert " ".join(table[5:]).split() == (
+        "*: the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this".split())
+
+
+def test_no_mark_and_no_note_where_no_figure_is_the_gpus():
+    from test_plain_golden import sample_at
+
+    sample = sample_at("mig", 60)  # priya's processes' own figures; tom's and li's MIG slices: none at all
+    text = render(sample.snapshot, sample.judgements, width=100, tz=timezone.utc)
+    section = text[text.index("Who holds the GPUs"):].splitlines()
+    assert [line.split()[4] for line in section[4:]] == ["95%", "n/a", "n/a"]  # and no note under them
+
+
+def test_json_says_whose_utilisation_each_owners_is():
+    from test_plain_golden import sample_at
+
+    def owners(scenario):
+        sample = sample_at(scenario, 60)
+        document = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
+        return {o["name"]: (o["sm_util"], o["sm_source"]) for o in document["judgements"]["waste"]["owners"]}
+
+    assert owners("workstation") == {"alice": (96.0, "processes"), "bob": (65.0, "gpu"),
+                                     "carol": (65.0, "processes"), "root": (2.0, "processes")}
+    leaky = owners("leaky")
+    assert leaky["sam"][1] == "gpu" and leaky["dev"][1] == "processes"  # sam: processes at n/a and 6 %
+    assert owners("mig")["tom"] == (None, None)  # a MIG slice: neither its processes' figure nor the GPU's
+
+
+def test_a_document_of_an_older_gputui_without_the_field_still_reads():
+    from test_plain_golden import sample_at
+
+    from gputui.plain.document import read_judgements
+
+    sample = sample_at("workstation", 60)
+    document = json.loads(dumps(snapshot_document(sample.snapshot, sample.judgements)))
+    assert document["version"] == 1  # a field added: the version stays (docs/json-schema.md)
+    for owner in document["judgements"]["waste"]["owners"]:
+        del owner["sm_source"]
+    bob = next(o for o in read_judgements(document).waste.owners if o.name == "bob")
+    assert (bob.sm_util, bob.sm_source) == (65.0, None)
+
+
+def test_serve_says_which_owners_figure_is_the_gpus():
+    from test_plain_golden import sample_at
+    from test_serve_metrics import series, value
+
+    from gputui.serve.sampling import Sample
+
+    sample = sample_at("workstation", 60)
+    found = series(Sample(sample.snapshot, sample.judgements))
+    assert value(found, "gputui_owner_sm_utilization_ratio", kind="user", owner="bob") == 0.65
+    assert value(found, "gputui_owner_sm_utilization_from_gpu", kind="user", owner="bob") == 1
+    assert value(found, "gputui_owner_sm_utilization_from_gpu", kind="user", owner="carol") == 0
+    mig = sample_at("mig", 60)
+    unknown = series(Sample(mig.snapshot, mig.judgements))
+    assert value(unknown, "gputui_owner_sm_utilization_from_gpu", kind="user", owner="tom") is None  # no figure
+
+
+def test_over_hosts_an_owner_any_host_read_from_its_gpu_is_marked():
+    from gputui.analysis.vocabulary import UNICODE
+    from gputui.model.waste import OwnerAcross
+    from gputui.plain.waste import across_lines
+
+    owners = [OwnerAcross("user", "bob", ("a", "b"), gpus=2, memory=2 * GiB, sm_util=40.0, sm_source="gpu"),
+              OwnerAcross("user", "carol", ("a",), gpus=1, memory=GiB, sm_util=65.0, sm_source="processes")]
+    lines = [line.write(False) for line in across_lines(owners, 100, UNICODE)]
+    assert lines[4:] == [
+        "user bob       2    2 2.00GiB ≤40 (GPU)         - -",
+        "user carol     1    1 1.00GiB       65%         - -",
+        "  (GPU): the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this"]

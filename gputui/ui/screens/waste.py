@@ -16,6 +16,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Static
 
+from gputui.analysis.vocabulary import Glyphs, glyphs
 from gputui.analysis.waste import across_hosts
 from gputui.model.waste import Waste
 from gputui.plain.waste import ACROSS_TITLE, TITLE, across_table, rules_words, table
@@ -80,9 +81,9 @@ class WasteScreen(Screen):
         owners = across_hosts(views)
         if not owners:
             return []
-        head, rows = across_table(owners, self.size.width or 80)
+        head, rows, note = across_table(owners, self.size.width or 80, self.glyphs)
         return [Content.styled(ACROSS_TITLE, "bold $accent"), Content.styled(head, "bold")] + [
-            Content.styled(row, "$warning") if owner.idle_gpus else Content(row) for row, owner in rows]
+            Content.styled(row, "$warning") if owner.idle_gpus else Content(row) for row, owner in rows] + _note(note)
 
     def _host_lines(self, name: str, waste: Waste | None) -> list[Content]:
         lines = [Content(""), Content.styled(visible(name), "bold $accent")]
@@ -94,9 +95,18 @@ class WasteScreen(Screen):
     def _table(self, waste: Waste) -> list[Content]:
         if not waste.owners:
             return [Content.styled("No GPU process.", "$text-muted")]
-        head, rows = table(waste, self.size.width or 80)
+        head, rows, note = table(waste, self.size.width or 80, self.glyphs)
         return [Content.styled(head, "bold")] + [Content.styled(row, "$warning") if owner.idle else Content(row)
-                                                 for row, owner in rows]
+                                                 for row, owner in rows] + _note(note)
+
+    @property
+    def glyphs(self) -> Glyphs:
+        return glyphs(getattr(self.app, "ascii", False))
 
     def action_close(self) -> None:
         self.app.pop_screen()
+
+
+def _note(note: str) -> list[Content]:
+    """What a stand-in SM%'s mark means, under the table that shows one."""
+    return [Content.styled(note, "$text-muted")] if note else []
