@@ -26,6 +26,9 @@ from gputui.options import (
     SERVE_INTERVAL,
     SERVE_LISTEN,
     THEMES,
+    WEB_IDLE,
+    WEB_LISTEN,
+    WEB_SESSIONS,
     DemoTrainOptions,
     EstimateOptions,
     Mode,
@@ -33,6 +36,7 @@ from gputui.options import (
     RecordOptions,
     ReplayOptions,
     ServeOptions,
+    WebOptions,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +109,7 @@ def _name_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-COMMANDS = ("run", "attach", "detach", "probes", "probe", "demo-train", "serve", "estimate", "oom", "record",
+COMMANDS = ("run", "attach", "detach", "probes", "probe", "demo-train", "serve", "web", "estimate", "oom", "record",
             "replay")
 DEFAULT_SCENARIO = "workstation"  # a bare --demo
 
@@ -258,6 +262,7 @@ def build_parser() -> Parser:
     serve.add_argument("--hash-password", metavar="NAME",
                        help="read a password (terminal or standard input), print NAME:HASH for "
                             "--basic-auth-file, and exit")
+    _add_web_options(sub.add_parser("web", help="the live monitor in a browser, read-only (needs gputui[web])"))
     # Each command's parser, for the mistakes parse() finds once argparse is done: see 'gputui run --help'.
     parser.commands = dict(sub.choices)
     return parser
@@ -340,6 +345,44 @@ def _add_record_commands(sub: Any) -> None:
     replay.add_argument("--at", metavar="TIME",
                         help="the sample --once/--json print: 90s or 5m from the start, 12:34:56, or an "
                              "ISO time, within the recording (default: the last)")
+    replay.add_argument("--web", action="store_true", help="show it in a browser, as gputui web does, with its flags")
+    _add_web_options(replay)
+
+
+def _add_web_options(parser: argparse.ArgumentParser) -> None:
+    """The browser view's flags, on ``web`` and on ``replay`` (with --web); the exporter's words for those it
+    shares with ``serve``. Defaults None: web_options fills them in, once it knows they were not given."""
+    parser.add_argument("--listen", metavar="ADDR:PORT",
+                        help=f"where to listen (default {WEB_LISTEN}: this machine only; 0.0.0.0:PORT for every "
+                             "network, with a warning unless --basic-auth-file is given)")
+    parser.add_argument("--basic-auth-file", metavar="PATH",
+                        help="ask for a user name and password from this file (lines from gputui serve "
+                             "--hash-password)")
+    parser.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM; with its "
+                        "private key unless --tls-key)")
+    parser.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
+    parser.add_argument("--max-sessions", type=_count("session", "sessions"), metavar="N",
+                        help=f"browser sessions at once, a monitor process each (default {WEB_SESSIONS})")
+    parser.add_argument("--session-timeout", type=_duration, metavar="D",
+                        help=f"close a session after D without a key, a click or a resize (default "
+                             f"{WEB_IDLE / 60:g}m)")
+    parser.add_argument("--web-session", action="store_true", help=argparse.SUPPRESS)  # gputui web's own
+
+
+WEB_FLAGS = ("listen", "basic_auth_file", "tls_cert", "tls_key", "max_sessions", "session_timeout")
+
+
+def _web_options(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]) -> WebOptions:
+    """The browser view's flags as given (``argv``: the whole command line, which each session runs again)."""
+    _tls_key_with_cert(parser, args)
+    return WebOptions(listen=args.listen, basic_auth_file=args.basic_auth_file, tls_cert=args.tls_cert,
+                      tls_key=args.tls_key, sessions=args.max_sessions or WEB_SESSIONS,
+                      idle=args.session_timeout or WEB_IDLE, argv=tuple(argv), session=args.web_session)
+
+
+def _tls_key_with_cert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.tls_key and not args.tls_cert:
+        parser.error("--tls-key goes with --tls-cert")
 
 
 def _bare_demo_before_a_command(argv: list[str]) -> list[str]:
@@ -390,6 +433,8 @@ def parse(argv: list[str] | None = None) -> Options:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(_negative_seconds_kept(_bare_demo_before_a_command(argv)))
+    if args.subcommand == "web" and (args.once or args.json or args.watch is not None):
+        parser.error("gputui web shows the live monitor in a browser; --once, --json and --watch print it here")
     exclusive = [name for name in ("once", "json") if getattr(args, name)]
     if len(exclusive) > 1 and args.watch is None:
         parser.error("--once and --json cannot be combined (use --json alone)")
@@ -433,6 +478,14 @@ def parse(argv: list[str] | None = None) -> Options:
         if args.at is not None and not printing:
             parser.commands["replay"].error("--at goes with --once or --json (in the monitor, seek with its keys)")
         replay = ReplayOptions(file=args.file, at=args.at, print=printing)
+        if args.web or args.web_session:
+            if printing:
+                parser.commands["replay"].error("--web shows the monitor in a browser; --once and --json print here")
+            return Options(mode="web", replay=replay, web=_web_options(parser.commands["replay"], args, argv),
+                           **common)
+        given = next((flag for flag in WEB_FLAGS if getattr(args, flag) is not None), None)
+        if given is not None:
+            parser.commands["replay"].error(f"--{given.replace('_', '-')} goes with --web")
         return Options(mode="replay", replay=replay, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "demo-train":
         return Options(mode="demo-train", demo_train=DemoTrainOptions(args.steps, args.leak), **common)
@@ -443,12 +496,13 @@ def parse(argv: list[str] | None = None) -> Options:
             max_batch=args.max_batch, zero_gpus=args.zero_gpus, fsdp2=args.fsdp2, what_if=not args.no_what_if)
         return Options(mode="estimate", estimate=estimate, **{**common, "json": args.sub_json or args.json})
     if args.subcommand == "serve":
-        if args.tls_key and not args.tls_cert:
-            parser.commands["serve"].error("--tls-key goes with --tls-cert")
+        _tls_key_with_cert(parser.commands["serve"], args)
         interval = args.interval if args.serve_interval is None else args.serve_interval
         serve = ServeOptions(listen=args.listen, basic_auth_file=args.basic_auth_file, tls_cert=args.tls_cert,
                              tls_key=args.tls_key, hash_password=args.hash_password)
         return Options(mode="serve", serve=serve, **{**common, "interval": interval})
+    if args.subcommand == "web":
+        return Options(mode="web", web=_web_options(parser.commands["web"], args, argv), **common)
     if args.watch is not None:
         return Options(mode="watch", watch=args.watch, **common)
     if args.json:
@@ -460,7 +514,7 @@ def parse(argv: list[str] | None = None) -> Options:
 
 def _check_hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What --hosts cannot be combined with, said before anything connects."""
-    if args.subcommand is not None:
+    if args.subcommand not in (None, "web"):  # gputui --hosts ... web: the many-host view in a browser
         parser.error(f"--hosts watches other machines; {args.subcommand} works on this one")
     if args.demo is not None:
         parser.error("--hosts shows what the hosts' own gputui sees; for a demo, run it there: "
@@ -532,7 +586,7 @@ def _stdin_is_terminal() -> bool:
 
 # The modes that read the config file: the monitor's and those that sample. The others run a job, reach a
 # probe, read a report or measure a step, and use none of its settings.
-CONFIGURED = ("tui", "once", "json", "watch", "serve", "record", "replay")
+CONFIGURED = ("tui", "once", "json", "watch", "serve", "record", "replay", "web")
 
 
 def _configured(options: Options) -> tuple[Options, Config]:
@@ -595,6 +649,8 @@ def _record_or_replay(options: Options, terminal: ModuleType) -> int:
 
 
 def _dispatch(options: Options, config: Config) -> int:
+    if options.mode == "web":  # the browser view of the monitor, of the many-host view or of a replay
+        return _web(options, config)
     from gputui.plain import terminal
 
     if options.hosts is not None:
@@ -645,6 +701,18 @@ def _dispatch(options: Options, config: Config) -> int:
     if mode == "estimate":
         return _estimate(options)
     raise AssertionError(f"unknown mode {mode}")
+
+
+def _web(options: Options, config: Config) -> int:
+    """``gputui web``: the server, or (--web-session, which the server adds to each session's command line) one
+    browser tab's monitor, under Textual's web driver."""
+    if options.web.session:
+        from gputui.web.session import run_session
+
+        return run_session(options, config)
+    from gputui.web.run import serve_web
+
+    return serve_web(options, config)
 
 
 def _estimate(options: Options) -> int:

@@ -181,8 +181,8 @@ def check_binding_ids(config: Config, known: set[str]) -> None:
 
 def resolve(options: Options, config: Config) -> Options:
     """``options`` with ``config`` under them: a flag given wins over the file's value, which wins over each
-    mode's own default (left to the mode). The file's ``interval`` is the live monitor's; serve, record and
-    --watch sample at their own pace unless told on the command line."""
+    mode's own default (left to the mode). The file's ``interval`` is the live monitor's (in a terminal or a
+    browser); serve, record and --watch sample at their own pace unless told on the command line."""
 
     def alert_flag(key: str, why: str) -> UserError:
         return UserError(f"--alert-{key.replace('_', '-')} {why}")
@@ -190,7 +190,7 @@ def resolve(options: Options, config: Config) -> Options:
     def waste_flag(key: str, why: str) -> UserError:
         return UserError(f"{waste_rules.FLAGS[key]} {why}")
 
-    live = options.mode == "tui"
+    live = options.mode in ("tui", "web")
     return dataclasses.replace(
         options,
         interval=options.interval or (config.interval if live else None),

@@ -28,9 +28,16 @@ THEMES = ("dark", "light")  # the live monitor's colour themes (--theme, the con
 SERVE_LISTEN = "127.0.0.1:9403"
 SERVE_INTERVAL = 5.0
 
+# `gputui web`'s defaults: this machine only, on the exporter's next port. Each browser session is a monitor
+# process of its own (about 60 MB and 2 to 5% of a core with a few GPUs: docs/web.md), so a handful at once;
+# one nobody has touched for half an hour is closed (a tab left open in a browser samples for nobody).
+WEB_LISTEN = "127.0.0.1:9404"
+WEB_SESSIONS = 4
+WEB_IDLE = 1800.0
+
 # What `gputui` was asked to do: the monitor, a plain mode, a subcommand.
 Mode = Literal["tui", "once", "json", "watch", "run", "attach", "detach", "probes", "probe", "demo-train", "serve",
-               "estimate", "oom", "record", "replay"]
+               "estimate", "oom", "record", "replay", "web"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,21 @@ class ServeOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     hash_password: str | None = None  # NAME: print a users file's line for NAME and exit
+
+
+@dataclass(frozen=True)
+class WebOptions:
+    """``gputui web``'s flags (``gputui replay FILE --web``'s too): where the browser view listens, who may open
+    it, how many sessions at once and for how long idle."""
+
+    listen: str | None = None  # ADDR:PORT; None: WEB_LISTEN
+    basic_auth_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    sessions: int = WEB_SESSIONS  # browser sessions at once (a monitor process each)
+    idle: float = WEB_IDLE  # seconds without a key, a click or a resize before a session is closed
+    argv: tuple[str, ...] = ()  # the command line as given: each session runs gputui with it, and --web-session
+    session: bool = False  # --web-session (which gputui web adds): this process is one browser tab's monitor
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ class Options:
     # When a held GPU counts as idle: the config's [waste] with idle_flags over it.
     waste: WasteRules = field(default_factory=WasteRules)
     serve: ServeOptions = field(default_factory=ServeOptions)
+    web: WebOptions = field(default_factory=WebOptions)
     record: RecordOptions = field(default_factory=RecordOptions)
     replay: ReplayOptions = field(default_factory=ReplayOptions)
     estimate: EstimateOptions = field(default_factory=EstimateOptions)

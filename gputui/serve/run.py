@@ -21,7 +21,7 @@ from gputui.sample.pipeline import open_pipeline
 from gputui.serve.auth import Users, password_line
 from gputui.serve.metrics import SampleCollector
 from gputui.serve.sampling import Sampling
-from gputui.serve.server import listen, parse_address, tls_context
+from gputui.serve.server import exposure_warnings, listen, parse_address, tls_context
 from gputui.serve.web import make_app
 
 NO_DRIVER_WARNING = ("gputui serve: warning: no NVIDIA driver (NVML could not be loaded): no GPU metrics; "
@@ -80,15 +80,8 @@ def _registry(sampling: Sampling) -> CollectorRegistry:
 
 def _say_where(url: str, loopback: bool, auth: bool, tls: bool, interval: float) -> None:
     print(f"gputui serve: {url}/metrics and /snapshot, a sample every {interval:g} s", file=sys.stderr, flush=True)
-    if loopback:
-        return
-    if not auth:
-        print("gputui serve: warning: no basic auth (--basic-auth-file), and this address is open to the "
-              "network: whoever reaches it sees the GPUs, the processes and their command lines",
-              file=sys.stderr, flush=True)
-    elif not tls:
-        print("gputui serve: warning: basic auth without TLS (--tls-cert) sends passwords over the network "
-              "as they are", file=sys.stderr, flush=True)
+    for warning in exposure_warnings(loopback, auth, tls):
+        print(f"gputui serve: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _read_password() -> str:

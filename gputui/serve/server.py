@@ -330,29 +330,59 @@ class Server(ThreadingMixIn, WSGIServer):
 
     @property
     def loopback(self) -> bool:
-        """Whether only this machine can connect (::ffff:127.0.0.1 too: IPv4's loopback written as IPv6)."""
-        address = ipaddress.ip_address(self.address.host)
-        return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+        """Whether only this machine can connect."""
+        return loopback(self.address.host)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         report_failure(sys.exc_info()[1])
 
 
+def loopback(host: str) -> bool:
+    """Whether a server bound to the address ``host`` is reached from this machine only (::ffff:127.0.0.1 too:
+    IPv4's loopback written as IPv6)."""
+    address = ipaddress.ip_address(host)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+def exposure_warnings(local: bool, auth: bool, tls: bool) -> list[str]:
+    """What a server of gputui's (the exporter, the browser view) warns of where it listens (``local``: on
+    loopback only): open to the network without a password, or with passwords sent in the clear."""
+    if local:
+        return []
+    if not auth:
+        return ["no basic auth (--basic-auth-file), and this address is open to the network: whoever reaches "
+                "it sees the GPUs, the processes and their command lines"]
+    if not tls:
+        return ["basic auth without TLS (--tls-cert) sends passwords over the network as they are"]
+    return []
+
+
 def listen(address: Address, tls: ssl.SSLContext | None = None) -> Server:
     """A server bound to ``address``; UserError, in one line, where that cannot be."""
+    family, sockaddr = resolved(address)
+    try:
+        server = Server(sockaddr, family)
+    except OSError as exc:
+        raise cannot_listen(address, exc, "serve") from None
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    return server
+
+
+def resolved(address: Address) -> tuple[socket.AddressFamily, Any]:
+    """The family and socket address to bind for ``address``; UserError where its name does not resolve."""
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM,
                                                        flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
         raise UserError(f"cannot listen on {visible(str(address))}: {exc.strerror}") from None
-    try:
-        server = Server(sockaddr, family)
-    except OSError as exc:
-        hint = " (another gputui serve? choose a port with --listen)" if exc.errno == errno.EADDRINUSE else ""
-        raise UserError(f"cannot listen on {visible(str(address))}: {exc.strerror}{hint}") from None
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-    return server
+    return family, sockaddr
+
+
+def cannot_listen(address: Address, exc: OSError, command: str) -> UserError:
+    """Why ``gputui COMMAND`` cannot listen on ``address`` (binding it raised ``exc``), in one line."""
+    hint = f" (another gputui {command}? choose a port with --listen)" if exc.errno == errno.EADDRINUSE else ""
+    return UserError(f"cannot listen on {visible(str(address))}: {exc.strerror}{hint}")
 
 
 def tls_context(certificate: str, key: str | None = None) -> ssl.SSLContext:

@@ -208,7 +208,7 @@ def test_a_stray_number_gets_a_helpful_error(env):
     word = gputui(env, "--demo", "--once", "top")
     assert word.stderr.splitlines() == [
         "gputui: error: 'top' is not a command "
-        "(commands: run, attach, detach, probes, probe, demo-train, serve, estimate, oom, record, replay)",
+        "(commands: run, attach, detach, probes, probe, demo-train, serve, web, estimate, oom, record, replay)",
         "see 'gputui --help'"]
 
 

@@ -117,8 +117,9 @@ def _run_replay(options: Options) -> int:
     return app.return_code or 0
 
 
-def open_sampler(options: Options) -> tuple[Sampler, str | None]:
-    """The sampler the options ask for, and a banner to show while it lasts (no driver)."""
+def open_sampler(options: Options, kind: type[Sampler] = Sampler) -> tuple[Sampler, str | None]:
+    """The sampler the options ask for, and a banner to show while it lasts (no driver); ``kind``: its class
+    (the browser view's refuses what a browser may not ask)."""
     from gputui.collect import NvmlUnavailable, open_collector
 
     banner = None
@@ -132,9 +133,9 @@ def open_sampler(options: Options) -> tuple[Sampler, str | None]:
             raise
         banner = NO_DRIVER_BANNER
         collector = NoDriverSource(str(exc))
-    sampler = Sampler(collector, only=options.only, only_visible=options.only_visible,
-                      users=options.users, pids=options.pids, watch_probes=options.demo is None,
-                      waste=options.waste)
+    sampler = kind(collector, only=options.only, only_visible=options.only_visible,
+                   users=options.users, pids=options.pids, watch_probes=options.demo is None,
+                   waste=options.waste)
     return sampler, banner
 
 

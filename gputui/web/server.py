@@ -1,0 +1,269 @@
+"""The browser view's web server (aiohttp): the page, Textual's web client, and a websocket per tab, each
+relayed to a monitor process of its own by textual-serve's AppService.
+
+With a users file, every request asks for basic auth first (the exporter's users and checks: serve/auth.py),
+the websocket's handshake too, so a wrong password never starts a process. A websocket from a page of
+another site is refused (a logged-in browser would send the password along). At most ``limit`` sessions run
+at once; a newcomer past them gets a page (or, on a websocket, a line) that says so. A session the browser
+sends nothing (no key, no click, no resize) for ``idle`` seconds is closed, saying why. What the browser
+sends is bounded: a message's size, the terminal's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import signal
+import socket
+import ssl
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from urllib.parse import urlsplit
+
+from aiohttp import WSMsgType, web
+from textual_serve.app_service import AppService
+from textual_serve.server import Server as TextualServe
+
+from gputui import units
+from gputui.serve.auth import Check, Users
+from gputui.web import page
+
+# The client, its stylesheet and its font, as textual-serve ships them.
+STATIC = resources.files("textual_serve") / "static"
+HEARTBEAT = 15.0  # seconds between websocket pings: a tab gone without a word (a laptop shut) is noticed
+MESSAGE_LIMIT = 1 << 16  # bytes: a key, a click, a resize, a paste
+# The terminal a browser may ask for, in cells: a 4K screen at a small font is about 400 x 120; the monitor's
+# screen is drawn at that size, so a crafted size must not make it draw millions of cells.
+WIDTH, HEIGHT = range(10, 501), range(5, 201)
+STOP_WAIT = 10.0  # seconds a session's monitor is given to leave once its tab is gone
+# Threads that wait for a password check (each check waits at most serve/auth.py's CHECK_WAIT for a turn):
+# guessers hold them, the event loop never.
+CHECKERS = 8
+
+
+class Sessions:
+    """The browser sessions running (their websockets), at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: set[web.WebSocketResponse] = set()
+
+    @property
+    def full(self) -> bool:
+        return len(self.open) >= self.limit
+
+    async def close_all(self) -> None:
+        """The server stops: every tab is told, and its monitor leaves."""
+        for websocket in list(self.open):
+            await websocket.close(code=1001, message=b"gputui web stopped")
+
+
+def make_app(command: Sequence[str], title: str, *, users: Users | None = None, limit: int = 4,
+             idle: float = 1800.0) -> web.Application:
+    """The browser view: each tab runs ``command`` (gputui's, with --web-session) as a process of its own,
+    behind ``users``' passwords where given."""
+    sessions = Sessions(limit)
+    # textual-serve's own server, for what it does with a session's file deliveries (the command palette's
+    # screenshot, which the web driver hands to the browser): its download manager and its /download answer.
+    deliveries = TextualServe(shlex.join(command))
+    checks = ThreadPoolExecutor(CHECKERS, thread_name_prefix="gputui-web-auth")
+    idle_words = units.span(idle)
+
+    @web.middleware
+    async def ask_who(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+        if users is not None:
+            header = request.headers.get("Authorization")
+            check = await asyncio.get_running_loop().run_in_executor(checks, users.check, header)
+            if check is Check.BUSY:
+                return _text(503, "gputui: too many passwords being checked; try again\n", {"Retry-After": "1"})
+            if check is not Check.ALLOWED:
+                return _text(401, "gputui: user name and password, please\n",
+                             {"WWW-Authenticate": 'Basic realm="gputui", charset="UTF-8"'})
+        return await handler(request)
+
+    async def tab(request: web.Request) -> web.Response:
+        if sessions.full:
+            return web.Response(status=503, text=page.busy(title, limit, idle_words), content_type="text/html",
+                                headers={**page.SECURITY, "Retry-After": "30"})
+        size = _number(request.query.get("fontsize"), page.FONT_SIZE)
+        return web.Response(text=page.page(title, size), content_type="text/html", headers=page.SECURITY)
+
+    async def session(request: web.Request) -> web.StreamResponse:
+        if not _same_site(request):
+            return _text(403, "gputui: this websocket is for gputui's own page\n")
+        websocket = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=MESSAGE_LIMIT)
+        await websocket.prepare(request)
+        if sessions.full:
+            await _say(websocket, f"gputui web: every session is taken ({limit} at once); try again when one "
+                                  "closes.")
+            await websocket.close()
+            return websocket
+        sessions.open.add(websocket)
+        try:
+            await Session(websocket, command, deliveries).run(
+                _within(request.query.get("width"), WIDTH, 80), _within(request.query.get("height"), HEIGHT, 24),
+                idle, idle_words)
+        finally:
+            sessions.open.discard(websocket)
+        return websocket
+
+    async def stopping(app: web.Application) -> None:
+        await sessions.close_all()
+
+    async def stopped(app: web.Application) -> None:
+        checks.shutdown(wait=False)
+
+    app = web.Application(middlewares=[ask_who])
+    app.add_routes([
+        web.get("/", tab),
+        web.get("/ws", session),
+        web.get("/download/{key}", deliveries.handle_download),
+        web.static("/static", str(STATIC)),
+    ])
+    app.on_shutdown.append(stopping)
+    app.on_cleanup.append(stopped)
+    app["sessions"] = sessions  # for tests and the benchmark: the sessions running
+    return app
+
+
+def serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | None,
+          ready: Callable[[], None]) -> int:
+    """Serve ``app`` on the socket ``listening`` (``ready`` once it answers) until SIGINT or SIGTERM; every
+    session is closed before the return (128 + the signal's number, as the signal's default would say)."""
+    return asyncio.run(_serve(app, listening, tls, ready))
+
+
+async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | None,
+                 ready: Callable[[], None]) -> int:
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)  # Ctrl-C is ours; no log per request
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[int] = loop.create_future()
+
+    def stop_on(signum: int) -> None:
+        if not stop.done():
+            stop.set_result(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_on, signum)
+    try:
+        await web.SockSite(runner, listening, ssl_context=tls, shutdown_timeout=STOP_WAIT).start()
+        ready()
+        return 128 + await stop
+    finally:
+        await runner.cleanup()  # the sessions' tabs told, their monitors gone
+
+
+class Session:
+    """One tab: its monitor process (textual-serve's AppService), what the browser sends relayed to it, and
+    the reason it was closed, said in the tab's terminal once the monitor has left it."""
+
+    def __init__(self, websocket: web.WebSocketResponse, command: Sequence[str], deliveries: TextualServe) -> None:
+        self.websocket = websocket
+        self.reason: str | None = None
+        # exec: the monitor is the shell's process itself, so it is the server's child (and dies with it).
+        self.service = AppService("exec " + shlex.join(command), write_bytes=websocket.send_bytes,
+                                  write_str=websocket.send_str, close=self.close,
+                                  download_manager=deliveries.download_manager)
+
+    async def run(self, width: int, height: int, idle: float, idle_words: str) -> None:
+        try:
+            await self.service.start(width, height)
+        except OSError as exc:  # no process to be had (out of memory, of pids)
+            self.reason = f"gputui web: the monitor could not start: {exc.strerror or exc}"
+            await self.close()
+            return
+        try:
+            if not await self.relay(idle):
+                self.reason = (f"gputui web: this session was closed after {idle_words} without a key, a click or "
+                               "a resize.")
+        finally:
+            try:
+                await asyncio.wait_for(self.service.stop(), STOP_WAIT)
+            except asyncio.TimeoutError:
+                print(f"gputui web: a session's monitor did not leave within {STOP_WAIT:g} s of its tab closing",
+                      file=sys.stderr, flush=True)
+            await self.close()
+
+    async def relay(self, idle: float) -> bool:
+        """Hand what the browser sends to the monitor until the tab goes (True), or until it has sent nothing
+        for ``idle`` seconds (False)."""
+        websocket, service = self.websocket, self.service
+        while True:
+            try:
+                message = await websocket.receive(timeout=idle)
+            except asyncio.TimeoutError:
+                return False
+            if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return True
+            if message.type != WSMsgType.TEXT:
+                continue
+            try:
+                kind, *values = json.loads(message.data)
+            except (ValueError, TypeError):
+                continue  # not the client's: nothing to relay
+            value = values[0] if values else None
+            if kind == "stdin" and isinstance(value, str):
+                await service.send_bytes(value.encode("utf-8", "replace"))
+            elif kind == "resize" and isinstance(value, dict):
+                await service.set_terminal_size(_within(value.get("width"), WIDTH, 80),
+                                                _within(value.get("height"), HEIGHT, 24))
+            elif kind == "ping" and isinstance(value, str):
+                await websocket.send_json(["pong", value[:32]])
+            elif kind == "focus":
+                await service.focus()
+            elif kind == "blur":
+                await service.blur()
+
+    async def close(self) -> None:
+        """The monitor has left (or never came): the reason, where there is one, then the websocket's end."""
+        if self.websocket.closed:
+            return
+        if self.reason is not None:
+            await _say(self.websocket, self.reason)
+            self.reason = None
+        await self.websocket.close()
+
+
+# Out of the alternate screen the monitor drew on (Textual's web driver leaves it as it was), onto a clear one:
+# a session's last picture is not left standing as if it were live.
+CLEAR = "\x1b[?1049l\x1b[2J\x1b[H"
+
+
+async def _say(websocket: web.WebSocketResponse, line: str) -> None:
+    """A line alone in the tab's terminal, in bold."""
+    try:
+        await websocket.send_bytes(f"{CLEAR}\x1b[1m{line}\x1b[0m\r\n".encode())
+    except ConnectionError:
+        pass  # the tab is gone already
+
+
+def _same_site(request: web.Request) -> bool:
+    """Whether a websocket comes from a page of this server (its Origin names the host the browser asked),
+    or from a program that sends no Origin (browsers always send one)."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc.lower() == request.host.lower()
+
+
+def _number(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _within(value: object, allowed: range, default: int) -> int:
+    """A size the browser sent (text or a number), kept within ``allowed``; ``default`` where it is none."""
+    number = _number(value, default) if isinstance(value, str) else value
+    if not isinstance(number, int) or isinstance(number, bool):
+        return default
+    return min(max(number, allowed.start), allowed.stop - 1)
+
+
+def _text(status: int, body: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=body, headers=headers)
+
