@@ -119,12 +119,13 @@ def marked(heads: tuple[str, ...], right: tuple[int, ...], dropped: tuple[int, .
 
 
 def shown(heads: tuple[str, ...], dropped: tuple[int, ...], rows: list[tuple[str, ...]], width: int) -> list[int]:
-    """The columns kept at ``width``: the owner's name gives first, down to OWNER_MIN, then the columns
-    ``dropped`` names go, in its order, until the rest fit."""
+    """The columns kept at ``width``: the owner's name gives first, down to OWNER_MIN (or its own width, where
+    every name is shorter), then the columns ``dropped`` names go, in its order, until the rest fit."""
     widths = column_widths(heads, rows)
+    owner_min = min(OWNER_MIN, widths[0])
     kept = list(range(len(heads)))
     for column in dropped:
-        if OWNER_MIN + sum(widths[i] + 1 for i in kept[1:]) <= width:
+        if owner_min + sum(widths[i] + 1 for i in kept[1:]) <= width:
             break
         kept.remove(column)
     return kept

@@ -141,10 +141,10 @@ async def test_w_marks_bobs_figure_as_the_gpus():
     assert lines[-1] == NOTE
 
 
-async def test_w_in_a_narrow_pane_marks_it_briefly_and_keeps_the_sm_column():
+async def test_w_in_a_narrow_pane_marks_it_briefly_and_keeps_the_columns():
     lines = await workstation_table((40, 15))
-    assert lines[0] == "OWNER       MEMORY  SM% IDLE ON"
-    assert lines[2:4] == ["user bob   6.20GiB ≤51* -", "user carol 3.70GiB  70% -"]
+    assert lines[0] == "OWNER       MEMORY  SM% IDLE ON IDLE FOR"  # "≤51 (GPU)" would have cost IDLE FOR
+    assert lines[2:4] == ["user bob   6.20GiB ≤51* -       -", "user carol 3.70GiB  70% -       -"]
     assert lines[-1] == "*: the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this"
 
 
@@ -159,4 +159,5 @@ def test_snapshot_of_a_stand_in_in_a_narrow_pane(snap_compare):
         await pilot.press("w")
         await pilot.pause(0.2)
 
-    assert snap_compare(still_app("workstation", seconds=120), terminal_size=(50, 15), run_before=idle_view)
+    # the tmux split README recommends: the idle notebook pod's ≤0* (its GPUs' 0 %), every column in view
+    assert snap_compare(still_app("shared-k8s", seconds=660), terminal_size=(50, 15), run_before=idle_view)

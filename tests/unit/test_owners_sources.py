@@ -87,5 +87,5 @@ def test_the_monitor_marks_it_in_the_owner_column_the_detail_line_and_the_w_view
     bobs = next(p for p in snap.processes if p.pid == 13)
     assert f"rootless podman container {CID[:12]}" in info_text(bobs, [bobs], snap).plain
     assert sample.judgements.waste is not None
-    _, rows = table(sample.judgements.waste, 100)
+    _, rows, _ = table(sample.judgements.waste, 100)
     assert any(row.startswith("slurm 81234 (nobody's environment)") for row, _ in rows)

@@ -183,15 +183,34 @@ def test_once_in_ascii_says_at_most_in_ascii():
         .split())
 
 
-@pytest.mark.parametrize(("width", "ascii", "bob"), [(40, True, "user bob   6.20GiB <=65* -"),
-                                                      (50, False, "user bob   6.20GiB ≤65* -       -")])
-def test_a_narrow_pane_marks_it_briefly_rather_than_losing_a_column(width, ascii, bob):
-    section = workstation(width=width, ascii=ascii)
-    table = section[section.index(next(line for line in section if line.startswith("OWNER"))):]
-    assert table[2] == bob  # SM% kept: the full "(GPU)" mark would have cost it (40 columns) or IDLE FOR (50)
+@pytest.mark.parametrize(("width", "ascii", "notebook"), [
+    (40, True, "pod team-vision/no~ 40.0GiB <=0* -"),  # "<=0 (GPU)" would have cost the SM% column itself
+    (50, False, "pod team-vision~ 5-6  40.0GiB ≤0* -       -")])  # "≤0 (GPU)": the GPUS column
+def test_a_narrow_pane_marks_it_briefly_rather_than_losing_a_column(width, ascii, notebook):
+    from test_plain_golden import sample_at
+
+    sample = sample_at("shared-k8s", 60)  # pod names too long for the owner column: it is cut to 16 first
+    text = render(sample.snapshot, sample.judgements, width=width, ascii=ascii, tz=timezone.utc)
+    table = text[text.index("OWNER  "):].splitlines()
+    assert table[2] == notebook
     assert all(len(line) <= width for line in table)
     assert " ".join(table[5:]).split() == (
         "*: the GPU's SM% stood in (no per-process figure from the driver); the owner's is at most this".split())
+
+
+def test_short_owner_names_leave_their_room_to_the_columns():
+    from test_plain_golden import sample_at
+
+    sample = sample_at("leaky", 150)  # "user dev" and "user sam": 8 columns, not the 16 a long name keeps
+
+    def table(width):
+        text = render(sample.snapshot, sample.judgements, width=width, tz=timezone.utc)
+        lines = text[text.index("Who holds the GPUs"):].splitlines()
+        return lines[next(i for i, line in enumerate(lines) if line.startswith("OWNER")):][:3]
+
+    assert table(48) == table(100) == ["OWNER    GPUS  MEMORY       SM% IDLE ON IDLE FOR",
+                                       "user dev 0    29.8GiB       91% -       -",
+                                       "user sam 0    4.99GiB ≤97 (GPU) -       -"]
 
 
 def test_no_mark_and_no_note_where_no_figure_is_the_gpus():
