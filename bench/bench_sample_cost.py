@@ -93,7 +93,7 @@ def run(samples: int, profile: int) -> dict[str, list[float]]:
         gatherer.close()
         alerting.close(0)
     if profile:
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(os.environ.get("FILTER", ""), 25)
     return times
 
 

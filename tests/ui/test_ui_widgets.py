@@ -192,3 +192,39 @@ def test_every_breakdown_item_has_a_colour_and_its_own_letter():
     letters = [letter for _, letter in STYLES.values()]
     assert len(set(letters)) == len(letters)
     assert STYLES["gathered"] == ("$error-lighten-2", "W")
+
+
+async def test_styled_lines_repaint_only_the_lines_that_changed():
+    """Textual's own work on a line costs several times ours: a GPU whose second line (clocks, PCIe) did
+    not change keeps it, and only the changed line is drawn again."""
+    from textual.app import App
+
+    from gputui.ui.widgets.line import StyledLines
+
+    drawn: list[int] = []
+
+    class Counted(StyledLines):
+        def render_line(self, y):
+            drawn.append(y)
+            return super().render_line(y)
+
+    class Lines(App):
+        def compose(self):
+            yield Counted()
+
+    app = Lines()
+    async with app.run_test(size=(40, 6)) as pilot:
+        widget = app.query_one(Counted)
+        widget.show_lines([("", (("GPU 0 ", "bold"), ("71%", ""))), ("", (("SM 1980 MHz", ""),)),
+                           ("", (("GPU 1 ", "bold"), ("12%", "")))])
+        await pilot.pause()
+        drawn.clear()
+        widget.show_lines([("", (("GPU 0 ", "bold"), ("73%", ""))), ("", (("SM 1980 MHz", ""),)),
+                           ("", (("GPU 1 ", "bold"), ("12%", "")))])
+        await pilot.pause()
+        assert sorted(set(drawn)) == [0]
+        drawn.clear()
+        widget.show_lines([("", (("GPU 0 ", "bold"), ("73%", "")))])  # fewer lines: all drawn, laid out again
+        await pilot.pause()
+        assert set(drawn) >= {0}
+        assert widget.size.height == 1
