@@ -93,7 +93,9 @@ def run(samples: int, profile: int) -> dict[str, list[float]]:
         gatherer.close()
         alerting.close(0)
     if profile:
-        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(os.environ.get("FILTER", ""), 25)
+        # SORT=cumulative FILTER=nvml: the driver's calls, by their whole cost
+        stats = pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime"))
+        stats.print_stats(os.environ.get("FILTER", ""), 25)
     return times
 
 
