@@ -29,7 +29,7 @@ SERVE_LISTEN = "127.0.0.1:9403"
 SERVE_INTERVAL = 5.0
 
 # `gputui web`'s defaults: this machine only, on the exporter's next port. Each browser session is a monitor
-# process of its own (about 60 MB and 2 to 5% of a core with a few GPUs: docs/web.md), so a handful at once;
+# process of its own (the terminal monitor's cost: 47 MB and 3 to 4 % of a core, docs/web.md), so a handful at once;
 # one nobody has touched for half an hour is closed (a tab left open in a browser samples for nobody).
 WEB_LISTEN = "127.0.0.1:9404"
 WEB_SESSIONS = 4

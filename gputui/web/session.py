@@ -21,8 +21,10 @@ from gputui.ui.sources.sampler import Sampler
 
 if TYPE_CHECKING:
     from gputui.config import Config
+    from gputui.model import Snapshot
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.sources import Source
+    from gputui.ui.sources.ahead import Ahead
 
 BROWSER = "The browser view (gputui web) is read-only"
 
@@ -55,11 +57,13 @@ def run_session(options: Options, config: Config) -> int:
 
 
 def _live(options: Options) -> int:
-    from gputui.ui.startup.launch import open_sampler
+    from gputui.ui.startup.launch import open_ahead, open_sampler
 
-    sampler, banner = open_sampler(options, BrowserSampler)
+    # The driver opens and the first sample is taken while Textual loads, as in the terminal (launch.py).
+    opened, first_sample = open_ahead(lambda: open_sampler(options, BrowserSampler))
+    sampler, banner = opened.result()
     try:
-        app = browser_monitor(sampler, options, banner=banner)
+        app = browser_monitor(sampler, options, banner=banner, first_sample=first_sample)
         app.run()
     finally:
         sampler.close()
@@ -94,13 +98,14 @@ def _replay(options: Options) -> int:
     return app.return_code or 0
 
 
-def browser_monitor(source: Source, options: Options, *, banner: str | None = None, **how: object) -> GpuTuiApp:
+def browser_monitor(source: Source, options: Options, *, banner: str | None = None,
+                    first_sample: Ahead[Snapshot] | None = None, **how: object) -> GpuTuiApp:
     """The monitor on ``source``, read-only, without alerts; Textual's web driver takes the signals that end it."""
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.startup.monitor_options import MonitorOptions
 
     asked = MonitorOptions.of(options, readonly=True, alerts=None, handle_signals=False, as_root=False, **how)
-    return GpuTuiApp(source, asked, banner=banner)
+    return GpuTuiApp(source, asked, banner=banner, first_sample=first_sample)
 
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)

@@ -1,7 +1,8 @@
 """``gputui web`` in a real browser: Debian's Chromium, driven by Playwright (its browser taken from the system:
 nothing downloaded). The page shows the demo's GPUs and process table and asks nothing of another host; keys
 change the screen (sort, tree); K in the page sends no signal to a real process the monitor lists; a wrong
-password gets no websocket; the session limit holds, with a page that says so.
+password gets no websocket; the session limit holds, with a page that says so; docs/web.md's nginx block
+serves it under a prefix.
 
 Chromium runs without WebGL, so xterm.js draws the terminal's rows as text in the page (its DOM renderer):
 what the tests read is what the browser shows, not what the server sent.
@@ -15,8 +16,11 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT
+from serve_helpers import free_port
 from web_helpers import PASSWORD, USER, serve_env, serving_web, sessions_of, users_file, wait_until
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed: pip install playwright")
@@ -177,3 +181,53 @@ def test_the_session_limit_holds_and_the_page_says_so(env, browser):
             assert "dgx-sim-01" in second.shows("dgx-sim-01", "PROCESSES")
         finally:
             second.close()
+
+
+def docs_nginx_block() -> str:
+    """docs/web.md's nginx location block, as a reader copies it."""
+    (block,) = re.findall(r"```nginx\n(.*?)```", (ROOT / "docs" / "web.md").read_text(), re.S)
+    return block
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
+                    reason="nginx is not installed here: apt-get install -y nginx-light")
+def test_behind_nginx_as_docs_web_md_configures_it(env, browser, tmp_path):
+    port = free_port()
+    block = docs_nginx_block().replace("127.0.0.1:9404", f"127.0.0.1:{port}")
+    proxy = free_port()
+    (tmp_path / "nginx.conf").write_text(f"""
+daemon off;
+pid {tmp_path}/nginx.pid;
+error_log {tmp_path}/error.log;
+events {{}}
+http {{
+    access_log off;
+    client_body_temp_path {tmp_path}/body;
+    proxy_temp_path {tmp_path}/proxy;
+    fastcgi_temp_path {tmp_path}/fastcgi;
+    uwsgi_temp_path {tmp_path}/uwsgi;
+    scgi_temp_path {tmp_path}/scgi;
+    server {{
+        listen 127.0.0.1:{proxy};
+        {block}
+    }}
+}}
+""")
+    nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp_path / "nginx.conf")],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        with serving_web(env, *DEMO, "web", "--listen", f"127.0.0.1:{port}") as (proc, _):
+            wait_until(lambda: Path(tmp_path / "nginx.pid").exists() or nginx.poll() is not None, 30)
+            assert nginx.poll() is None, nginx.stderr.read()
+            tab = Tab(browser, f"http://127.0.0.1:{proxy}/gpus")  # without its slash, as a reader types it
+            try:
+                assert tab.page.url == f"http://127.0.0.1:{proxy}/gpus/"
+                assert "dgx-sim-01" in tab.shows("dgx-sim-01", "PROCESSES")
+                assert len(sessions_of(proc)) == 1
+            finally:
+                tab.close()
+    finally:
+        nginx.terminate()
+        nginx.wait(timeout=30)
+    assert tab.websockets[0].startswith(f"ws://127.0.0.1:{proxy}/gpus/ws?")
+    assert all(request.startswith(f"http://127.0.0.1:{proxy}/gpus") for request in tab.requests), tab.requests
