@@ -44,6 +44,7 @@ from gputui.ui.actions.attaching import Runner, run_command
 from gputui.ui.actions.signals import EXIT_SIGNALS, StopGuard, Target, cannot_signal, send
 from gputui.ui.bindings import binding_sections
 from gputui.ui.main_screen import MainScreen
+from gputui.ui.notices import Notices
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste, RecordSites
 from gputui.ui.sources import ASKS, INTERVAL, PROBE, RECORD_SITES, SIGNAL, Player, Sampled, Source
 from gputui.ui.sources.sampler import Sampler
@@ -204,6 +205,7 @@ class GpuTuiApp(App[int]):
         self._first_sample = first_sample
         self._screens_opened = False  # a process's, a job's or the waste screen: their modules are loaded
         self._told: set[str] = set()
+        self.notices = Notices()  # what is wrong now: the alert line's and the alert list's (!)
         self._stop_guard: StopGuard | None = None
         self.theme = THEMES.get(options.theme, options.theme)
         self._scrollbar_renderer: type[ScrollBarRender] | None = None  # Textual's own, while --ascii swaps it out
@@ -329,7 +331,24 @@ class GpuTuiApp(App[int]):
         if self.options.alerts is not None:
             from gputui.ui.alert_toasts import tell
 
-            tell(self, message.delivery.events, self.options.alerts)
+            self.notices.take(message.delivery.events)
+            tell(self, message.delivery.events, self.options.alerts, toasts=self.main.toasts_fit())
+            self.show_notices()
+
+    def show_notices(self) -> None:
+        """The alert line, and the alert list where it is open, brought up to what is wrong now."""
+        notices = self.notices.newest_first()
+        self.main.show_notices(notices)
+        stack = self.screen_stack  # (empty before the first screen: the first sample may come first)
+        listed = getattr(stack[-1], "show_notices", None) if stack and stack[-1] is not self.main else None
+        if listed is not None:
+            listed(notices)
+
+    def action_show_alerts(self) -> None:
+        from gputui.ui.screens.alerts import AlertsScreen
+
+        if not isinstance(self.screen, AlertsScreen):
+            self.push_screen(AlertsScreen(self.notices.newest_first()))
 
     def on_delivered(self, message: Delivered) -> None:
         message.show()
@@ -357,10 +376,14 @@ class GpuTuiApp(App[int]):
             sample = self.sampler.judge(sample)
         self.state.take(sample)
         self.problem = self.banner
-        for problem in sample.snapshot.problems:
-            if problem not in self._told:  # say each problem once, not every second
+        snapshot = sample.snapshot
+        self.notices.problems(snapshot.problems, snapshot.taken_at)  # listed while they last
+        for problem in snapshot.problems:
+            if problem not in self._told:  # a toast for each problem once, not every second
                 self._told.add(problem)
-                self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
+                if self.main.toasts_fit():  # else the alert line says it (and no driver: the banner, too)
+                    self.notify(problem, severity="warning", timeout=8, markup=False)  # outside words
+        self.show_notices()
         self.show_latest()
 
     # What the screens read (ui/state.py's MonitorState): the latest sample's, and this machine's history.

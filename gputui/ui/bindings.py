@@ -35,6 +35,9 @@ APP: list[BindingType] = [
     Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Leave gputui (as q)",
             id="quit.ctrl_c"),
     Binding("question_mark,f1", "help", "Help", tooltip="This list of keys", id="help"),
+    # Not in the footer: the alert line over it names the key whenever something is wrong.
+    Binding("exclamation_mark", "show_alerts", "Alerts", show=False,
+            tooltip="The alerts and problems of now, newest first, with their detail", id="alerts"),
     Binding("p,space", "toggle_pause", "Pause",
             tooltip="Stop or restart sampling (the screen keeps the last picture)", id="pause"),
     Binding("plus,equals_sign", "interval(1)", "Slower", show=False,
@@ -129,6 +132,11 @@ HELP: list[BindingType] = [
     Binding("escape,q,question_mark", "close", "Close help", tooltip="Close this help", id="help.close"),
 ]
 
+# The alert list (!).
+ALERTS: list[BindingType] = [
+    Binding("escape,q,exclamation_mark", "close", "Close", tooltip="Close the alert list", id="alerts.close"),
+]
+
 # The replay's own, over the live monitor's.
 REPLAY: list[BindingType] = [
     Binding("comma", "step(-1)", "Back", show=False, tooltip="Replay: one sample back (,)",
@@ -155,6 +163,7 @@ def binding_sections() -> list[tuple[str, list[Binding]]]:
         ("Who holds the GPUs (w)", _bindings(WASTE)),
         ("Confirmation (signals, probes)", _bindings(CONFIRM)),
         ("Help", _bindings(HELP)),
+        ("Alert list (!)", _bindings(ALERTS)),
         (REPLAY_KEYS, _bindings(REPLAY)),
     ]
 

@@ -1,4 +1,6 @@
-"""The main screen: header, devices, history charts and the process table, laid out for the pane size.
+"""The main screen: header, devices, history charts, the process table and the alert line, laid out for the pane
+size: in a pane too short for its GPUs, they fold into one line, so that the table keeps its rows; toasts go over
+the devices and charts of a big pane, never over the table.
 
 It holds the view state (sort, filter, tree, only mine, charted GPU) and renders from the app's latest
 Snapshot and History; it never samples anything itself.
@@ -6,8 +8,11 @@ Snapshot and History; it never samples anything itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Container
 from textual.content import Content
 from textual.events import Resize
@@ -19,18 +24,24 @@ from gputui.model import GpuProcess, Snapshot
 from gputui.ui import bindings
 from gputui.ui.actions.attaching import ProbeTarget
 from gputui.ui.actions.signals import Target, kill_command
+from gputui.ui.notices import Notice
 from gputui.ui.requests import OpenJobDetail, OpenProcessDetail, OpenWaste
 from gputui.ui.state import MonitorState
 from gputui.ui.table import rows as table_rows
 from gputui.ui.table.columns import COLUMNS, DEFAULT, column_widths, columns_for
 from gputui.ui.table.job_rows import JobSource, group_by_job
 from gputui.ui.table.owner_rows import group_by_owner
+from gputui.ui.widgets.alert_line import AlertLine
 from gputui.ui.widgets.charts import DeviceHistory
-from gputui.ui.widgets.devices import DeviceList
+from gputui.ui.widgets.devices import DeviceList, tiny_lines
 from gputui.ui.widgets.header import HostHeader
 from gputui.ui.widgets.key_bar import KeyBar
 from gputui.ui.widgets.line import Line
 from gputui.ui.widgets.processes import ProcessTable
+
+# Rows the process table keeps in a tiny pane: where a line per GPU (or two GPUs a line) would leave it fewer,
+# the GPUs fold into one line.
+TABLE_ROWS = 4
 
 
 def layout_for(width: int, height: int) -> str:
@@ -73,6 +84,9 @@ class MainScreen(Screen):
         self.charts_on = True
         self.chart_device: int | None = None
         self.device_picked = False  # the user picked a GPU (g, a click): marked even without charts
+        self.gpus_folded = False  # every GPU in one line (a tiny pane too short for a line each)
+        self.notices: tuple[Notice, ...] = ()  # what is wrong now, newest first: the alert line's
+        self.toasts_placed: tuple[int, int] | None = None  # toasts' (lines under them, most lines); None: Textual's
         self.layout_mode = "normal"
         self.pane_width = 80
         self.trend_width = 0  # the widest trend shown: the TREND column takes no more
@@ -84,6 +98,7 @@ class MainScreen(Screen):
         # The filter box (/) is mounted when first asked for: most sessions never filter, and a box
         # of Textual's is 0.15 MiB of the monitor's memory.
         yield ProcessTable(id="processes")
+        yield AlertLine(id="alerts")
         yield KeyBar()
 
     def compose_top(self) -> ComposeResult:
@@ -120,6 +135,7 @@ class MainScreen(Screen):
         self.pane_width = width
         self._set_columns()
         self.render_snapshot()
+        self._show_notices()
 
     def _set_columns(self) -> None:
         ids = columns_for(self.layout_mode, self.shown_columns(), self.pane_width,
@@ -151,17 +167,31 @@ class MainScreen(Screen):
         if self.chart_device not in indices:
             self.chart_device = indices[0] if indices else None
         device_mode = "normal" if self.layout_mode in ("normal", "wide") else self.layout_mode
+        self.gpus_folded = device_mode == "tiny" and self._gpus_crowd_table(len(snap.devices))
         # No GPUs (no driver): nothing to chart, whatever the charts key says.
         charted = next((d for d in snap.devices if d.index == self.chart_device), None)
         visible = self.charts_visible and charted is not None
         marked = visible or (self.device_picked and charted is not None)
-        self.query_one(DeviceList).show(snap, device_mode, self.chart_device if marked else None)
+        self.query_one(DeviceList).show(snap, "folded" if self.gpus_folded else device_mode,
+                                        self.chart_device if marked else None)
         charts = self.query_one(DeviceHistory)
         if charts.display != visible:
             charts.display = visible
         if visible:
             charts.show(app.history, charted)
         self.render_table()
+        self.call_after_refresh(self._place_toasts)  # the devices and charts may have changed height
+
+    def _gpus_crowd_table(self, gpus: int) -> bool:
+        """Whether ``gpus`` GPUs, a line each (or packed two or more a line), would leave the process table
+        fewer than TABLE_ROWS rows in this tiny pane."""
+        width, height = self.app.size
+        header = len(self.query_one(HostHeader).lines)
+        beside = header + 2 + (1 if self.notices else 0)  # the table's header, the footer; the alert line
+        box = self.filter_box()
+        if box is not None and box.display:
+            beside += 1
+        return tiny_lines(gpus, width) > height - beside - TABLE_ROWS
 
     def render_table(self) -> None:
         built = self.rows_to_show()
@@ -216,6 +246,55 @@ class MainScreen(Screen):
         if self.filter_text:
             parts.append(Content.styled(f"filter “{self.filter_text}”", "$accent"))
         self.query_one("#table-status", Line).show(Content("  ").join(parts))
+
+    # -- alerts ------------------------------------------------------------------------------
+
+    def show_notices(self, notices: Sequence[Notice]) -> None:
+        """The alert line brought up to what is wrong now (``notices``: newest first)."""
+        notices = tuple(notices)
+        if notices != self.notices:
+            came_or_went = bool(notices) != bool(self.notices)
+            self.notices = notices
+            if self.is_mounted:
+                self._show_notices()
+                if came_or_went and self.layout_mode == "tiny":  # the line takes a row: the GPUs may fold
+                    self.render_snapshot()
+
+    def _show_notices(self) -> None:
+        self.query_one(AlertLine).show_notices(self.notices, self.alerts_key())
+
+    def alerts_key(self) -> str:
+        """The key that opens the alert list, as the user mapped it and the footer shows keys."""
+        keymap = getattr(self.app, "keymap", {})
+        key = keymap.get("alerts", "exclamation_mark").split(",")[0]
+        return self.app.get_key_display(Binding(key, "show_alerts"))
+
+    def toasts_fit(self) -> bool:
+        """Whether toasts have room above the process table: over the devices and the charts of a big pane
+        (at least a GPU's two lines and the charts' three), while this screen is the one showing."""
+        snap = self.monitor.snapshot
+        stack = self.app.screen_stack
+        on_top = bool(stack) and stack[-1] is self  # (not under a screen of its own, where toasts would go)
+        # The pane's own layout: the first alerts may come before this screen has laid itself out.
+        big = layout_for(self.app.size.width, self.app.size.height) in ("normal", "wide")
+        return on_top and big and self.charts_on and (snap is None or bool(snap.devices))
+
+    def _place_toasts(self) -> None:
+        """Toasts over the charts, and up over the devices where more are shown, never lower than the devices
+        and charts reach, where they fit; else where Textual puts them (the keys' answers: they come when the
+        user asks, and go in seconds)."""
+        rack = next(iter(self.query("#textual-toastrack")), None)  # none where notifications are off (tests)
+        if rack is None:
+            return
+        top = self.query_one("#top").region
+        placed = (self.size.height - top.bottom, top.height) if self.toasts_fit() else None
+        if placed == self.toasts_placed:
+            return
+        self.toasts_placed = placed
+        rack.set_class(placed is not None, "-above-table")
+        # Textual's rack stands on the footer, right-aligned, the newest toast lowest: lifted onto the table's top.
+        rack.styles.margin = None if placed is None else (0, 0, placed[0], 0)
+        rack.styles.max_height = None if placed is None else placed[1]
 
     # -- what the selected row is ------------------------------------------------------------
 
@@ -391,6 +470,13 @@ class MainScreen(Screen):
         if snap is None or not snap.devices:
             return
         indices = [d.index for d in snap.devices]
+        if self.gpus_folded and not self.device_picked:  # the folded line shows each GPU in turn
+            self.pick_device(indices[0])
+            return
+        if self.gpus_folded and self.chart_device == indices[-1]:  # after the last one, all of them again
+            self.device_picked = False
+            self.render_snapshot()
+            return
         here = indices.index(self.chart_device) if self.chart_device in indices else -1
         self.pick_device(indices[(here + 1) % len(indices)])
 

@@ -1,5 +1,6 @@
-"""The live monitor's alerts: the leaky demo's leak and coming OOM appear as toasts and ring the bell once;
-a receiver that fails is said in a toast; the desktop notification's escape sequence, per terminal."""
+"""The live monitor's alerts: the leaky demo's leak and coming OOM appear as toasts (in a big pane) and ring the bell
+once, and are listed with their detail; a receiver that fails is said in a toast; the desktop notification's escape
+sequence, per terminal. Alerts in small panes: test_small_panes.py."""
 
 import os
 
@@ -33,10 +34,13 @@ async def test_the_leaky_demo_shows_its_alerts_as_toasts_and_rings_once():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         toasts = [(n.title, n.message, n.severity) for n in app._notifications]
-    assert ("Alert", "[warning] process 51200 leaks activations: leak: 48.0 MiB a step, kept at train.py:131 in main",
-            "warning") in toasts
-    assert ("Alert", "[critical] process 51200 runs out of GPU memory in 3 min: under the 30 min threshold",
-            "error") in toasts
+        listed = [(n.severity, n.title, n.detail) for n in app.notices.newest_first()]
+    # A toast is two lines: the detail is the alert list's (!).
+    assert ("Alert", "[warning] process 51200 leaks activations", "warning") in toasts
+    assert ("Alert", "[critical] process 51200 runs out of GPU memory in 3 min", "error") in toasts
+    assert listed == [("critical", "process 51200 runs out of GPU memory in 3 min", "under the 30 min threshold"),
+                      ("warning", "process 51200 leaks activations",
+                       "leak: 48.0 MiB a step, kept at train.py:131 in main")]
     assert rings == [1]
 
 
@@ -135,10 +139,10 @@ async def test_a_delivery_that_waited_shows_a_flapping_alert_once():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         alert_toasts.tell(app, [AlertEvent("started", idle, 1.0), AlertEvent("ended", idle, 2.0),
-                                AlertEvent("started", idle, 3.0)], AlertSettings(desktop="off"))
+                                AlertEvent("started", idle, 3.0)], AlertSettings(desktop="off"), toasts=True)
         await pilot.pause()
         toasts = [n.message for n in app._notifications if n.title == "Alert"]
-    assert toasts == ["[info] GPU 2 holds memory while idle: 1.0 GiB held"]
+    assert toasts == ["[info] GPU 2 holds memory while idle"]
     assert rings == [1]
 
 

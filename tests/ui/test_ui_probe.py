@@ -459,7 +459,7 @@ async def test_without_a_driver_the_monitor_shows_probes_under_a_banner():
         app.sample_now()
         await settle(pilot, 2)
         assert "NVML is not available" in drawn_text(app.screen.query_one("#header"))  # it stays
-        told = [n.message for n in app._notifications]
+        told = [n.title for n in app.notices.newest_first()]  # the alert line's, and the alert list's (!)
         assert told.count("NVML Shared Library Not Found") == 1  # the full reason, said once
         assert "PROCESSES  1  sort" in text(app.screen, "#table-status")
         await pilot.press("c")  # charts asked for, but there is no GPU to chart

@@ -44,6 +44,7 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     its focused widget's, and those each class inherits from Textual."""
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.main_screen import MainScreen
+    from gputui.ui.screens.alerts import AlertsScreen
     from gputui.ui.screens.confirm import Confirm
     from gputui.ui.screens.detail import ProcessDetail
     from gputui.ui.screens.help import HelpScreen
@@ -54,7 +55,7 @@ def key_scopes() -> list[tuple[str, list[Binding]]]:
     everywhere = class_bindings(GpuTuiApp)  # the monitor's app: its keys, the replay's too
     screens = [("the main screen", (MainScreen, ProcessTable)), ("the process detail", (ProcessDetail,)),
                ("the job detail", (JobDetail,)), ("the idle view", (WasteScreen,)), ("a confirmation", (Confirm,)),
-               ("the help screen", (HelpScreen,))]
+               ("the help screen", (HelpScreen,)), ("the alert list", (AlertsScreen,))]
     return [(where, [b for cls in classes for b in class_bindings(cls)] + everywhere)
             for where, classes in screens]
 
