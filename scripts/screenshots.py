@@ -57,8 +57,12 @@ PICTURES = (
     ("oom-ended", "leaky", 200, (120, 24), ("end",), None),
     # Who holds the GPUs idle (w): the shared Kubernetes node 11 minutes in, its notebook pod idle on two GPUs.
     ("idle", "shared-k8s", 660, (100, 14), ("w",), None),
-    # The leaky job's alerts as the live monitor's toasts.
-    ("alerts", "leaky", 120, (120, 30), (), None, "alerts"),
+    # The leaky job's alerts as the live monitor's toasts (a big pane: over the charts) and its alert line; in a
+    # narrow pane, the line alone and the list (!).
+    ("alerts", "leaky", 120, (120, 34), (), None, "alerts"),
+    ("alert-list", "leaky", 120, (50, 15), ("exclamation_mark",), None, "alerts"),
+    # Eight GPUs folded into one line in a pane too short for a line each.
+    ("folded", "training-node", 120, (40, 10), (), None),
 )
 
 
@@ -77,8 +81,8 @@ async def shoot(name: str, scenario: str | dict, seconds: float, size: tuple[int
         title = f"gputui --demo {scenario}"
     # Tests run without toasts unless asked: the alerts' picture shows them.
     async with app.run_test(size=size, notifications=shows == "alerts") as pilot:
-        while not app.samples:
-            await pilot.pause(0.05)
+        while not app.samples or (shows == "alerts" and not app.notices.newest_first()):
+            await pilot.pause(0.05)  # (the alerts come from the alert channel's thread)
         await pilot.pause()
         for key in keys:
             await pilot.press(key)
