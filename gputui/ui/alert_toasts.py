@@ -19,9 +19,9 @@ from gputui.ui.notices import SEVERITIES
 if TYPE_CHECKING:
     from textual.app import App
 
-# Alerts started in one delivery shown one toast each; more go in one toast. A toast is two lines (the title, then
-# severity and title of the alert: the detail is the alert list's), and the least room toasts get is five lines
-# (a GPU's two and the charts' three, main_screen.py): two toasts fit there whole.
+# Alerts started in one delivery shown one toast each; more go in one toast. A toast is two lines (its title, then the
+# alert's severity and title: the detail is the alert list's), and a big pane gives toasts five lines at least (a
+# GPU's two, the charts' three: main_screen.py): two of them fit there.
 TOASTS = 2
 TOAST_SECONDS = 15
 TERMINAL = "/dev/tty"  # where the desktop notification's escape is written

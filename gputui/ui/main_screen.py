@@ -98,7 +98,7 @@ class MainScreen(Screen):
         # The filter box (/) is mounted when first asked for: most sessions never filter, and a box
         # of Textual's is 0.15 MiB of the monitor's memory.
         yield ProcessTable(id="processes")
-        yield AlertLine(id="alerts")
+        # The alert line is mounted when something first goes wrong, as the filter box is when first asked for.
         yield KeyBar()
 
     def compose_top(self) -> ComposeResult:
@@ -261,7 +261,12 @@ class MainScreen(Screen):
                     self.render_snapshot()
 
     def _show_notices(self) -> None:
-        self.query_one(AlertLine).show_notices(self.notices, self.alerts_key())
+        line = next(iter(self.query("#alerts").results(AlertLine)), None)
+        if line is None and self.notices:
+            line = AlertLine(id="alerts")
+            self.mount(line, before=self.query_one(KeyBar))
+        if line is not None:
+            line.show_notices(self.notices, self.alerts_key())
 
     def alerts_key(self) -> str:
         """The key that opens the alert list, as the user mapped it and the footer shows keys."""

@@ -34,6 +34,12 @@ def drawn(widget) -> str:
     return "\n".join(strip.text for strip in widget.render_lines(widget.size.region))
 
 
+def said(app) -> str:
+    """The alert line as drawn, or "" where it is not shown (it is mounted when something first goes wrong)."""
+    line = next(iter(app.screen.query("#alerts")), None)
+    return drawn(line) if line is not None and line.display else ""
+
+
 def toasts(app) -> list:
     """The toasts on the screen showing (Textual mounts one widget per notification shown)."""
     from textual.widgets._toast import Toast
@@ -83,9 +89,8 @@ async def test_in_a_small_pane_the_alerts_are_one_line_and_no_toast_covers_the_t
         assert covering(app, table.region) == set()
         assert rows_in_view(app)[:3] == ["51200/0", "52300/0", "52410/0"]  # the leaking process's row first
         line = main.query_one("#alerts")
-        assert line.display and line.region.height == 1 and line.region.bottom <= size[1] - 1  # over the footer
-        said = drawn(line)
-        assert said.startswith(" ! 2 alerts · ") and "process 51200" in said, said
+        assert line.display and line.region.height == 1 and line.region.bottom == size[1] - 1  # over the footer
+        assert said(app).startswith(" ! 2 alerts · ") and "process 51200" in said(app), said(app)
     assert rings == [1]  # the bell rings as before
 
 
@@ -101,7 +106,7 @@ async def test_the_alert_key_lists_the_alerts_newest_first_with_their_detail_and
         app.post_message(AlertsDue(Delivery((AlertEvent("started", idle, T0 + 60),))))
         await wait_for(pilot, lambda: len(app.notices.newest_first()) == 2)
         await pilot.pause()
-        assert drawn(app.screen.query_one("#alerts")).startswith(" ! 2 alerts · info: GPU 2 holds memory")
+        assert said(app).startswith(" ! 2 alerts · info: GPU 2 holds memory")
         await pilot.press("exclamation_mark")
         screen = app.screen
         from gputui.ui.screens.alerts import AlertsScreen
@@ -117,7 +122,7 @@ async def test_the_alert_key_lists_the_alerts_newest_first_with_their_detail_and
         assert "process 51200 leaks activations" in screen.text()
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
-        assert drawn(app.screen.query_one("#alerts")).startswith(" ! 1 alert · warning: process 51200 leaks")
+        assert said(app).startswith(" ! 1 alert · warning: process 51200 leaks")
         await pilot.press("exclamation_mark")
         assert isinstance(app.screen, AlertsScreen)
         await pilot.press("exclamation_mark")  # the same key closes it
@@ -128,7 +133,7 @@ async def test_with_no_alert_there_is_no_alert_line():
     app, _ = leaky_app(AlertSettings(enabled=False))
     async with app.run_test(size=(50, 15), notifications=True) as pilot:
         await settle(pilot)
-        assert not app.screen.query_one("#alerts").display
+        assert said(app) == ""
         await pilot.press("exclamation_mark")
         assert "No alert and no problem now." in app.screen.text()
 
@@ -140,9 +145,9 @@ async def test_outside_words_in_an_alert_are_shown_not_obeyed_and_the_ascii_look
     async with app.run_test(size=(50, 15)) as pilot:
         await settle(pilot)
         app.post_message(AlertsDue(Delivery((AlertEvent("started", hostile, T0),))))
-        await wait_for(pilot, lambda: app.screen.query_one("#alerts").display)
-        said = drawn(app.screen.query_one("#alerts"))
-        assert said.isascii() and "\x1b" not in said and "job \\x1b]0;pwned\\x07 lags" in said, said
+        await wait_for(pilot, lambda: said(app))
+        line = said(app)
+        assert line.isascii() and "\x1b" not in line and "job \\x1b]0;pwned\\x07 lags" in line, line
         await pilot.press("exclamation_mark")
         listed = app.screen.text()
         assert "\x1b" not in listed and "rank 3\\x1b[2J slow" in listed, listed
@@ -164,7 +169,21 @@ async def test_in_a_big_pane_the_toasts_stay_above_the_process_table():
         assert sorted(str(t.render()).split("\n")[1] for t in shown) == sorted([LEAK, OOM])
         status = main.query_one("#table-status").region
         assert covering(app, status.union(main.query_one(ProcessTable).region)) == set()
-        assert main.query_one("#alerts").display  # the line stays after the toasts go
+        assert said(app).startswith(" ! 2 alerts · ")  # the line stays after the toasts go
+
+
+async def test_a_crowd_of_alerts_is_one_toast_naming_the_most_urgent():
+    app, _ = leaky_app(AlertSettings(enabled=False))
+    crowd = [Alert("gpu_idle", f"gpu GPU-{i}", "info", f"GPU {i} holds memory while idle", gpu=f"GPU-{i}")
+             for i in range(2)]
+    crowd.append(Alert("oom_soon", "pid 51200@1.0", "critical", "process 51200 runs out of GPU memory in 3 min"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(pilot)
+        app.post_message(AlertsDue(Delivery(tuple(AlertEvent("started", a, T0) for a in crowd))))
+        await pilot.pause(0.3)
+        shown = [str(t.render()) for t in toasts(app)]
+        assert shown == [f"3 alerts\n{OOM}, and 2 more"]
+        assert toasts(app)[0].has_class("-error")
 
 
 async def test_toasts_go_to_the_line_when_the_charts_are_hidden():
@@ -177,7 +196,7 @@ async def test_toasts_go_to_the_line_when_the_charts_are_hidden():
         app.post_message(AlertsDue(Delivery((AlertEvent("started", oom, T0),))))
         await pilot.pause(0.3)
         assert toasts(app) == []
-        assert drawn(app.screen.query_one("#alerts")).startswith(" ! 1 alert · critical: process 51200 runs out")
+        assert said(app).startswith(" ! 1 alert · critical: process 51200 runs out")
 
 
 # -- item 1: no driver -----------------------------------------------------------------------------------
@@ -213,7 +232,7 @@ async def test_without_a_driver_the_reason_is_one_line_under_the_banner_not_a_to
         main = app.screen
         assert toasts(app) == []
         assert "No NVIDIA driver (NVML is missing)" in drawn(main.query_one("#header"))
-        assert drawn(main.query_one("#alerts")).startswith(" ! 1 problem · cannot read the GPUs")
+        assert said(app).startswith(" ! 1 problem · cannot read the GPUs")
         assert covering(app, main.query_one(ProcessTable).region) == set()
         await pilot.press("exclamation_mark")
         assert "Try `gputui --demo` to see simulated GPUs." in app.screen.text()
