@@ -16,6 +16,8 @@ import time
 
 import aiohttp
 import pytest
+from cli_helpers import gputui
+from serve_helpers import serving
 from web_helpers import PASSWORD, USER, serve_env, serving_web, sessions_of, users_file, wait_until
 
 from gputui.web.server import HEIGHT, WIDTH, _within
@@ -93,6 +95,25 @@ async def test_each_tab_is_a_monitor_process_of_its_own_and_q_ends_it(env):
                 wait_until(lambda: len(sessions_of(proc)) == 1)
                 await second.send_str(json.dumps(["ping", "1"]))  # the other tab goes on
                 assert await drawn(second, HOST)
+
+
+async def test_a_replay_and_the_many_host_view_go_to_the_browser_too(env, tmp_path):
+    recording = tmp_path / "run.rec"
+    recorded = gputui(env, *DEMO, "record", str(recording), "--duration", "3s", timeout=60)
+    assert recorded.returncode == 0, recorded.stderr
+    with serving_web(env, "replay", str(recording), "--web") as (proc, url):
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(websocket_url(url)) as websocket:
+                assert HOST in await drawn(websocket, b"/3  x1")  # the replay's header: sample N of 3, speed x1
+                (monitor,) = sessions_of(proc)
+                assert monitor.cmdline()[3:7] == ["replay", str(recording), "--web", "--listen"]
+                assert monitor.cmdline()[-1] == "--web-session"
+    with serving(env, "--demo", "leaky", "serve", "--listen", "127.0.0.1:0") as (_, exporter):
+        with serving_web(env, "--hosts", exporter, "web") as (proc, url):
+            async with aiohttp.ClientSession() as client:
+                async with client.ws_connect(websocket_url(url)) as websocket:
+                    screen = await drawn(websocket, b"demo:leaky")  # the host's line: the exporter's demo
+                    assert b"1 host" in screen and b"A100-SXM4-40GB" in screen
 
 
 async def test_a_wrong_password_gets_no_websocket_and_starts_no_process(env, tmp_path):
