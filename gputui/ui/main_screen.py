@@ -31,7 +31,6 @@ from gputui.ui.table import rows as table_rows
 from gputui.ui.table.columns import COLUMNS, DEFAULT, column_widths, columns_for
 from gputui.ui.table.job_rows import JobSource, group_by_job
 from gputui.ui.table.owner_rows import group_by_owner
-from gputui.ui.widgets.alert_line import AlertLine
 from gputui.ui.widgets.charts import DeviceHistory
 from gputui.ui.widgets.devices import DeviceList, tiny_lines
 from gputui.ui.widgets.header import HostHeader
@@ -98,7 +97,8 @@ class MainScreen(Screen):
         # The filter box (/) is mounted when first asked for: most sessions never filter, and a box
         # of Textual's is 0.15 MiB of the monitor's memory.
         yield ProcessTable(id="processes")
-        # The alert line is mounted when something first goes wrong, as the filter box is when first asked for.
+        # The alert line (#alerts) is mounted over the footer when something first goes wrong, as the filter box
+        # is when first asked for.
         yield KeyBar()
 
     def compose_top(self) -> ComposeResult:
@@ -261,12 +261,16 @@ class MainScreen(Screen):
                     self.render_snapshot()
 
     def _show_notices(self) -> None:
-        line = next(iter(self.query("#alerts").results(AlertLine)), None)
-        if line is None and self.notices:
+        found = self.query("#alerts")
+        if not found and not self.notices:
+            return  # the alert line is mounted when something first goes wrong: most monitors never need it
+        from gputui.ui.widgets.alert_line import AlertLine
+
+        line = next(iter(found.results(AlertLine)), None)
+        if line is None:
             line = AlertLine(id="alerts")
             self.mount(line, before=self.query_one(KeyBar))
-        if line is not None:
-            line.show_notices(self.notices, self.alerts_key())
+        line.show_notices(self.notices, self.alerts_key())
 
     def alerts_key(self) -> str:
         """The key that opens the alert list, as the user mapped it and the footer shows keys."""

@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gputui.model.alert import STARTED, AlertEvent
+from gputui.model.record import Record
 from gputui.untrusted import harmless
 
 SEVERITIES = ("critical", "warning", "info")  # most urgent first
 
 
-@dataclass(frozen=True)
-class Notice:
+@dataclass(frozen=True, eq=False, repr=False)
+class Notice(Record):
     """One alert, or one problem, while it lasts."""
 
     key: str  # what it is about, stable while it lasts
