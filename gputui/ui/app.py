@@ -556,7 +556,8 @@ class GpuTuiApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             return
         keymap = dict(self.options.keymap)
-        sections = [(title, describe_bindings(listed, keymap, self)) for title, listed in binding_sections()]
+        sections = [(title, self._described(describe_bindings(listed, keymap, self), listed))
+                    for title, listed in binding_sections()]
         # This app's own keys come right after those that work everywhere: the first screenful is
         # the keys the user can press here (the live monitor's help opened on the replay's keys).
         own = [s for s in sections if s[0] == self.source.HELP_SECTION]
@@ -566,6 +567,14 @@ class GpuTuiApp(App[int]):
                 "  [keys]\n  quit = \"q,ctrl+q\"")
         # What gputui itself costs: the header has it only where there is room.
         self.push_screen(HelpScreen(sections, hint, ascii=self.options.ascii, cost=self.source.cost_words(self)))
+
+    def _described(self, rows: list[tuple[str, str, str]], listed: list[Any]) -> list[tuple[str, str, str]]:
+        """The help's rows, those of keys this mode refuses (a replay's, the many-host view's, a browser's
+        signals and attach) said to be refused here, as the footer leaves them out."""
+        action_of = {binding.id: binding.action.split("(")[0] for binding in listed if binding.id}
+        return [(keys, f"{does} (not in this view: pressed, it says why)"
+                 if self.refuses_in_mode(action_of.get(binding_id, "")) else does, binding_id)
+                for keys, does, binding_id in rows]
 
     # -- actions -----------------------------------------------------------------------------
 

@@ -134,6 +134,20 @@ async def test_signals_and_probe_requests_are_refused(tmp_path):
         assert app.screen_stack == [app.main]  # no confirmation asked: nothing to confirm
 
 
+async def test_the_help_says_which_keys_this_view_refuses(tmp_path):
+    """The help lists every key, as the footer does not: those a recording refuses (signals, attach) are
+    said to be refused here; the live monitor's are not (gputui web's tabs refuse the same way)."""
+    app = GpuTuiApp(Replay(recording(tmp_path, samples=3)), MonitorOptions(me="bob"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await at(pilot, 0)
+        app.action_help()
+        await pilot.pause()
+        refused = {binding_id for _, rows in app.screen.sections for _, does, binding_id in rows
+                   if does.endswith("(not in this view: pressed, it says why)")}
+        assert {"signal.interrupt", "signal.terminate", "signal.kill", "probe.attach", "probe.detach"} <= refused
+        assert "quit" not in refused and "help" not in refused
+
+
 async def test_what_a_recording_cannot_do_is_refused_alike(tmp_path):
     # The replay declares what it cannot do; the app refuses each the same way, in one place: a
     # warning saying why, and nothing opened (the detail screen asks for sites with a Message).
