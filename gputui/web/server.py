@@ -29,6 +29,7 @@ from textual_serve.server import Server as TextualServe
 
 from gputui import units
 from gputui.serve.auth import Check, Users
+from gputui.serve.server import REQUEST_TIMEOUT
 from gputui.web import page
 
 # The client, its stylesheet and its font, as textual-serve ships them.
@@ -42,6 +43,15 @@ STOP_WAIT = 10.0  # seconds a session's monitor is given to leave once its tab i
 # Threads that wait for a password check (each check waits at most serve/auth.py's CHECK_WAIT for a turn):
 # guessers hold them, the event loop never.
 CHECKERS = 8
+# What a request may be, as aiohttp's parser reads it (bigger: 400 or 431 at once, and the connection closed):
+# a browser's request line and each header fit in 8 kB (cookies of other apps on this host included), and it
+# sends some twenty headers. Held by each connection until its request is whole, so kept small.
+LINE_LIMIT = FIELD_LIMIT = 8190
+HEADERS_LIMIT = 32
+# Seconds from the connection (or the last answer on it) to a request's last header: aiohttp's keep-alive
+# timer, which starts with the connection and which bytes trickling in do not restart, so it is a deadline
+# for the whole request (serve's REQUEST_TIMEOUT).
+BODY_LINGER = 1.0  # seconds a body nobody asked for is read and dropped after the answer, before the close
 
 
 class Sessions:
@@ -139,7 +149,9 @@ def serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | 
 
 async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | None,
                  ready: Callable[[], None]) -> int:
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)  # Ctrl-C is ours; no log per request
+    runner = web.AppRunner(app, handle_signals=False, access_log=None,  # Ctrl-C is ours; no log per request
+                           keepalive_timeout=REQUEST_TIMEOUT, max_line_size=LINE_LIMIT, max_field_size=FIELD_LIMIT,
+                           max_headers=HEADERS_LIMIT, lingering_time=BODY_LINGER)
     await runner.setup()
     loop = asyncio.get_running_loop()
     stop: asyncio.Future[int] = loop.create_future()
