@@ -42,6 +42,9 @@ REMEMBERED = 64  # headers that passed, kept
 # guesses must not take more than this of either. A request waits for a turn at most CHECK_WAIT.
 CHECKS_AT_ONCE = 2
 CHECK_WAIT = 1.0
+# Checks waiting for a turn (or having one), at most: a guess beyond them is BUSY at once, unhashed, so
+# a flood of guesses queues no more than this ahead of anyone (a remembered header never waits at all).
+CHECKS_WAITING = 8
 USERS_FILE_LIMIT = 1 << 20  # bytes: some thousands of users
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -134,6 +137,7 @@ class Users:
         # answered at once however many guesses are being checked.
         self._lock = threading.Lock()
         self._checks = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+        self._waiting = threading.BoundedSemaphore(CHECKS_WAITING)
         # scrypt runs on these threads only: glibc keeps the 16 MiB it frees in the arena of the thread
         # that ran it, so scrypt on each request's thread grew the exporter by up to 16 MiB a thread.
         self._scrypt = ThreadPoolExecutor(CHECKS_AT_ONCE, thread_name_prefix="gputui-scrypt")
@@ -171,32 +175,58 @@ class Users:
                             "gputui serve --hash-password NAME >> FILE)")
         return cls(hashes)
 
-    def check(self, header: str | None, wait: bool = True) -> Check:
-        """Whether ``header`` (``Basic base64(name:password)``) names a user with that password: at once
-        for a header that passed before; else scrypt, when one of CHECKS_AT_ONCE turns comes within
-        CHECK_WAIT seconds (at once, without ``wait``), or BUSY."""
+    def remembered(self, header: str | None) -> bool:
+        """Whether ``header`` passed before (and is still among the REMEMBERED): no hashing, no wait, so an
+        event loop may ask it before it hands a check to a thread."""
         if not header:
-            return Check.REFUSED
-        digest = hashlib.sha256(header.encode("utf-8", "surrogateescape")).digest()
+            return False
+        digest = _digest(header)
         with self._lock:
             if digest in self._passed:
                 self._passed.move_to_end(digest)
-                return Check.ALLOWED
-        if not self._checks.acquire(timeout=CHECK_WAIT if wait else 0):
+                return True
+        return False
+
+    def check(self, header: str | None, wait: bool = True) -> Check:
+        """Whether ``header`` (``Basic base64(name:password)``) names a user with that password: at once
+        for a header that passed before; else scrypt, when one of CHECKS_AT_ONCE turns comes within
+        CHECK_WAIT seconds (at once, without ``wait``), or BUSY (at once when CHECKS_WAITING wait already)."""
+        if not header:
+            return Check.REFUSED
+        if self.remembered(header):
+            return Check.ALLOWED
+        if not self._waiting.acquire(blocking=False):
             return Check.BUSY
         try:
-            name, password = _credentials(header)
-            hashed = self._hashes.get(name)
-            ok = self._scrypt.submit((hashed or self._nobody).matches, password).result() and hashed is not None
+            ok = self._verify(header, wait)
         finally:
-            self._checks.release()
+            self._waiting.release()
+        if ok is None:
+            return Check.BUSY
         if not ok:
             return Check.REFUSED
+        digest = _digest(header)
         with self._lock:
             self._passed[digest] = None
             while len(self._passed) > REMEMBERED:
                 self._passed.popitem(last=False)
         return Check.ALLOWED
+
+    def _verify(self, header: str, wait: bool) -> bool | None:
+        """scrypt on ``header``'s password, in one of CHECKS_AT_ONCE turns; None when no turn came."""
+        if not self._checks.acquire(timeout=CHECK_WAIT if wait else 0):
+            return None
+        try:
+            name, password = _credentials(header)
+            hashed = self._hashes.get(name)
+            return self._scrypt.submit((hashed or self._nobody).matches, password).result() and hashed is not None
+        finally:
+            self._checks.release()
+
+
+def _digest(header: str) -> bytes:
+    """What is remembered of a header that passed: its SHA-256, never the password itself."""
+    return hashlib.sha256(header.encode("utf-8", "surrogateescape")).digest()
 
 
 def _credentials(header: str) -> tuple[str, str]:

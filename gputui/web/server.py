@@ -41,7 +41,8 @@ MESSAGE_LIMIT = 1 << 16  # bytes: a key, a click, a resize, a paste
 WIDTH, HEIGHT = range(10, 501), range(5, 201)
 STOP_WAIT = 10.0  # seconds a session's monitor is given to leave once its tab is gone
 # Threads that wait for a password check (each check waits at most serve/auth.py's CHECK_WAIT for a turn):
-# guessers hold them, the event loop never.
+# guessers hold them, the event loop never. A check asked while all are taken is 503 at once: no queue of
+# guesses builds up (a remembered password is answered on the loop, never here).
 CHECKERS = 8
 # What a request may be, as aiohttp's parser reads it (bigger: 400 or 431 at once, and the connection closed):
 # a browser's request line and each header fit in 8 kB (cookies of other apps on this host included), and it
@@ -80,14 +81,25 @@ def make_app(command: Sequence[str], title: str, *, users: Users | None = None, 
     # screenshot, which the web driver hands to the browser): its download manager and its /download answer.
     deliveries = TextualServe(shlex.join(command))
     checks = ThreadPoolExecutor(CHECKERS, thread_name_prefix="gputui-web-auth")
+    checking = 0  # checks handed to those threads and not answered yet
     idle_words = units.span(idle)
 
     @web.middleware
     async def ask_who(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                       ) -> web.StreamResponse:
+        nonlocal checking
         if users is not None:
             header = request.headers.get("Authorization")
-            check = await asyncio.get_running_loop().run_in_executor(checks, users.check, header)
+            if users.remembered(header):
+                check = Check.ALLOWED
+            elif checking >= CHECKERS:
+                check = Check.BUSY
+            else:
+                checking += 1
+                try:
+                    check = await asyncio.get_running_loop().run_in_executor(checks, users.check, header)
+                finally:
+                    checking -= 1
             if check is Check.BUSY:
                 return _text(503, "gputui: too many passwords being checked; try again\n", {"Retry-After": "1"})
             if check is not Check.ALLOWED:

@@ -166,8 +166,6 @@ async def test_huge_headers_request_lines_and_bodies_are_refused_without_growing
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="a remembered password waits in the checkers' queue behind the guesses; " + HOLE,
-                   strict=True)
 async def test_a_flood_of_wrong_passwords_starts_nothing_and_keeps_no_logged_in_user_out(env, tmp_path):
     users = users_file(tmp_path)
     with serving_web(env, *DEMO, "web", "--basic-auth-file", str(users)) as (proc, url):

@@ -1,0 +1,54 @@
+"""serve/auth.py under a flood of guesses: a bound on the checks waiting for scrypt (a guess beyond it is BUSY at
+once, unhashed), and a remembered password answered without a check, as gputui web's event loop asks it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import time
+
+from gputui.serve import auth
+from gputui.serve.auth import Check, Hashed, Users
+
+PASSWORD = "s3cret pass"
+
+
+def basic(name: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()
+
+
+def costly_users() -> Users:
+    """alice, hashed at the most work a users file may ask (16 times --hash-password's: ~1 s a check here), so
+    that guesses hold the checks' turns long enough to be seen holding them."""
+    salt = os.urandom(auth.SALT_BYTES)
+    parallel = auth.PARALLEL * 16  # 16 MiB still: p repeats the work, not the memory
+    key = auth._derive(PASSWORD, salt, auth.COST, auth.BLOCK_SIZE, parallel)
+    return Users({"alice": Hashed.parse(str(Hashed(auth.COST, auth.BLOCK_SIZE, parallel, salt, key)))})
+
+
+def test_a_guess_beyond_the_checks_waiting_is_busy_at_once_and_a_remembered_password_needs_no_check():
+    users = costly_users()
+    right = basic("alice", PASSWORD)
+    assert not users.remembered(right)
+    assert users.check(right) is Check.ALLOWED
+    assert users.remembered(right) and not users.remembered(basic("alice", "guess")) and not users.remembered(None)
+    answers: list[Check] = []
+    guessers = [threading.Thread(target=lambda n=n: answers.append(users.check(basic("alice", f"guess {n}"))))
+                for n in range(auth.CHECKS_WAITING)]
+    for guesser in guessers:
+        guesser.start()
+    try:
+        time.sleep(0.2)  # every guess is hashing or waiting for a turn
+        started = time.monotonic()
+        assert users.check(basic("alice", "one guess too many")) is Check.BUSY
+        assert time.monotonic() - started < 0.1  # not after CHECK_WAIT: no queue, no hashing
+        started = time.monotonic()
+        assert users.check(right) is Check.ALLOWED and users.remembered(right)
+        assert time.monotonic() - started < 0.1
+    finally:
+        for guesser in guessers:
+            guesser.join(30)
+    # two turns: two guesses hashed (refused), the others found no turn within CHECK_WAIT
+    assert sorted(a.value for a in answers) == sorted([Check.REFUSED.value] * auth.CHECKS_AT_ONCE + [
+        Check.BUSY.value] * (auth.CHECKS_WAITING - auth.CHECKS_AT_ONCE))
