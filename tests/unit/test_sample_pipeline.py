@@ -91,11 +91,12 @@ def test_every_mode_judges_the_same_machine_alike():
     assert plain == serve
     # The live monitor takes no CPU warm-up sample, so its first sample has the driver's per-process SM figures
     # that the plain modes' warm-up read already took (the fake clock stands still through it): the same
-    # judgements but for the owners' mean SM utilisation, which that one sample moves.
+    # judgements but for the owners' mean SM utilisation, which that one sample moves, and so where it came
+    # from (the plain modes' stands in the GPU's, with no per-process figure left to read).
     assert dataclasses.replace(plain, waste=None) == dataclasses.replace(ui, waste=None)
     assert plain.waste is not None and ui.waste is not None
-    assert [dataclasses.replace(o, sm_util=None) for o in plain.waste.owners] == \
-        [dataclasses.replace(o, sm_util=None) for o in ui.waste.owners]
+    assert [dataclasses.replace(o, sm_util=None, sm_source=None) for o in plain.waste.owners] == \
+        [dataclasses.replace(o, sm_util=None, sm_source=None) for o in ui.waste.owners]
     assert [o.sm_util for o in plain.waste.owners] == pytest.approx([o.sm_util for o in ui.waste.owners], abs=1)
     judged = plain.of(LEAKY)
     assert_the_leak_is_judged(judged)
