@@ -149,11 +149,11 @@ class Places:
     def awaiting(self, connection: socket.socket) -> Iterator[None]:
         """Around a wait for ``connection``'s client (its first byte, TLS's handshake, a read): the
         time it may be pushed out, if nothing has come."""
-        self._mark(connection, True)
+        self.mark(connection, True)
         try:
             yield
         finally:
-            self._mark(connection, False)
+            self.mark(connection, False)
 
     def answering(self, connection: socket.socket) -> Place | None:
         """``connection``'s request came whole: from now on it keeps its place. None: it was dropped
@@ -169,7 +169,8 @@ class Places:
             self._held.pop(connection, None)
             self._waiting.pop(connection, None)
 
-    def _mark(self, connection: socket.socket, waits: bool) -> None:
+    def mark(self, connection: socket.socket, waits: bool) -> None:
+        """Whether ``connection`` waits on its client now, nothing come (it may be pushed out), or not."""
         with self._lock:
             if connection in self._waiting:
                 self._waiting[connection] = waits

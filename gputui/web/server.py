@@ -29,7 +29,7 @@ from textual_serve.server import Server as TextualServe
 
 from gputui import units
 from gputui.serve.auth import Check, Users
-from gputui.serve.server import REQUEST_TIMEOUT
+from gputui.serve.server import BUSY, FIRST_BYTE_TIMEOUT, KEPT_PLACES, MAX_CONNECTIONS, REQUEST_TIMEOUT, Places
 from gputui.web import page
 
 # The client, its stylesheet and its font, as textual-serve ships them.
@@ -163,7 +163,7 @@ async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLCon
                  ready: Callable[[], None]) -> int:
     runner = web.AppRunner(app, handle_signals=False, access_log=None,  # Ctrl-C is ours; no log per request
                            keepalive_timeout=REQUEST_TIMEOUT, max_line_size=LINE_LIMIT, max_field_size=FIELD_LIMIT,
-                           max_headers=HEADERS_LIMIT, lingering_time=BODY_LINGER)
+                           max_headers=HEADERS_LIMIT, lingering_time=BODY_LINGER, shutdown_timeout=STOP_WAIT)
     await runner.setup()
     loop = asyncio.get_running_loop()
     stop: asyncio.Future[int] = loop.create_future()
@@ -174,12 +174,103 @@ async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLCon
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop_on, signum)
+    assert runner.server is not None  # set up above
+    door = Door(runner.server, tls)
+    accepting = asyncio.create_task(door.accept(listening))
     try:
-        await web.SockSite(runner, listening, ssl_context=tls, shutdown_timeout=STOP_WAIT).start()
         ready()
         return 128 + await stop
     finally:
+        accepting.cancel()
         await runner.cleanup()  # the sessions' tabs told, their monitors gone
+
+
+class Door:
+    """Where connections come in, in front of aiohttp: at most serve's MAX_CONNECTIONS (Places, as the exporter
+    keeps them), a newcomer taking the place of the oldest connection that has sent nothing yet, and a connection
+    silent for FIRST_BYTE_TIMEOUT dropped. Past the open-file limit aiohttp's own accept would fail and stall."""
+
+    def __init__(self, server: web.Server, tls: ssl.SSLContext | None) -> None:
+        self.server = server
+        self.tls = tls
+        self.places = Places(MAX_CONNECTIONS, KEPT_PLACES)
+        self._coming: set[asyncio.Task[None]] = set()  # TLS handshakes under way (held: tasks are weakly kept)
+
+    async def accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        listening.setblocking(False)
+        while True:
+            try:
+                connection, _ = await loop.sock_accept(listening)
+            except OSError:  # out of files or memory: what is held ends within seconds; the kernel queues meanwhile
+                await asyncio.sleep(0.1)
+                continue
+            if self.places.take(connection) is None:
+                self._turn_away(connection)
+                continue
+            self.places.mark(connection, True)  # nothing come yet: a newcomer may push it out
+            task = asyncio.create_task(self._serve(connection))
+            self._coming.add(task)
+            task.add_done_callback(self._coming.discard)
+
+    async def _serve(self, connection: socket.socket) -> None:
+        """``connection`` handed to aiohttp (after TLS's handshake, within REQUEST_TIMEOUT)."""
+        loop = asyncio.get_running_loop()
+        handshake = REQUEST_TIMEOUT if self.tls else None
+        try:
+            await loop.connect_accepted_socket(lambda: Placed(self.server(), self.places, connection), connection,
+                                               ssl=self.tls, ssl_handshake_timeout=handshake)
+        except (OSError, asyncio.TimeoutError):  # TLS's handshake failed or never came: its client's trouble
+            self.places.give_back(connection)
+            connection.close()
+
+    def _turn_away(self, connection: socket.socket) -> None:
+        """Every place is serving a request or a session: 503 (in the clear only) and close, without waiting."""
+        if self.tls is None:
+            try:
+                connection.setblocking(False)
+                connection.send(BUSY)
+            except OSError:
+                pass
+        connection.close()
+
+
+class Placed(asyncio.Protocol):
+    """aiohttp's protocol for one connection, in one of the Door's places: dropped when no byte comes within
+    FIRST_BYTE_TIMEOUT, no longer to be pushed out once one has (its request, its session's websocket, is served),
+    its place given back when it ends."""
+
+    def __init__(self, handler: asyncio.Protocol, places: Places, connection: socket.socket) -> None:
+        self.handler = handler
+        self.places = places
+        self.connection = connection
+        self.silence: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.silence = asyncio.get_running_loop().call_later(FIRST_BYTE_TIMEOUT, transport.abort)
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.silence is not None:
+            self.silence.cancel()
+            self.silence = None
+            self.places.mark(self.connection, False)
+        self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.silence is not None:
+            self.silence.cancel()
+        self.places.give_back(self.connection)
+        self.handler.connection_lost(exc)
 
 
 class Session:

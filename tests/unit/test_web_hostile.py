@@ -77,8 +77,6 @@ def ended_within(connection: socket.socket, seconds: float) -> float | None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="no connection cap yet: past the open-file limit accept() fails and the server "
-                   "stalls, SIGTERM included; " + HOLE, run=False)
 async def test_thousands_of_idle_connections_keep_no_logged_in_user_out(env, tmp_path):
     users = users_file(tmp_path)
     with serving_web(env, *DEMO, "web", "--basic-auth-file", str(users)) as (proc, url):
