@@ -247,7 +247,7 @@ class Placed(asyncio.Protocol):
         self.silence: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.silence = asyncio.get_running_loop().call_later(FIRST_BYTE_TIMEOUT, transport.abort)
+        self.silence = asyncio.get_running_loop().call_later(FIRST_BYTE_TIMEOUT, transport.close)
         self.handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
