@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from urllib.parse import urlsplit
 
+import psutil
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server as TextualServe
@@ -55,8 +56,13 @@ HEADERS_LIMIT = 32
 BODY_LINGER = 1.0  # seconds a body nobody asked for is read and dropped after the answer, before the close
 
 
+LEAVE_WAIT = 2.0  # seconds a new tab waits for a monitor whose tab has closed to be gone ("every session is taken")
+
+
 class Sessions:
-    """The browser sessions running (their websockets), at most ``limit``."""
+    """The browser sessions running (their websockets), at most ``limit``, and at most ``limit`` monitor
+    processes alive: textual-serve's stop returns once a monitor's output has closed, before its process has
+    gone, so a tab opened at that moment would make one more."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -65,6 +71,19 @@ class Sessions:
     @property
     def full(self) -> bool:
         return len(self.open) >= self.limit
+
+    async def room(self) -> bool:
+        """Whether a tab may start its monitor now, having waited up to LEAVE_WAIT for monitors leaving. True
+        is answered with no wait after the last look, so the caller takes its place before another can."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEAVE_WAIT
+        while not self.full:
+            if monitors_alive() < self.limit:
+                return True
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        return False
 
     async def close_all(self) -> None:
         """The server stops: every tab is told, and its monitor leaves."""
@@ -119,7 +138,7 @@ def make_app(command: Sequence[str], title: str, *, users: Users | None = None, 
             return _text(403, "gputui: this websocket is for gputui's own page\n")
         websocket = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=MESSAGE_LIMIT)
         await websocket.prepare(request)
-        if sessions.full:
+        if not await sessions.room():
             await _say(websocket, f"gputui web: every session is taken ({limit} at once); try again when one "
                                   "closes.")
             await websocket.close()
@@ -347,6 +366,18 @@ class Session:
 # Out of the alternate screen the monitor drew on (Textual's web driver leaves it as it was), onto a clear one:
 # a session's last picture is not left standing as if it were live.
 CLEAR = "\x1b[?1049l\x1b[2J\x1b[H"
+
+
+def monitors_alive() -> int:
+    """This server's monitor processes still running (its only child processes: one a tab), those whose tab
+    has just closed included."""
+    alive = 0
+    for child in psutil.Process().children():
+        try:
+            alive += child.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # gone meanwhile
+            pass
+    return alive
 
 
 async def _say(websocket: web.WebSocketResponse, line: str) -> None:
