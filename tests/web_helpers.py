@@ -3,6 +3,7 @@ browser, integration/ with Chromium)."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import time
@@ -59,6 +60,11 @@ def sessions_of(proc) -> list[psutil.Process]:
         except psutil.Error:
             pass  # gone meanwhile
     return found
+
+
+def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:
+    """A request's basic auth header (by hand: aiohttp's BasicAuth is deprecated)."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def users_file(tmp_path: Path, name: str = USER, password: str = PASSWORD) -> Path:

@@ -12,7 +12,7 @@ import time
 import aiohttp
 import psutil
 import pytest
-from web_helpers import PASSWORD, USER, serve_env, serving_web, sessions_of, users_file, wait_until
+from web_helpers import basic, serve_env, serving_web, sessions_of, users_file, wait_until
 
 DEMO = ("--demo", "training-node")
 HOST = b"dgx-sim-01"  # the demo's host name, in the monitor's header
@@ -24,10 +24,6 @@ HOLE = "issue 48 follow-up: not closed yet (docs/web.md, Under attack)"
 @pytest.fixture
 def env(tmp_path):
     return serve_env(tmp_path)
-
-
-def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:
-    return {"Authorization": aiohttp.BasicAuth(user, password).encode()}
 
 
 def address(url: str) -> tuple[str, int]:

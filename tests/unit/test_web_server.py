@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from cli_helpers import gputui
 from serve_helpers import serving
-from web_helpers import PASSWORD, USER, serve_env, serving_web, sessions_of, users_file, wait_until
+from web_helpers import basic, serve_env, serving_web, sessions_of, users_file, wait_until
 
 from gputui.web.server import HEIGHT, WIDTH, _within
 
@@ -57,11 +57,6 @@ async def closed_after(websocket: aiohttp.ClientWebSocketResponse, seconds: floa
             seen += message.data
         elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
             return seen
-
-
-def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:
-    """A request's basic auth header."""
-    return {"Authorization": aiohttp.BasicAuth(user, password).encode()}
 
 
 async def test_the_page_asks_nothing_of_another_host(env):
