@@ -94,6 +94,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.parent.name == SLOW_FOLDER:
             item.add_marker(pytest.mark.slow)
+        if "snap_compare" in getattr(item, "fixturenames", ()):  # a screen compared with its SVG
+            item.add_marker(pytest.mark.snapshot)
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
