@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 import signal
 import socket
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 
 import psutil
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 from textual_serve.app_service import AppService
 from textual_serve.server import Server as TextualServe
 
@@ -178,9 +180,27 @@ def serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | 
     return asyncio.run(_serve(app, listening, tls, ready))
 
 
+class NotTheClientsMistakes(logging.Filter):
+    """aiohttp logs every request it refuses as malformed (400: a line or header too long, too many
+    headers) with its traceback: anyone could fill the server's log with them, eleven lines a request. Those
+    are answered and forgotten; an error of the server's own is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
+
+
+def _request_logger() -> logging.Logger:
+    """The logger gputui web's requests are logged through: aiohttp's own, less the clients' mistakes."""
+    logger = logging.getLogger("gputui.web.requests")
+    if not logger.filters:
+        logger.addFilter(NotTheClientsMistakes())
+    return logger
+
+
 async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | None,
                  ready: Callable[[], None]) -> int:
     runner = web.AppRunner(app, handle_signals=False, access_log=None,  # Ctrl-C is ours; no log per request
+                           logger=_request_logger(),
                            keepalive_timeout=REQUEST_TIMEOUT, max_line_size=LINE_LIMIT, max_field_size=FIELD_LIMIT,
                            max_headers=HEADERS_LIMIT, lingering_time=BODY_LINGER, shutdown_timeout=STOP_WAIT)
     await runner.setup()
