@@ -113,7 +113,7 @@ async def test_a_request_trickled_a_byte_at_a_time_is_dropped_in_bounded_time(en
             assert (ended_within(silent, 15) or 99) < 8.0
 
 
-@pytest.mark.xfail(reason="the allocator keeps the peak of 20 giant requests' buffers (about 55 MB); " + HOLE, run=False)
+@pytest.mark.xfail(reason="the allocator keeps the peak of 20 giant requests' buffers (55 MB); " + HOLE, run=False)
 async def test_huge_headers_request_lines_and_bodies_are_refused_without_growing_the_server(env):
     with serving_web(env, *DEMO, "web") as (proc, url):
         async with aiohttp.ClientSession() as client:  # warm: the page served once
