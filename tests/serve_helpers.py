@@ -52,12 +52,17 @@ def serving(env, *args, timeout: float = 60.0, stdout_closed: bool = False):
     assert proc.returncode == 143, proc.returncode
 
 
+def basic(name: str, password: str) -> str:
+    """An HTTP basic-auth header's value (the exporter's and gputui web's users file)."""
+    return "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()
+
+
 def fetch(url: str, *, method: str = "GET", auth: tuple[str, str] | None = None,
           context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one request; an HTTP error status is an answer, not an exception."""
     request = urllib.request.Request(url, method=method)
     if auth is not None:
-        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
+        request.add_header("Authorization", basic(*auth))
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as response:
             return response.status, dict(response.headers), response.read()

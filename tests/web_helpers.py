@@ -3,7 +3,6 @@ browser, integration/ with Chromium)."""
 
 from __future__ import annotations
 
-import base64
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import psutil
 from cli_helpers import ROOT
+from serve_helpers import basic as basic_value
 from serve_helpers import serve_env
 
 from gputui.serve.auth import password_line
@@ -64,7 +64,7 @@ def sessions_of(proc) -> list[psutil.Process]:
 
 def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:
     """A request's basic auth header (by hand: aiohttp's BasicAuth is deprecated)."""
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {"Authorization": basic_value(user, password)}
 
 
 def users_file(tmp_path: Path, name: str = USER, password: str = PASSWORD) -> Path:

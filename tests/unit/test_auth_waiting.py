@@ -3,19 +3,16 @@ once, unhashed), and a remembered password answered without a check, as gputui w
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import time
+
+from serve_helpers import basic
 
 from gputui.serve import auth
 from gputui.serve.auth import Check, Hashed, Users
 
 PASSWORD = "s3cret pass"
-
-
-def basic(name: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()
 
 
 def costly_users() -> Users:

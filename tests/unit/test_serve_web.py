@@ -20,7 +20,7 @@ import pytest
 from plain_data import workstation
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
-from serve_helpers import fetch
+from serve_helpers import basic, fetch
 
 from gputui.errors import UserError
 from gputui.serve import auth
@@ -51,10 +51,6 @@ def ask(app, path: str = "/", method: str = "GET", authorization: str | None = N
 
     body = b"".join(app(environ, start_response))
     return answer["status"], answer["headers"], body
-
-
-def basic(name: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()
 
 
 @pytest.fixture(scope="module")
