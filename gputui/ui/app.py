@@ -20,6 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 from textual import work
+from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
@@ -571,7 +572,7 @@ class GpuTuiApp(App[int]):
     def _described(self, rows: list[tuple[str, str, str]], listed: list[Any]) -> list[tuple[str, str, str]]:
         """The help's rows, those of keys this mode refuses (a replay's, the many-host view's, a browser's
         signals and attach) said to be refused here, as the footer leaves them out."""
-        action_of = {binding.id: binding.action.split("(")[0] for binding in listed if binding.id}
+        action_of = {binding.id: parse_action(binding.action)[1] for binding in listed if binding.id}
         return [(keys, f"{does} (not in this view: pressed, it says why)"
                  if self.refuses_in_mode(action_of.get(binding_id, "")) else does, binding_id)
                 for keys, does, binding_id in rows]
