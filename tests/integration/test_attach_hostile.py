@@ -160,7 +160,10 @@ def test_the_unprivileged_reader_skips_a_fifo_at_a_mapped_name(env, shared_tmp):
             "found = elf.addresses(os.getpid(), maps, {'PyRun_SimpleString': ('libpython', 'python')})\n"
             "print(found['PyRun_SimpleString'].address == "
             "ctypes.cast(ctypes.pythonapi.PyRun_SimpleString, ctypes.c_void_p).value)\n")
-    out = subprocess.run([python, "-c", code], env={**env, "PYTHONPATH": str(HOME)}, user=NOBODY, group=NOBODY,
+    # nobody's own copy of the gputui under test: the wheel's venv may sit in a folder only root may enter
+    readable = shared_tmp / "readable"
+    shutil.copytree(HOME / "gputui", readable / "gputui", ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([python, "-c", code], env={**env, "PYTHONPATH": str(readable)}, user=NOBODY, group=NOBODY,
                          extra_groups=[], cwd="/", capture_output=True, text=True, timeout=20)
     assert (out.returncode, out.stdout) == (0, "True\n"), out.stderr
 
