@@ -16,15 +16,19 @@ PASSWORD = "s3cret pass"
 
 
 def costly_users() -> Users:
-    """alice, hashed at the most work a users file may ask (16 times --hash-password's: ~1 s a check here), so
-    that guesses hold the checks' turns long enough to be seen holding them."""
+    """alice, hashed at 32 times --hash-password's work (~2 s a check here, 16 MiB still: p repeats the work,
+    not the memory), so that guesses hold the checks' turns long enough to be seen holding them, and well past
+    the wait for a turn (set to 0.5 s by the test) on a fast machine too."""
     salt = os.urandom(auth.SALT_BYTES)
-    parallel = auth.PARALLEL * 16  # 16 MiB still: p repeats the work, not the memory
-    key = auth._derive(PASSWORD, salt, auth.COST, auth.BLOCK_SIZE, parallel)
-    return Users({"alice": Hashed.parse(str(Hashed(auth.COST, auth.BLOCK_SIZE, parallel, salt, key)))})
+    parallel = auth.PARALLEL * 32
+    return Users({"alice": Hashed(auth.COST, auth.BLOCK_SIZE, parallel, salt,
+                                  auth._derive(PASSWORD, salt, auth.COST, auth.BLOCK_SIZE, parallel))})
 
 
-def test_a_guess_beyond_the_checks_waiting_is_busy_at_once_and_a_remembered_password_needs_no_check():
+def test_a_guess_beyond_the_checks_waiting_is_busy_at_once_and_a_remembered_password_needs_no_check(monkeypatch):
+    # A waiting guess gives up long before a hashing one ends, however fast or busy the machine: the split
+    # below is then the same on every run (with the default 1 s, a fast machine's hash could end in time).
+    monkeypatch.setattr(auth, "CHECK_WAIT", 0.5)
     users = costly_users()
     right = basic("alice", PASSWORD)
     assert not users.remembered(right)
