@@ -10,7 +10,7 @@ from textual.style import Style as TextualStyle
 from ui_data import settle
 
 from gputui.ui.widgets.devices import DeviceLines
-from gputui.ui.widgets.line import SEGMENTS_KEPT, cell_width
+from gputui.ui.widgets.line import cell_width
 from gputui.ui.widgets.processes import PIECES_KEPT, ProcessTable
 
 
@@ -56,20 +56,21 @@ async def test_a_cells_colour_is_the_theme_variable_textual_resolves(theme):
         assert marker.style.bold and marker.style.color == expected.color
 
 
-async def test_styled_lines_keep_a_bounded_number_of_segments_as_readings_change():
-    """A reading that changes every sample makes a new segment each time: an hour of them is forgotten
-    in bounds, and the lines still draw what they say."""
+async def test_styled_lines_keep_nothing_per_reading_as_readings_change():
+    """A reading that changes every sample is drawn with the styles resolved for the first: an hour of
+    them keeps no more than those, and the lines still draw what they say."""
     app = still_app("training-node", seconds=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         lines = app.screen.query(DeviceLines).first()
-        most = 0
+        kept = []
         for second in range(3600):
             lines.show_lines([("", (("GPU ", "bold"), (f"{second} W", "$success")))])
             drawn = lines.render_line(0)
-            most = max(most, len(lines._segments))
-        assert most <= SEGMENTS_KEPT + 1
+            kept.append(len(lines._styles))
+        assert max(kept) == kept[0]  # the first reading added its two styles at most; none since
         assert drawn.text.startswith("GPU 3599 W")
+        assert [segment.style for segment in drawn] == [lines._style("", "bold"), lines._style("", "$success")]
 
 
 def test_a_width_in_cells_is_rich_s():

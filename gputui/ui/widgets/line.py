@@ -74,18 +74,13 @@ def pieces_of(content: Content) -> tuple[tuple[Piece, ...], ...]:
     return tuple(lines)
 
 
-# Segments a widget keeps for its pieces: a few screens of them. Readings make new ones every sample, so a
-# bigger cache is mostly old readings (at 4096 each widget grew to about 1 MB over a quarter of an hour).
-SEGMENTS_KEPT = 512
-
-
 class StyledLines(Widget):
     """Lines of styled pieces drawn straight into strips, for text that changes every sample.
 
     Textual's Content path builds a fresh Rich style (with an offset for mouse selection) for every
     span of every line on each repaint, which made ten lines of readings cost as much as the whole
-    process table. Here each (style, piece) becomes a Segment once per theme and is reused; a repaint
-    only joins cached segments. Lines may have a background style of their own (a selected row).
+    process table. Here each piece's style is resolved once per theme and reused; a repaint only makes
+    the segments. Lines may have a background style of their own (a selected row).
     Text cannot be selected with the mouse in these widgets; clicks work as usual.
     """
 
@@ -94,9 +89,9 @@ class StyledLines(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.lines: tuple[tuple[str, tuple[Piece, ...]], ...] = ()  # (line background, pieces)
-        self._segments: dict[tuple[str, str, str], Segment] = {}
         self._styles: dict[tuple[str, str], RichStyle] = {}  # (background, style) -> resolved
-        self._segments_for: tuple | None = None
+        self._styles_for: tuple | None = None
+        self._width = 0  # the content's width, read once a repaint (Textual asks it through the screen)
 
     def show_lines(self, lines: Iterable[tuple[str, tuple[Piece, ...]]]) -> None:
         """Draw these lines: ``(background style, pieces)`` each. Repaints only the lines that changed
@@ -122,19 +117,25 @@ class StyledLines(Widget):
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return max((sum(cell_width(t) for t, _ in pieces) for _, pieces in self.lines), default=0)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # What every line of this repaint needs, found once: the width, and the styles if the theme or
+        # the CSS changed (then the colours are resolved again).
+        self._width = self.content_size.width
+        key = (self.app.theme, self.visual_style)
+        if key != self._styles_for:
+            self._styles.clear()
+            self._styles_for = key
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
-        width = self.content_size.width
+        width = self._width or self.content_size.width  # (asked directly, before any repaint)
         if y >= len(self.lines):
             return Strip.blank(width, self.rich_style)
         background, pieces = self.lines[y]
-        key = (self.app.theme, self.visual_style)
-        if key != self._segments_for:  # theme or CSS changed: resolve the colours again
-            self._segments.clear()
-            self._styles.clear()
-            self._segments_for = key
-        segment = self._segment
-        segments = [segment(background, text, style) for text, style in pieces]
-        length = sum(cell_width(text) for text, _ in pieces)
+        styles, resolve = self._styles, self._style
+        segments = [Segment(text, styles.get((background, style)) or resolve(background, style))
+                    for text, style in pieces]
+        length = cell_width("".join(text for text, _ in pieces))
         strip = Strip(segments, length)
         if length > width:
             # Cut with an ellipsis that keeps the style of the cell it replaces, as Content does
@@ -146,17 +147,8 @@ class StyledLines(Widget):
             style = next((s.style for s in last), None)
             return Strip([*kept, Segment(mark, style)], width).simplify() if width else Strip([], 0)
         if length < width and background:  # a line with a background of its own fills the width
-            return Strip([*segments, segment(background, " " * (width - length), "")], width)
+            return Strip([*segments, Segment(" " * (width - length), resolve(background, ""))], width)
         return strip  # Textual pads a short line with the widget's own background
-
-    def _segment(self, background: str, text: str, style: str) -> Segment:
-        key = (background, text, style)
-        found = self._segments.get(key)
-        if found is None:
-            if len(self._segments) > SEGMENTS_KEPT:  # readings change: forget old ones now and then
-                self._segments.clear()
-            found = self._segments[key] = Segment(text, self._style(background, style))
-        return found
 
     def _style(self, background: str, style: str) -> RichStyle:
         """A piece's style resolved against the theme, once per (background, style): readings change
