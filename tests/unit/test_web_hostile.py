@@ -18,7 +18,6 @@ DEMO = ("--demo", "training-node")
 HOST = b"dgx-sim-01"  # the demo's host name, in the monitor's header
 # systemd's default soft limit on open files for a service: what `gputui web` run as a unit gets.
 SERVICE_FILES = 1024
-HOLE = "issue 48 follow-up: not closed yet (docs/web.md, Under attack)"
 
 
 @pytest.fixture
@@ -113,7 +112,6 @@ async def test_a_request_trickled_a_byte_at_a_time_is_dropped_in_bounded_time(en
             assert (ended_within(silent, 15) or 99) < 8.0
 
 
-@pytest.mark.xfail(reason="the allocator keeps the peak of 20 giant requests' buffers (55 MB); " + HOLE, run=False)
 async def test_huge_headers_request_lines_and_bodies_are_refused_without_growing_the_server(env):
     with serving_web(env, *DEMO, "web") as (proc, url):
         async with aiohttp.ClientSession() as client:  # warm: the page served once
@@ -153,7 +151,7 @@ async def test_huge_headers_request_lines_and_bodies_are_refused_without_growing
             assert time.monotonic() - started < 15  # cut off, not read for ever
         grown = rss_mb(proc) - before
         print(f"giants: server RSS {before:.0f} MB before, grew {grown:.0f} MB")
-        assert grown < 32, f"the server grew {grown:.0f} MB"
+        assert grown < 16, f"the server grew {grown:.0f} MB"  # 48 MB when asyncio read 256 KiB at a time
         async with aiohttp.ClientSession() as client:
             async with client.get(url) as answer:
                 assert answer.status == 200
