@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import shlex
 import signal
 import socket
@@ -58,6 +59,7 @@ HEADERS_LIMIT = 32
 BODY_LINGER = 1.0  # seconds a body nobody asked for is read and dropped after the answer, before the close
 
 
+TAB_VARIABLE = "GPUTUI_WEB_TAB"  # in a tab's monitor's environment: which tab it is (monitor_of)
 LEAVE_WAIT = 2.0  # seconds a new tab waits for a monitor whose tab has closed to be gone ("every session is taken")
 
 
@@ -330,9 +332,11 @@ class Session:
     def __init__(self, websocket: web.WebSocketResponse, command: Sequence[str], deliveries: TextualServe) -> None:
         self.websocket = websocket
         self.reason: str | None = None
+        # Which of the server's children is this tab's monitor: textual-serve keeps its process to itself.
+        self.tab = secrets.token_hex(8)
         # exec: the monitor is the shell's process itself, so it is the server's child (and dies with it).
-        self.service = AppService("exec " + shlex.join(command), write_bytes=websocket.send_bytes,
-                                  write_str=websocket.send_str, close=self.close,
+        self.service = AppService(f"exec env {TAB_VARIABLE}={self.tab} " + shlex.join(command),
+                                  write_bytes=websocket.send_bytes, write_str=websocket.send_str, close=self.close,
                                   download_manager=deliveries.download_manager)
 
     async def run(self, width: int, height: int, idle: float, idle_words: str) -> None:
@@ -347,12 +351,29 @@ class Session:
                 self.reason = (f"gputui web: this session was closed after {idle_words} without a key, a click or "
                                "a resize.")
         finally:
-            try:
-                await asyncio.wait_for(self.service.stop(), STOP_WAIT)
-            except asyncio.TimeoutError:
-                print(f"gputui web: a session's monitor did not leave within {STOP_WAIT:g} s of its tab closing",
-                      file=sys.stderr, flush=True)
+            await self.stop()
             await self.close()
+
+    async def stop(self) -> None:
+        """Ask the monitor to quit, and kill it if it is still there STOP_WAIT later: hung or stopped, it would
+        hold a session's place for the server's life. (textual-serve's stop returns at once when the tab has
+        gone first, the monitor's quit not yet seen to.)"""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_WAIT
+        try:
+            await asyncio.wait_for(self.service.stop(), STOP_WAIT)
+        except asyncio.TimeoutError:
+            pass
+        monitor = monitor_of(self.tab)
+        while monitor is not None and _alive(monitor) and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        if monitor is not None and _alive(monitor):
+            try:
+                monitor.kill()
+            except psutil.Error:  # gone meanwhile
+                return
+            print(f"gputui web: a session's monitor did not leave within {STOP_WAIT:g} s of its tab closing; "
+                  f"process {monitor.pid} was killed", file=sys.stderr, flush=True)
 
     async def relay(self, idle: float) -> bool:
         """Hand what the browser sends to the monitor until the tab goes (True), or until it has sent nothing
@@ -402,13 +423,25 @@ CLEAR = "\x1b[?1049l\x1b[2J\x1b[H"
 def monitors_alive() -> int:
     """This server's monitor processes still running (its only child processes: one a tab), those whose tab
     has just closed included."""
-    alive = 0
+    return sum(map(_alive, psutil.Process().children()))
+
+
+def monitor_of(tab: str) -> psutil.Process | None:
+    """The server's child that is tab ``tab``'s monitor (its TAB_VARIABLE says so), or None once it has gone."""
     for child in psutil.Process().children():
         try:
-            alive += child.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:  # gone meanwhile
+            if child.environ().get(TAB_VARIABLE) == tab:
+                return child
+        except psutil.Error:  # gone meanwhile
             pass
-    return alive
+    return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 async def _say(websocket: web.WebSocketResponse, line: str) -> None:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import select
 import shutil
 import ssl
 import subprocess
 import time
 
 import aiohttp
+import psutil
 import pytest
 from cli_helpers import gputui
 from serve_helpers import serving
 from web_helpers import basic, serve_env, serving_web, sessions_of, users_file, wait_until
 
-from gputui.web.server import HEIGHT, WIDTH, _within
+from gputui.web.server import HEIGHT, STOP_WAIT, WIDTH, _within
 
 DEMO = ("--demo", "training-node")
 HOST = b"dgx-sim-01"  # the demo's host name, in the monitor's header
@@ -100,6 +102,25 @@ async def test_each_tab_is_a_monitor_process_of_its_own_and_q_ends_it(env):
                 wait_until(lambda: len(sessions_of(proc)) == 1)
                 await second.send_str(json.dumps(["ping", "1"]))  # the other tab goes on
                 assert await drawn(second, HOST)
+
+
+async def test_a_monitor_that_does_not_leave_is_killed_and_its_place_given_back(env):
+    """A tab's monitor that cannot answer the quit (stopped, hung) would hold a session's place for the server's
+    life: STOP_WAIT after its tab closed it is killed, said on stderr, and the next tab gets the place."""
+    with serving_web(env, *DEMO, "web", "--max-sessions", "1") as (proc, url):
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(websocket_url(url)) as tab:
+                await drawn(tab, HOST)
+                [monitor] = sessions_of(proc)
+                monitor.suspend()  # SIGSTOP
+            closed = time.monotonic()
+            wait_until(lambda: not monitor.is_running() or monitor.status() == psutil.STATUS_ZOMBIE, STOP_WAIT + 20)
+            assert STOP_WAIT - 1 < time.monotonic() - closed < STOP_WAIT + 10
+            assert select.select([proc.stderr], [], [], 5)[0]
+            assert proc.stderr.readline() == (f"gputui web: a session's monitor did not leave within {STOP_WAIT:g} s "
+                                              f"of its tab closing; process {monitor.pid} was killed\n")
+            async with client.ws_connect(websocket_url(url)) as tab:  # the place is free again
+                assert b"H100" in await drawn(tab, HOST)
 
 
 async def test_a_replay_and_the_many_host_view_go_to_the_browser_too(env, tmp_path):
