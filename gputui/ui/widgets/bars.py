@@ -1,5 +1,5 @@
 """Coloured bars and labelled values as styled words: tuples of (text, style) pieces that
-``StyledLines`` draws from cached segments, coloured by level from the theme's variables.
+``StyledLines`` draws in styles it resolves once, coloured by level from the theme's variables.
 
 The colour names are theme variables ($success, $warning, $error), so light/dark themes and NO_COLOR
 apply without a hex literal in the code.

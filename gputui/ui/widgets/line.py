@@ -1,5 +1,5 @@
 """Text widgets that repaint cheaply: ``Line`` (one line that never asks for a new layout) and
-``StyledLines`` (lines of styled pieces drawn from cached segments, for readings that change every
+``StyledLines`` (lines of styled pieces drawn in styles resolved once, for readings that change every
 sample). Static.update() re-lays out the screen (its size may change); these do not.
 """
 
