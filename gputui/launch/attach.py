@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from types import TracebackType
@@ -35,6 +36,11 @@ WAIT_FOR_SOCKET = 10.0
 # The whole command: gdb's 20 s (inject.GDB_SECONDS) and the 30 s wait, within the monitor's 60.
 COMMAND_SECONDS = 55.0
 RESULT = "result"
+ANSWER_PREFIX = "gputui-attach-"
+# A folder of ours older than this is one a killed gputui attach left (SIGKILL skips every clean-up): far past
+# the command's own bound (COMMAND_SECONDS), so never a running attach's. Swept at the next attach.
+STALE_AFTER = 600.0
+SWEEP_LIMIT = 100_000  # temp-directory entries looked at, at most (anyone may fill /tmp with names)
 WORD_LIMIT = 4096  # bytes of the job's answer read: one word, or an error's line
 
 # Both scripts report what became of them through the ACK file, the same way.
@@ -192,6 +198,27 @@ def _run_in_job(target: preflight.Target, script: Callable[..., str]) -> str | N
         return word
 
 
+def sweep_stale(folder: str) -> None:
+    """Remove the answer folders a killed gputui attach left in ``folder``: only folders (not links), of this
+    user, older than STALE_AFTER. Another user's entry of the same name is left alone, whatever it is."""
+    now, me = time.time(), os.geteuid()
+    try:
+        with os.scandir(folder) as entries:
+            for seen, entry in enumerate(entries):
+                if seen >= SWEEP_LIMIT:
+                    return
+                if not entry.name.startswith(ANSWER_PREFIX):
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode) and info.st_uid == me and now - info.st_mtime > STALE_AFTER:
+                    shutil.rmtree(entry.path, ignore_errors=True)  # (a sticky /tmp: no one else may rename it)
+    except OSError:
+        pass  # no temp directory to read: nothing to sweep
+
+
 class _Answer:
     """The file the job writes its one word to. Root makes it, in a folder of root's that the job's
     user may enter but neither list nor change, gives it to that user, and reads it back through the
@@ -204,8 +231,9 @@ class _Answer:
         self._fd = -1
 
     def __enter__(self) -> _Answer:
+        sweep_stale(tempfile.gettempdir())
         with bounds.held():  # (made whole, or not at all, whatever signal comes)
-            self.folder = tempfile.mkdtemp(prefix="gputui-attach-")
+            self.folder = tempfile.mkdtemp(prefix=ANSWER_PREFIX)
             try:
                 os.chmod(self.folder, 0o711)
                 self.path = os.path.join(self.folder, RESULT)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from test_attach import HOME, ROOT, needs_gdb, pythons
 
+from gputui.launch import attach as attach_module
 from gputui.launch import elf, preflight
 
 pytestmark = [pytest.mark.slow, needs_gdb,
@@ -325,6 +326,45 @@ def test_a_stopped_attach_leaves_nothing_behind(env, signum, when):
         assert runs_on(job.pid)
     finally:
         stop(job)
+
+
+def test_what_a_killed_attach_left_is_swept_by_the_next_and_nothing_of_anyone_else(env):
+    """SIGKILL skips every clean-up: the answer folder stays. The next attach removes folders of its own user
+    older than STALE_AFTER, and leaves alone a fresh one (an attach under way), another user's, and a link."""
+    tmp = Path(env["TMPDIR"])
+    job = start_hostile(env, "plain", "20")
+    try:
+        attach = start_gputui(env, "attach", str(job.pid))
+        assert attach.stdout.readline().startswith(f"process {job.pid} has not run Python since")
+        attach.kill()
+        attach.communicate(timeout=30)
+    finally:
+        stop(job)
+    [left] = list(tmp.iterdir())
+    assert left.name.startswith(attach_module.ANSWER_PREFIX) and left.stat().st_uid == 0
+    old = time.time() - attach_module.STALE_AFTER - 60
+    os.utime(left, (old, old))
+    fresh = tmp / (attach_module.ANSWER_PREFIX + "under-way")
+    fresh.mkdir(mode=0o711)
+    theirs = tmp / (attach_module.ANSWER_PREFIX + "theirs")
+    theirs.mkdir()
+    (theirs / "result").write_text("kept")
+    os.chown(theirs, NOBODY, NOBODY)
+    secret = tmp / "secret"
+    secret.mkdir()
+    (secret / "file").write_text("kept")
+    link = tmp / (attach_module.ANSWER_PREFIX + "link")
+    link.symlink_to(secret)
+    for path in (theirs, link, secret):
+        os.utime(path, (old, old), follow_symlinks=False)
+    job = start_hostile(env, "plain")
+    try:
+        out = gputui(env, "attach", str(job.pid))
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+    finally:
+        stop(job)
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([fresh.name, theirs.name, link.name, secret.name])
+    assert (theirs / "result").read_text() == "kept" and (secret / "file").read_text() == "kept"
 
 
 def test_a_job_that_exits_as_gdb_appears_is_said_to_have_exited(env):
