@@ -32,6 +32,10 @@ SLOW_UTILISATION = 0.75
 MIN_UTILISATION_GAP = 15
 SLOW_STEP = 1.25
 STEPS_TIMED = 20  # recent steps whose median step time stands for a rank
+# A rank's step time is said (and judged) once this many steps were timed: a rank's first steps carry its
+# start (torch's first calls, a loaded machine's scheduling), and a median of one or two of them called the
+# faster rank of a real job a straggler.
+MIN_STEPS_TIMED = 5
 FULL = 0.9  # of a device: the micro-batch advice applies when the fullest slot is past this
 OOM_HORIZON = 6 * 3600.0  # the first OOM worth advising on (as the process advice's OOM_WARNING)
 TrendKey = tuple[int, int]  # (NVML pid, device index), as gputui.analysis.trends keys them
@@ -104,7 +108,7 @@ def _step_time(report: ProbeReport | None) -> float | None:
     if report is None:
         return None
     times = [s.duration for s in report.steps[-STEPS_TIMED:] if s.duration is not None]
-    return robust.median(times) if times else None
+    return robust.median(times) if len(times) >= MIN_STEPS_TIMED else None
 
 
 def find_imbalance(slots: Sequence[Slot]) -> Imbalance | None:

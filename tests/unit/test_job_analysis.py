@@ -119,6 +119,27 @@ def test_probed_step_times_come_from_the_reports():
     assert [(s.rank, s.measure) for s in analysis.stragglers] == [(1, "step time")]
 
 
+def test_a_rank_is_judged_by_its_step_time_only_once_it_has_several():
+    """A rank's first steps carry its start: rank 0's first two, slowed by a loaded machine, against rank 1's
+    (six times slower by design) made rank 0 the straggler. Fewer than MIN_STEPS_TIMED: no step time, no call."""
+    from gputui.analysis.jobs import MIN_STEPS_TIMED
+
+    ranks = tuple(JobRank(pid=300 + r, rank=r, probed=True) for r in range(2))
+    job = Job(key="master h:1", name="t.py (master)", grouped_by="master", ranks=ranks)
+
+    def analysed(count: int, first: float):
+        durations = {0: [first, first] + [0.05] * (count - 2), 1: [0.3] * count}
+        reports = tuple(ProbeReport(pid=300 + r, taken_at=0.0, steps=tuple(
+            StepRecord(step=i, ended_at=float(i), duration=d) for i, d in enumerate(durations[r]))) for r in range(2))
+        return analyse_job(job, Snapshot(taken_at=0.0, probes=reports))
+
+    early = analysed(2, first=3.0)
+    assert [s.step_time for s in early.slots] == [None, None] and early.stragglers == ()
+    settled = analysed(MIN_STEPS_TIMED + 4, first=3.0)  # the start outweighed by the steps since
+    assert [s.step_time for s in settled.slots] == [0.05, 0.3]
+    assert [(s.rank, s.measure) for s in settled.stragglers] == [(1, "step time")]
+
+
 def test_only_sharded_ranks_are_added_up_to_the_model():
     # FSDP ranks (gathered set) each hold a shard: added up. DDP replicas each hold the whole model, and a
     # rank not yet measured says nothing: no sum that would double the model or leave a shard out.
