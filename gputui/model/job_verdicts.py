@@ -31,7 +31,7 @@ class Slot(Record):
     utilisation: int | None = field(metadata=doc(
         "percent: the process's SM share where the driver says, else the device's", minimum=0))
     step_time: float | None = field(metadata=doc(
-        "the probe's median of recent steps (seconds); null unprobed", minimum=0))
+        "the probe's median of its recent steps (seconds), once 5 are timed; null before, or unprobed", minimum=0))
     probed: bool = field(default=False, metadata=doc("whether a probe reports from it"))
 
 
