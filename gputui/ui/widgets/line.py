@@ -132,9 +132,8 @@ class StyledLines(Widget):
         if y >= len(self.lines):
             return Strip.blank(width, self.rich_style)
         background, pieces = self.lines[y]
-        styles, resolve = self._styles, self._style
-        segments = [Segment(text, styles.get((background, style)) or resolve(background, style))
-                    for text, style in pieces]
+        resolve = self._style
+        segments = [Segment(text, resolve(background, style)) for text, style in pieces]
         length = cell_width("".join(text for text, _ in pieces))
         strip = Strip(segments, length)
         if length > width:
