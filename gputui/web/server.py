@@ -53,12 +53,7 @@ CHECKERS = 8
 # sends some twenty headers. Held by each connection until its request is whole, so kept small.
 LINE_LIMIT = FIELD_LIMIT = 8190
 HEADERS_LIMIT = 32
-# Seconds from the connection (or the last answer on it) to a request's last header: aiohttp's keep-alive
-# timer, which starts with the connection and which bytes trickling in do not restart, so it is a deadline
-# for the whole request (serve's REQUEST_TIMEOUT).
 BODY_LINGER = 1.0  # seconds a body nobody asked for is read and dropped after the answer, before the close
-
-
 TAB_VARIABLE = "GPUTUI_WEB_TAB"  # in a tab's monitor's environment: which tab it is (monitor_of)
 LEAVE_WAIT = 2.0  # seconds a new tab waits for a monitor whose tab has closed to be gone ("every session is taken")
 
@@ -201,6 +196,8 @@ def _request_logger() -> logging.Logger:
 
 async def _serve(app: web.Application, listening: socket.socket, tls: ssl.SSLContext | None,
                  ready: Callable[[], None]) -> int:
+    # keepalive_timeout: aiohttp's keep-alive timer starts with the connection (or the last answer on it) and
+    # bytes trickling in do not restart it, so serve's REQUEST_TIMEOUT there is a deadline for the whole request.
     runner = web.AppRunner(app, handle_signals=False, access_log=None,  # Ctrl-C is ours; no log per request
                            logger=_request_logger(),
                            keepalive_timeout=REQUEST_TIMEOUT, max_line_size=LINE_LIMIT, max_field_size=FIELD_LIMIT,
